@@ -1,0 +1,287 @@
+"""The one internal form of a conversation, shared by chat `messages` and Responses `input`.
+
+A conversation is a tuple of `Entry`, one per element of the wire list, in order. An entry keeps
+the element's parsed JSON (`raw`, never mutated) and, while untouched, the exact bytes the client
+sent (`source`), so an untouched element goes upstream byte-identical. Stages are written once
+against the derived fields (`kind`, `calls`, `answers`) and the helpers below; only the helpers
+know the two wire dialects.
+
+Chat:      an assistant message with `tool_calls` is one ASSISTANT entry with several `calls`;
+           each `tool` message is a RESULT entry.
+Responses: each `function_call` / `custom_tool_call` / `*_call` item is a CALL entry with one
+           call; each `*_call_output` is a RESULT; `reasoning` items are REASONING entries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+
+class Api(StrEnum):
+    CHAT = "chat"
+    RESPONSES = "responses"
+
+
+class Kind(StrEnum):
+    INSTRUCTION = "instruction"  # system or developer message
+    USER = "user"
+    ASSISTANT = "assistant"  # assistant message; in chat it may carry tool calls
+    CALL = "call"  # Responses tool-call item
+    RESULT = "result"  # chat `tool` message or Responses `*_call_output` item
+    REASONING = "reasoning"  # Responses `reasoning` item
+    OTHER = "other"  # anything else: carried through untouched
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # function arguments (a JSON string) or a custom tool's free-form input
+    custom: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    api: Api
+    kind: Kind
+    raw: dict[str, Any]
+    source: bytes | None = None
+    role: str | None = None
+    calls: tuple[ToolCall, ...] = ()
+    answers: str | None = None
+    item_id: str | None = None
+    key: bytes | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        # A digest of the client's bytes: the cache key for everything derived from an element.
+        if self.source is not None and self.key is None:
+            object.__setattr__(self, "key", hashlib.blake2b(self.source, digest_size=16).digest())
+
+    @property
+    def untouched(self) -> bool:
+        return self.source is not None
+
+    def to_bytes(self) -> bytes:
+        return self.source if self.source is not None else orjson.dumps(self.raw)
+
+
+Entries = tuple[Entry, ...]
+
+_INSTRUCTION_ROLES = frozenset({"system", "developer"})
+
+
+# ---------------------------------------------------------------- reading the wire form
+
+def entry_from_chat(message: Any, source: bytes | None = None) -> Entry:
+    if not isinstance(message, dict):
+        return Entry(Api.CHAT, Kind.OTHER, {"value": message}, source)
+    role = message.get("role")
+    if role in _INSTRUCTION_ROLES:
+        kind = Kind.INSTRUCTION
+    elif role == "user":
+        kind = Kind.USER
+    elif role == "assistant":
+        kind = Kind.ASSISTANT
+    elif role == "tool":
+        answers = message.get("tool_call_id")
+        kind = Kind.RESULT if isinstance(answers, str) else Kind.OTHER
+        return Entry(Api.CHAT, kind, message, source, role, answers=answers if kind is Kind.RESULT else None)
+    else:
+        kind = Kind.OTHER
+    calls = _chat_calls(message.get("tool_calls")) if kind is Kind.ASSISTANT else ()
+    return Entry(Api.CHAT, kind, message, source, role if isinstance(role, str) else None, calls)
+
+
+def _chat_calls(tool_calls: Any) -> tuple[ToolCall, ...]:
+    if not isinstance(tool_calls, list):
+        return ()
+    calls = []
+    for call in tool_calls:
+        if not isinstance(call, dict) or not isinstance(call.get("id"), str):
+            continue
+        if call.get("type") == "custom" and isinstance(call.get("custom"), dict):
+            body = call["custom"]
+            calls.append(ToolCall(call["id"], str(body.get("name", "")), _text(body.get("input")), True))
+        else:
+            body = call.get("function") if isinstance(call.get("function"), dict) else {}
+            calls.append(ToolCall(call["id"], str(body.get("name", "")), _text(body.get("arguments"))))
+    return tuple(calls)
+
+
+def entry_from_responses(item: Any, source: bytes | None = None) -> Entry:
+    if not isinstance(item, dict):
+        return Entry(Api.RESPONSES, Kind.OTHER, {"value": item}, source)
+    type_ = item.get("type")
+    item_id = item.get("id") if isinstance(item.get("id"), str) else None
+    role = item.get("role") if isinstance(item.get("role"), str) else None
+    if type_ in (None, "message") and role is not None:
+        kind = {"system": Kind.INSTRUCTION, "developer": Kind.INSTRUCTION, "user": Kind.USER,
+                "assistant": Kind.ASSISTANT}.get(role, Kind.OTHER)
+        return Entry(Api.RESPONSES, kind, item, source, role, item_id=item_id)
+    if type_ == "reasoning":
+        return Entry(Api.RESPONSES, Kind.REASONING, item, source, item_id=item_id)
+    call_id = item.get("call_id")
+    if isinstance(type_, str) and isinstance(call_id, str):
+        if type_.endswith("_call_output"):
+            return Entry(Api.RESPONSES, Kind.RESULT, item, source, answers=call_id, item_id=item_id)
+        if type_.endswith("_call"):
+            custom = type_ == "custom_tool_call"
+            arguments = item.get("input") if custom else item.get("arguments", item.get("action"))
+            call = ToolCall(call_id, str(item.get("name", type_)), _text(arguments), custom)
+            return Entry(Api.RESPONSES, Kind.CALL, item, source, calls=(call,), item_id=item_id)
+    return Entry(Api.RESPONSES, Kind.OTHER, item, source, role, item_id=item_id)
+
+
+def entry_from(api: Api, element: Any, source: bytes | None = None) -> Entry:
+    return entry_from_chat(element, source) if api is Api.CHAT else entry_from_responses(element, source)
+
+
+def entries_from(api: Api, elements: Sequence[Any],
+                 sources: Sequence[bytes] | None = None) -> Entries:
+    if sources is None:
+        return tuple(entry_from(api, e) for e in elements)
+    return tuple(entry_from(api, e, s) for e, s in zip(elements, sources, strict=True))
+
+
+def serialize(entries: Iterable[Entry]) -> bytes:
+    """The JSON array of the entries: original bytes where untouched."""
+    return b"[" + b",".join(e.to_bytes() for e in entries) + b"]"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    return orjson.dumps(value).decode()
+
+
+# ---------------------------------------------------------------- reading content
+
+def content_text(entry: Entry) -> str:
+    """The visible text of an entry: message text, a tool result's output, a call's arguments."""
+    raw = entry.raw
+    if entry.kind is Kind.RESULT:
+        return _parts_text(raw.get("content") if entry.api is Api.CHAT else raw.get("output"))
+    if entry.kind is Kind.CALL:
+        return "\n".join(c.arguments for c in entry.calls)
+    if entry.kind is Kind.REASONING:
+        return ""
+    return _parts_text(raw.get("content"))
+
+
+def _parts_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    texts = []
+    for part in content:
+        if isinstance(part, dict):
+            text = part.get("text")
+            if isinstance(text, str):
+                texts.append(text)
+            elif isinstance(part.get("refusal"), str):
+                texts.append(part["refusal"])
+        elif isinstance(part, str):
+            texts.append(part)
+    return "\n".join(texts)
+
+
+def has_non_text_parts(entry: Entry) -> bool:
+    """True when content carries images, audio or files (never restored as text)."""
+    key = "output" if entry.kind is Kind.RESULT and entry.api is Api.RESPONSES else "content"
+    content = entry.raw.get(key)
+    if not isinstance(content, list):
+        return False
+    return any(isinstance(p, dict) and p.get("type") not in ("text", "input_text", "output_text",
+                                                               "refusal") for p in content)
+
+
+def tool_name(entry: Entry) -> str | None:
+    """The name of the only call an entry makes, when it makes exactly one."""
+    return entry.calls[0].name if len(entry.calls) == 1 else None
+
+
+# ---------------------------------------------------------------- building new entries
+
+def replaced(entry: Entry, raw: dict[str, Any]) -> Entry:
+    """The same element with a new body; it no longer carries the client's bytes."""
+    return entry_from(entry.api, raw)
+
+
+def with_result_text(entry: Entry, text: str) -> Entry:
+    """A tool result whose output is `text` (ids and every other field kept)."""
+    key = "content" if entry.api is Api.CHAT else "output"
+    return replaced(entry, {**entry.raw, key: text})
+
+
+def with_call_arguments(entry: Entry, index: int, arguments: str) -> Entry:
+    """An entry whose `index`-th call has new arguments (or custom input)."""
+    raw = entry.raw
+    if entry.api is Api.RESPONSES:
+        key = "input" if entry.calls[0].custom else "arguments"
+        return replaced(entry, {**raw, key: arguments})
+    target = entry.calls[index].id
+    tool_calls = []
+    for call in raw["tool_calls"]:
+        if isinstance(call, dict) and call.get("id") == target:
+            if call.get("type") == "custom":
+                call = {**call, "custom": {**call["custom"], "input": arguments}}
+            else:
+                call = {**call, "function": {**call.get("function", {}), "arguments": arguments}}
+        tool_calls.append(call)
+    return replaced(entry, {**raw, "tool_calls": tool_calls})
+
+
+def without_keys(entry: Entry, keys: Iterable[str]) -> Entry:
+    drop = [k for k in keys if k in entry.raw]
+    if not drop:
+        return entry
+    return replaced(entry, {k: v for k, v in entry.raw.items() if k not in drop})
+
+
+def make_result(api: Api, call: ToolCall, text: str) -> Entry:
+    """A tool result answering `call` (used for the explicit cancelled results of repair)."""
+    if api is Api.CHAT:
+        return entry_from_chat({"role": "tool", "tool_call_id": call.id, "content": text})
+    type_ = "custom_tool_call_output" if call.custom else "function_call_output"
+    return entry_from_responses({"type": type_, "call_id": call.id, "output": text})
+
+
+def make_user(api: Api, text: str) -> Entry:
+    if api is Api.CHAT:
+        return entry_from_chat({"role": "user", "content": text})
+    return entry_from_responses({"type": "message", "role": "user",
+                                 "content": [{"type": "input_text", "text": text}]})
+
+
+def make_assistant(api: Api, text: str) -> Entry:
+    if api is Api.CHAT:
+        return entry_from_chat({"role": "assistant", "content": text})
+    return entry_from_responses({"type": "message", "role": "assistant",
+                                 "content": [{"type": "output_text", "text": text,
+                                              "annotations": []}]})
+
+
+# ---------------------------------------------------------------- structure
+
+def leading_instructions(entries: Sequence[Entry]) -> int:
+    """How many entries at the start are system/developer messages."""
+    n = 0
+    while n < len(entries) and entries[n].kind is Kind.INSTRUCTION:
+        n += 1
+    return n
+
+
+def latest_user_index(entries: Sequence[Entry]) -> int | None:
+    for i in range(len(entries) - 1, -1, -1):
+        if entries[i].kind is Kind.USER:
+            return i
+    return None

@@ -1,0 +1,81 @@
+"""The errors the proxy itself makes, each knowing its HTTP status and OpenAI error type.
+
+Upstream 4xx/5xx answers are data to relay, never these. Everything here renders into
+OpenAI's error shape `{"error": {"message", "type", "param", "code"}}` in exactly one place
+(`ProxyError.body`), so a client's SDK raises its usual exception for our errors too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ProxyError(Exception):
+    status = 500
+    type = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.type, self.param, self.code)
+
+
+class BadRequest(ProxyError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class PayloadTooLarge(ProxyError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class NotFound(ProxyError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class MethodNotAllowed(ProxyError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
+class UpstreamUnavailable(ProxyError):
+    status = 502
+    code = "upstream_unreachable"
+
+
+class UpstreamTimeout(ProxyError):
+    status = 504
+    code = "upstream_timeout"
+
+
+class CompactionInsufficient(ProxyError):
+    """The projection cannot be brought under the model's window: the thread must restart."""
+
+    status = 400
+    type = "invalid_request_error"
+    code = "context_compaction_insufficient"
+
+
+class CompactionUnavailable(ProxyError):
+    """Compaction is needed but the summarizer is failing (breaker open)."""
+
+    status = 503
+    code = "compaction_unavailable"
+
+
+def error_body(message: str, type_: str, param: str | None = None,
+               code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}

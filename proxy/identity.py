@@ -1,0 +1,130 @@
+"""Stable message identity (SPEC §3).
+
+A message's digest is taken over its canonical form: role, normalized content, tool calls as
+id/name/arguments, tool_call_id, name; no nulls, no key-order effect, no provider-private
+reasoning fields. So the client's echo of a response message has the digest of the message the
+proxy relayed, whether keys were reordered, nulls dropped, `content` sent as a string or as one
+text part, or reasoning fields kept or dropped. Responses items that carry an `id` use it.
+Repeats of the same canonical message are told apart by an occurrence counter (`ids`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from proxy.conversation import Api, Entry
+from proxy.lru import LRU
+
+_TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
+# Part fields that describe presentation or caching, not what the message says.
+_PART_NOISE = frozenset({"annotations", "logprobs", "cache_control", "prompt_cache_breakpoint"})
+
+
+def canonical(entry: Entry) -> dict[str, Any]:
+    return canonical_chat(entry.raw) if entry.api is Api.CHAT else canonical_item(entry.raw)
+
+
+def canonical_chat(message: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": message.get("role")}
+    _put(out, "content", _content(message.get("content")))
+    _put(out, "refusal", message.get("refusal"))
+    _put(out, "name", message.get("name"))
+    _put(out, "tool_call_id", message.get("tool_call_id"))
+    calls = message.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        out["tool_calls"] = [_call(c) for c in calls]
+    legacy = message.get("function_call")
+    if isinstance(legacy, Mapping):
+        out["function_call"] = {"name": legacy.get("name"), "arguments": legacy.get("arguments")}
+    return out
+
+
+def canonical_item(item: Mapping[str, Any]) -> dict[str, Any]:
+    type_ = item.get("type") or "message"
+    out: dict[str, Any] = {"type": type_}
+    for key in ("role", "call_id", "name", "arguments", "input"):
+        _put(out, key, item.get(key))
+    _put(out, "content", _content(item.get("content")))
+    _put(out, "output", _content(item.get("output")))
+    return out
+
+
+def _put(out: dict[str, Any], key: str, value: Any) -> None:
+    if value is not None and value != "" and value != []:
+        out[key] = value
+
+
+def _content(content: Any) -> Any:
+    """A string, or the list of non-text parts with the text parts folded to strings."""
+    if not isinstance(content, list):
+        return content
+    parts: list[Any] = []
+    for part in content:
+        if isinstance(part, Mapping) and part.get("type") in _TEXT_PARTS and isinstance(part.get("text"), str):
+            parts.append(part["text"])
+        elif isinstance(part, Mapping):
+            parts.append(_strip(part))
+        else:
+            parts.append(part)
+    if all(isinstance(p, str) for p in parts):
+        return "".join(parts)
+    return parts
+
+
+def _strip(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _strip(v) for k, v in value.items() if v is not None and k not in _PART_NOISE}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+def _call(call: Any) -> Any:
+    if not isinstance(call, Mapping):
+        return call
+    if call.get("type") == "custom" and isinstance(call.get("custom"), Mapping):
+        body = call["custom"]
+        return {"id": call.get("id"), "name": body.get("name"), "input": body.get("input")}
+    body = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+    return {"id": call.get("id"), "name": body.get("name"), "arguments": body.get("arguments")}
+
+
+def digest_of(canonical_form: Mapping[str, Any]) -> str:
+    data = orjson.dumps(canonical_form, option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(data, digest_size=12).hexdigest()
+
+
+class Identities:
+    """Digests of entries, cached by the digest of the client's bytes (bounded)."""
+
+    def __init__(self, max_entries: int = 200_000) -> None:
+        self._cache: LRU[bytes, str] = LRU(max_entries)
+
+    def digest(self, entry: Entry) -> str:
+        if entry.api is Api.RESPONSES and entry.item_id:
+            return f"id:{entry.item_id}"
+        if entry.key is None:
+            return digest_of(canonical(entry))
+        found = self._cache.get(entry.key)
+        if found is None:
+            found = digest_of(canonical(entry))
+            self._cache.put(entry.key, found)
+        return found
+
+    def ids(self, entries: Sequence[Entry]) -> list[str]:
+        return with_occurrences(self.digest(e) for e in entries)
+
+
+def with_occurrences(digests: Iterable[str]) -> list[str]:
+    """`digest#n`, n counting earlier entries with the same digest, so repeats stay distinct."""
+    seen: dict[str, int] = {}
+    out = []
+    for d in digests:
+        n = seen.get(d, 0)
+        seen[d] = n + 1
+        out.append(f"{d}#{n}")
+    return out

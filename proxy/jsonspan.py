@@ -1,0 +1,133 @@
+"""Where a top-level array and each of its elements sit in a request body, as byte spans.
+
+The proxy replaces only `messages` (or `input`) and must send every untouched element and every
+other field exactly as the client's bytes. `locate_array` finds those bytes. Most clients
+serialize compactly, the way orjson does, so the fast path re-serializes each parsed element
+and checks that it sits next in the body (a memcmp per element); a client with another style
+(spaces, escaped unicode) takes the tokenizing scanner, slower but exact.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+_WS = b" \t\r\n"
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\],:]')
+
+
+@dataclass(frozen=True, slots=True)
+class ArraySpans:
+    """`body[:start]` + `[` elements `]` + `body[end:]` rebuilds the body."""
+
+    start: int  # index of the array's `[`
+    end: int  # index just past its `]`
+    elements: tuple[bytes, ...]
+
+    def splice(self, body: bytes, array: bytes) -> bytes:
+        return body[:self.start] + array + body[self.end:]
+
+
+def locate_array(body: bytes, key: str, parsed: Sequence[Any]) -> ArraySpans | None:
+    """The spans of top-level `key`'s array, whose parsed value is `parsed`; None if absent."""
+    return _fast(body, key, parsed) or _scan(body, key, len(parsed))
+
+
+def _skip_ws(body: bytes, i: int) -> int:
+    n = len(body)
+    while i < n and body[i] in _WS:
+        i += 1
+    return i
+
+
+def _skip_ws_back(body: bytes, i: int) -> int:
+    while i >= 0 and body[i] in _WS:
+        i -= 1
+    return i
+
+
+def _fast(body: bytes, key: str, parsed: Sequence[Any]) -> ArraySpans | None:
+    if not parsed:
+        return None
+    try:
+        elements = [orjson.dumps(e) for e in parsed]
+    except TypeError:
+        return None
+    first = body.find(elements[0])
+    if first < 0:
+        return None
+    start = _skip_ws_back(body, first - 1)
+    if start < 0 or body[start] != ord("["):
+        return None
+    colon = _skip_ws_back(body, start - 1)
+    key_bytes = orjson.dumps(key)
+    if colon < 0 or body[colon] != ord(":"):
+        return None
+    key_end = _skip_ws_back(body, colon - 1) + 1
+    if body[key_end - len(key_bytes):key_end] != key_bytes:
+        return None
+    i = first
+    for n, element in enumerate(elements):
+        if n:
+            i = _skip_ws(body, i)
+            if i >= len(body) or body[i] != ord(","):
+                return None
+            i = _skip_ws(body, i + 1)
+        if not body.startswith(element, i):
+            return None
+        i += len(element)
+    i = _skip_ws(body, i)
+    if i >= len(body) or body[i] != ord("]"):
+        return None
+    return ArraySpans(start, i + 1, tuple(elements))
+
+
+def _scan(body: bytes, key: str, count: int) -> ArraySpans | None:
+    """Tokenize the body; track depth; record the last top-level `key` array's elements."""
+    key_bytes = orjson.dumps(key)
+    depth = 0
+    expecting_key = False
+    in_target = False
+    found: ArraySpans | None = None
+    start = elem_start = 0
+    elements: list[bytes] = []
+    pending_key = False
+    for match in _TOKEN.finditer(body):
+        token = match.group()
+        c = token[0]
+        if c == 0x22:  # string
+            if depth == 1 and expecting_key:
+                pending_key = token == key_bytes or orjson.loads(token) == key
+                expecting_key = False
+            elif in_target and depth == 2:
+                elements.append(token)
+            continue
+        if c == 0x3A:  # ':'
+            continue
+        if c == 0x2C:  # ','
+            if depth == 1:
+                expecting_key = True
+            continue
+        if c in (0x7B, 0x5B):  # '{' '['
+            depth += 1
+            if depth == 1:
+                expecting_key = c == 0x7B
+            elif depth == 2 and pending_key and c == 0x5B:
+                in_target, start, elements = True, match.start(), []
+            elif in_target and depth == 3:
+                elem_start = match.start()
+            pending_key = False if depth == 2 else pending_key
+            continue
+        depth -= 1  # '}' or ']'
+        if in_target and depth == 2:
+            elements.append(body[elem_start:match.end()])
+        elif in_target and depth == 1:
+            in_target = False
+            found = ArraySpans(start, match.end(), tuple(elements))
+    if found is None or len(found.elements) != count:
+        return None
+    return found

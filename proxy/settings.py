@@ -1,0 +1,472 @@
+"""The proxy's configuration: frozen dataclasses and the one parser that builds them.
+
+Settings are parsed once at start (`load_settings`) and passed down; nothing reads module
+globals. Every problem is reported with its dotted path (`ConfigError`), all at once.
+The documented reference of every key is `config/proxy.yaml`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from proxy.settings_reader import ConfigError, Reader, environment, interpolate
+
+__all__ = ["ConfigError", "Settings", "load_settings", "parse_settings"]
+
+DEFAULT_CONFIG_PATH = "config/proxy.yaml"
+DEFAULT_EXPLORATION_TOOLS = ("read_file", "grep", "glob", "web_search", "list_dir", "search")
+DEFAULT_FILE_TOOLS = ("read_file", "read", "view", "open", "cat")
+DEFAULT_PLAN_TOOLS = ("todo_write", "TodoWrite", "update_plan", "write_todos", "plan")
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    host: str = "127.0.0.1"
+    port: int = 8787
+    max_body_mb: int = 64
+    shutdown_grace_s: float = 30.0
+    upstream_pool_size: int = 256
+
+    @property
+    def max_body_bytes(self) -> int:
+        return self.max_body_mb * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class UpstreamSettings:
+    name: str
+    base_url: str
+    api_key: str | None = None
+    timeout_s: float = 600.0
+    connect_timeout_s: float = 10.0
+    api: str = "chat"
+
+
+@dataclass(frozen=True)
+class Route:
+    model: str
+    upstream: str
+
+    def matches(self, model: str) -> bool:
+        return fnmatch.fnmatchcase(model, self.model)
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    pattern: str
+    max_input_tokens: int | None = None
+    context_window: int | None = None
+    tokenizer: str | None = None
+    trigger_ratio: float | None = None
+    keep_ratio: float | None = None
+
+
+@dataclass(frozen=True)
+class ThreadSettings:
+    headers: tuple[str, ...] = ("x-thread-id", "session_id")
+    body_fields: tuple[str, ...] = ("prompt_cache_key", "metadata.thread_id")
+    fallback: str = "fingerprint"
+    forward_headers: bool = True
+
+
+@dataclass(frozen=True)
+class StateSettings:
+    backend: str = "sqlite"
+    path: str = "./data"
+
+
+@dataclass(frozen=True)
+class LoggingSettings:
+    format: str = "json"
+    level: str = "info"
+
+
+@dataclass(frozen=True)
+class TokenSettings:
+    safety_margin: float = 0.03
+    cache_entries: int = 200_000
+
+
+@dataclass(frozen=True)
+class CollapseSettings:
+    enabled: bool = True
+    tools: tuple[str, ...] = DEFAULT_EXPLORATION_TOOLS
+
+
+@dataclass(frozen=True)
+class TruncateSettings:
+    enabled: bool = True
+    max_arg_chars: int = 2000
+    keep_chars: int = 500
+
+
+@dataclass(frozen=True)
+class MicrocompactSettings:
+    enabled: bool = True
+    idle_seconds: float = 21600.0
+    keep_recent: int = 5
+    tools: tuple[str, ...] = ("*",)
+
+
+@dataclass(frozen=True)
+class SummarizerSettings:
+    model: str | None = None
+    upstream: str | None = None
+    max_output_tokens: int = 4096
+    timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class RestoreSettings:
+    max_files: int = 5
+    per_file_tokens: int = 4000
+    total_tokens: int = 12000
+    user_messages_tokens: int = 4000
+    file_tools: tuple[str, ...] = DEFAULT_FILE_TOOLS
+    plan_tools: tuple[str, ...] = DEFAULT_PLAN_TOOLS
+
+
+@dataclass(frozen=True)
+class BreakerSettings:
+    failures: int = 3
+    base_cooldown_s: float = 60.0
+    max_cooldown_s: float = 1800.0
+
+
+@dataclass(frozen=True)
+class CompactionSettings:
+    enabled: bool = True
+    strategy: str = "partial"
+    trigger_ratio: float = 0.75
+    keep_ratio: float = 0.10
+    fallback_trigger_tokens: int = 100_000
+    fallback_keep_messages: int = 6
+    rearm_ratio: float = 0.05
+    timezone: str | None = None
+    manual_command: str = "/compact"
+    collapse: CollapseSettings = field(default_factory=CollapseSettings)
+    truncate: TruncateSettings = field(default_factory=TruncateSettings)
+    microcompact: MicrocompactSettings = field(default_factory=MicrocompactSettings)
+    summarizer: SummarizerSettings = field(default_factory=SummarizerSettings)
+    restore: RestoreSettings = field(default_factory=RestoreSettings)
+    breaker: BreakerSettings = field(default_factory=BreakerSettings)
+
+
+@dataclass(frozen=True)
+class Settings:
+    server: ServerSettings = field(default_factory=ServerSettings)
+    upstreams: Mapping[str, UpstreamSettings] = field(default_factory=dict)
+    routes: tuple[Route, ...] = ()
+    models: tuple[ModelProfile, ...] = ()
+    threads: ThreadSettings = field(default_factory=ThreadSettings)
+    state: StateSettings = field(default_factory=StateSettings)
+    logging: LoggingSettings = field(default_factory=LoggingSettings)
+    tokens: TokenSettings = field(default_factory=TokenSettings)
+    compaction: CompactionSettings = field(default_factory=CompactionSettings)
+
+    def route(self, model: str) -> UpstreamSettings | None:
+        """The upstream of the first route whose glob matches `model`."""
+        for route in self.routes:
+            if route.matches(model):
+                return self.upstreams[route.upstream]
+        return None
+
+    def profile(self, model: str) -> ModelProfile | None:
+        """The first model profile whose name or glob matches; exact names win over globs."""
+        for profile in self.models:
+            if profile.pattern == model:
+                return profile
+        for profile in self.models:
+            if fnmatch.fnmatchcase(model, profile.pattern):
+                return profile
+        return None
+
+    def with_overrides(self, host: str | None = None, port: int | None = None) -> Settings:
+        server = replace(self.server, host=host or self.server.host,
+                         port=self.server.port if port is None else port)
+        return replace(self, server=server)
+
+
+def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Settings:
+    """Read, interpolate and validate a YAML config file; raises `ConfigError`."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"<file>: cannot read {path}: {exc.strerror or exc}"]) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"<file>: {path} is not valid YAML: {exc}"]) from None
+    return parse_settings(raw, environment() if env is None else env)
+
+
+def parse_settings(raw: Any, env: Mapping[str, str]) -> Settings:
+    problems: list[str] = []
+    root = Reader(interpolate(raw or {}, env, "", problems), "", problems)
+    settings = Settings(
+        server=_server(root.mapping("server")),
+        upstreams=_upstreams(root.mapping("upstreams")),
+        routes=(),
+        models=_models(root.mapping("models")),
+        threads=_threads(root.mapping("threads")),
+        state=_state(root.mapping("state")),
+        logging=_logging(root.mapping("logging")),
+        tokens=_tokens(root.mapping("tokens")),
+        compaction=_compaction(root.mapping("compaction")),
+    )
+    settings = replace(settings, routes=_routes(root, settings.upstreams))
+    _check_references(settings, problems)
+    root.finish()
+    if problems:
+        raise ConfigError(problems)
+    return settings
+
+
+def _server(r: Reader) -> ServerSettings:
+    s = ServerSettings(
+        host=r.string("host", ServerSettings.host),
+        port=r.integer("port", ServerSettings.port, 0, 65535),
+        max_body_mb=r.integer("max_body_mb", ServerSettings.max_body_mb, 1, 4096),
+        shutdown_grace_s=r.number("shutdown_grace_s", ServerSettings.shutdown_grace_s, 0),
+        upstream_pool_size=r.integer("upstream_pool_size", ServerSettings.upstream_pool_size, 1),
+    )
+    r.finish()
+    return s
+
+
+def _upstreams(r: Reader) -> dict[str, UpstreamSettings]:
+    upstreams = {}
+    for name in list(r.raw):
+        u = r.mapping(str(name))
+        base_url = u.string("base_url")
+        parts = urlsplit(base_url)
+        if base_url and (parts.scheme not in ("http", "https") or not parts.netloc):
+            u.problem("base_url", f"must be an http(s) URL, got {base_url!r}")
+        upstreams[str(name)] = UpstreamSettings(
+            name=str(name),
+            base_url=base_url.rstrip("/"),
+            api_key=u.string("api_key", None) or None,
+            timeout_s=u.number("timeout_s", UpstreamSettings.timeout_s, 0.1),
+            connect_timeout_s=u.number("connect_timeout_s", UpstreamSettings.connect_timeout_s, 0.1),
+            api=u.string("api", "chat", choices=("chat", "responses")),
+        )
+        u.finish()
+    if not upstreams:
+        r.problems.append("upstreams: at least one upstream is required")
+    return upstreams
+
+
+def _routes(root: Reader, upstreams: Mapping[str, UpstreamSettings]) -> tuple[Route, ...]:
+    raw = root.get("routes", None)
+    if raw is None:
+        # One upstream and no routes: everything goes there.
+        return (Route("*", next(iter(upstreams))),) if len(upstreams) == 1 else ()
+    if not isinstance(raw, list) or not raw:
+        root.problem("routes", "expected a non-empty list of {model, upstream}")
+        return ()
+    routes = []
+    for i, item in enumerate(raw):
+        r = Reader(item, f"routes[{i}]", root.problems)
+        route = Route(model=r.string("model"), upstream=r.string("upstream"))
+        if route.upstream and route.upstream not in upstreams:
+            r.problem("upstream", f"no upstream named {route.upstream!r} "
+                                  f"(known: {', '.join(sorted(upstreams)) or 'none'})")
+        r.finish()
+        routes.append(route)
+    return tuple(routes)
+
+
+def _models(r: Reader) -> tuple[ModelProfile, ...]:
+    profiles = []
+    for pattern in list(r.raw):
+        m = r.mapping(str(pattern))
+        profile = ModelProfile(
+            pattern=str(pattern),
+            max_input_tokens=m.optional_integer("max_input_tokens", 64),
+            context_window=m.optional_integer("context_window", 64),
+            tokenizer=m.string("tokenizer", None),
+            trigger_ratio=m.optional_number("trigger_ratio", 0.05, 1.0),
+            keep_ratio=m.optional_number("keep_ratio", 0.0, 0.9),
+        )
+        if (profile.context_window and profile.max_input_tokens
+                and profile.max_input_tokens > profile.context_window):
+            m.problem("max_input_tokens", "must not exceed context_window")
+        m.finish()
+        profiles.append(profile)
+    return tuple(profiles)
+
+
+def _threads(r: Reader) -> ThreadSettings:
+    d = ThreadSettings()
+    s = ThreadSettings(
+        headers=tuple(h.lower() for h in r.strings("headers", d.headers)),
+        body_fields=r.strings("body_fields", d.body_fields),
+        fallback=r.string("fallback", d.fallback, choices=("fingerprint", "none")),
+        forward_headers=r.boolean("forward_headers", d.forward_headers),
+    )
+    r.finish()
+    return s
+
+
+def _state(r: Reader) -> StateSettings:
+    s = StateSettings(
+        backend=r.string("backend", StateSettings.backend, choices=("sqlite",)),
+        path=r.string("path", StateSettings.path),
+    )
+    r.finish()
+    return s
+
+
+def _logging(r: Reader) -> LoggingSettings:
+    s = LoggingSettings(
+        format=r.string("format", LoggingSettings.format, choices=("json", "console")),
+        level=r.string("level", LoggingSettings.level,
+                       choices=("debug", "info", "warning", "error")).lower(),
+    )
+    r.finish()
+    return s
+
+
+def _tokens(r: Reader) -> TokenSettings:
+    s = TokenSettings(
+        safety_margin=r.number("safety_margin", TokenSettings.safety_margin, 0.0, 1.0),
+        cache_entries=r.integer("cache_entries", TokenSettings.cache_entries, 1000),
+    )
+    r.finish()
+    return s
+
+
+def _compaction(r: Reader) -> CompactionSettings:
+    d = CompactionSettings()
+    s = CompactionSettings(
+        enabled=r.boolean("enabled", d.enabled),
+        strategy=r.string("strategy", d.strategy, choices=("partial", "full")),
+        trigger_ratio=r.number("trigger_ratio", d.trigger_ratio, 0.05, 1.0),
+        keep_ratio=r.number("keep_ratio", d.keep_ratio, 0.0, 0.9),
+        fallback_trigger_tokens=r.integer("fallback_trigger_tokens", d.fallback_trigger_tokens, 256),
+        fallback_keep_messages=r.integer("fallback_keep_messages", d.fallback_keep_messages, 0),
+        rearm_ratio=r.number("rearm_ratio", d.rearm_ratio, 0.0, 1.0),
+        timezone=_timezone(r),
+        manual_command=r.string("manual_command", d.manual_command),
+        collapse=_collapse(r.mapping("collapse")),
+        truncate=_truncate(r.mapping("truncate")),
+        microcompact=_microcompact(r.mapping("microcompact")),
+        summarizer=_summarizer(r.mapping("summarizer")),
+        restore=_restore(r.mapping("restore")),
+        breaker=_breaker(r.mapping("breaker")),
+    )
+    if s.keep_ratio >= s.trigger_ratio:
+        r.problem("keep_ratio", "must be smaller than trigger_ratio")
+    r.finish()
+    return s
+
+
+def _timezone(r: Reader) -> str | None:
+    name = r.string("timezone", None)
+    if name is None:
+        return None
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        r.problem("timezone", f"unknown time zone {name!r}")
+        return None
+    return name
+
+
+def _collapse(r: Reader) -> CollapseSettings:
+    s = CollapseSettings(enabled=r.boolean("enabled", True),
+                         tools=r.strings("tools", DEFAULT_EXPLORATION_TOOLS))
+    r.finish()
+    return s
+
+
+def _truncate(r: Reader) -> TruncateSettings:
+    d = TruncateSettings()
+    s = TruncateSettings(
+        enabled=r.boolean("enabled", d.enabled),
+        max_arg_chars=r.integer("max_arg_chars", d.max_arg_chars, 100),
+        keep_chars=r.integer("keep_chars", d.keep_chars, 0),
+    )
+    if s.keep_chars >= s.max_arg_chars:
+        r.problem("keep_chars", "must be smaller than max_arg_chars")
+    r.finish()
+    return s
+
+
+def _microcompact(r: Reader) -> MicrocompactSettings:
+    d = MicrocompactSettings()
+    s = MicrocompactSettings(
+        enabled=r.boolean("enabled", d.enabled),
+        idle_seconds=r.number("idle_seconds", d.idle_seconds, 0),
+        keep_recent=r.integer("keep_recent", d.keep_recent, 0),
+        tools=r.strings("tools", d.tools),
+    )
+    r.finish()
+    return s
+
+
+def _summarizer(r: Reader) -> SummarizerSettings:
+    d = SummarizerSettings()
+    s = SummarizerSettings(
+        model=r.string("model", None),
+        upstream=r.string("upstream", None),
+        max_output_tokens=r.integer("max_output_tokens", d.max_output_tokens, 256),
+        timeout_s=r.number("timeout_s", d.timeout_s, 1),
+    )
+    r.finish()
+    return s
+
+
+def _restore(r: Reader) -> RestoreSettings:
+    d = RestoreSettings()
+    s = RestoreSettings(
+        max_files=r.integer("max_files", d.max_files, 0),
+        per_file_tokens=r.integer("per_file_tokens", d.per_file_tokens, 0),
+        total_tokens=r.integer("total_tokens", d.total_tokens, 0),
+        user_messages_tokens=r.integer("user_messages_tokens", d.user_messages_tokens, 0),
+        file_tools=r.strings("file_tools", d.file_tools),
+        plan_tools=r.strings("plan_tools", d.plan_tools),
+    )
+    r.finish()
+    return s
+
+
+def _breaker(r: Reader) -> BreakerSettings:
+    d = BreakerSettings()
+    s = BreakerSettings(
+        failures=r.integer("failures", d.failures, 1),
+        base_cooldown_s=r.number("base_cooldown_s", d.base_cooldown_s, 0),
+        max_cooldown_s=r.number("max_cooldown_s", d.max_cooldown_s, 0),
+    )
+    if s.max_cooldown_s < s.base_cooldown_s:
+        r.problem("max_cooldown_s", "must be at least base_cooldown_s")
+    r.finish()
+    return s
+
+
+def _check_references(s: Settings, problems: list[str]) -> None:
+    upstream = s.compaction.summarizer.upstream
+    if upstream is not None and upstream not in s.upstreams:
+        problems.append(f"compaction.summarizer.upstream: no upstream named {upstream!r}")
+
+
+def masked(settings: Settings) -> dict[str, Any]:
+    """The resolved settings as plain data with every secret replaced, for `check-config`."""
+    from dataclasses import asdict
+    data = asdict(settings)
+    for upstream in data["upstreams"].values():
+        if upstream.get("api_key"):
+            key = upstream["api_key"]
+            upstream["api_key"] = f"{key[:3]}***" if len(key) > 12 else "***"
+    data["routes"] = [asdict(r) for r in settings.routes]
+    data["models"] = {p.pattern: {k: v for k, v in asdict(p).items() if k != "pattern"}
+                      for p in settings.models}
+    return data

@@ -1,0 +1,158 @@
+"""A small typed reader over a parsed YAML mapping that collects problems by dotted path.
+
+`settings.py` describes the configuration; this module only knows how to read one value,
+check it, remember that the key was seen, and report everything wrong at once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_MISSING = object()
+
+
+class ConfigError(Exception):
+    """Every problem of a configuration, one `path: problem` per line."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def interpolate(value: Any, env: Mapping[str, str], path: str, problems: list[str]) -> Any:
+    """Replace `${VAR}` and `${VAR:-default}` in every string of a parsed YAML tree."""
+    if isinstance(value, str):
+        def substitute(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            problems.append(f"{path}: environment variable {name} is not set")
+            return ""
+        return _ENV_REF.sub(substitute, value)
+    if isinstance(value, Mapping):
+        return {k: interpolate(v, env, _join(path, str(k)), problems) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, env, f"{path}[{i}]", problems) for i, v in enumerate(value)]
+    return value
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+class Reader:
+    """Reads keys of one mapping; unknown keys are reported when `finish()` is called."""
+
+    def __init__(self, raw: Any, path: str, problems: list[str]) -> None:
+        self.path = path
+        self.problems = problems
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, Mapping):
+            problems.append(f"{path or '<root>'}: expected a mapping, got {type(raw).__name__}")
+            raw = {}
+        self.raw: Mapping[str, Any] = raw
+        self.seen: set[str] = set()
+
+    def where(self, key: str) -> str:
+        return _join(self.path, key)
+
+    def problem(self, key: str, text: str) -> None:
+        self.problems.append(f"{self.where(key)}: {text}")
+
+    def get(self, key: str, default: Any = _MISSING) -> Any:
+        self.seen.add(key)
+        if key in self.raw and self.raw[key] is not None:
+            return self.raw[key]
+        if default is _MISSING:
+            self.problem(key, "is required")
+            return None
+        return default
+
+    def typed(self, key: str, default: T, kind: type | tuple[type, ...], name: str,
+              check: Callable[[Any], str | None] | None = None) -> T:
+        value = self.get(key, default)
+        if value is None:
+            return default
+        if isinstance(value, bool) and kind is not bool and bool not in _as_tuple(kind):
+            self.problem(key, f"expected {name}, got a boolean")
+            return default
+        if kind is float and isinstance(value, int):
+            value = float(value)
+        if not isinstance(value, kind):
+            self.problem(key, f"expected {name}, got {type(value).__name__} {value!r}")
+            return default
+        if check is not None and (text := check(value)) is not None:
+            self.problem(key, text)
+            return default
+        return value
+
+    def string(self, key: str, default: Any = _MISSING, choices: tuple[str, ...] = ()) -> Any:
+        value = self.get(key, default)
+        if value is None:
+            return default if default is not _MISSING else ""
+        if not isinstance(value, str):
+            self.problem(key, f"expected a string, got {type(value).__name__}")
+            return default if default is not _MISSING else ""
+        if choices and value not in choices:
+            self.problem(key, f"must be one of {', '.join(choices)}, got {value!r}")
+            return default if default is not _MISSING else ""
+        return value
+
+    def integer(self, key: str, default: int, minimum: int | None = None,
+                maximum: int | None = None) -> int:
+        return self.typed(key, default, int, "an integer", _bounds(minimum, maximum))
+
+    def optional_integer(self, key: str, minimum: int = 1) -> int | None:
+        return self.typed(key, None, int, "an integer", _bounds(minimum, None))  # type: ignore[arg-type]
+
+    def number(self, key: str, default: float, minimum: float | None = None,
+               maximum: float | None = None) -> float:
+        return self.typed(key, default, float, "a number", _bounds(minimum, maximum))
+
+    def optional_number(self, key: str, minimum: float, maximum: float) -> float | None:
+        return self.typed(key, None, float, "a number", _bounds(minimum, maximum))  # type: ignore[arg-type]
+
+    def boolean(self, key: str, default: bool) -> bool:
+        return self.typed(key, default, bool, "true or false")
+
+    def strings(self, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        value = self.get(key, list(default))
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            self.problem(key, "expected a list of non-empty strings")
+            return default
+        return tuple(value)
+
+    def mapping(self, key: str) -> Reader:
+        return Reader(self.get(key, {}), self.where(key), self.problems)
+
+    def finish(self) -> None:
+        for key in self.raw:
+            if key not in self.seen:
+                self.problems.append(f"{self.where(str(key))}: unknown key")
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _bounds(minimum: float | None, maximum: float | None) -> Callable[[Any], str | None]:
+    def check(value: float) -> str | None:
+        if minimum is not None and value < minimum:
+            return f"must be at least {minimum}, got {value}"
+        if maximum is not None and value > maximum:
+            return f"must be at most {maximum}, got {value}"
+        return None
+    return check
+
+
+def environment() -> Mapping[str, str]:
+    return os.environ

