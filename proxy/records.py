@@ -1,0 +1,118 @@
+"""The facts the proxy keeps per thread, as plain frozen records.
+
+The pure core reads and returns these; the stores (`proxy/store/`) persist them. Nothing here
+does I/O. Every record converts to and from plain JSON-able data (`to_data` / `from_data`) so
+any store can keep it as one document.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, TypeVar
+
+R = TypeVar("R")
+
+
+def _from_data(cls: type[R], data: dict[str, Any]) -> R:
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    known = {k: v for k, v in data.items() if k in names}
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name in known and isinstance(known[f.name], list) and "tuple" in str(f.type):
+            known[f.name] = tuple(known[f.name])
+    return cls(**known)
+
+
+@dataclass(frozen=True)
+class ThreadKey:
+    """State is keyed by (tenant digest, thread id); never by the credential itself."""
+
+    tenant: str
+    thread: str
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """The usage upstream reported for one response, tied to the projection it answered.
+
+    The response's message(s) sit at `position` in the next request's projection when the
+    client echoes them; `prefix_digest` covers the projection up to there (and the request's
+    tools/instructions), so the anchor is used only for that exact projection (SPEC §6).
+    """
+
+    response_digests: tuple[str, ...]
+    position: int
+    prefix_digest: str
+    input_tokens: int
+    output_tokens: int  # visible output: reasoning tokens already subtracted
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    model: str = ""
+    created_at: float = 0.0
+
+    def to_data(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> Anchor:
+        return _from_data(cls, data)
+
+
+@dataclass(frozen=True)
+class CompactionEvent:
+    """A checkpoint (SPEC §5): enough to rebuild the projection from the raw list, always."""
+
+    cutoff_index: int  # index in the raw list of the first message kept raw
+    cutoff_message_id: str | None  # that message's id (identity digest with occurrence)
+    prefix_digest: str  # digest of the raw messages before the cutoff
+    summary_message: dict[str, Any]  # the summary as it goes upstream (wire JSON)
+    restore_messages: tuple[dict[str, Any], ...] = ()  # restored files, plan, user messages
+    history_file: str | None = None
+    strategy: str = "partial"  # partial | full | manual
+    tokens_before: int = 0
+    tokens_after: int = 0
+    created_at: float = 0.0
+    model: str = ""
+    summarizer_model: str = ""
+    api: str = "chat"
+    offload_error: str | None = None
+    seq: int = 0
+
+    def to_data(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> CompactionEvent:
+        return _from_data(cls, data)
+
+
+@dataclass(frozen=True)
+class MicrocompactMark:
+    """How far microcompaction reached: results up to this message stay cleared (sticky)."""
+
+    through_message_id: str | None
+    through_index: int
+    created_at: float = 0.0
+
+    def to_data(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> MicrocompactMark:
+        return _from_data(cls, data)
+
+
+@dataclass(frozen=True)
+class ThreadState:
+    key: ThreadKey
+    created_at: float | None = None
+    last_activity: float | None = None
+    anchors: tuple[Anchor, ...] = ()  # latest first
+    event: CompactionEvent | None = None  # the latest checkpoint
+    event_count: int = 0
+    microcompact: MicrocompactMark | None = None
+    last_estimate: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def known(self) -> bool:
+        return self.created_at is not None
