@@ -1,0 +1,112 @@
+"""The `compaction-proxy` command: serve, check-config, threads, inspect."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Sequence
+
+import yaml
+from aiohttp import web
+
+from proxy.settings import DEFAULT_CONFIG_PATH, ConfigError, Settings, load_settings, masked
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as error:
+        print(f"compaction-proxy: invalid config {args.config}:", file=sys.stderr)
+        for problem in error.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    return int(args.run(settings, args) or 0)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="compaction-proxy", description=(
+        "A transparent OpenAI-compatible proxy that compacts long agent contexts."))
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the proxy")
+    serve.add_argument("--host", help="listen address (overrides server.host)")
+    serve.add_argument("--port", type=int, help="listen port (overrides server.port)")
+    serve.set_defaults(run=_serve)
+
+    check = commands.add_parser("check-config", help="validate the config and print it, secrets masked")
+    check.set_defaults(run=_check_config)
+
+    threads = commands.add_parser("threads", help="list the threads the proxy keeps state for")
+    threads.add_argument("--limit", type=int, default=100)
+    threads.set_defaults(run=_threads)
+
+    inspect = commands.add_parser("inspect", help="print one thread's state as JSON")
+    inspect.add_argument("thread_id")
+    inspect.set_defaults(run=_inspect)
+
+    for command in (serve, check, threads, inspect):
+        command.add_argument("--config", default=DEFAULT_CONFIG_PATH,
+                             help=f"YAML config file (default {DEFAULT_CONFIG_PATH})")
+    return parser
+
+
+def _check_config(settings: Settings, args: argparse.Namespace) -> int:
+    print(yaml.safe_dump(_plain(masked(settings)), sort_keys=False), end="")
+    return 0
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _serve(settings: Settings, args: argparse.Namespace) -> int:
+    from proxy.server.app import build_app
+    from proxy.server.logs import configure_logging, get_logger
+
+    settings = settings.with_overrides(args.host, args.port)
+    configure_logging(settings.logging)
+    try:
+        asyncio.run(_run(build_app(settings), settings, get_logger("proxy")))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+async def _run(app: web.Application, settings: Settings, log: object) -> None:
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                           shutdown_timeout=settings.server.shutdown_grace_s)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.server.host, settings.server.port)
+    await site.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    addresses = [f"{a[0]}:{a[1]}" for a in runner.addresses]
+    log.info("listening", addresses=addresses, upstreams=sorted(settings.upstreams),  # type: ignore[attr-defined]
+             state_path=settings.state.path)
+    await stop.wait()
+    log.info("shutting_down", grace_s=settings.server.shutdown_grace_s)  # type: ignore[attr-defined]
+    await runner.cleanup()
+    log.info("stopped")  # type: ignore[attr-defined]
+
+
+def _threads(settings: Settings, args: argparse.Namespace) -> int:
+    from proxy.cli_state import list_threads
+    return list_threads(settings, args.limit)
+
+
+def _inspect(settings: Settings, args: argparse.Namespace) -> int:
+    from proxy.cli_state import inspect_thread
+    return inspect_thread(settings, args.thread_id)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""The body that goes upstream: the client's bytes with only what the proxy had to change.
+
+Only the message array (`messages` / `input`) is replaced, spliced into the client's body so
+every other field keeps its bytes; untouched elements keep theirs too. The one top-level field
+the proxy may add is `stream_options.include_usage` (SPEC §6), inserted without re-serializing
+the rest when the client sent no `stream_options`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from proxy.conversation import Entries, serialize
+from proxy.inbound import Inbound
+
+_SENTINEL = "\x00compaction-proxy-array\x00"
+
+
+def same_entries(a: Entries, b: Entries) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+def build_body(inbound: Inbound, entries: Entries | None, *, include_usage: bool,
+               extra_fields: dict[str, Any] | None = None) -> bytes:
+    changed = (entries is not None and inbound.entries is not None
+               and not same_entries(entries, inbound.entries))
+    if not changed and not include_usage and not extra_fields:
+        return inbound.body
+    array = serialize(entries) if changed and entries is not None else None
+    if extra_fields or (include_usage and "stream_options" in inbound.doc):
+        return _reserialize(inbound, array, include_usage, extra_fields or {})
+    body = inbound.body
+    if array is not None:
+        body = inbound.spans.splice(body, array) if inbound.spans else _reserialize(
+            inbound, array, False, {})
+    if include_usage:
+        body = _insert_first_field(body, b'"stream_options":{"include_usage":true}')
+    return body
+
+
+def _insert_first_field(body: bytes, field: bytes) -> bytes:
+    brace = body.index(b"{")
+    rest = body[brace + 1:].lstrip()
+    separator = b"" if rest.startswith(b"}") else b","
+    return body[:brace + 1] + field + separator + body[brace + 1:]
+
+
+def _reserialize(inbound: Inbound, array: bytes | None, include_usage: bool,
+                 extra: dict[str, Any]) -> bytes:
+    """Top-level fields change: serialize the object, but splice the array bytes back in."""
+    doc = dict(inbound.doc)
+    doc.update(extra)
+    if include_usage:
+        options = doc.get("stream_options")
+        doc["stream_options"] = {**(options if isinstance(options, dict) else {}),
+                                 "include_usage": True}
+    if array is None and inbound.spans is not None:
+        array = inbound.body[inbound.spans.start:inbound.spans.end]
+    if array is None:
+        return orjson.dumps(doc)
+    doc[inbound.array_key] = _SENTINEL
+    return orjson.dumps(doc).replace(orjson.dumps(_SENTINEL), array, 1)

@@ -1,0 +1,90 @@
+"""The aiohttp application: routes, the error middleware, and the lifecycle of shared services."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from proxy.errors import MethodNotAllowed, NotFound, PayloadTooLarge, ProxyError, error_body
+from proxy.server import completions, passthrough
+from proxy.server.logs import get_logger
+from proxy.server.pipeline import Pipeline
+from proxy.server.services import SERVICES, Services
+from proxy.server.upstream import UpstreamClient
+from proxy.settings import Settings
+
+
+def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(body), headers=headers,
+                        content_type="application/json")
+
+
+def render_error(error: ProxyError) -> web.Response:
+    return json_response(error.status, error.body(), error.headers)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ProxyError as error:
+        return render_error(error)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return render_error(_from_http_exception(request, exc))
+    except Exception:
+        request.app[SERVICES].log.exception("unhandled_error", path=request.path,
+                                            method=request.method)
+        return json_response(500, error_body("The proxy failed to handle this request; "
+                                             "see its log.", "server_error", None, "proxy_error"))
+
+
+def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ProxyError:
+    if exc.status == 413:
+        limit = request.app[SERVICES].settings.server.max_body_mb
+        return PayloadTooLarge(f"The request body is larger than the proxy's limit of {limit} MB "
+                               "(server.max_body_mb).")
+    if exc.status == 405:
+        return MethodNotAllowed(f"Method {request.method} is not allowed on {request.path}.")
+    if exc.status == 404:
+        return NotFound(f"Unknown path {request.path}: the proxy serves /v1/* and /healthz.")
+    error = ProxyError(exc.reason or "Request failed.")
+    error.status = exc.status
+    error.type = "invalid_request_error"
+    return error
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return json_response(200, {"status": "ok"})
+
+
+def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> web.Application:
+    app = web.Application(middlewares=[error_middleware],
+                          client_max_size=settings.server.max_body_bytes)
+    services = Services(settings=settings, upstream=UpstreamClient(settings.server.upstream_pool_size),
+                        log=get_logger("proxy"))
+    services.pipeline = pipeline or Pipeline(settings)
+    app[SERVICES] = services
+    app.cleanup_ctx.append(_lifecycle)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_post("/v1/chat/completions", completions.chat_completions)
+    app.router.add_post("/v1/responses", completions.responses)
+    app.router.add_route("*", "/v1/{tail:.*}", passthrough.passthrough)
+    return app
+
+
+async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+    services = app[SERVICES]
+    await services.upstream.start()
+    start = getattr(services.pipeline, "start", None)
+    if start is not None:
+        await start()
+    yield
+    stop = getattr(services.pipeline, "stop", None)
+    if stop is not None:
+        await stop()
+    await services.upstream.close()

@@ -1,0 +1,56 @@
+"""Structured logging: JSON lines by default, a console renderer on request.
+
+Every line is a structlog event; request lines and compaction events are plain key/value facts.
+Credentials never reach a log line: the processors below drop any field whose name says it holds
+one, as a second guard behind the code that never passes them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import MutableMapping
+from typing import Any, TextIO
+
+import orjson
+import structlog
+
+from proxy.settings import LoggingSettings
+
+_SECRET_FIELDS = frozenset({"authorization", "api_key", "api-key", "x-api-key", "password", "token"})
+
+
+def _drop_secrets(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    for name in [k for k in event if k.lower() in _SECRET_FIELDS]:
+        event[name] = "***"
+    return event
+
+
+def _orjson_dumps(value: Any, default: Any = None) -> str:
+    return orjson.dumps(value, default=default or str).decode()
+
+
+def configure_logging(settings: LoggingSettings, stream: TextIO | None = None) -> None:
+    level = getattr(logging, settings.level.upper())
+    renderer: Any
+    if settings.format == "console":
+        renderer = structlog.dev.ConsoleRenderer(colors=False)
+    else:
+        renderer = structlog.processors.JSONRenderer(serializer=_orjson_dumps)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _drop_secrets,
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(file=stream or sys.stdout),
+        cache_logger_on_first_use=False,
+    )
+
+
+def get_logger(name: str = "proxy") -> Any:
+    return structlog.get_logger(name)

@@ -1,0 +1,56 @@
+"""Every `/v1/*` request that is not a chat completion or a response: forwarded untouched.
+
+Models, embeddings, files, stored responses, ...: method, path, query, body and headers go
+upstream as sent (minus hop-by-hop), and the answer comes back as a byte stream with its status,
+headers and encoding unchanged.
+"""
+
+from __future__ import annotations
+
+import orjson
+from aiohttp import web
+
+from proxy.server.headers import client_response_headers, upstream_request_headers
+from proxy.server.relay import PlainTap, relay_stream
+from proxy.server.request_line import RequestLine
+from proxy.server.services import SERVICES
+from proxy.server.upstream import upstream_path
+from proxy.threads import tenant_digest
+
+
+def model_of(body: bytes, content_type: str) -> str:
+    """The `model` of a JSON body, for routing; "" when there is none."""
+    if not body or "json" not in content_type:
+        return ""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return ""
+    model = doc.get("model") if isinstance(doc, dict) else None
+    return model if isinstance(model, str) else ""
+
+
+async def passthrough(request: web.Request) -> web.StreamResponse:
+    services = request.app[SERVICES]
+    threads = services.settings.threads
+    with RequestLine(services.log, path=request.path, method=request.method, passthrough=True,
+                     tenant=tenant_digest(request.headers)) as line:
+        body = await request.read()
+        model = model_of(body, request.content_type)
+        upstream = services.route(model)
+        line.set(model=model or None, upstream=upstream.name, bytes_in=len(body))
+        headers = upstream_request_headers(
+            request.headers, api_key=upstream.api_key,
+            drop=() if threads.forward_headers else threads.headers)
+        response = await services.upstream.send(
+            upstream, request.method, upstream_path(request.path, request.query_string),
+            headers, body or None)
+        async with response:
+            line.set(status=response.status)
+            line.mark_upstream()
+            out_headers = client_response_headers(response.headers)
+            if response.headers.get("Content-Length") is not None:
+                out_headers["Content-Length"] = response.headers["Content-Length"]
+            outcome = await relay_stream(request, response, out_headers, PlainTap(), line.started)
+            line.set(bytes_out=outcome.bytes_out, upstream_error=outcome.upstream_error)
+            return outcome.response

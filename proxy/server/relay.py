@@ -1,0 +1,84 @@
+"""Relaying upstream answers to the client: bodies whole, event streams chunk by chunk.
+
+A stream is written as it arrives; a `StreamTap` sees every chunk and decides what reaches the
+client (everything, for a plain relay; all but a hidden usage chunk, for the pipeline) while it
+reads usage on the side. An upstream that dies mid-stream leaves the client with a final error
+frame in the API's own event format, so SDKs raise instead of hanging or silently truncating.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from proxy.server.upstream import describe
+
+
+class StreamTap(Protocol):
+    def feed(self, chunk: bytes) -> bytes: ...
+
+    def flush(self) -> bytes: ...
+
+    def failure_frame(self, message: str) -> bytes: ...
+
+
+class PlainTap:
+    """Forwards every byte as it comes; knows no event format (used for pass-through)."""
+
+    def feed(self, chunk: bytes) -> bytes:
+        return chunk
+
+    def flush(self) -> bytes:
+        return b""
+
+    def failure_frame(self, message: str) -> bytes:
+        return b""
+
+
+@dataclass
+class RelayOutcome:
+    response: web.StreamResponse
+    bytes_out: int = 0
+    first_byte_ms: float | None = None
+    upstream_error: str | None = None
+
+
+def is_event_stream(response: aiohttp.ClientResponse) -> bool:
+    return response.headers.get("Content-Type", "").startswith("text/event-stream")
+
+
+async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
+                       headers: CIMultiDict[str], tap: StreamTap, started: float) -> RelayOutcome:
+    out = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
+    outcome = RelayOutcome(out)
+    await out.prepare(request)
+    try:
+        async for chunk in upstream.content.iter_any():
+            data = tap.feed(chunk)
+            if data:
+                await out.write(data)
+                outcome.bytes_out += len(data)
+                if outcome.first_byte_ms is None:
+                    outcome.first_byte_ms = (time.perf_counter() - started) * 1000
+        data = tap.flush()
+    except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
+        outcome.upstream_error = describe(exc) if not isinstance(exc, asyncio.TimeoutError) \
+            else "upstream stopped sending (read timeout)"
+        data = tap.flush() + tap.failure_frame(
+            f"The upstream connection failed mid-stream: {outcome.upstream_error}")
+    if data:
+        await out.write(data)
+        outcome.bytes_out += len(data)
+    await out.write_eof()
+    return outcome
+
+
+def whole_response(status: int, reason: str | None, headers: CIMultiDict[str],
+                   body: bytes) -> web.Response:
+    return web.Response(status=status, reason=reason, headers=headers, body=body)

@@ -1,0 +1,50 @@
+"""The one log line each request ends with, whatever way it ends.
+
+Handlers add facts as they learn them; leaving the `with` block writes the line, with the status
+the client got: the upstream's, the proxy's own error status, 499 when the client went away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import TracebackType
+from typing import Any
+
+from proxy.errors import ProxyError
+
+CLIENT_CLOSED = 499
+
+
+class RequestLine:
+    def __init__(self, log: Any, **fields: Any) -> None:
+        self._log = log
+        self._started = time.perf_counter()
+        self.fields: dict[str, Any] = {"status": None, **fields}
+
+    @property
+    def started(self) -> float:
+        return self._started
+
+    def set(self, **fields: Any) -> None:
+        self.fields.update(fields)
+
+    def mark_upstream(self) -> None:
+        self.fields["upstream_ms"] = round((time.perf_counter() - self._started) * 1000, 2)
+
+    def __enter__(self) -> RequestLine:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if isinstance(exc, ProxyError):
+            self.fields["status"] = exc.status
+            self.fields["error"] = exc.code or exc.type
+        elif isinstance(exc, (asyncio.CancelledError, ConnectionResetError)):
+            self.fields["status"] = CLIENT_CLOSED
+            self.fields["error"] = "client_disconnected"
+        elif exc is not None and not isinstance(exc, GeneratorExit):
+            self.fields["status"] = self.fields["status"] or 500
+            self.fields["error"] = type(exc).__name__
+        self.fields["duration_ms"] = round((time.perf_counter() - self._started) * 1000, 2)
+        self._log.info("request", **{k: v for k, v in self.fields.items() if v is not None})

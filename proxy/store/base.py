@@ -1,0 +1,73 @@
+"""The state store interface the rest of the proxy uses; the core never touches SQL.
+
+A store keeps, per (tenant digest, thread id), the records of `proxy/records.py`. Thread ids
+are normalized by `proxy.store.keys.thread_key_text` (the server calls it; every store calls
+it again, it is idempotent), so any str is a valid key.
+
+Write guarantees every implementation gives:
+- `add_event` and `set_microcompact` are awaited: when they return, the write is committed.
+  `add_event` is atomic: a crash leaves the old latest event or the new one, never half.
+- `record_request` and `add_anchor` are queued (the request path does not wait on disk) and
+  applied in order; a later `load` on the same store sees them; `flush` and `close` wait for
+  them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
+
+ANCHORS_KEPT = 16
+
+
+class StoreError(Exception):
+    """The store cannot serve: not open, closed, or a database newer than this code."""
+
+
+@dataclass(frozen=True)
+class ThreadSummary:
+    """One line of `compaction-proxy threads`."""
+
+    thread: str
+    tenant: str
+    created_at: float
+    last_activity: float
+    event_count: int
+    last_estimate: int | None
+
+
+class StateStore(Protocol):
+    async def open(self) -> None:
+        """Create or migrate the storage; must be awaited before any other call."""
+
+    async def close(self) -> None:
+        """Apply queued writes, then release connections. Idempotent."""
+
+    async def flush(self) -> None:
+        """Wait until every queued write is committed."""
+
+    async def load(self, key: ThreadKey) -> ThreadState:
+        """The thread's state; an empty one (`known` False) for an unknown thread."""
+
+    async def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
+        """Queue: touch last activity (creating the thread), keep the estimate if given."""
+
+    async def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
+        """Queue: add a usage anchor; only the latest `ANCHORS_KEPT` are kept."""
+
+    async def add_event(self, key: ThreadKey, event: CompactionEvent) -> CompactionEvent:
+        """Commit a checkpoint atomically; returns it with its `seq` assigned (1, 2, ...)."""
+
+    async def set_microcompact(self, key: ThreadKey, mark: MicrocompactMark) -> None:
+        """Commit how far microcompaction reached."""
+
+    async def list_threads(self, limit: int = 100) -> list[ThreadSummary]:
+        """The most recently active threads first."""
+
+    async def find(self, thread_id: str) -> list[ThreadState]:
+        """Every tenant's state for one thread id (for the `inspect` CLI)."""
+
+    async def events(self, key: ThreadKey) -> list[CompactionEvent]:
+        """All checkpoints of a thread, oldest first."""

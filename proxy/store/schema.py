@@ -1,0 +1,85 @@
+"""The SQLite schema as ordered migrations, and the one function that applies them.
+
+Migration N is `MIGRATIONS[N - 1]`; a new schema version is one more function appended to
+the tuple. Each migration runs in its own transaction together with its row in
+`schema_version`, so a crash mid-migration leaves the previous version intact.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+
+from proxy.store.base import StoreError
+
+Migration = Callable[[sqlite3.Connection], None]
+
+
+def _initial(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        """CREATE TABLE threads (
+               tenant TEXT NOT NULL,
+               thread TEXT NOT NULL,
+               created_at REAL NOT NULL,
+               last_activity REAL NOT NULL,
+               last_estimate INTEGER,
+               event_count INTEGER NOT NULL DEFAULT 0,
+               microcompact TEXT,
+               PRIMARY KEY (tenant, thread)
+           ) WITHOUT ROWID""")
+    conn.execute("CREATE INDEX threads_by_thread ON threads (thread)")
+    conn.execute("CREATE INDEX threads_by_activity ON threads (last_activity)")
+    conn.execute(
+        """CREATE TABLE anchors (
+               id INTEGER PRIMARY KEY AUTOINCREMENT,
+               tenant TEXT NOT NULL,
+               thread TEXT NOT NULL,
+               data TEXT NOT NULL
+           )""")
+    conn.execute("CREATE INDEX anchors_by_thread ON anchors (tenant, thread, id)")
+    conn.execute(
+        """CREATE TABLE events (
+               tenant TEXT NOT NULL,
+               thread TEXT NOT NULL,
+               seq INTEGER NOT NULL,
+               created_at REAL NOT NULL,
+               data TEXT NOT NULL,
+               PRIMARY KEY (tenant, thread, seq)
+           ) WITHOUT ROWID""")
+
+
+MIGRATIONS: tuple[Migration, ...] = (_initial,)
+
+
+def current_version(conn: sqlite3.Connection) -> int:
+    row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
+    return int(row[0] or 0)
+
+
+def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration] = MIGRATIONS) -> int:
+    """Bring the database to the latest version; returns it. `conn` is in autocommit mode."""
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_version "
+                 "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
+    for version in range(1, len(migrations) + 1):
+        _apply(conn, version, migrations[version - 1])
+    found = current_version(conn)
+    if found > len(migrations):
+        raise StoreError(f"state database is at schema version {found}, newer than this "
+                         f"proxy ({len(migrations)}); upgrade the proxy or use another state.path")
+    return found
+
+
+def _apply(conn: sqlite3.Connection, version: int, migration: Migration) -> None:
+    if current_version(conn) >= version:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # Checked inside the write lock: another process may have migrated meanwhile.
+        if current_version(conn) < version:
+            migration(conn)
+            conn.execute("INSERT INTO schema_version VALUES (?, ?)", (version, time.time()))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

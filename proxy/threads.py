@@ -1,0 +1,74 @@
+"""Which thread and which tenant a request belongs to (SPEC §2).
+
+The thread id is the first found of the configured sources, in order: request headers, then
+body fields (dotted paths such as `metadata.thread_id`). Without one, `fallback: fingerprint`
+derives it from the leading system text and the first user message; `none` leaves the request
+stateless. The tenant is a digest of the credential the client presented, never the credential.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.settings import ThreadSettings
+
+ANONYMOUS = "anonymous"
+_CREDENTIAL_HEADERS = ("authorization", "api-key", "x-api-key")
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadIdentity:
+    thread: str | None  # None: stateless request
+    source: str  # where it came from: "header:x-thread-id", "body:prompt_cache_key", "fingerprint", "none"
+    tenant: str
+
+
+def tenant_digest(headers: Mapping[str, str]) -> str:
+    """A digest of the presented credential: equal keys share state, nothing else does."""
+    for name in _CREDENTIAL_HEADERS:
+        value = headers.get(name)
+        if value:
+            token = value.strip()
+            if name == "authorization" and token[:7].lower() == "bearer ":
+                token = token[7:].strip()
+            data = ("compaction-proxy/tenant\0" + token).encode("utf-8", "surrogateescape")
+            return hashlib.sha256(data).hexdigest()[:32]
+    return ANONYMOUS
+
+
+def resolve_thread(headers: Mapping[str, str], body: Mapping[str, Any] | None,
+                   settings: ThreadSettings, leading: Sequence[Any] = ()) -> ThreadIdentity:
+    tenant = tenant_digest(headers)
+    for name in settings.headers:
+        value = headers.get(name)
+        if value:
+            return ThreadIdentity(value, f"header:{name}", tenant)
+    if body is not None:
+        for path in settings.body_fields:
+            value = _dotted(body, path)
+            if isinstance(value, str) and value:
+                return ThreadIdentity(value, f"body:{path}", tenant)
+    if settings.fallback == "fingerprint" and leading:
+        return ThreadIdentity(fingerprint(leading), "fingerprint", tenant)
+    return ThreadIdentity(None, "none", tenant)
+
+
+def fingerprint(leading: Sequence[Any]) -> str:
+    """`fp:` + a digest of the leading system text and the first user message."""
+    digest = hashlib.blake2b(digest_size=12)
+    for part in leading:
+        digest.update(part if isinstance(part, bytes) else str(part).encode("utf-8", "surrogateescape"))
+        digest.update(b"\0")
+    return "fp:" + digest.hexdigest()
+
+
+def _dotted(body: Mapping[str, Any], path: str) -> Any:
+    value: Any = body
+    for part in path.split("."):
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(part)
+    return value
