@@ -1,0 +1,27 @@
+"""State persistence: the store interface, its SQLite implementation, the history files.
+
+The composition root calls `create_store(settings.state)` (then `await store.open()`) and
+`create_history(settings.state)`; everything above sees only `StateStore` and `HistoryFiles`.
+"""
+
+from __future__ import annotations
+
+from proxy.settings import StateSettings
+from proxy.store.base import ANCHORS_KEPT, StateStore, StoreError, ThreadSummary
+from proxy.store.history import HistoryContents, HistoryFiles
+from proxy.store.keys import thread_key_text
+from proxy.store.sqlite import SqliteStore
+
+__all__ = ["ANCHORS_KEPT", "HistoryContents", "HistoryFiles", "SqliteStore", "StateStore",
+           "StoreError", "ThreadSummary", "create_history", "create_store", "thread_key_text"]
+
+
+def create_store(settings: StateSettings) -> StateStore:
+    """The configured store, not yet open."""
+    if settings.backend != "sqlite":
+        raise StoreError(f"state.backend {settings.backend!r} is not supported")
+    return SqliteStore(settings.path)
+
+
+def create_history(settings: StateSettings) -> HistoryFiles:
+    return HistoryFiles.under(settings.path)

@@ -1,0 +1,155 @@
+"""History files (SPEC §5 offload): one JSON Lines file per thread, append-only.
+
+A file's name is a digest of (tenant, normalized thread id), never the id itself. Each line is
+`{"seq": n, "at": unix_time, "record": {...}}` with `seq` the line number. Appends are
+fsynced (and a new file's directory entry too); a crash can leave at most a torn last line,
+which `read` skips and reports. The methods block: from the event loop use the `*_async`
+wrappers, which run them on a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from proxy.lru import LRU
+from proxy.records import ThreadKey
+from proxy.store import jsoncodec
+from proxy.store.keys import storable_key
+
+HISTORY_DIR = "history"
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class HistoryContents:
+    records: list[dict[str, Any]] = field(default_factory=list)
+    damaged_lines: tuple[int, ...] = ()  # 1-based lines that are not whole JSON: torn writes
+
+    @property
+    def torn(self) -> bool:
+        return bool(self.damaged_lines)
+
+
+class HistoryFiles:
+    def __init__(self, root: str | Path) -> None:
+        """`root` is the directory the files go in (`<state.path>/history`)."""
+        self.root = Path(root).resolve()
+        self._lock = threading.Lock()  # appends from several threads stay whole lines
+        self._tails: LRU[Path, tuple[int, int]] = LRU(4096)  # path -> (size, lines) we left
+
+    @classmethod
+    def under(cls, state_path: str | Path) -> HistoryFiles:
+        return cls(Path(state_path) / HISTORY_DIR)
+
+    def path_for(self, key: ThreadKey) -> Path:
+        stored = storable_key(key)
+        digest = hashlib.sha256(jsoncodec.dumps([stored.tenant, stored.thread])).hexdigest()
+        return self.root / f"{digest}.jsonl"
+
+    def append(self, key: ThreadKey, records: Iterable[dict[str, Any]],
+               at: float | None = None) -> str:
+        """Append records as lines, fsynced; returns the file's path."""
+        path = self.path_for(key)
+        stamp = time.time() if at is None else at
+        with self._lock:
+            self._ensure_root()
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                known = self._tails.get(path)
+                self._tails.put(path, _append_lines(fd, records, stamp, known))
+            finally:
+                os.close(fd)
+            if known is None:
+                _fsync_dir(self.root)  # a new file's name must survive a crash too
+        return str(path)
+
+    def read(self, path: str | Path) -> HistoryContents:
+        """Read a history file; a torn line (a crash mid-append) is skipped and reported."""
+        return parse_lines(self._inside(Path(path)).read_bytes())
+
+    async def append_async(self, key: ThreadKey, records: Iterable[dict[str, Any]],
+                           at: float | None = None) -> str:
+        return await asyncio.to_thread(self.append, key, list(records), at)
+
+    async def read_async(self, path: str | Path) -> HistoryContents:
+        return await asyncio.to_thread(self.read, path)
+
+    def _ensure_root(self) -> None:
+        try:
+            self.root.mkdir(mode=0o700, parents=True)
+        except FileExistsError:
+            return
+        os.chmod(self.root, 0o700)  # mkdir's mode is filtered by the umask
+
+    def _inside(self, path: Path) -> Path:
+        resolved = path.resolve()
+        if resolved.parent != self.root or resolved.suffix != ".jsonl":
+            raise ValueError(f"not a history file under {self.root}: {path}")
+        return resolved
+
+
+def parse_lines(data: bytes) -> HistoryContents:
+    records: list[dict[str, Any]] = []
+    damaged: list[int] = []
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line:
+            continue
+        try:
+            record = jsoncodec.loads(line)
+        except ValueError:
+            damaged.append(number)
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+        else:
+            damaged.append(number)
+    return HistoryContents(records, tuple(damaged))
+
+
+def _append_lines(fd: int, records: Iterable[dict[str, Any]], at: float,
+                  known: tuple[int, int] | None) -> tuple[int, int]:
+    """Write the lines and fsync; returns the file's (size, line count) after the append."""
+    size = os.fstat(fd).st_size
+    lines, whole = (known[1], True) if known and known[0] == size else _scan(fd, size)
+    # A torn last line from a crash gets its own line end, so it cannot swallow ours.
+    chunks = [] if whole else [b"\n"]
+    lines += len(chunks)
+    for record in records:
+        lines += 1
+        chunks.append(jsoncodec.dumps({"seq": lines, "at": at, "record": record}) + b"\n")
+    data = b"".join(chunks)
+    _write_all(fd, data)
+    os.fsync(fd)
+    return size + len(data), lines
+
+
+def _scan(fd: int, size: int) -> tuple[int, bool]:
+    """(count of line ends, whether the file ends with one) without reading it whole."""
+    count, last = 0, b"\n"
+    for offset in range(0, size, _CHUNK):
+        chunk = os.pread(fd, _CHUNK, offset)
+        count += chunk.count(b"\n")
+        last = chunk[-1:] or last
+    return count, last == b"\n"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

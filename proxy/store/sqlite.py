@@ -1,0 +1,119 @@
+"""The SQLite state store: `StateStore` over one `state.db`, run on one worker thread.
+
+Every SQLite call runs on a single dedicated thread (a one-worker executor) that owns the
+connection; the event loop only submits jobs and awaits their futures. Jobs run in
+submission order and each starts by draining the background writer, so the store reads its
+own writes. See `proxy/store/base.py` for the guarantees of each method.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
+from proxy.store.base import ANCHORS_KEPT, StoreError, ThreadSummary
+from proxy.store.keys import storable_key, thread_key_text
+from proxy.store.sqlite_db import DB_FILE, StateDb
+from proxy.store.writer import BackgroundWriter, Write
+
+T = TypeVar("T")
+
+
+class SqliteStore:
+    def __init__(self, root: str | Path, *, anchors_kept: int = ANCHORS_KEPT) -> None:
+        self.root = Path(root)
+        self.path = self.root / DB_FILE
+        self._anchors_kept = anchors_kept
+        self._executor: ThreadPoolExecutor | None = None
+        self._db: StateDb | None = None
+        self._closing = False
+        self.writer = BackgroundWriter(self._apply_batch)
+
+    async def open(self) -> None:
+        if self._executor is not None:
+            return
+        self._closing = False
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="state-store")
+        try:
+            self._db = await self._run(StateDb.connect, self.root, self._anchors_kept)
+        except BaseException:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+            raise
+
+    async def close(self) -> None:
+        executor, db = self._executor, self._db
+        if executor is None or db is None or self._closing:
+            return
+        self._closing = True  # from here on, new calls fail instead of racing the close
+        await asyncio.wrap_future(executor.submit(self._after_drain, db.close))
+        self._executor = self._db = None
+        executor.shutdown(wait=False)  # its last job is done: nothing left to wait for
+
+    async def flush(self) -> None:
+        await self._run(lambda: None)
+
+    async def load(self, key: ThreadKey) -> ThreadState:
+        state = await self._run(self._require_db().load, storable_key(key))
+        return replace(state, key=key)
+
+    async def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
+        self._enqueue(partial(self._require_db().touch, storable_key(key), at, estimate))
+
+    async def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
+        self._enqueue(partial(self._require_db().add_anchor, storable_key(key), anchor))
+
+    async def add_event(self, key: ThreadKey, event: CompactionEvent) -> CompactionEvent:
+        db = self._require_db()
+        return await self._run(db.write, db.add_event, storable_key(key), event, durable=True)
+
+    async def set_microcompact(self, key: ThreadKey, mark: MicrocompactMark) -> None:
+        db = self._require_db()
+        await self._run(db.write, db.set_microcompact, storable_key(key), mark)
+
+    async def list_threads(self, limit: int = 100) -> list[ThreadSummary]:
+        return await self._run(self._require_db().list_threads, limit)
+
+    async def find(self, thread_id: str) -> list[ThreadState]:
+        return await self._run(self._require_db().find, thread_key_text(thread_id))
+
+    async def events(self, key: ThreadKey) -> list[CompactionEvent]:
+        return await self._run(self._require_db().events, storable_key(key))
+
+    async def integrity_check(self) -> str:
+        """`PRAGMA integrity_check`: "ok" for a sound database."""
+        return await self._run(self._require_db().integrity_check)
+
+    # -- the worker ---------------------------------------------------------------------
+
+    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        job = partial(self._after_drain, fn, *args, **kwargs)
+        return await asyncio.wrap_future(self._require_executor().submit(job))
+
+    def _after_drain(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        self.writer.drain()
+        return fn(*args, **kwargs)
+
+    def _enqueue(self, write: Write) -> None:
+        executor = self._require_executor()
+        if self.writer.put(write):
+            executor.submit(self.writer.drain)
+
+    def _apply_batch(self, writes: Sequence[Write]) -> None:
+        self._require_db().write_batch(writes)
+
+    def _require_executor(self) -> ThreadPoolExecutor:
+        if self._executor is None or self._closing:
+            raise StoreError("state store is not open")
+        return self._executor
+
+    def _require_db(self) -> StateDb:
+        if self._db is None:
+            raise StoreError("state store is not open")
+        return self._db

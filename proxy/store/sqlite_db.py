@@ -1,0 +1,197 @@
+"""The synchronous half of the SQLite store: one connection, owned by one worker thread.
+
+Nothing here is async; `proxy.store.sqlite.SqliteStore` runs every call on its worker.
+The connection keeps sqlite3's `check_same_thread`, so a call from any other thread (the
+event loop's, by mistake) fails loudly instead of blocking it. Statement methods take
+storable keys (`proxy.store.keys.storable_key`) and run inside `write`/`write_batch`.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
+from proxy.store import jsoncodec
+from proxy.store.base import ANCHORS_KEPT, StoreError, ThreadSummary
+from proxy.store.schema import migrate
+
+T = TypeVar("T")
+DB_FILE = "state.db"
+
+
+class StateDb:
+    def __init__(self, conn: sqlite3.Connection, anchors_kept: int = ANCHORS_KEPT) -> None:
+        self.conn = conn
+        self.anchors_kept = anchors_kept
+
+    @classmethod
+    def connect(cls, root: Path, anchors_kept: int = ANCHORS_KEPT) -> StateDb:
+        """Open (creating directory 0700 and file 0600) and migrate `root/state.db`."""
+        path = _prepare(root)
+        conn = sqlite3.connect(path, isolation_level=None, timeout=5.0)
+        try:
+            _configure(conn)
+            migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return cls(conn, anchors_kept)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- transactions -------------------------------------------------------------------
+
+    def write(self, fn: Callable[..., T], *args: Any, durable: bool = False) -> T:
+        """Run one statement method in its own transaction; `durable` syncs the commit."""
+        with self._transaction(durable):
+            return fn(*args)
+
+    def write_batch(self, writes: Sequence[Callable[[], object]]) -> None:
+        with self._transaction(durable=False):
+            for write in writes:
+                write()
+
+    @contextmanager
+    def _transaction(self, durable: bool) -> Iterator[None]:
+        # WAL + synchronous=NORMAL: every commit is atomic and survives a process crash (it
+        # is in the OS page cache); only a power loss may roll back the latest commits.
+        # Checkpoints commit with FULL (WAL fsynced): losing one would mean a second paid
+        # summary and duplicate lines in the already-fsynced history file.
+        if durable:
+            self.conn.execute("PRAGMA synchronous=FULL")
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+                self.conn.execute("COMMIT")
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+        finally:
+            if durable:
+                self.conn.execute("PRAGMA synchronous=NORMAL")
+
+    # -- writes (inside a transaction) ----------------------------------------------------
+
+    def touch(self, key: ThreadKey, at: float, estimate: int | None) -> None:
+        self.conn.execute(
+            "INSERT INTO threads (tenant, thread, created_at, last_activity, last_estimate) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, thread) DO UPDATE SET "
+            "last_activity = max(last_activity, excluded.last_activity), "
+            "last_estimate = coalesce(excluded.last_estimate, last_estimate)",
+            (key.tenant, key.thread, at, at, estimate))
+
+    def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
+        self._ensure_thread(key, anchor.created_at)
+        self.conn.execute("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
+                          (key.tenant, key.thread, jsoncodec.dumps_text(anchor.to_data())))
+        self.conn.execute(
+            "DELETE FROM anchors WHERE tenant = ? AND thread = ? AND id <= ("
+            "SELECT id FROM anchors WHERE tenant = ? AND thread = ? "
+            "ORDER BY id DESC LIMIT 1 OFFSET ?)", (*key_args(key), *key_args(key),
+                                                   self.anchors_kept))
+
+    def add_event(self, key: ThreadKey, event: CompactionEvent) -> CompactionEvent:
+        self._ensure_thread(key, event.created_at)
+        seq = self._event_count(key) + 1
+        stored = replace(event, seq=seq)
+        self.conn.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+                          (*key_args(key), seq, event.created_at,
+                           jsoncodec.dumps_text(stored.to_data())))
+        self.conn.execute("UPDATE threads SET event_count = ? WHERE tenant = ? AND thread = ?",
+                          (seq, *key_args(key)))
+        return stored
+
+    def set_microcompact(self, key: ThreadKey, mark: MicrocompactMark) -> None:
+        self._ensure_thread(key, mark.created_at)
+        self.conn.execute("UPDATE threads SET microcompact = ? WHERE tenant = ? AND thread = ?",
+                          (jsoncodec.dumps_text(mark.to_data()), *key_args(key)))
+
+    def _ensure_thread(self, key: ThreadKey, at: float) -> None:
+        at = at or time.time()
+        self.conn.execute("INSERT INTO threads (tenant, thread, created_at, last_activity) "
+                          "VALUES (?, ?, ?, ?) ON CONFLICT (tenant, thread) DO NOTHING",
+                          (*key_args(key), at, at))
+
+    def _event_count(self, key: ThreadKey) -> int:
+        row = self.conn.execute("SELECT event_count FROM threads WHERE tenant = ? AND thread = ?",
+                                key_args(key)).fetchone()
+        return int(row[0]) if row else 0
+
+    # -- reads --------------------------------------------------------------------------
+
+    def load(self, key: ThreadKey) -> ThreadState:
+        row = self.conn.execute(
+            "SELECT created_at, last_activity, last_estimate, event_count, microcompact "
+            "FROM threads WHERE tenant = ? AND thread = ?", key_args(key)).fetchone()
+        if row is None:
+            return ThreadState(key)
+        created_at, last_activity, last_estimate, event_count, microcompact = row
+        return ThreadState(
+            key, created_at=created_at, last_activity=last_activity,
+            anchors=self._anchors(key), event=self._latest_event(key), event_count=event_count,
+            microcompact=MicrocompactMark.from_data(jsoncodec.loads(microcompact))
+            if microcompact else None,
+            last_estimate=last_estimate)
+
+    def _anchors(self, key: ThreadKey) -> tuple[Anchor, ...]:
+        rows = self.conn.execute("SELECT data FROM anchors WHERE tenant = ? AND thread = ? "
+                                 "ORDER BY id DESC LIMIT ?", (*key_args(key), self.anchors_kept))
+        return tuple(Anchor.from_data(jsoncodec.loads(data)) for (data,) in rows)
+
+    def _latest_event(self, key: ThreadKey) -> CompactionEvent | None:
+        row = self.conn.execute("SELECT data FROM events WHERE tenant = ? AND thread = ? "
+                                "ORDER BY seq DESC LIMIT 1", key_args(key)).fetchone()
+        return CompactionEvent.from_data(jsoncodec.loads(row[0])) if row else None
+
+    def events(self, key: ThreadKey) -> list[CompactionEvent]:
+        rows = self.conn.execute("SELECT data FROM events WHERE tenant = ? AND thread = ? "
+                                 "ORDER BY seq", key_args(key))
+        return [CompactionEvent.from_data(jsoncodec.loads(data)) for (data,) in rows]
+
+    def list_threads(self, limit: int) -> list[ThreadSummary]:
+        rows = self.conn.execute(
+            "SELECT thread, tenant, created_at, last_activity, event_count, last_estimate "
+            "FROM threads ORDER BY last_activity DESC LIMIT ?", (limit,))
+        return [ThreadSummary(*row) for row in rows]
+
+    def find(self, thread: str) -> list[ThreadState]:
+        rows = self.conn.execute("SELECT tenant FROM threads WHERE thread = ? ORDER BY tenant",
+                                 (thread,)).fetchall()
+        return [self.load(ThreadKey(tenant, thread)) for (tenant,) in rows]
+
+    def integrity_check(self) -> str:
+        return "; ".join(row[0] for row in self.conn.execute("PRAGMA integrity_check"))
+
+
+def key_args(key: ThreadKey) -> tuple[str, str]:
+    return key.tenant, key.thread
+
+
+def _prepare(root: Path) -> Path:
+    try:
+        root.mkdir(mode=0o700, parents=True)
+        os.chmod(root, 0o700)  # mkdir's mode is filtered by the umask
+    except FileExistsError:
+        pass
+    path = root / DB_FILE
+    # SQLite gives the -wal and -shm files the database file's mode: create it 0600 first.
+    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    return path
+
+
+def _configure(conn: sqlite3.Connection) -> None:
+    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise StoreError(f"state database cannot use WAL mode (got {mode!r}); "
+                         "put state.path on a local file system")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA busy_timeout=5000")

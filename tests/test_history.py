@@ -1,0 +1,119 @@
+"""History files: JSON Lines per thread, private, digest-named, torn-line tolerant."""
+
+from __future__ import annotations
+
+import re
+import stat
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.records import ThreadKey
+from proxy.store import HistoryFiles
+from proxy.store.keys import thread_key_text
+
+KEY = ThreadKey("tenant-a", "thread-1")
+NAME = re.compile(r"[0-9a-f]{64}\.jsonl")
+HOSTILE_IDS = ["x" * 10_240, "../../etc/passwd", "..", "/tmp/evil", "a\x00b",
+               b"\xff\xfe".decode("utf-8", "surrogateescape"), "\ud800", "😀 日本語", ""]
+
+
+def message(n: int) -> dict[str, object]:
+    return {"role": "user", "content": f"message {n}"}
+
+
+@pytest.fixture
+def history(tmp_path: Path) -> HistoryFiles:
+    return HistoryFiles.under(tmp_path / "data")
+
+
+def test_append_writes_numbered_timed_lines(history: HistoryFiles) -> None:
+    path = history.append(KEY, [message(1), message(2)], at=10.0)
+    assert history.append(KEY, [message(3)], at=20.0) == path
+    contents = history.read(path)
+    assert not contents.torn
+    assert [(r["seq"], r["at"], r["record"]) for r in contents.records] == [
+        (1, 10.0, message(1)), (2, 10.0, message(2)), (3, 20.0, message(3))]
+
+
+def test_sequence_continues_in_a_new_process(history: HistoryFiles) -> None:
+    history.append(KEY, [message(1), message(2)])
+    path = HistoryFiles(history.root).append(KEY, [message(3)])
+    assert [r["seq"] for r in history.read(path).records] == [1, 2, 3]
+
+
+def test_files_are_private(history: HistoryFiles) -> None:
+    path = Path(history.append(KEY, [message(1)]))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(history.root.stat().st_mode) == 0o700
+
+
+def test_a_torn_last_line_is_skipped_and_reported(history: HistoryFiles) -> None:
+    path = Path(history.append(KEY, [message(1), message(2)]))
+    with path.open("ab") as f:
+        f.write(b'{"seq": 3, "at": 1.0, "record": {"role": "us')  # a crash mid-append
+    contents = history.read(path)
+    assert contents.torn and contents.damaged_lines == (3,)
+    assert [r["record"] for r in contents.records] == [message(1), message(2)]
+
+
+def test_appending_after_a_torn_line_keeps_new_lines_whole(history: HistoryFiles) -> None:
+    path = Path(history.append(KEY, [message(1)]))
+    with path.open("ab") as f:
+        f.write(b'{"seq": 2, "at"')
+    HistoryFiles(history.root).append(KEY, [message(3)])
+    contents = history.read(path)
+    assert contents.damaged_lines == (2,)
+    assert [(r["seq"], r["record"]) for r in contents.records] == [(1, message(1)),
+                                                                   (3, message(3))]
+
+
+def test_file_names_never_contain_the_raw_thread_id(history: HistoryFiles) -> None:
+    paths = {history.append(ThreadKey("tenant-a", raw), [message(n)])
+             for n, raw in enumerate(HOSTILE_IDS)}
+    assert len(paths) == len(HOSTILE_IDS)
+    for path in map(Path, paths):
+        assert path.parent == history.root and NAME.fullmatch(path.name)
+    assert sorted(p.name for p in history.root.iterdir()) == sorted(Path(p).name for p in paths)
+    assert sorted(p.name for p in history.root.parent.iterdir()) == ["history"]
+
+
+def test_one_thread_one_file_per_tenant(history: HistoryFiles) -> None:
+    raw = "\x00odd"
+    normalized = thread_key_text(raw)
+    assert history.path_for(ThreadKey("a", raw)) == history.path_for(ThreadKey("a", normalized))
+    assert history.path_for(ThreadKey("a", "t")) != history.path_for(ThreadKey("b", "t"))
+
+
+def test_read_refuses_paths_outside_the_history_directory(history: HistoryFiles,
+                                                         tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere.jsonl"
+    outside.write_text("{}\n")
+    for path in (outside, history.root / ".." / "elsewhere.jsonl", history.root / "x.txt"):
+        with pytest.raises(ValueError):
+            history.read(path)
+
+
+def test_records_with_lone_surrogates_are_kept(history: HistoryFiles) -> None:
+    record = {"role": "tool", "content": "bytes \udcff\ud800 😀"}
+    path = history.append(KEY, [record])
+    assert history.read(path).records[0]["record"] == record
+
+
+async def test_async_wrappers_run_off_the_loop(tmp_path: Path) -> None:
+    threads: list[int] = []
+
+    class Recording(HistoryFiles):
+        def append(self, key: ThreadKey, records: Iterable[dict[str, Any]],
+                   at: float | None = None) -> str:
+            threads.append(threading.get_ident())
+            return super().append(key, records, at)
+
+    history = Recording(tmp_path)
+    path = await history.append_async(KEY, (message(n) for n in range(3)))
+    contents = await history.read_async(path)
+    assert [r["seq"] for r in contents.records] == [1, 2, 3]
+    assert threads and threading.get_ident() not in threads
