@@ -1,0 +1,8 @@
+"""Test doubles shared by the suite and the demos: the fake OpenAI-compatible upstream.
+
+- `rules`: pure validation of chat and Responses requests, per provider dialect (no I/O).
+- `fake_upstream.FakeUpstream`: the aiohttp server; `replies.Reply` scripts what it answers;
+  `background.running_in_thread` runs it for synchronous clients.
+- `reference_tokens`: the fake's "true" token count; `messages`: message factories.
+- `python -m proxy.testing`: run it standalone.
+"""

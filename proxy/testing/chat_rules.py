@@ -1,0 +1,241 @@
+"""What every OpenAI-compatible chat endpoint checks in `messages`, found once, worded per family.
+
+`find_violation` walks the list and names the first problem (a `Violation`); the wording is the
+provider's business, so OpenAI, DeepSeek and Mistral texts are separate small tables
+(PROTOCOL.md §2.1). The pairing rule: every `tool` message sits in the contiguous run of tool
+messages right after an assistant message whose `tool_calls` has its id, and that run answers
+every id before any other message (or the end of the list).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from proxy.testing import rejections
+from proxy.testing.rejections import Rejection
+
+ROLES = ("system", "assistant", "user", "function", "tool", "developer")
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str
+    index: int  # the message the provider names
+    ids: tuple[str, ...] = ()
+    call: int = 0  # index inside `tool_calls`
+    value: Any = None
+
+
+@dataclass
+class _Run:
+    """The tool calls of one assistant message, waiting for their tool messages."""
+
+    index: int
+    ids: tuple[str, ...]
+    answered: set[str]
+
+    def missing(self) -> tuple[str, ...]:
+        return tuple(i for i in self.ids if i not in self.answered)
+
+
+def shape_violation(messages: Any) -> Violation | None:
+    """Problems that make `messages` unreadable as a conversation at all."""
+    if messages is None:
+        return Violation("missing_param", 0, value="messages")
+    if not isinstance(messages, list):
+        return Violation("not_array", 0, value="messages")
+    if not messages:
+        return Violation("empty", 0)
+    for i, message in enumerate(messages):
+        found = _shape(i, message)
+        if found is not None:
+            return found
+    return None
+
+
+def find_violation(messages: Any) -> Violation | None:
+    found = shape_violation(messages)
+    if found is not None:
+        return found
+    run: _Run | None = None
+    for i, message in enumerate(messages):
+        if message["role"] == "tool":
+            found = _tool(i, message, run, messages)
+            if found is not None:
+                return found
+            continue
+        if run is not None and run.missing():
+            return Violation("missing_responses", run.index, run.missing())
+        run = None
+        if message["role"] == "assistant":
+            found = _assistant(i, message)
+            if found is not None:
+                return found
+            ids = tuple(c["id"] for c in message.get("tool_calls") or () if isinstance(c.get("id"), str))
+            run = _Run(i, ids, set()) if ids else None
+    if run is not None and run.missing():
+        return Violation("missing_responses", run.index, run.missing())
+    return None
+
+
+def _shape(i: int, message: Any) -> Violation | None:
+    if not isinstance(message, Mapping):
+        return Violation("not_object", i, value=message)
+    if "role" not in message:
+        return Violation("missing_param", i, value=f"messages[{i}].role")
+    if message["role"] not in ROLES:
+        return Violation("bad_role", i, value=message["role"])
+    return None
+
+
+def _tool(i: int, message: Mapping[str, Any], run: _Run | None, messages: list[Any]) -> Violation | None:
+    call_id = message.get("tool_call_id")
+    if not isinstance(call_id, str):
+        return Violation("missing_param", i, value=f"messages[{i}].tool_call_id")
+    if run is None:
+        return Violation("orphan_tool", i, value=messages[i - 1].get("role") if i else None)
+    if call_id not in run.ids:
+        return Violation("unknown_call_id", i, (call_id,))
+    run.answered.add(call_id)
+    return None
+
+
+def _assistant(i: int, message: Mapping[str, Any]) -> Violation | None:
+    calls = message.get("tool_calls")
+    if calls is not None and not isinstance(calls, list):
+        return Violation("not_array", i, value=f"messages[{i}].tool_calls")
+    if calls == []:
+        return Violation("empty_tool_calls", i)
+    for j, call in enumerate(calls or ()):
+        found = _call(i, j, call)
+        if found is not None:
+            return found
+    if calls or message.get("function_call") or message.get("refusal") or message.get("audio"):
+        return None
+    if "content" not in message:
+        return Violation("missing_param", i, value=f"messages[{i}].content")
+    if message["content"] is None:
+        return Violation("null_content", i)
+    return None
+
+
+def _call(i: int, j: int, call: Any) -> Violation | None:
+    if not isinstance(call, Mapping):
+        return Violation("not_object", i, value=call)
+    if not isinstance(call.get("id"), str):
+        return Violation("missing_param", i, value=f"messages[{i}].tool_calls[{j}].id")
+    if call.get("type") == "custom":
+        return None
+    function = call.get("function")
+    if not isinstance(function, Mapping):
+        return Violation("missing_param", i, value=f"messages[{i}].tool_calls[{j}].function")
+    arguments = function.get("arguments")
+    if not isinstance(arguments, str):
+        return Violation("arguments_type", i, call=j, value=arguments)
+    try:
+        orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return Violation("arguments_json", i, call=j)
+    return None
+
+
+# ---------------------------------------------------------------- OpenAI's wording
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a decimal"
+    if isinstance(value, list):
+        return "an array"
+    return "an object" if isinstance(value, Mapping) else "a string"
+
+
+def openai_text(v: Violation) -> Rejection:
+    i = v.index
+    if v.kind == "orphan_tool":  # [OBS] incl. OpenAI's misspelling and the odd "messages.[i]" path
+        return rejections.openai("Invalid parameter: messages with role 'tool' must be a response to "
+                                 "a preceeding message with 'tool_calls'.", param=f"messages.[{i}].role")
+    if v.kind == "missing_responses":  # [OBS] text; param [MEM]
+        return rejections.openai(
+            "An assistant message with 'tool_calls' must be followed by tool messages responding to "
+            "each 'tool_call_id'. The following tool_call_ids did not have response messages: "
+            + ", ".join(v.ids), param=f"messages.[{i}].role")
+    if v.kind == "unknown_call_id":  # [OBS] text; param [MEM]
+        return rejections.openai(f"Invalid parameter: 'tool_call_id' of '{v.ids[0]}' not found in "
+                                 "'tool_calls' of previous message.", param=f"messages.[{i}].tool_call_id")
+    if v.kind == "arguments_type":  # [OBS] invalid_type text and code
+        path = f"messages[{i}].tool_calls[{v.call}].function.arguments"
+        return rejections.openai(f"Invalid type for '{path}': expected a string, but got "
+                                 f"{_type_name(v.value)} instead.", param=path, code="invalid_type")
+    if v.kind == "arguments_json":
+        # UNVERIFIED: no real OpenAI text for unparsable arguments was found; modelled on its
+        # "Invalid value for '<path>': ..." family.
+        path = f"messages[{i}].tool_calls[{v.call}].function.arguments"
+        return rejections.openai(f"Invalid value for '{path}': the value is not valid JSON.",
+                                 param=path, code="invalid_value")
+    if v.kind == "null_content":  # [OBS] as relayed by a gateway
+        return rejections.openai("Invalid value for 'content': expected a string, got null.",
+                                 param=f"messages.[{i}].content")
+    return _openai_shape_text(v)
+
+
+def _openai_shape_text(v: Violation) -> Rejection:
+    """Schema-level problems; wording from OpenAI's general error families [MEM]."""
+    i = v.index
+    if v.kind == "empty":
+        return rejections.openai("Invalid 'messages': empty array. Expected an array with minimum "
+                                 "length 1, but got an empty array instead.", param="messages",
+                                 code="empty_array")
+    if v.kind == "empty_tool_calls":
+        path = f"messages[{i}].tool_calls"
+        return rejections.openai(f"Invalid '{path}': empty array. Expected an array with minimum "
+                                 "length 1, but got an empty array instead.", param=path,
+                                 code="empty_array")
+    if v.kind == "bad_role":
+        return rejections.openai(f"Invalid value: '{v.value}'. Supported values are: 'system', "
+                                 "'assistant', 'user', 'function', 'tool', and 'developer'.",
+                                 param=f"messages[{i}].role", code="invalid_value")
+    if v.kind == "missing_param":
+        return rejections.openai(f"Missing required parameter: '{v.value}'.", param=v.value,
+                                 code="missing_required_parameter")
+    if v.kind == "not_array":
+        return rejections.openai(f"Invalid type for '{v.value}': expected an array, but got "
+                                 "another type instead.", param=v.value, code="invalid_type")
+    return rejections.openai(f"Invalid type for 'messages[{i}]': expected an object, but got "
+                             f"{_type_name(v.value)} instead.", param=f"messages[{i}]",
+                             code="invalid_type")
+
+
+def deepseek_text(v: Violation) -> Rejection:
+    if v.kind in ("orphan_tool", "unknown_call_id"):  # [OBS]
+        return rejections.deepseek("Messages with role 'tool' must be a response to a preceding "
+                                   "message with 'tool_calls'")
+    if v.kind == "missing_responses":  # [OBS]
+        return rejections.deepseek(
+            "An assistant message with 'tool_calls' must be followed by tool messages responding to "
+            "each 'tool_call_id'. (insufficient tool messages following tool_calls message)")
+    return openai_text(v)
+
+
+def mistral_text(v: Violation) -> Rejection:
+    if v.kind == "orphan_tool":  # [OBS] text; type and code as for 3230 [MEM]
+        return rejections.flat(f"Unexpected role 'tool' after role '{v.value}'", mistral=True,
+                               type_="invalid_request_message_order", code="3230")
+    if v.kind in ("missing_responses", "unknown_call_id"):  # [OBS]
+        return rejections.flat("Not the same number of function calls and responses", mistral=True,
+                               type_="invalid_request_error")
+    return openai_text(v)
+
+
+WORDING: dict[str, Callable[[Violation], Rejection]] = {
+    "openai": openai_text, "deepseek": deepseek_text, "mistral": mistral_text,
+}

@@ -1,0 +1,176 @@
+"""Provider dialects of the chat endpoint: what each one adds to OpenAI's message rules.
+
+A dialect is a wording for the shared violations (`chat_rules.WORDING`) plus two lists of extra
+rules: schema checks that run before the pairing rules (a strict upstream rejects an unknown key
+before it looks at the conversation) and semantic checks that run after them (PROTOCOL.md §8.2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.testing import rejections
+from proxy.testing.rejections import Rejection
+from proxy.testing.signing import GEMINI_BYPASS, Signer
+
+Messages = Sequence[Mapping[str, Any]]
+Rule = Callable[[Messages, Signer], Rejection | None]
+
+# Message keys in OpenAI's request schema (PROTOCOL.md §1.1), for strict upstreams.
+_ALLOWED_KEYS = {
+    "system": {"role", "content", "name"},
+    "developer": {"role", "content", "name"},
+    "user": {"role", "content", "name"},
+    "assistant": {"role", "content", "name", "refusal", "audio", "tool_calls", "function_call"},
+    "tool": {"role", "content", "tool_call_id"},
+    "function": {"role", "name", "content"},
+}
+_CALL_KEYS = {"id", "type", "function", "custom"}
+
+
+def _latest_user(messages: Messages) -> int:
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "user":
+            return i
+    return -1
+
+
+def _native_index(messages: Messages, index: int) -> int:
+    """The position of a message once system messages are hoisted and tool runs merged (0-based)."""
+    turn, previous = -1, None
+    for message in messages[: index + 1]:
+        role = message.get("role")
+        if role in ("system", "developer"):
+            continue
+        if not (role == "tool" and previous == "tool"):
+            turn += 1
+        previous = role
+    return turn
+
+
+def _tool_calls(message: Mapping[str, Any]) -> list[Any]:
+    calls = message.get("tool_calls")
+    return calls if message.get("role") == "assistant" and isinstance(calls, list) else []
+
+
+# ---------------------------------------------------------------- schema rules (before pairing)
+
+def strict_keys(messages: Messages, _: Signer) -> Rejection | None:
+    """OpenAI's older strict validator: `Additional properties are not allowed` [OBS]."""
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        allowed = _ALLOWED_KEYS.get(role, set(message)) if isinstance(role, str) else set(message)
+        found = _additional(message, allowed, f"messages.{i}")
+        for j, call in enumerate(_tool_calls(message)):
+            found = found or (_additional(call, _CALL_KEYS, f"messages.{i}.tool_calls.{j}")
+                              if isinstance(call, Mapping) else None)
+        if found is not None:
+            return found
+    return None
+
+
+def _additional(obj: Mapping[str, Any], allowed: set[str], path: str) -> Rejection | None:
+    extra = sorted(k for k in obj if k not in allowed)
+    if not extra:
+        return None
+    names = ", ".join(repr(k) for k in extra)
+    verb = "was" if len(extra) == 1 else "were"
+    return rejections.openai(f"Additional properties are not allowed ({names} {verb} unexpected) - '{path}'")
+
+
+def cerebras_reasoning(messages: Messages, _: Signer) -> Rejection | None:
+    """Cerebras rejects replayed reasoning fields [OBS text; flat envelope MEM]."""
+    for i, message in enumerate(messages):
+        for key in ("reasoning_content", "reasoning_details"):
+            if key in message:
+                path = f"messages.{i}.{message.get('role')}.{key}"
+                return rejections.flat(f"{path}: property '{path}' is unsupported",
+                                       type_="invalid_request_error", param="validation_error",
+                                       code="wrong_api_format")
+    return None
+
+
+# ---------------------------------------------------------------- semantic rules (after pairing)
+
+def deepseek_reasoning(messages: Messages, _: Signer) -> Rejection | None:
+    """Thinking mode: current-turn tool-call messages must carry `reasoning_content` [OBS]."""
+    for message in messages[_latest_user(messages) + 1:]:
+        if _tool_calls(message) and not isinstance(message.get("reasoning_content"), str):
+            return rejections.deepseek("The `reasoning_content` in the thinking mode must be passed "
+                                       "back to the API.")
+    return None
+
+
+def gemini_signatures(messages: Messages, signer: Signer) -> Rejection | None:
+    """Signatures must be ours; the first call of each current-turn step must carry one."""
+    latest_user = _latest_user(messages)
+    for i, message in enumerate(messages):
+        for j, call in enumerate(_tool_calls(message)):
+            signature = _thought_signature(call)
+            if signature is None:
+                if j == 0 and i > latest_user:
+                    return _missing_signature(call, _native_index(messages, i) + 1)
+                continue
+            if signature not in GEMINI_BYPASS and not signer.thought_signature_valid(signature):
+                return rejections.gemini("Corrupted thought signature.")  # [OBS]
+    return None
+
+
+def _thought_signature(call: Any) -> str | None:
+    extra = call.get("extra_content") if isinstance(call, Mapping) else None
+    google = extra.get("google") if isinstance(extra, Mapping) else None
+    signature = google.get("thought_signature") if isinstance(google, Mapping) else None
+    return signature if isinstance(signature, str) and signature else None
+
+
+def _missing_signature(call: Any, position: int) -> Rejection:
+    function = call.get("function") if isinstance(call, Mapping) else None
+    name = function.get("name") if isinstance(function, Mapping) else ""
+    return rejections.gemini(  # [OBS]
+        "Function call is missing a thought_signature in functionCall parts. This is required for "
+        "tools to work correctly, and missing thought_signature may lead to degraded model "
+        f"performance. Additional data, function call `default_api:{name}`, position {position}. "
+        "Please refer to https://ai.google.dev/gemini-api/docs/thought-signatures for more details.")
+
+
+def mistral_order(messages: Messages, _: Signer) -> Rejection | None:
+    for i in range(1, len(messages)):
+        if messages[i].get("role") == "user" and messages[i - 1].get("role") == "tool":
+            return rejections.flat("Unexpected role 'user' after role 'tool'", mistral=True,  # [OBS]
+                                   type_="invalid_request_message_order", code="3230")
+    return None
+
+
+def openrouter_details(messages: Messages, signer: Signer) -> Rejection | None:
+    """`reasoning_details` sent back must be exactly what was issued (signed per detail)."""
+    for i, message in enumerate(messages):
+        details = message.get("reasoning_details")
+        if "reasoning_details" not in message or details is None:
+            continue
+        for j, detail in enumerate(details if isinstance(details, list) else [details]):
+            if not signer.detail_valid(detail):
+                # Anthropic's text [OBS], relayed the way OpenRouter relays provider errors [OBS].
+                where = f"messages.{_native_index(messages, i)}.content.{j}"
+                raw = rejections.anthropic_body(f"{where}: Invalid `signature` in `thinking` block")
+                return rejections.openrouter_wrapped(raw)
+    return None
+
+
+@dataclass(frozen=True)
+class Dialect:
+    wording: str = "openai"
+    schema: tuple[Rule, ...] = ()
+    semantic: tuple[Rule, ...] = ()
+
+
+DIALECTS: dict[str, Dialect] = {
+    "openai": Dialect(),
+    "openai-strict": Dialect(schema=(strict_keys,)),
+    "cerebras": Dialect(schema=(cerebras_reasoning,)),
+    "deepseek-thinking": Dialect(wording="deepseek", semantic=(deepseek_reasoning,)),
+    "gemini": Dialect(semantic=(gemini_signatures,)),
+    "mistral": Dialect(wording="mistral", semantic=(mistral_order,)),
+    "openrouter": Dialect(semantic=(openrouter_details,)),
+}

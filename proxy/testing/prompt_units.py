@@ -1,0 +1,70 @@
+"""A request's prompt as units (tools, instructions, each message or item) with their token counts.
+
+The units serve twice: their sum is the prompt's reference token count (exactly what
+`reference_tokens.chat_prompt_tokens` / `responses_prompt_tokens` say), and their chained digests
+are the prefixes of the simulated prompt cache. Counts are cached by the digest of each unit's
+canonical JSON, so a long conversation costs tokenizing only its new messages, which keeps the
+fake from being the bottleneck of a benchmark.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from proxy.lru import LRU
+from proxy.testing.reference_tokens import (
+    REPLY_PRIMING,
+    TOKENS_PER_MESSAGE,
+    chat_message_tokens,
+    count_text,
+    responses_item_tokens,
+    tools_tokens,
+)
+
+Unit = tuple[bytes, int]  # (digest, tokens)
+
+
+def prompt_tokens(units: Sequence[Unit]) -> int:
+    return REPLY_PRIMING + sum(tokens for _, tokens in units)
+
+
+class PromptUnits:
+    def __init__(self, max_entries: int = 200_000) -> None:
+        self._tokens: LRU[bytes, int] = LRU(max_entries)
+
+    def chat(self, body: Mapping[str, Any]) -> list[Unit]:
+        messages = [m for m in body.get("messages") or () if isinstance(m, Mapping)]
+        return self._tools(body) + [self._unit(b"message", m, chat_message_tokens) for m in messages]
+
+    def responses(self, body: Mapping[str, Any], prior: Sequence[Any]) -> list[Unit]:
+        units = []
+        if isinstance(body.get("instructions"), str):
+            units.append(self._unit(b"text", body["instructions"], _text_message_tokens))
+        units += self._tools(body)
+        units += [self._unit(b"item", i, responses_item_tokens) for i in prior if isinstance(i, Mapping)]
+        current = body.get("input")
+        if isinstance(current, str):
+            return units + [self._unit(b"text", current, _text_message_tokens)]
+        items = [i for i in current if isinstance(i, Mapping)] if isinstance(current, list) else []
+        return units + [self._unit(b"item", i, responses_item_tokens) for i in items]
+
+    def _tools(self, body: Mapping[str, Any]) -> list[Unit]:
+        tools = body.get("tools")
+        return [self._unit(b"tools", tools, tools_tokens)] if tools else []
+
+    def _unit(self, kind: bytes, value: Any, count: Callable[[Any], int]) -> Unit:
+        digest = hashlib.blake2b(kind + orjson.dumps(value, option=orjson.OPT_SORT_KEYS),
+                                 digest_size=16).digest()
+        tokens = self._tokens.get(digest)
+        if tokens is None:
+            tokens = count(value)
+            self._tokens.put(digest, tokens)
+        return digest, tokens
+
+
+def _text_message_tokens(text: str) -> int:
+    return TOKENS_PER_MESSAGE + count_text(text)

@@ -1,0 +1,61 @@
+"""The fake upstream's rejections: an HTTP status plus the exact error body a provider returns.
+
+Every provider family wraps its errors differently (PROTOCOL.md §2, §3, §4): OpenAI and its
+clones `{"error": {...}}`, Mistral and Cerebras a flat object, Anthropic `{"type": "error", ...}`,
+Gemini's OpenAI-compatible endpoint a JSON *array*, OpenRouter the upstream's body as a string in
+`metadata.raw`. The builders here are the only place those envelopes are spelled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+
+@dataclass(frozen=True)
+class Rejection:
+    status: int
+    body: Any  # the exact JSON body: a dict, or a list for Gemini
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps(self.body)
+
+
+def openai(message: str, *, param: str | None = None, code: str | int | None = None,
+           type_: str = "invalid_request_error", status: int = 400) -> Rejection:
+    return Rejection(status, {"error": {"message": message, "type": type_, "param": param,
+                                        "code": code}})
+
+
+def deepseek(message: str) -> Rejection:
+    return openai(message, code="invalid_request_error")
+
+
+def flat(message: str, *, type_: str, param: str | None = None, code: str | None = None,
+         status: int = 400, mistral: bool = False) -> Rejection:
+    """Mistral's and Cerebras's error object, which has no `error` wrapper."""
+    body: dict[str, Any] = {"object": "error"} if mistral else {}
+    body.update({"message": message, "type": type_, "param": param, "code": code})
+    return Rejection(status, body)
+
+
+def gemini(message: str, *, status_text: str = "INVALID_ARGUMENT", code: int = 400) -> Rejection:
+    return Rejection(code, [{"error": {"code": code, "message": message, "status": status_text}}])
+
+
+def anthropic_body(message: str, request_id: str = "req_fake0000000000000000") -> dict[str, Any]:
+    return {"type": "error", "error": {"type": "invalid_request_error", "message": message},
+            "request_id": request_id}
+
+
+def anthropic(message: str) -> Rejection:
+    return Rejection(400, anthropic_body(message))
+
+
+def openrouter_wrapped(raw_body: Any, provider: str = "Anthropic") -> Rejection:
+    """OpenRouter relays a provider's rejection as a string inside `metadata.raw`."""
+    raw = orjson.dumps(raw_body).decode()
+    return Rejection(400, {"error": {"message": "Provider returned error", "code": 400,
+                                     "metadata": {"raw": raw, "provider_name": provider}}})

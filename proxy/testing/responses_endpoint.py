@@ -1,0 +1,127 @@
+"""`POST /v1/responses` and `GET /v1/responses/{id}` of the fake (PROTOCOL.md §2.3, §6).
+
+Stored responses (`store` is true by default) keep their whole item chain, so a later request
+with `previous_response_id` is validated, counted and cached as the full conversation it
+continues, and its encrypted reasoning is bound to that full history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from aiohttp import web
+
+from proxy.testing import rejections
+from proxy.testing.misc_endpoints import parse_body, request_headers
+from proxy.testing.overflow import responses_overflow
+from proxy.testing.prompt_units import prompt_tokens
+from proxy.testing.rejections import Rejection
+from proxy.testing.replies import Reply
+from proxy.testing.responses_render import (
+    events,
+    options_of,
+    output_items,
+    overflow_events,
+    response_object,
+)
+from proxy.testing.responses_rules import input_items
+from proxy.testing.rules import check_responses
+from proxy.testing.sse import event_frame, reject, send_failure, send_stream
+from proxy.testing.turn import Turn
+
+if TYPE_CHECKING:
+    from proxy.testing.fake_upstream import FakeUpstream
+
+
+_NOTHING = Reply.text("")
+
+
+@dataclass(frozen=True)
+class Stored:
+    chain: list[Any]  # every item of the conversation up to and including this response's output
+    response: dict[str, Any]
+
+
+async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse:
+    recorded = fake.recorded(request)
+    body = parse_body(recorded)
+    if isinstance(body, Rejection):
+        return reject(body)
+    prior = _prior(fake, body)
+    if isinstance(prior, Rejection):
+        return reject(prior)
+    found = check_responses(body, verify_encrypted=fake.signer.encrypted_valid, prior=prior,
+                            signer=fake.signer)
+    if found is not None:
+        return reject(found)
+    units = fake.units.responses(body, prior)
+    prompt = prompt_tokens(units)
+    stream = body.get("stream") is True
+    limit = fake.limit_for(body["model"])
+    if limit is not None and prompt > limit:
+        return await _overflow(fake, request, body, prompt, stream)
+    reply = fake.next_reply(recorded)
+    if reply.forced_overflow:
+        return await _overflow(fake, request, body, prompt, stream)
+    if reply.is_error:
+        return reject(Rejection(reply.status, reply.body))
+    if not stream:
+        failed = await send_failure(request, reply, fake.stopping, reply.error_frame)
+        if failed is not None:
+            return failed
+    chain = [*prior, *input_items(body)]
+    return await _answer(fake, request, body, fake.turn(body, reply, prompt, units), chain, stream)
+
+
+async def _answer(fake: FakeUpstream, request: web.Request, body: dict[str, Any], turn: Turn,
+                  chain: list[Any], stream: bool) -> web.StreamResponse:
+    output = output_items(turn, chain, options_of(body), fake.signer, fake.ids)
+    response_id = "resp_" + fake.ids.hex(48)
+    response = response_object(turn, body, response_id, output)
+    if body.get("store") is not False:
+        fake.stored[response_id] = Stored([*chain, *output], response)
+    if not stream:
+        return web.Response(body=orjson.dumps(response), content_type="application/json",
+                            headers=request_headers(fake))
+    frames = [event_frame(kind, data) for kind, data in events(turn, body, response_id, output, fake.ids)]
+    reply = turn.reply
+    error = _error_event(reply.error_frame, reply.error_after) if reply.error_frame is not None else None
+    return await send_stream(request, frames, reply, error, fake.stopping, fake.chunk_delay,
+                             request_headers(fake))
+
+
+def _prior(fake: FakeUpstream, body: dict[str, Any]) -> list[Any] | Rejection:
+    previous = body.get("previous_response_id")
+    if previous is None:
+        return []
+    stored = fake.stored.get(previous) if isinstance(previous, str) else None
+    if stored is None:  # [OBS] text and code; status [MEM]
+        return rejections.openai(f"Previous response with id '{previous}' not found.",
+                                 param="previous_response_id", code="previous_response_not_found")
+    return stored.chain
+
+
+async def _overflow(fake: FakeUpstream, request: web.Request, body: dict[str, Any], prompt: int,
+                    stream: bool) -> web.StreamResponse:
+    if not stream or fake.responses_stream_overflow == "http":
+        return reject(responses_overflow())
+    turn = fake.turn(body, _NOTHING, prompt, [])
+    frames = [event_frame(kind, data) for kind, data in
+              overflow_events(turn, body, "resp_" + fake.ids.hex(48))]
+    return await send_stream(request, frames, _NOTHING, None, fake.stopping)
+
+
+def _error_event(frame: Any, after: int | None) -> bytes:
+    error = frame.get("error", frame) if isinstance(frame, dict) else frame
+    return event_frame("error", {"type": "error", "sequence_number": after or 0, "error": error})
+
+
+async def retrieve(fake: FakeUpstream, request: web.Request) -> web.Response:
+    response_id = request.match_info["id"]
+    stored = fake.stored.get(response_id)
+    if stored is None:
+        return reject(rejections.openai(f"Response with id '{response_id}' not found.",
+                                        status=404))
+    return web.Response(body=orjson.dumps(stored.response), content_type="application/json")

@@ -1,0 +1,158 @@
+"""What OpenAI's Responses API checks in `input` items, with its exact texts (PROTOCOL.md §2.3).
+
+Item-local checks (a chat-style `tool` role, unknown keys) name `input[i]`; the rest look at the
+whole chain: items of stored earlier responses (`prior`, when `previous_response_id` is used)
+followed by this request's items. Calls pair with outputs by `call_id`; a reasoning item is
+followed by what it produced; ids the fake issued next to a reasoning item need that item;
+`store: false` cannot refer to items by id; encrypted reasoning must belong to its history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from proxy.testing import rejections
+from proxy.testing.rejections import Rejection
+from proxy.testing.signing import DEFAULT_SIGNER, Signer
+
+Item = Mapping[str, Any]
+VerifyEncrypted = Callable[[Item, Sequence[Any]], bool]
+
+_COMMON = {"type", "id", "status"}
+_KNOWN_KEYS: dict[str, set[str]] = {
+    "message": _COMMON | {"role", "content", "phase"},
+    "function_call": _COMMON | {"call_id", "name", "arguments", "namespace", "caller"},
+    "function_call_output": _COMMON | {"call_id", "output", "name", "namespace", "caller"},
+    "custom_tool_call": _COMMON | {"call_id", "name", "input", "namespace"},
+    "custom_tool_call_output": _COMMON | {"call_id", "output"},
+    "reasoning": _COMMON | {"summary", "content", "encrypted_content"},
+    "compaction": _COMMON | {"encrypted_content"},
+    "item_reference": {"type", "id"},
+}
+# Calls the client must answer; other `*_call` items (server tools) have no output item.
+_NEEDS_OUTPUT = ("function_call", "custom_tool_call")
+
+
+def input_items(body: Mapping[str, Any]) -> list[Any]:
+    items = body.get("input")
+    if isinstance(items, str):
+        return [{"type": "message", "role": "user", "content": items}]
+    return list(items) if isinstance(items, list) else []
+
+
+def item_type(item: Any) -> str:
+    return (item.get("type") or "message") if isinstance(item, Mapping) else ""
+
+
+def check_items(body: Mapping[str, Any], *, prior: Sequence[Any] = (),
+                verify_encrypted: VerifyEncrypted | None = None,
+                signer: Signer = DEFAULT_SIGNER) -> Rejection | None:
+    items = input_items(body)
+    for i, item in enumerate(items):
+        found = _item_rule(i, item)
+        if found is not None:
+            return found
+    chain = [*prior, *items]
+    return (_not_persisted(body, items) or _pairing(chain) or _reasoning_followed(chain)
+            or _required_reasoning(chain, signer) or _encrypted(chain, verify_encrypted))
+
+
+def _item_rule(i: int, item: Any) -> Rejection | None:
+    if not isinstance(item, Mapping):
+        return rejections.openai(f"Invalid type for 'input[{i}]': expected an object, but got "
+                                 "another type instead.", param=f"input[{i}]", code="invalid_type")
+    kind = item_type(item)
+    if kind == "message" and item.get("role") == "tool":  # [OBS] text; param and code [MEM]
+        return rejections.openai("Invalid value: 'tool'. Supported values are: 'assistant', "
+                                 "'system', 'developer', and 'user'.", param=f"input[{i}].role",
+                                 code="invalid_value")
+    known = _KNOWN_KEYS.get(kind)
+    unknown = [k for k in item if known is not None and k not in known]
+    if unknown:  # [OBS]
+        param = f"input[{i}].{unknown[0]}"
+        return rejections.openai(f"Unknown parameter: '{param}'.", param=param, code="unknown_parameter")
+    return None
+
+
+def _not_persisted(body: Mapping[str, Any], items: Sequence[Any]) -> Rejection | None:
+    if body.get("store") is not False:
+        return None
+    for item in items:
+        kind = item_type(item)
+        bare_reasoning = kind == "reasoning" and not item.get("encrypted_content")
+        if bare_reasoning or kind == "item_reference":  # [OBS], HTTP 404
+            return rejections.openai(
+                f"Item with id '{item.get('id', '')}' not found. Items are not persisted when "
+                "`store` is set to false. Try again with `store` set to true, or remove this item "
+                "from your input.", param="input", status=404)
+    return None
+
+
+def _label(kind: str) -> str:
+    return kind.replace("_", " ")
+
+
+def _pairing(chain: Sequence[Any]) -> Rejection | None:
+    open_calls: dict[str, str] = {}
+    known_calls: set[str] = set()
+    for item in chain:
+        kind, call_id = item_type(item), item.get("call_id")
+        if kind.endswith("_call_output"):
+            if call_id not in known_calls:  # [OBS]
+                return rejections.openai(f"No tool call found for {_label(kind[:-7])} output with "
+                                         f"call_id {call_id}.", param="input")
+            open_calls.pop(call_id, None)
+        elif kind.endswith("_call") and isinstance(call_id, str):
+            known_calls.add(call_id)
+            if kind in _NEEDS_OUTPUT:
+                open_calls[call_id] = kind
+    for call_id, kind in open_calls.items():  # [OBS]
+        return rejections.openai(f"No tool output found for {_label(kind)} {call_id}.", param="input")
+    return None
+
+
+def _produced(item: Any) -> bool:
+    kind = item_type(item)
+    return (kind == "message" and item.get("role") == "assistant") or kind.endswith("_call")
+
+
+def _reasoning_followed(chain: Sequence[Any]) -> Rejection | None:
+    for k, item in enumerate(chain):
+        if item_type(item) == "reasoning" and (k + 1 == len(chain) or not _produced(chain[k + 1])):
+            return rejections.openai(  # [OBS]
+                f"Item '{item.get('id', '')}' of type 'reasoning' was provided without its "
+                "required following item.", param="input")
+    return None
+
+
+def _required_reasoning(chain: Sequence[Any], signer: Signer) -> Rejection | None:
+    present = {item.get("id") for item in chain if item_type(item) == "reasoning"}
+    for item in chain:
+        needed = signer.required_reasoning(item.get("id"))
+        if needed is not None and needed not in present:  # [OBS]
+            return rejections.openai(
+                f"Item '{item['id']}' of type '{item_type(item)}' was provided without its "
+                f"required 'reasoning' item: '{needed}'.", param="input")
+    return None
+
+
+def _encrypted(chain: Sequence[Any], verify: VerifyEncrypted | None) -> Rejection | None:
+    if verify is None:
+        return None
+    for k, item in enumerate(chain):
+        if item_type(item) != "reasoning" or not isinstance(item.get("encrypted_content"), str):
+            continue
+        if not verify(item, chain[:k]):
+            return invalid_encrypted(item)
+    return None
+
+
+def invalid_encrypted(item: Item) -> Rejection:
+    """[OBS] the newer text names the item; the older one quotes the blob."""
+    if isinstance(item.get("id"), str):
+        message = (f"The encrypted content for item {item['id']} could not be verified. "
+                   "Reason: Encrypted content could not be decrypted or parsed.")
+    else:
+        message = f"The encrypted content {item.get('encrypted_content')} could not be verified."
+    return rejections.openai(message, code="invalid_encrypted_content")

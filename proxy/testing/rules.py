@@ -1,0 +1,54 @@
+"""The fake upstream's request validation, as pure functions (no I/O): the public entry points.
+
+`check_chat` and `check_responses` answer `None` for a request a real provider would accept, or
+the `Rejection` (status and exact error body) it would answer with. Tests of the proxy's
+repair and sanitizer call them directly; the fake upstream calls them on every request.
+Dialects: see `dialects.DIALECTS`; Responses rules: `responses_rules`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
+
+from proxy.testing.chat_rules import WORDING, find_violation, shape_violation
+from proxy.testing.dialects import DIALECTS
+from proxy.testing.rejections import Rejection
+from proxy.testing.responses_rules import check_items
+from proxy.testing.signing import DEFAULT_SIGNER, Signer
+
+__all__ = ["DIALECTS", "Rejection", "check_chat", "check_responses"]
+
+
+def check_chat(body: dict[str, Any], dialect: str = "openai", *,
+               signer: Signer = DEFAULT_SIGNER) -> Rejection | None:
+    spec = DIALECTS.get(dialect)
+    if spec is None:
+        raise ValueError(f"unknown dialect {dialect!r}; known: {', '.join(DIALECTS)}")
+    wording = WORDING[spec.wording]
+    raw = body.get("messages") if isinstance(body, Mapping) else None
+    shape = shape_violation(raw)
+    if shape is not None:
+        return wording(shape)
+    messages = cast(list[dict[str, Any]], raw)
+    for rule in spec.schema:
+        found = rule(messages, signer)
+        if found is not None:
+            return found
+    violation = find_violation(messages)
+    if violation is not None:
+        return wording(violation)
+    for rule in spec.semantic:
+        found = rule(messages, signer)
+        if found is not None:
+            return found
+    return None
+
+
+def check_responses(body: dict[str, Any], *,
+                    verify_encrypted: Callable[..., bool] | None = None,
+                    prior: Sequence[Any] = (),
+                    signer: Signer = DEFAULT_SIGNER) -> Rejection | None:
+    """`verify_encrypted(item, preceding_items) -> bool` checks `encrypted_content` (skipped when
+    None); `prior` holds the items of stored earlier responses when `previous_response_id` is used."""
+    return check_items(body, prior=prior, verify_encrypted=verify_encrypted, signer=signer)

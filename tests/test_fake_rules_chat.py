@@ -1,0 +1,271 @@
+"""The fake upstream's chat rules: every rule, every dialect, with the providers' exact texts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from proxy.testing.messages import (
+    assistant,
+    assistant_calls,
+    system,
+    tool_call,
+    tool_result,
+    user,
+)
+from proxy.testing.rules import DIALECTS, Rejection, check_chat
+from proxy.testing.signing import DEFAULT_SIGNER, Signer
+
+
+def body(*messages: dict[str, Any]) -> dict[str, Any]:
+    return {"model": "gpt-4o", "messages": list(messages)}
+
+
+def error(rejection: Rejection | None) -> dict[str, Any]:
+    assert rejection is not None
+    assert rejection.status == 400
+    return rejection.body["error"]
+
+
+VALID = body(system("s"), user("hi"), assistant_calls("c1", "c2"), tool_result("c2"),
+             tool_result("c1"), assistant("done"), user("next"))
+
+
+@pytest.mark.parametrize("dialect", ["openai", "openai-strict", "cerebras", "mistral", "openrouter"])
+def test_valid_conversation_passes_every_dialect_without_private_state(dialect: str) -> None:
+    assert check_chat(VALID, dialect) is None
+
+
+def test_unknown_dialect_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="unknown dialect"):
+        check_chat(VALID, "klingon")
+
+
+# ---------------------------------------------------------------- OpenAI pairing rules
+
+def test_tool_message_without_preceding_tool_calls_has_openai_misspelled_text() -> None:
+    assert error(check_chat(body(user("hi"), tool_result("c1")))) == {
+        "message": "Invalid parameter: messages with role 'tool' must be a response to a preceeding "
+                   "message with 'tool_calls'.",
+        "type": "invalid_request_error", "param": "messages.[1].role", "code": None}
+
+
+def test_tool_message_after_user_that_follows_answered_calls_is_orphan() -> None:
+    found = check_chat(body(user("hi"), assistant_calls("c1"), tool_result("c1"), user("x"),
+                            tool_result("c1")))
+    assert error(found)["param"] == "messages.[4].role"
+
+
+def test_unanswered_call_names_every_missing_id() -> None:
+    found = error(check_chat(body(user("hi"), assistant_calls("c1", "c2", "c3"), tool_result("c2"),
+                                  user("next"))))
+    assert found["message"] == (
+        "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+        "'tool_call_id'. The following tool_call_ids did not have response messages: c1, c3")
+    assert found["param"] == "messages.[1].role"
+
+
+def test_calls_left_unanswered_at_the_end_are_rejected() -> None:
+    found = error(check_chat(body(user("hi"), assistant_calls("c1"))))
+    assert found["message"].endswith("did not have response messages: c1")
+
+
+def test_unknown_tool_call_id_in_the_run() -> None:
+    found = error(check_chat(body(user("hi"), assistant_calls("c1"), tool_result("c1"),
+                                  tool_result("zz"))))
+    assert found["message"] == ("Invalid parameter: 'tool_call_id' of 'zz' not found in 'tool_calls' "
+                                "of previous message.")
+
+
+def test_order_inside_the_tool_run_is_free() -> None:
+    assert check_chat(body(user("hi"), assistant_calls("a", "b", "c"), tool_result("c"),
+                           tool_result("a"), tool_result("b"))) is None
+
+
+def test_arguments_must_be_a_string_with_openai_invalid_type_text() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}
+    assert error(check_chat(body(user("hi"), assistant_calls(call), tool_result("c1")))) == {
+        "message": "Invalid type for 'messages[1].tool_calls[0].function.arguments': expected a "
+                   "string, but got an object instead.",
+        "type": "invalid_request_error", "param": "messages[1].tool_calls[0].function.arguments",
+        "code": "invalid_type"}
+
+
+@pytest.mark.parametrize("arguments", ['{"a": ', "", "{'a': 1}", '{"a": 1} trailing'])
+def test_arguments_must_be_valid_json(arguments: str) -> None:
+    call = tool_call("c1", "f", arguments)
+    found = error(check_chat(body(user("hi"), assistant_calls(call), tool_result("c1"))))
+    assert found["param"] == "messages[1].tool_calls[0].function.arguments"
+    assert found["code"] == "invalid_value"
+
+
+def test_custom_tool_input_is_free_form() -> None:
+    call = {"id": "c1", "type": "custom", "custom": {"name": "apply_patch", "input": "*** Begin"}}
+    assert check_chat(body(user("hi"), assistant_calls(call), tool_result("c1"))) is None
+
+
+def test_assistant_needs_content_or_tool_calls() -> None:
+    assert error(check_chat(body(user("hi"), {"role": "assistant"}))) == {
+        "message": "Missing required parameter: 'messages[1].content'.",
+        "type": "invalid_request_error", "param": "messages[1].content",
+        "code": "missing_required_parameter"}
+    assert error(check_chat(body(user("hi"), assistant(None))))["message"] == (
+        "Invalid value for 'content': expected a string, got null.")
+    assert check_chat(body(user("hi"), assistant(""))) is None
+
+
+def test_empty_tool_calls_array_is_rejected() -> None:
+    found = error(check_chat(body(user("hi"), assistant("x", tool_calls=[]))))
+    assert found["code"] == "empty_array"
+
+
+def test_schema_problems() -> None:
+    assert error(check_chat({"model": "m", "messages": []}))["code"] == "empty_array"
+    assert error(check_chat({"model": "m"}))["message"] == "Missing required parameter: 'messages'."
+    assert error(check_chat(body({"role": "robot", "content": "x"})))["code"] == "invalid_value"
+    assert error(check_chat(body({"role": "tool", "content": "x"})))["param"] == "messages[0].tool_call_id"
+
+
+# ---------------------------------------------------------------- dialects
+
+def test_openai_is_lenient_about_unknown_message_keys() -> None:
+    messages = body(user("hi"), assistant_calls("c1", reasoning_content="r", id="x"), tool_result("c1"))
+    assert check_chat(messages, "openai") is None
+
+
+def test_openai_strict_rejects_additional_properties() -> None:
+    messages = body(user("hi"), assistant_calls("c1", reasoning_content="r"), tool_result("c1"))
+    assert error(check_chat(messages, "openai-strict")) == {
+        "message": "Additional properties are not allowed ('reasoning_content' was unexpected) - "
+                   "'messages.1'", "type": "invalid_request_error", "param": None, "code": None}
+    two = body(user("hi"), assistant("x", refusal=None, parsed=None))
+    assert error(check_chat(two, "openai-strict"))["message"] == (
+        "Additional properties are not allowed ('parsed' was unexpected) - 'messages.1'")
+    call = {**tool_call("c1"), "extra_content": {}}
+    three = body(user("hi"), assistant_calls(call), tool_result("c1"))
+    assert error(check_chat(three, "openai-strict"))["message"].endswith("- 'messages.1.tool_calls.0'")
+
+
+def test_cerebras_rejects_reasoning_content() -> None:
+    messages = body(system("s"), user("hi"), assistant("x", reasoning_content="r"))
+    found = check_chat(messages, "cerebras")
+    assert found == Rejection(400, {
+        "message": "messages.2.assistant.reasoning_content: property "
+                   "'messages.2.assistant.reasoning_content' is unsupported",
+        "type": "invalid_request_error", "param": "validation_error", "code": "wrong_api_format"})
+    assert check_chat(body(user("hi"), assistant("x", reasoning="r")), "cerebras") is None
+
+
+DEEPSEEK_TEXT = "The `reasoning_content` in the thinking mode must be passed back to the API."
+
+
+def test_deepseek_thinking_requires_reasoning_on_current_turn_calls() -> None:
+    current = body(user("hi"), assistant_calls("c1"), tool_result("c1"))
+    assert check_chat(current, "deepseek-thinking") == Rejection(400, {"error": {
+        "message": DEEPSEEK_TEXT, "type": "invalid_request_error", "param": None,
+        "code": "invalid_request_error"}})
+    with_reasoning = body(user("hi"), assistant_calls("c1", reasoning_content=""), tool_result("c1"))
+    assert check_chat(with_reasoning, "deepseek-thinking") is None
+
+
+def test_deepseek_thinking_ignores_earlier_turns() -> None:
+    earlier = body(user("hi"), assistant_calls("c1"), tool_result("c1"), assistant("ok"), user("more"))
+    assert check_chat(earlier, "deepseek-thinking") is None
+
+
+def test_deepseek_uses_its_own_pairing_texts() -> None:
+    orphan = error(check_chat(body(user("hi"), tool_result("c1")), "deepseek-thinking"))
+    assert orphan["message"] == ("Messages with role 'tool' must be a response to a preceding message "
+                                 "with 'tool_calls'")
+    missing = error(check_chat(body(user("hi"), assistant_calls("c1", reasoning_content="r")),
+                               "deepseek-thinking"))
+    assert missing["message"].endswith("(insufficient tool messages following tool_calls message)")
+
+
+def _signed_call(call_id: str, signature: str) -> dict[str, Any]:
+    return {**tool_call(call_id, "Bash"), "extra_content": {"google": {"thought_signature": signature}}}
+
+
+def test_gemini_requires_a_signature_on_the_first_current_call() -> None:
+    found = check_chat(body(system("s"), user("hi"), assistant_calls(tool_call("c1", "Bash")),
+                            tool_result("c1")), "gemini")
+    assert found is not None and found.status == 400
+    assert found.body == [{"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": (
+        "Function call is missing a thought_signature in functionCall parts. This is required for "
+        "tools to work correctly, and missing thought_signature may lead to degraded model "
+        "performance. Additional data, function call `default_api:Bash`, position 2. Please refer "
+        "to https://ai.google.dev/gemini-api/docs/thought-signatures for more details.")}}]
+
+
+def test_gemini_accepts_issued_and_bypass_signatures_only_on_the_first_call() -> None:
+    issued = DEFAULT_SIGNER.thought_signature(b"nonce-123456")
+    for signature in (issued, "skip_thought_signature_validator"):
+        calls = assistant_calls(_signed_call("c1", signature), tool_call("c2"))
+        assert check_chat(body(user("hi"), calls, tool_result("c1"), tool_result("c2")), "gemini") is None
+
+
+def test_gemini_rejects_a_signature_it_did_not_issue() -> None:
+    foreign = Signer(b"another key").thought_signature(b"nonce-123456")
+    for signature in (foreign, "garbage", DEFAULT_SIGNER.thought_signature(b"n")[:-4] + "AAAA"):
+        calls = assistant_calls(_signed_call("c1", signature))
+        found = check_chat(body(user("hi"), calls, tool_result("c1")), "gemini")
+        assert found is not None and found.body[0]["error"]["message"] == "Corrupted thought signature."
+
+
+def test_gemini_does_not_require_signatures_before_the_latest_user_message() -> None:
+    old = body(user("hi"), assistant_calls("c1"), tool_result("c1"), assistant("ok"), user("next"))
+    assert check_chat(old, "gemini") is None
+
+
+def test_mistral_rejects_user_right_after_tool() -> None:
+    messages = body(user("hi"), assistant_calls("c1"), tool_result("c1"), user("next"))
+    assert check_chat(messages, "mistral") == Rejection(400, {
+        "object": "error", "message": "Unexpected role 'user' after role 'tool'",
+        "type": "invalid_request_message_order", "param": None, "code": "3230"})
+
+
+def test_mistral_pairing_texts() -> None:
+    found = check_chat(body(user("hi"), assistant_calls("c1", "c2"), tool_result("c1")), "mistral")
+    assert found is not None
+    assert found.body["message"] == "Not the same number of function calls and responses"
+    orphan = check_chat(body(user("hi"), tool_result("c1")), "mistral")
+    assert orphan is not None and orphan.body["message"] == "Unexpected role 'tool' after role 'user'"
+
+
+def _detail(text: str = "thinking") -> dict[str, Any]:
+    return DEFAULT_SIGNER.sign_detail({"type": "reasoning.text", "text": text,
+                                       "format": "anthropic-claude-v1", "index": 0})
+
+
+def test_openrouter_accepts_issued_details_and_their_absence() -> None:
+    round_tripped = orjson.loads(orjson.dumps([_detail()]))
+    sent = body(user("hi"), assistant_calls("c1", reasoning_details=round_tripped), tool_result("c1"))
+    assert check_chat(sent, "openrouter") is None
+    assert check_chat(body(user("hi"), assistant_calls("c1"), tool_result("c1")), "openrouter") is None
+
+
+@pytest.mark.parametrize("change", ["text", "signature", "drop_signature", "foreign"])
+def test_openrouter_rejects_changed_details(change: str) -> None:
+    detail = _detail()
+    if change == "text":
+        detail["text"] = "edited"
+    elif change == "signature":
+        detail["signature"] = detail["signature"][:-2] + "xx"
+    elif change == "drop_signature":
+        del detail["signature"]
+    else:
+        detail = Signer(b"other").sign_detail({"type": "reasoning.text", "text": "thinking"})
+    sent = body(system("s"), user("hi"), assistant_calls("c1", reasoning_details=[detail]),
+                tool_result("c1"))
+    found = check_chat(sent, "openrouter")
+    assert found is not None and found.status == 400
+    assert found.body["error"]["message"] == "Provider returned error"
+    raw = orjson.loads(found.body["error"]["metadata"]["raw"])
+    assert raw["error"]["message"] == "messages.1.content.0: Invalid `signature` in `thinking` block"
+
+
+def test_every_dialect_is_listed() -> None:
+    assert set(DIALECTS) == {"openai", "openai-strict", "cerebras", "deepseek-thinking", "gemini",
+                             "mistral", "openrouter"}
