@@ -11,6 +11,7 @@ from aiohttp import web
 from proxy.errors import MethodNotAllowed, NotFound, PayloadTooLarge, ProxyError, error_body
 from proxy.server import completions, passthrough
 from proxy.server.logs import get_logger
+from proxy.server.metrics import Metrics
 from proxy.server.pipeline import Pipeline
 from proxy.server.services import SERVICES, Services
 from proxy.server.upstream import UpstreamClient
@@ -51,7 +52,8 @@ def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ProxyE
     if exc.status == 405:
         return MethodNotAllowed(f"Method {request.method} is not allowed on {request.path}.")
     if exc.status == 404:
-        return NotFound(f"Unknown path {request.path}: the proxy serves /v1/* and /healthz.")
+        return NotFound(f"Unknown path {request.path}: the proxy serves /v1/*, /healthz "
+                        "and /metrics.")
     error = ProxyError(exc.reason or "Request failed.")
     error.status = exc.status
     error.type = "invalid_request_error"
@@ -68,9 +70,11 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> web.Ap
     services = Services(settings=settings, upstream=UpstreamClient(settings.server.upstream_pool_size),
                         log=get_logger("proxy"))
     services.pipeline = pipeline or Pipeline(settings)
+    services.metrics = Metrics()
     app[SERVICES] = services
     app.cleanup_ctx.append(_lifecycle)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", services.metrics.handler)
     app.router.add_post("/v1/chat/completions", completions.chat_completions)
     app.router.add_post("/v1/responses", completions.responses)
     app.router.add_route("*", "/v1/{tail:.*}", passthrough.passthrough)

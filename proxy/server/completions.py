@@ -29,7 +29,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
 
 async def _complete(request: web.Request, api: Api) -> web.StreamResponse:
     services = request.app[SERVICES]
-    with RequestLine(services.log, path=request.path, method=request.method,
+    with RequestLine(services.log, services.metrics, api.value, path=request.path, method=request.method,
                      tenant=tenant_digest(request.headers)) as line:
         body = await request.read()
         line.set(bytes_in=len(body))

@@ -33,7 +33,7 @@ def model_of(body: bytes, content_type: str) -> str:
 async def passthrough(request: web.Request) -> web.StreamResponse:
     services = request.app[SERVICES]
     threads = services.settings.threads
-    with RequestLine(services.log, path=request.path, method=request.method, passthrough=True,
+    with RequestLine(services.log, services.metrics, "passthrough", path=request.path, method=request.method, passthrough=True,
                      tenant=tenant_digest(request.headers)) as line:
         body = await request.read()
         model = model_of(body, request.content_type)

@@ -17,8 +17,10 @@ CLIENT_CLOSED = 499
 
 
 class RequestLine:
-    def __init__(self, log: Any, **fields: Any) -> None:
+    def __init__(self, log: Any, metrics: Any = None, kind: str = "other", **fields: Any) -> None:
         self._log = log
+        self._metrics = metrics
+        self._kind = kind
         self._started = time.perf_counter()
         self.fields: dict[str, Any] = {"status": None, **fields}
 
@@ -48,3 +50,6 @@ class RequestLine:
             self.fields["error"] = type(exc).__name__
         self.fields["duration_ms"] = round((time.perf_counter() - self._started) * 1000, 2)
         self._log.info("request", **{k: v for k, v in self.fields.items() if v is not None})
+        if self._metrics is not None:
+            self._metrics.observe_request(self._kind, self.fields["status"],
+                                          self.fields.get("upstream_ms"))

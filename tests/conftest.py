@@ -1,0 +1,84 @@
+"""Shared fixtures: a background loop, the fake upstream, a proxy in front of it, real clients."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import openai
+import pytest
+from hypothesis import HealthCheck, settings
+
+from tests.harness import LoopThread, RunningProxy, proxy_settings, start_proxy, stop_proxy
+
+settings.register_profile("default", max_examples=60, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("deep", max_examples=2000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+if TYPE_CHECKING:
+    from proxy.testing.fake_upstream import FakeUpstream
+
+API_KEY = "sk-test-0123456789abcdef"
+
+
+@pytest.fixture(scope="session")
+def loop_thread() -> Iterator[LoopThread]:
+    thread = LoopThread()
+    yield thread
+    thread.close()
+
+
+@pytest.fixture
+def make_fake(loop_thread: LoopThread) -> Iterator[Callable[..., FakeUpstream]]:
+    started: list[FakeUpstream] = []
+
+    from proxy.testing.fake_upstream import FakeUpstream
+
+    def make(**options: Any) -> FakeUpstream:
+        fake = FakeUpstream(**options)
+        loop_thread.run(fake.start())
+        started.append(fake)
+        return fake
+
+    yield make
+    for fake in started:
+        loop_thread.run(fake.stop())
+
+
+@pytest.fixture
+def fake(make_fake: Callable[..., FakeUpstream]) -> FakeUpstream:
+    return make_fake()
+
+
+@pytest.fixture
+def make_proxy(loop_thread: LoopThread, tmp_path: Any) -> Iterator[Callable[..., RunningProxy]]:
+    started: list[RunningProxy] = []
+
+    def make(upstream: FakeUpstream | str, **sections: Any) -> RunningProxy:
+        url = upstream if isinstance(upstream, str) else upstream.url
+        state = sections.pop("state_path", str(tmp_path / f"state{len(started)}"))
+        proxy = loop_thread.run(start_proxy(proxy_settings(url, state, **sections)))
+        started.append(proxy)
+        return proxy
+
+    yield make
+    for proxy in started:
+        loop_thread.run(stop_proxy(proxy))
+
+
+@pytest.fixture
+def proxy(make_proxy: Callable[..., RunningProxy], fake: FakeUpstream) -> RunningProxy:
+    return make_proxy(fake)
+
+
+@pytest.fixture
+def client(proxy: RunningProxy) -> openai.OpenAI:
+    return openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)
+
+
+@pytest.fixture
+def aclient(proxy: RunningProxy) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)

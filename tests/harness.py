@@ -1,0 +1,122 @@
+"""Running the proxy and the fake upstream for tests, on a loop of their own.
+
+Servers run on an event loop in a background thread, so the official `openai` client can be
+used both ways: the sync client blocks only the test's thread, the async one runs on the test's
+loop. Logs are captured as parsed JSON lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import threading
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import orjson
+from aiohttp import web
+
+from proxy.server.app import build_app
+from proxy.server.logs import configure_logging
+from proxy.settings import LoggingSettings, Settings, parse_settings
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+
+
+class LogCapture(io.TextIOBase):
+    """A text stream that keeps every JSON log line, parsed."""
+
+    def __init__(self) -> None:
+        self.lines: list[dict[str, Any]] = []
+        self.raw: list[str] = []
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            for line in text.splitlines():
+                if line.strip():
+                    self.raw.append(line)
+                    self.lines.append(orjson.loads(line))
+        return len(text)
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [line for line in self.lines if line.get("event") == name]
+
+    @property
+    def text(self) -> str:
+        with self._lock:
+            return "\n".join(self.raw)
+
+
+@dataclass
+class RunningProxy:
+    settings: Settings
+    app: web.Application
+    runner: web.AppRunner
+    port: int
+    logs: LogCapture = field(default_factory=LogCapture)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    def requests(self) -> list[dict[str, Any]]:
+        return self.logs.events("request")
+
+
+def proxy_settings(upstream_url: str, state_path: str, **sections: Any) -> Settings:
+    """Settings for a test proxy: one upstream (the fake), state in a temporary directory."""
+    raw: dict[str, Any] = {
+        "server": {"host": "127.0.0.1", "port": 0, "shutdown_grace_s": 2},
+        "upstreams": {"fake": {"base_url": upstream_url, "timeout_s": 10, "connect_timeout_s": 2}},
+        "state": {"path": state_path},
+    }
+    for name, value in sections.items():
+        raw[name] = _merge(raw.get(name), value)
+    return parse_settings(raw, {})
+
+
+def _merge(base: Any, extra: Any) -> Any:
+    if isinstance(base, Mapping) and isinstance(extra, Mapping):
+        merged = dict(base)
+        for key, value in extra.items():
+            merged[key] = _merge(base.get(key), value)
+        return merged
+    return extra
+
+
+async def start_proxy(settings: Settings, logs: LogCapture | None = None) -> RunningProxy:
+    logs = logs or LogCapture()
+    configure_logging(LoggingSettings(format="json", level="debug"), stream=logs)
+    app = build_app(settings)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                           shutdown_timeout=settings.server.shutdown_grace_s)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.server.host, settings.server.port)
+    await site.start()
+    port = runner.addresses[0][1]
+    return RunningProxy(settings, app, runner, port, logs)
+
+
+async def stop_proxy(proxy: RunningProxy) -> None:
+    await proxy.runner.cleanup()
