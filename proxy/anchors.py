@@ -1,0 +1,113 @@
+"""Usage anchors (SPEC §6): the size upstream reported, reused for the next request.
+
+After a response, `make_anchor` ties its usage to the projection it answered (a digest of that
+projection and of the request's tools/instructions bytes) and to the identity digests of the
+response's entries, which the client echoes next turn at `position` (the projection's length).
+`estimate` takes the latest anchor whose response the new projection still holds at that
+place, after the same prefix: upstream's own count of everything up to there, plus an estimate
+of what came after; never below the conservative estimate of the whole projection.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import orjson
+
+from proxy.conversation import Api, Entry, Kind, entry_from_chat, entry_from_responses
+from proxy.records import Anchor
+from proxy.usage import Usage
+
+Digest = Callable[[Entry], str]
+
+
+class AnchoredEstimate(NamedTuple):
+    tokens: int
+    anchor: Anchor | None
+
+
+def projection_digest(entries: Iterable[Entry], context: bytes = b"") -> str:
+    """A digest of `context` and of each entry's bytes.
+
+    Each entry enters by the 16-byte blake2b of its bytes, which for an untouched entry is its
+    `key`, already computed: a steady request hashes a few bytes per entry, not the whole body.
+    """
+    h = hashlib.blake2b(digest_size=16)
+    h.update(len(context).to_bytes(8, "little"))
+    h.update(context)
+    for entry in entries:
+        h.update(_entry_digest(entry))
+    return h.hexdigest()
+
+
+def _entry_digest(entry: Entry) -> bytes:
+    if entry.key is not None:
+        return entry.key
+    return hashlib.blake2b(entry.to_bytes(), digest_size=16).digest()
+
+
+def response_entries(api: Api | str, response: Any) -> tuple[Entry, ...]:
+    """Entries of a response: the chat message, or the Responses output items."""
+    if api == Api.CHAT:
+        return (entry_from_chat(dict(response)),) if isinstance(response, Mapping) else ()
+    items = response if isinstance(response, Sequence) and not isinstance(response, str) else ()
+    return tuple(entry_from_responses(dict(i)) for i in items if isinstance(i, Mapping))
+
+
+def make_anchor(projection: Sequence[Entry], context: bytes, response: Iterable[Entry],
+                usage: Usage, digest: Digest, model: str = "", created_at: float = 0.0) -> Anchor:
+    """The anchor for a response to `projection`; `digest` is `Identities.digest`."""
+    # Reasoning items are left out: clients may drop them from the echo.
+    digests = tuple(digest(e) for e in response if e.kind is not Kind.REASONING)
+    return Anchor(response_digests=digests, position=len(projection),
+                  prefix_digest=projection_digest(projection, context),
+                  input_tokens=usage.input, output_tokens=usage.visible_output,
+                  cached_tokens=usage.cached, reasoning_tokens=usage.reasoning,
+                  model=model, created_at=created_at)
+
+
+def echoed(entries: Sequence[Entry], anchor: Anchor, digest: Digest) -> list[int] | None:
+    """Indexes of the anchor's response entries in `entries`, at its position; None if absent."""
+    if anchor.position > len(entries):
+        return None
+    found: list[int] = []
+    i = anchor.position
+    for wanted in anchor.response_digests:
+        while i < len(entries) and entries[i].kind is Kind.REASONING:
+            i += 1
+        if i >= len(entries) or digest(entries[i]) != wanted:
+            return None
+        found.append(i)
+        i += 1
+    return found
+
+
+def estimate(entries: Sequence[Entry], sizes: Sequence[int], context: bytes,
+             anchors: Iterable[Anchor], conservative_total: int, digest: Digest,
+             margin: float = 0.0) -> AnchoredEstimate:
+    """The estimate used for decisions; `anchors` latest first, `sizes` per entry, no margin."""
+    for anchor in anchors:
+        response = echoed(entries, anchor, digest)
+        if response is None:
+            continue
+        if projection_digest(entries[:anchor.position], context) != anchor.prefix_digest:
+            continue
+        return AnchoredEstimate(max(_anchored(anchor, response, sizes, margin),
+                                    conservative_total), anchor)
+    return AnchoredEstimate(conservative_total, None)
+
+
+def _anchored(anchor: Anchor, response: list[int], sizes: Sequence[int], margin: float) -> int:
+    # The echo may carry more than the visible output (reasoning a provider wants back).
+    echo = max(anchor.output_tokens, sum(sizes[i] for i in response))
+    matched = set(response)
+    after = sum(sizes[i] for i in range(anchor.position, len(sizes)) if i not in matched)
+    return anchor.input_tokens + echo + math.ceil(after * (1.0 + margin))
+
+
+def context_bytes(tools: Any = None, instructions: Any = None, model: str = "") -> bytes:
+    """What besides the list shapes the count: tools, instructions, and the model's tokenizer."""
+    return orjson.dumps([model, tools, instructions])

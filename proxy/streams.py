@@ -1,0 +1,236 @@
+"""What a response said, read from a stream of decoded events or from a whole JSON body.
+
+`ChatStream` rebuilds the assistant message from chat deltas the way a client does: strings
+are concatenated (content, refusal, reasoning text, tool-call arguments), objects merged, and
+list elements merged by their `index` (tool calls, `reasoning_details`), so argument fragments
+split mid-JSON and interleaved across calls come out whole. Identifiers (`id`, `type`, `name`,
+`role`, `index`) are kept from their first delta, since some providers repeat them in every
+chunk; `extra_content` (opaque signatures) is taken whole. It also tells the relay which chunk
+is the usage-only one and spots mid-stream error frames. `ResponsesStream` collects the output
+items of `response.output_item.done` and the terminal status and usage.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any
+
+from proxy.sse import SseEvent
+
+_KEEP_FIRST = frozenset({"id", "type", "name", "role", "index"})
+_TAKE_WHOLE = frozenset({"extra_content"})
+_TERMINAL = {"response.completed": "completed", "response.incomplete": "incomplete",
+             "response.failed": "failed"}
+
+
+class ChunkKind(StrEnum):
+    DATA = "data"  # an ordinary chunk or event
+    USAGE_ONLY = "usage_only"  # `choices: []` with usage: hidden from a client that did not ask
+    DONE = "done"  # chat `[DONE]`, or a Responses terminal event
+    ERROR = "error"  # an error frame or event
+    OTHER = "other"  # comments, keep-alives, anything that is not JSON
+
+
+def merge_delta(acc: dict[str, Any], delta: Mapping[str, Any]) -> None:
+    """Fold one delta object into the accumulated one, in place."""
+    for key, value in delta.items():
+        if value is None:
+            continue
+        old = acc.get(key)
+        if old is None or key in _TAKE_WHOLE:
+            acc[key] = _fresh(value)
+        elif key in _KEEP_FIRST:
+            continue
+        elif isinstance(old, str) and isinstance(value, str):
+            acc[key] = old + value
+        elif isinstance(old, dict) and isinstance(value, Mapping):
+            merge_delta(old, value)
+        elif isinstance(old, list) and isinstance(value, list):
+            _merge_list(old, value)
+        else:
+            acc[key] = _fresh(value)
+
+
+def _merge_list(acc: list[Any], delta: list[Any]) -> None:
+    for element in delta:
+        index = element.get("index") if isinstance(element, Mapping) else None
+        target = _with_index(acc, index) if isinstance(index, int) else None
+        if target is None:
+            acc.append(_fresh(element))
+        else:
+            merge_delta(target, element)
+
+
+def _with_index(acc: list[Any], index: int) -> dict[str, Any] | None:
+    for element in acc:
+        if isinstance(element, dict) and element.get("index") == index:
+            return element
+    return None
+
+
+def _fresh(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        merge_delta(out, value)
+        return out
+    return copy.deepcopy(value) if isinstance(value, list) else value
+
+
+class ChatStream:
+    """Accumulates a chat completion stream, chunk by chunk."""
+
+    def __init__(self) -> None:
+        self._choices: dict[int, dict[str, Any]] = {}
+        self.finish_reasons: dict[int, str] = {}
+        self.usage: dict[str, Any] | None = None
+        self.error: dict[str, Any] | None = None
+        self.done = False
+        self.id: str | None = None
+        self.model: str | None = None
+
+    def feed(self, event: SseEvent) -> ChunkKind:
+        if event.done:
+            self.done = True
+            return ChunkKind.DONE
+        return self.feed_json(event.json())
+
+    def feed_json(self, chunk: Any) -> ChunkKind:
+        if not isinstance(chunk, Mapping):
+            return ChunkKind.OTHER
+        if chunk.get("error"):
+            self.error = _error_of(chunk["error"])
+            return ChunkKind.ERROR
+        self.id = self.id or _str(chunk.get("id"))
+        self.model = self.model or _str(chunk.get("model"))
+        if isinstance(chunk.get("usage"), Mapping):
+            self.usage = dict(chunk["usage"])
+        choices = chunk.get("choices")
+        if choices == [] and isinstance(chunk.get("usage"), Mapping):
+            return ChunkKind.USAGE_ONLY
+        for choice in choices if isinstance(choices, list) else ():
+            self._choice(choice)
+        return ChunkKind.DATA
+
+    def _choice(self, choice: Any) -> None:
+        if not isinstance(choice, Mapping):
+            return
+        index = choice.get("index") if isinstance(choice.get("index"), int) else 0
+        delta = choice.get("delta")
+        if isinstance(delta, Mapping):
+            merge_delta(self._choices.setdefault(index, {}), delta)
+        else:
+            self._choices.setdefault(index, {})
+        if isinstance(choice.get("finish_reason"), str):
+            self.finish_reasons[index] = choice["finish_reason"]
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.finish_reasons.get(0)
+
+    def message(self, index: int = 0) -> dict[str, Any] | None:
+        """The assistant message as a client rebuilds it; None when nothing came for it."""
+        acc = self._choices.get(index)
+        if acc is None:
+            return None
+        message: dict[str, Any] = {"role": acc.get("role") or "assistant", "content": None}
+        message.update(copy.deepcopy({k: v for k, v in acc.items() if k != "role"}))
+        calls = message.get("tool_calls")
+        if isinstance(calls, list):
+            message["tool_calls"] = [_finished_call(c) for c in _by_index(calls)]
+        return message
+
+
+def _by_index(elements: list[Any]) -> list[Any]:
+    def position(pair: tuple[int, Any]) -> tuple[int, int]:
+        n, element = pair
+        index = element.get("index") if isinstance(element, Mapping) else None
+        return (index if isinstance(index, int) else n, n)
+    return [e for _, e in sorted(enumerate(elements), key=position)]
+
+
+def _finished_call(call: Any) -> Any:
+    if not isinstance(call, dict):
+        return call
+    call = {k: v for k, v in call.items() if k != "index"}
+    function = call.get("function")
+    if isinstance(function, dict) and "name" in function:
+        call["function"] = {"arguments": "", **function}
+    return call
+
+
+class ResponsesStream:
+    """Accumulates a Responses API stream: output items, terminal status, usage, errors."""
+
+    def __init__(self) -> None:
+        self._items: dict[int, dict[str, Any]] = {}
+        self.response: dict[str, Any] | None = None
+        self.status: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.error: dict[str, Any] | None = None
+        self.id: str | None = None
+
+    def feed(self, event: SseEvent) -> ChunkKind:
+        data = event.json()
+        if not isinstance(data, Mapping):
+            return ChunkKind.OTHER
+        kind = data.get("type") if isinstance(data.get("type"), str) else event.event
+        if kind == "error":
+            self.error = _error_of(data.get("error") or data)
+            return ChunkKind.ERROR
+        response = data.get("response")
+        if isinstance(response, Mapping):
+            self.id = self.id or _str(response.get("id"))
+        if kind == "response.output_item.done" and isinstance(data.get("item"), Mapping):
+            index = data.get("output_index")
+            self._items[index if isinstance(index, int) else len(self._items)] = dict(data["item"])
+        elif kind in _TERMINAL and isinstance(response, Mapping):
+            return self._terminal(_TERMINAL[kind], response)
+        return ChunkKind.DATA
+
+    def _terminal(self, status: str, response: Mapping[str, Any]) -> ChunkKind:
+        self.response = dict(response)
+        self.status = _str(response.get("status")) or status
+        if isinstance(response.get("usage"), Mapping):
+            self.usage = dict(response["usage"])
+        if status == "failed" and isinstance(response.get("error"), Mapping):
+            self.error = dict(response["error"])
+            return ChunkKind.ERROR
+        return ChunkKind.DONE
+
+    def output(self) -> list[dict[str, Any]]:
+        """The output items, in order; from the final response when no item event came."""
+        if self._items:
+            return [self._items[i] for i in sorted(self._items)]
+        return responses_output(self.response)
+
+
+# ---------------------------------------------------------------- whole JSON bodies
+
+def chat_message(body: Any, index: int = 0) -> dict[str, Any] | None:
+    """The assistant message of choice `index` in a non-streaming chat completion."""
+    choices = body.get("choices") if isinstance(body, Mapping) else None
+    for n, choice in enumerate(choices if isinstance(choices, list) else ()):
+        if isinstance(choice, Mapping) and choice.get("index", n) == index:
+            message = choice.get("message")
+            return dict(message) if isinstance(message, Mapping) else None
+    return None
+
+
+def responses_output(body: Any) -> list[dict[str, Any]]:
+    output = body.get("output") if isinstance(body, Mapping) else None
+    return [dict(i) for i in output if isinstance(i, Mapping)] if isinstance(output, list) else []
+
+
+def usage_of(body: Any) -> dict[str, Any] | None:
+    usage = body.get("usage") if isinstance(body, Mapping) else None
+    return dict(usage) if isinstance(usage, Mapping) else None
+
+
+def _error_of(error: Any) -> dict[str, Any]:
+    return dict(error) if isinstance(error, Mapping) else {"message": str(error)}
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None

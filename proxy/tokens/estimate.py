@@ -1,0 +1,107 @@
+"""The token estimate of a request: per-entry counts, cached, plus tools, instructions, margin.
+
+A steady agent thread resends the same messages on every turn; each count is cached under the
+digest of the client's bytes (`Entry.key`) in a bounded LRU, so a request costs tokenizer work
+only for entries not seen before. Entries without client bytes (made or changed by a stage)
+are counted directly. Tool definitions and instructions, resent whole on every request, are
+cached by the digest of their text. The conservative total adds the reply priming and the
+configured safety margin, so it stays at or above what upstream counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import orjson
+
+from proxy.conversation import Api, Entry
+from proxy.lru import LRU
+from proxy.settings import TokenSettings
+from proxy.tokens import rules
+from proxy.tokens.encoding import Tokenizer
+
+Tools = bytes | str | Sequence[Any] | None
+
+_BLOB_CACHE = 1024
+# The tag keeps a chat message and a Responses item with the same bytes apart.
+_TAG = {Api.CHAT: b"c", Api.RESPONSES: b"r"}
+
+
+class TokenEstimator:
+    def __init__(self, tokenizer: Tokenizer, settings: TokenSettings | None = None) -> None:
+        settings = settings or TokenSettings()
+        self.tokenizer = tokenizer
+        self.margin = settings.safety_margin
+        self._count: Callable[[str], int] = tokenizer.count
+        self._entries: LRU[bytes, int] = LRU(settings.cache_entries)
+        self._blobs: LRU[bytes, int] = LRU(_BLOB_CACHE)
+
+    def text_tokens(self, text: str) -> int:
+        return self._count(text)
+
+    def entry_tokens(self, entry: Entry) -> int:
+        if entry.key is None:
+            return self._measure(entry)
+        key = _TAG[entry.api] + entry.key
+        found = self._entries.get(key)
+        if found is None:
+            found = self._measure(entry)
+            self._entries.put(key, found)
+        return found
+
+    def _measure(self, entry: Entry) -> int:
+        if entry.api is Api.CHAT:
+            return rules.chat_message_tokens(entry.raw, self._count)
+        return rules.responses_item_tokens(entry.raw, self._count)
+
+    def sizes(self, entries: Iterable[Entry]) -> list[int]:
+        return [self.entry_tokens(e) for e in entries]
+
+    def tools_tokens(self, tools: Tools) -> int:
+        """Tool definitions, given as the request's JSON bytes or already parsed."""
+        if tools is None or tools == b"" or tools == "":
+            return 0
+        blob = tools.encode() if isinstance(tools, str) else tools
+        data = blob if isinstance(blob, bytes) else orjson.dumps(blob)
+        return self._cached(b"t" + _digest(data), lambda: rules.tools_tokens(_parsed(blob),
+                                                                             self._count))
+
+    def instructions_tokens(self, instructions: Any) -> int:
+        if instructions is None or instructions == "":
+            return 0
+        data = instructions.encode() if isinstance(instructions, str) else orjson.dumps(instructions)
+        return self._cached(b"i" + _digest(data),
+                            lambda: rules.instructions_tokens(instructions, self._count))
+
+    def _cached(self, key: bytes, compute: Callable[[], int]) -> int:
+        found = self._blobs.get(key)
+        if found is None:
+            found = compute()
+            self._blobs.put(key, found)
+        return found
+
+    def with_margin(self, tokens: int) -> int:
+        return math.ceil(tokens * (1.0 + self.margin))
+
+    def conservative_total(self, entries: Iterable[Entry], tools: Tools = None,
+                           instructions: Any = None, sizes: Sequence[int] | None = None) -> int:
+        """The whole request, margin included: never below what upstream counts."""
+        body = sum(sizes) if sizes is not None else sum(self.sizes(entries))
+        fixed = rules.REPLY_PRIMING + self.tools_tokens(tools) + self.instructions_tokens(instructions)
+        return self.with_margin(body + fixed)
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def _parsed(tools: bytes | Sequence[Any]) -> Any:
+    if not isinstance(tools, bytes):
+        return tools
+    try:
+        return orjson.loads(tools)
+    except orjson.JSONDecodeError:
+        return None

@@ -1,0 +1,170 @@
+"""What each piece of a request costs in prompt tokens, given a text counter.
+
+OpenAI's published recipe (PROTOCOL.md §7): every message costs 3 tokens of framing plus its
+role, content and name (a name 1 more); the reply is primed with 3; function definitions
+follow the cookbook's gpt-4o constants. Where the recipe is silent the rules below count what
+the model reads: each tool call as framing, name and arguments; reasoning text sent back
+(`reasoning_content`, `reasoning`, Responses reasoning summaries); images by their tiles
+(`images.py`); any other content part or item as its JSON text. Everything is a pure function
+of the parsed JSON and a `count(text) -> int`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from proxy.tokens.images import image_tokens
+
+Count = Callable[[str], int]
+
+MESSAGE = 3  # <|start|>{role}<|message|> ... <|end|>
+NAME = 1
+CALL = 3
+REPLY_PRIMING = 3
+FUNCTION, PROPERTIES, PROPERTY, ENUM, ENUM_ITEM, FUNCTIONS_END = 7, 3, 3, -3, 3, 12
+
+_REASONING_TEXT = ("reasoning_content", "reasoning")
+
+
+def json_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return str(value)
+
+
+def content_tokens(content: Any, count: Count) -> int:
+    """A message's `content` (or an output): a string or a list of parts."""
+    if content is None:
+        return 0
+    if not isinstance(content, list):
+        return count(json_text(content))
+    return sum(part_tokens(part, count) for part in content)
+
+
+def part_tokens(part: Any, count: Count) -> int:
+    if not isinstance(part, Mapping):
+        return count(json_text(part))
+    text = part.get("text")
+    if isinstance(text, str):
+        return count(text)
+    kind = part.get("type")
+    if kind == "refusal":
+        return count(str(part.get("refusal", "")))
+    if kind == "image_url":
+        image = part.get("image_url")
+        if isinstance(image, Mapping):
+            return image_tokens(_str(image.get("url")), _str(image.get("detail")))
+        return image_tokens(_str(image), None)
+    if kind == "input_image":
+        return image_tokens(_str(part.get("image_url")), _str(part.get("detail")))
+    return count(json_text({k: v for k, v in part.items() if k != "type"}))
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def chat_message_tokens(message: Mapping[str, Any], count: Count) -> int:
+    total = MESSAGE + count(str(message.get("role", ""))) + content_tokens(message.get("content"), count)
+    name = message.get("name")
+    if name:
+        total += NAME + count(str(name))
+    for key in (*_REASONING_TEXT, "refusal"):
+        value = message.get(key)
+        if isinstance(value, str):
+            total += count(value)
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        total += sum(chat_call_tokens(call, count) for call in calls)
+    return total
+
+
+def chat_call_tokens(call: Any, count: Count) -> int:
+    if not isinstance(call, Mapping):
+        return 0
+    body = call.get("function") or call.get("custom") or {}
+    if not isinstance(body, Mapping):
+        return CALL + count(json_text(body))
+    arguments = body.get("arguments", body.get("input", ""))
+    return CALL + count(str(body.get("name", ""))) + count(json_text(arguments))
+
+
+def responses_item_tokens(item: Mapping[str, Any], count: Count) -> int:
+    kind = item.get("type") or "message"
+    if kind == "message":
+        role = str(item.get("role", ""))
+        return MESSAGE + count(role) + content_tokens(item.get("content"), count)
+    if kind == "reasoning":
+        return _summary_tokens(item.get("summary"), count)
+    if not isinstance(kind, str):
+        return MESSAGE + count(json_text(item))
+    if kind.endswith("_call_output"):
+        return MESSAGE + content_tokens(item.get("output"), count)
+    if kind.endswith("_call"):
+        arguments = item.get("arguments", item.get("input", item.get("action", "")))
+        return CALL + count(str(item.get("name", ""))) + count(json_text(arguments))
+    return MESSAGE + count(json_text(item))
+
+
+def _summary_tokens(summary: Any, count: Count) -> int:
+    if not isinstance(summary, list):
+        return 0
+    return sum(count(str(s.get("text", ""))) for s in summary if isinstance(s, Mapping))
+
+
+def instructions_tokens(instructions: Any, count: Count) -> int:
+    """Responses `instructions`: a system message of its own."""
+    if instructions is None or instructions == "":
+        return 0
+    return MESSAGE + content_tokens(instructions, count)
+
+
+def tools_tokens(tools: Any, count: Count) -> int:
+    """Tool definitions: functions by the cookbook rule, other tools as their JSON."""
+    if not isinstance(tools, list) or not tools:
+        return 0
+    return sum(_tool_tokens(tool, count) for tool in tools) + FUNCTIONS_END
+
+
+def _tool_tokens(tool: Any, count: Count) -> int:
+    if not isinstance(tool, Mapping):
+        return 0
+    function = _function_of(tool)
+    if function is None:
+        return count(json_text(tool))
+    description = str(function.get("description", "")).rstrip(".")
+    total = FUNCTION + count(f"{function.get('name', '')}:{description}")
+    parameters = function.get("parameters")
+    properties = parameters.get("properties") if isinstance(parameters, Mapping) else None
+    if isinstance(properties, Mapping) and properties:
+        total += PROPERTIES + sum(_property_tokens(k, p, count) for k, p in properties.items())
+    return total
+
+
+def _function_of(tool: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    if tool.get("type") != "function":
+        return None
+    nested = tool.get("function")
+    if isinstance(nested, Mapping):
+        return nested
+    # The Responses API writes function tools flat: {"type": "function", "name": ...}.
+    return tool if "name" in tool and nested is None else None
+
+
+def _property_tokens(key: str, prop: Any, count: Count) -> int:
+    prop = prop if isinstance(prop, Mapping) else {}
+    total = PROPERTY
+    enum = prop.get("enum")
+    if isinstance(enum, list):
+        total += ENUM + sum(ENUM_ITEM + count(str(item)) for item in enum)
+    description = str(prop.get("description", "")).rstrip(".")
+    total += count(f"{key}:{prop.get('type', '')}:{description}")
+    # Nested schemas (items, properties, defaults) are read by the model too.
+    rest = {k: v for k, v in prop.items() if k not in ("type", "description", "enum")}
+    return total + (count(json_text(rest)) if rest else 0)
