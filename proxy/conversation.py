@@ -142,11 +142,20 @@ def entry_from(api: Api, element: Any, source: bytes | None = None) -> Entry:
     return entry_from_chat(element, source) if api is Api.CHAT else entry_from_responses(element, source)
 
 
-def entries_from(api: Api, elements: Sequence[Any],
-                 sources: Sequence[bytes] | None = None) -> Entries:
+def entries_from(api: Api, elements: Sequence[Any], sources: Sequence[bytes] | None = None,
+                 previous: Sequence[Entry] = ()) -> Entries:
+    """Entries of a wire list; an element with the same bytes at the same place in `previous`
+    (the thread's last request) is that very entry again, so a steady request builds only
+    what is new."""
     if sources is None:
         return tuple(entry_from(api, e) for e in elements)
-    return tuple(entry_from(api, e, s) for e, s in zip(elements, sources, strict=True))
+    out = []
+    for i, (element, source) in enumerate(zip(elements, sources, strict=True)):
+        if i < len(previous) and previous[i].source == source and previous[i].api is api:
+            out.append(previous[i])
+        else:
+            out.append(entry_from(api, element, source))
+    return tuple(out)
 
 
 def serialize(entries: Iterable[Entry]) -> bytes:

@@ -7,12 +7,13 @@ error shape that never reaches upstream; everything else is left for upstream to
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 
-from proxy.conversation import Api, Entries, entries_from
+from proxy.conversation import Api, Entries, Entry, entries_from
 from proxy.errors import BadRequest
 from proxy.jsonspan import ArraySpans, locate_array
 
@@ -25,8 +26,9 @@ class Inbound:
     model: str
     stream: bool
     array_key: str  # "messages" or "input"
-    entries: Entries | None  # None: no list to work on (Responses `input` as a string, or absent)
+    entries: Entries | None  # None until `with_entries`, or when there is no list to work on
     spans: ArraySpans | None
+    elements: tuple[dict[str, Any], ...] | None = None  # the parsed list, when there is one
 
     @property
     def stateful_upstream(self) -> bool:
@@ -56,11 +58,33 @@ def parse_inbound(api: Api, body: bytes) -> Inbound:
     if api is Api.CHAT and not isinstance(elements, list):
         raise BadRequest("'messages' must be an array of message objects.", param="messages")
     if not isinstance(elements, list) or not elements:
-        return Inbound(api, body, doc, model, stream, key, None, None)
+        return Inbound(api, body, doc, model, stream, key, None, None, None)
     for i, element in enumerate(elements):
         if not isinstance(element, dict):
             raise BadRequest(f"Each item of '{key}' must be an object; item {i} is "
                              f"{type(element).__name__}.", param=f"{key}.[{i}]")
     spans = locate_array(body, key, elements)
-    entries = entries_from(api, elements, spans.elements if spans else None)
-    return Inbound(api, body, doc, model, stream, key, entries, spans)
+    return Inbound(api, body, doc, model, stream, key, None, spans, tuple(elements))
+
+
+def with_entries(inbound: Inbound, previous: Sequence[Entry] = ()) -> Inbound:
+    """The inbound request with its list as entries, reusing `previous` where bytes match."""
+    if inbound.elements is None:
+        return inbound
+    sources = inbound.spans.elements if inbound.spans else None
+    entries = entries_from(inbound.api, inbound.elements, sources, previous)
+    return replace(inbound, entries=entries)
+
+
+def leading_bytes(inbound: Inbound) -> list[bytes]:
+    """The leading system/developer elements and the first user message, for a fingerprint."""
+    out: list[bytes] = []
+    instructions = inbound.doc.get("instructions")
+    if inbound.api is Api.RESPONSES and isinstance(instructions, str):
+        out.append(instructions.encode("utf-8", "surrogatepass"))
+    sources = inbound.spans.elements if inbound.spans else None
+    for i, element in enumerate(inbound.elements or ()):
+        out.append(sources[i] if sources else orjson.dumps(element))
+        if element.get("role") == "user":
+            break
+    return out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import openai
@@ -75,10 +75,14 @@ def proxy(make_proxy: Callable[..., RunningProxy], fake: FakeUpstream) -> Runnin
 
 
 @pytest.fixture
-def client(proxy: RunningProxy) -> openai.OpenAI:
-    return openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)
+def client(proxy: RunningProxy) -> Iterator[openai.OpenAI]:
+    client = openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)
+    yield client
+    client.close()
 
 
 @pytest.fixture
-def aclient(proxy: RunningProxy) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)
+async def aclient(proxy: RunningProxy) -> AsyncIterator[openai.AsyncOpenAI]:
+    client = openai.AsyncOpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)
+    yield client
+    await client.close()

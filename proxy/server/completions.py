@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from proxy.conversation import Api, Kind
-from proxy.inbound import Inbound, parse_inbound
+from proxy.conversation import Api
+from proxy.inbound import Inbound, leading_bytes, parse_inbound
 from proxy.server.headers import client_response_headers, upstream_request_headers
 from proxy.server.relay import is_event_stream, relay_stream, whole_response
 from proxy.server.request_line import RequestLine
@@ -65,14 +65,8 @@ async def _complete(request: web.Request, api: Api) -> web.StreamResponse:
 
 
 def _identity(request: web.Request, inbound: Inbound, services: Services) -> ThreadIdentity:
-    leading: list[bytes] = []
-    for entry in inbound.entries or ():
-        leading.append(entry.to_bytes())
-        if entry.kind is Kind.USER:
-            break
-    if inbound.api is Api.RESPONSES and isinstance(inbound.doc.get("instructions"), str):
-        leading.insert(0, inbound.doc["instructions"].encode())
-    return resolve_thread(request.headers, inbound.doc, services.settings.threads, leading)
+    return resolve_thread(request.headers, inbound.doc, services.settings.threads,
+                          leading_bytes(inbound))
 
 
 def _loggable(thread: str | None) -> str | None:

@@ -28,7 +28,7 @@ from proxy.testing.overflow import OVERFLOW_STYLES
 from proxy.testing.prompt_units import PromptUnits, Unit
 from proxy.testing.replies import Reply
 from proxy.testing.signing import DEFAULT_KEY, Signer
-from proxy.testing.sse import reject
+from proxy.testing.sse import PEER_GONE, reject
 from proxy.testing.turn import Ids, Turn, call_ids, completion_tokens, stream_options
 from proxy.testing.usage import USAGE_STYLES, Counts, PromptCache
 
@@ -74,6 +74,7 @@ class FakeUpstream:
         self.cache = PromptCache()
         self.units = PromptUnits()
         self.requests: list[Recorded] = []
+        self.peer_gone: list[str] = []  # streams the client abandoned while the fake held them
         self.responder: Responder | None = None
         self.stored: dict[str, responses_endpoint.Stored] = {}
         self._script: list[Reply] = []
@@ -124,6 +125,7 @@ class FakeUpstream:
         router.add_get("/v1/models/{id}", lambda r: misc_endpoints.model(self, r))
         router.add_post("/v1/embeddings", lambda r: misc_endpoints.embeddings(self, r))
         router.add_route("*", "/{tail:.*}", misc_endpoints.not_found)
+        app[PEER_GONE] = self.peer_gone
         return app
 
     @web.middleware

@@ -34,6 +34,10 @@ def reject(rejection: Rejection, headers: Mapping[str, str] | None = None) -> we
                         content_type="application/json", headers=headers)
 
 
+# Paths of streams whose peer went away while the fake was still holding them open.
+PEER_GONE = web.AppKey("peer_gone", list)
+
+
 async def abort(request: web.Request) -> None:
     """Drop the TCP connection once what was written has left, as a crashed upstream would."""
     transport = request.transport
@@ -61,13 +65,27 @@ async def send_stream(request: web.Request, frames: Sequence[bytes], reply: Repl
         await abort(request)
         return response
     if reply.hang_after is not None:
-        await stopping.wait()
+        if await _peer_left(request, stopping):
+            request.app[PEER_GONE].append(request.path)
         await abort(request)
         return response
     if reply.error_after is not None and error_frame is not None:
         await response.write(error_frame)
     await response.write_eof()
     return response
+
+
+async def _peer_left(request: web.Request, stopping: asyncio.Event) -> bool:
+    """Wait until the server stops or the peer closes the connection; True for the latter."""
+    while not stopping.is_set():
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            return True
+        try:
+            await asyncio.wait_for(stopping.wait(), 0.02)
+        except asyncio.TimeoutError:
+            pass
+    return False
 
 
 def _cut_point(reply: Reply, count: int) -> int:

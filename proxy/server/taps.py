@@ -1,0 +1,91 @@
+"""Stream taps for the pipeline: forward complete events as they arrive, read the answer on the side.
+
+The chat tap can hide the usage-only chunk the proxy asked for on the client's behalf (SPEC §6);
+both taps rebuild the response (message or output items) and its usage for the anchor, and
+know how to end a broken stream with an error the client's SDK raises.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from proxy.errors import error_body
+from proxy.sse import SseDecoder, SseEvent
+from proxy.streams import ChatStream, ChunkKind, ResponsesStream
+
+
+class ChatTap:
+    def __init__(self, hide_usage: bool) -> None:
+        self.hide_usage = hide_usage
+        self.decoder = SseDecoder()
+        self.stream = ChatStream()
+        self.hidden = 0
+
+    def feed(self, chunk: bytes) -> bytes:
+        return self._forward(self.decoder.feed(chunk))
+
+    def flush(self) -> bytes:
+        return self._forward(self.decoder.flush())
+
+    def _forward(self, events: list[SseEvent]) -> bytes:
+        out = []
+        for event in events:
+            kind = self.stream.feed(event) if event.complete else ChunkKind.OTHER
+            if kind is ChunkKind.USAGE_ONLY and self.hide_usage:
+                self.hidden += 1
+                continue
+            out.append(event.raw)
+        return b"".join(out)
+
+    def failure_frame(self, message: str) -> bytes:
+        body = error_body(message, "server_error", None, "upstream_disconnected")
+        return b"data: " + orjson.dumps(body) + b"\n\n"
+
+    def response(self) -> Any:
+        return self.stream.message()
+
+    def usage(self) -> Any:
+        return self.stream.usage
+
+    @property
+    def complete(self) -> bool:
+        return self.stream.done and self.stream.error is None
+
+
+class ResponsesTap:
+    def __init__(self) -> None:
+        self.decoder = SseDecoder()
+        self.stream = ResponsesStream()
+        self.sequence = -1
+
+    def feed(self, chunk: bytes) -> bytes:
+        return self._forward(self.decoder.feed(chunk))
+
+    def flush(self) -> bytes:
+        return self._forward(self.decoder.flush())
+
+    def _forward(self, events: list[SseEvent]) -> bytes:
+        for event in events:
+            if event.complete:
+                self.stream.feed(event)
+                data = event.json()
+                if isinstance(data, dict) and isinstance(data.get("sequence_number"), int):
+                    self.sequence = data["sequence_number"]
+        return b"".join(event.raw for event in events)
+
+    def failure_frame(self, message: str) -> bytes:
+        body = {"type": "error", "sequence_number": self.sequence + 1,
+                **error_body(message, "server_error", None, "upstream_disconnected")}
+        return b"event: error\ndata: " + orjson.dumps(body) + b"\n\n"
+
+    def response(self) -> Any:
+        return self.stream.output()
+
+    def usage(self) -> Any:
+        return self.stream.usage
+
+    @property
+    def complete(self) -> bool:
+        return self.stream.status == "completed"

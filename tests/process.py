@@ -1,0 +1,97 @@
+"""The proxy as a real process (`python -m proxy serve`), for signal, restart and CLI tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+
+def write_config(path: Path, upstream_url: str, state_path: Path, **sections: Any) -> Path:
+    config: dict[str, Any] = {
+        "server": {"host": "127.0.0.1", "port": 0, "shutdown_grace_s": 10},
+        "upstreams": {"fake": {"base_url": upstream_url, "timeout_s": 20}},
+        "state": {"path": str(state_path)},
+        "logging": {"format": "json", "level": "info"},
+    }
+    for name, value in sections.items():
+        config[name] = {**config.get(name, {}), **value}
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def cli(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "proxy", *args], capture_output=True, text=True,
+                          timeout=60, cwd=cwd, env=_env())
+
+
+def _env() -> dict[str, str]:
+    root = str(Path(__file__).resolve().parents[1])
+    return {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+class ProxyProcess:
+    """`compaction-proxy serve` in a child process; its JSON log lines are collected."""
+
+    def __init__(self, config: Path, *args: str) -> None:
+        self.process = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--config",
+                                         str(config), *args], stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, env=_env())
+        self.lines: list[dict[str, Any]] = []
+        self.raw: list[bytes] = []
+        self._ready = threading.Event()
+        self.port = 0
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self._ready.wait(30):
+            self.kill()
+            raise RuntimeError("the proxy did not start:\n" + b"".join(self.raw).decode(errors="replace"))
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.raw.append(line)
+            try:
+                event = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            self.lines.append(event)
+            if event.get("event") == "listening":
+                self.port = int(event["addresses"][0].rsplit(":", 1)[1])
+                self._ready.set()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+    def wait(self, timeout: float = 20) -> int:
+        return self.process.wait(timeout)
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [line for line in self.lines if line.get("event") == name]
+
+    def wait_for(self, name: str, count: int = 1, timeout: float = 10) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = self.events(name)
+            if len(found) >= count:
+                return found
+            time.sleep(0.02)
+        raise TimeoutError(f"no {count} {name!r} log lines")
