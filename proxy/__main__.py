@@ -80,8 +80,7 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _run(app: web.Application, settings: Settings, log: object) -> None:
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                           shutdown_timeout=settings.server.shutdown_grace_s)
+    runner = make_runner(app, settings)
     await runner.setup()
     site = web.TCPSite(runner, settings.server.host, settings.server.port)
     await site.start()
@@ -96,6 +95,13 @@ async def _run(app: web.Application, settings: Settings, log: object) -> None:
     log.info("shutting_down", grace_s=settings.server.shutdown_grace_s)  # type: ignore[attr-defined]
     await runner.cleanup()
     log.info("stopped")  # type: ignore[attr-defined]
+
+
+def make_runner(app: web.Application, settings: Settings) -> web.AppRunner:
+    # Long header lines (big thread ids, tokens) are client data to handle, not parser errors.
+    return web.AppRunner(app, handler_cancellation=True, access_log=None,
+                         shutdown_timeout=settings.server.shutdown_grace_s,
+                         max_line_size=65536, max_field_size=65536)
 
 
 def _threads(settings: Settings, args: argparse.Namespace) -> int:

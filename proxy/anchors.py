@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-import orjson
+from proxy import jsonio
 
 from proxy.conversation import Api, Entry, Kind, entry_from_chat, entry_from_responses
 from proxy.records import Anchor
@@ -110,4 +110,4 @@ def _anchored(anchor: Anchor, response: list[int], sizes: Sequence[int], margin:
 
 def context_bytes(tools: Any = None, instructions: Any = None, model: str = "") -> bytes:
     """What besides the list shapes the count: tools, instructions, and the model's tokenizer."""
-    return orjson.dumps([model, tools, instructions])
+    return jsonio.dumps([model, tools, instructions])

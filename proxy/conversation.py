@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-import orjson
+from proxy import jsonio
 
 
 class Api(StrEnum):
@@ -68,7 +68,7 @@ class Entry:
         return self.source is not None
 
     def to_bytes(self) -> bytes:
-        return self.source if self.source is not None else orjson.dumps(self.raw)
+        return self.source if self.source is not None else jsonio.dumps(self.raw)
 
 
 Entries = tuple[Entry, ...]
@@ -168,7 +168,7 @@ def _text(value: Any) -> str:
         return value
     if value is None:
         return ""
-    return orjson.dumps(value).decode()
+    return jsonio.dumps_text(value)
 
 
 # ---------------------------------------------------------------- reading content

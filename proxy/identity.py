@@ -14,7 +14,7 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import orjson
+from proxy import jsonio
 
 from proxy.conversation import Api, Entry
 from proxy.lru import LRU
@@ -94,7 +94,7 @@ def _call(call: Any) -> Any:
 
 
 def digest_of(canonical_form: Mapping[str, Any]) -> str:
-    data = orjson.dumps(canonical_form, option=orjson.OPT_SORT_KEYS)
+    data = jsonio.dumps(canonical_form, sort_keys=True)
     return hashlib.blake2b(data, digest_size=12).hexdigest()
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import orjson
+from proxy import jsonio
 
 from proxy.conversation import Api, Entries, Entry, entries_from
 from proxy.errors import BadRequest
@@ -38,8 +38,8 @@ class Inbound:
 
 def parse_json_body(body: bytes) -> dict[str, Any]:
     try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
+        doc = jsonio.loads(body)
+    except ValueError as exc:
         raise BadRequest(f"The request body is not valid JSON: {exc}. "
                          "Send a JSON object with Content-Type: application/json.") from None
     if not isinstance(doc, dict):
@@ -84,7 +84,7 @@ def leading_bytes(inbound: Inbound) -> list[bytes]:
         out.append(instructions.encode("utf-8", "surrogatepass"))
     sources = inbound.spans.elements if inbound.spans else None
     for i, element in enumerate(inbound.elements or ()):
-        out.append(sources[i] if sources else orjson.dumps(element))
+        out.append(sources[i] if sources else jsonio.dumps(element))
         if element.get("role") == "user":
             break
     return out

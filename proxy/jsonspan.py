@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from proxy import jsonio
+
 _WS = b" \t\r\n"
 _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\],:]')
 
@@ -64,7 +66,7 @@ def _fast(body: bytes, key: str, parsed: Sequence[Any]) -> ArraySpans | None:
     if start < 0 or body[start] != ord("["):
         return None
     colon = _skip_ws_back(body, start - 1)
-    key_bytes = orjson.dumps(key)
+    key_bytes = jsonio.dumps(key)
     if colon < 0 or body[colon] != ord(":"):
         return None
     key_end = _skip_ws_back(body, colon - 1) + 1
@@ -88,7 +90,7 @@ def _fast(body: bytes, key: str, parsed: Sequence[Any]) -> ArraySpans | None:
 
 def _scan(body: bytes, key: str, count: int) -> ArraySpans | None:
     """Tokenize the body; track depth; record the last top-level `key` array's elements."""
-    key_bytes = orjson.dumps(key)
+    key_bytes = jsonio.dumps(key)
     depth = 0
     expecting_key = False
     in_target = False
@@ -101,7 +103,7 @@ def _scan(body: bytes, key: str, count: int) -> ArraySpans | None:
         c = token[0]
         if c == 0x22:  # string
             if depth == 1 and expecting_key:
-                pending_key = token == key_bytes or orjson.loads(token) == key
+                pending_key = token == key_bytes or jsonio.loads(token) == key
                 expecting_key = False
             elif in_target and depth == 2:
                 elements.append(token)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
+from proxy import jsonio
 
 from proxy.conversation import Entries, serialize
 from proxy.inbound import Inbound
@@ -59,6 +59,6 @@ def _reserialize(inbound: Inbound, array: bytes | None, include_usage: bool,
     if array is None and inbound.spans is not None:
         array = inbound.body[inbound.spans.start:inbound.spans.end]
     if array is None:
-        return orjson.dumps(doc)
+        return jsonio.dumps(doc)
     doc[inbound.array_key] = _SENTINEL
-    return orjson.dumps(doc).replace(orjson.dumps(_SENTINEL), array, 1)
+    return jsonio.dumps(doc).replace(jsonio.dumps(_SENTINEL), array, 1)

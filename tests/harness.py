@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import orjson
 from aiohttp import web
 
+from proxy.__main__ import make_runner
 from proxy.server.app import build_app
 from proxy.server.logs import configure_logging
 from proxy.settings import LoggingSettings, Settings, parse_settings
@@ -109,8 +110,7 @@ async def start_proxy(settings: Settings, logs: LogCapture | None = None) -> Run
     logs = logs or LogCapture()
     configure_logging(LoggingSettings(format="json", level="debug"), stream=logs)
     app = build_app(settings)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                           shutdown_timeout=settings.server.shutdown_grace_s)
+    runner = make_runner(app, settings)
     await runner.setup()
     site = web.TCPSite(runner, settings.server.host, settings.server.port)
     await site.start()

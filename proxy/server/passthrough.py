@@ -7,7 +7,7 @@ headers and encoding unchanged.
 
 from __future__ import annotations
 
-import orjson
+from proxy import jsonio
 from aiohttp import web
 
 from proxy.server.headers import client_response_headers, upstream_request_headers
@@ -23,8 +23,8 @@ def model_of(body: bytes, content_type: str) -> str:
     if not body or "json" not in content_type:
         return ""
     try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
+        doc = jsonio.loads(body)
+    except ValueError:
         return ""
     model = doc.get("model") if isinstance(doc, dict) else None
     return model if isinstance(model, str) else ""

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
+from proxy import jsonio
 from aiohttp import web
 
 from proxy import anchors
@@ -139,8 +139,8 @@ class Pipeline:
         if status != 200 or prepared.key is None:
             return
         try:
-            body = orjson.loads(data)
-        except orjson.JSONDecodeError:
+            body = jsonio.loads(data)
+        except ValueError:
             return
         api = prepared.inbound.api
         response = chat_message(body) if api is Api.CHAT else responses_output(body)

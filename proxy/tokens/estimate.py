@@ -15,7 +15,8 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-import orjson
+
+from proxy import jsonio
 
 from proxy.conversation import Api, Entry
 from proxy.lru import LRU
@@ -65,14 +66,15 @@ class TokenEstimator:
         if tools is None or tools == b"" or tools == "":
             return 0
         blob = tools.encode() if isinstance(tools, str) else tools
-        data = blob if isinstance(blob, bytes) else orjson.dumps(blob)
+        data = blob if isinstance(blob, bytes) else jsonio.dumps(blob)
         return self._cached(b"t" + _digest(data), lambda: rules.tools_tokens(_parsed(blob),
                                                                              self._count))
 
     def instructions_tokens(self, instructions: Any) -> int:
         if instructions is None or instructions == "":
             return 0
-        data = instructions.encode() if isinstance(instructions, str) else orjson.dumps(instructions)
+        data = (instructions.encode("utf-8", "surrogatepass") if isinstance(instructions, str)
+                else jsonio.dumps(instructions))
         return self._cached(b"i" + _digest(data),
                             lambda: rules.instructions_tokens(instructions, self._count))
 
@@ -102,6 +104,6 @@ def _parsed(tools: bytes | Sequence[Any]) -> Any:
     if not isinstance(tools, bytes):
         return tools
     try:
-        return orjson.loads(tools)
-    except orjson.JSONDecodeError:
+        return jsonio.loads(tools)
+    except ValueError:
         return None

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import orjson
+
+from proxy import jsonio
 
 from proxy.tokens.images import image_tokens
 
@@ -33,7 +34,7 @@ def json_text(value: Any) -> str:
     if isinstance(value, str):
         return value
     try:
-        return orjson.dumps(value).decode()
+        return jsonio.dumps_text(value)
     except TypeError:
         return str(value)
 
