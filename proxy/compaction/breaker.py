@@ -1,0 +1,90 @@
+"""A circuit breaker per summarizer (model + upstream), as a pure state machine (SPEC §9).
+
+closed --`failures` consecutive failures--> open (cooldown = base * 2**(trips - 1), capped)
+open --cooldown elapsed, `allow`--> half-open: exactly one trial summary may run
+half-open --success--> closed (counters reset) | --failure--> open, the cooldown doubled
+
+`now` is passed in (seconds, any monotonic clock). A trial that never reports back (its request
+was cancelled) stops blocking after `trial_timeout_s`, so the breaker cannot stay half-open
+forever. The server keeps one `BreakerState` per `breaker_key` and replaces it with what
+these functions return.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from proxy.settings import BreakerSettings
+
+
+class Status(StrEnum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+@dataclass(frozen=True)
+class BreakerState:
+    failures: int = 0  # consecutive failures while closed
+    trips: int = 0  # times opened since the last success
+    opened_at: float | None = None
+    cooldown_s: float = 0.0
+    trial_started_at: float | None = None  # a half-open trial is running
+
+
+CLOSED = BreakerState()
+
+
+def breaker_key(model: str, upstream: str) -> str:
+    return f"{upstream}\x1f{model}"
+
+
+def status(state: BreakerState, now: float) -> Status:
+    if state.opened_at is None:
+        return Status.CLOSED
+    if state.trial_started_at is not None or now >= state.opened_at + state.cooldown_s:
+        return Status.HALF_OPEN
+    return Status.OPEN
+
+
+def allow(state: BreakerState, now: float,
+          trial_timeout_s: float = 300.0) -> tuple[bool, BreakerState]:
+    """Whether a summary may be attempted now, and the state to keep (a trial is recorded)."""
+    if state.opened_at is None:
+        return True, state
+    if now < state.opened_at + state.cooldown_s:
+        return False, state
+    trial = state.trial_started_at
+    if trial is not None and now < trial + trial_timeout_s:
+        return False, state
+    return True, replace(state, trial_started_at=now)
+
+
+def record_success(state: BreakerState) -> BreakerState:
+    return CLOSED
+
+
+def record_failure(state: BreakerState, now: float, settings: BreakerSettings) -> BreakerState:
+    if state.opened_at is not None:
+        # Without a trial running, this is a late report from an attempt begun before the
+        # breaker opened: it says nothing new about the summarizer.
+        if state.trial_started_at is None:
+            return state
+        return _open(state.trips + 1, now, settings)
+    failures = state.failures + 1
+    if failures >= settings.failures:
+        return _open(1, now, settings)
+    return replace(state, failures=failures)
+
+
+def _open(trips: int, now: float, settings: BreakerSettings) -> BreakerState:
+    cooldown = min(settings.max_cooldown_s, settings.base_cooldown_s * 2.0 ** min(trips - 1, 60))
+    return BreakerState(failures=0, trips=trips, opened_at=now, cooldown_s=cooldown)
+
+
+def retry_after(state: BreakerState, now: float) -> float:
+    """Seconds until a trial may run (0 when one may run now)."""
+    if state.opened_at is None:
+        return 0.0
+    return max(0.0, state.opened_at + state.cooldown_s - now)

@@ -1,0 +1,212 @@
+"""Reading upstream rejections: context overflow (SPEC §9) and rejected private state (§7.4).
+
+Providers spell the same errors many ways (PROTOCOL.md §3, §4): `{"error": {...}}`, a flat
+object (Mistral, Cerebras), Anthropic's `{"type": "error", ...}`, Gemini's JSON array,
+OpenRouter's upstream body as a string in `metadata.raw`, Ollama's error JSON inside a string,
+LiteLLM's `ContextWindowExceededError` prefix, a Responses stream `error` / `response.failed`
+event. `error_texts` flattens any of them into the lower-cased strings the rules look at;
+only error objects are read, never a successful answer's content.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+_FIELDS = ("message", "code", "type", "status", "param", "detail", "error")
+_MAX_DEPTH = 6
+
+_OVERFLOW_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error",
+                             "context_window_exceeded", "model_context_window_exceeded"})
+_OVERFLOW_PHRASES = (
+    "maximum context length",  # OpenAI, Azure, vLLM, DeepSeek, OpenRouter, Mistral
+    "exceeds the context window",  # OpenAI Responses / Codex
+    "prompt is too long",  # Anthropic, Bedrock
+    "exceed context limit",  # Anthropic: input + max_tokens
+    "model's maximum context limit",
+    "is longer than the model's context length",
+    "input tokens exceed the configured limit",
+    "`inputs` tokens + `max_new_tokens` must be",
+    "exceeds the available context size",  # llama.cpp, Ollama's runner
+    "available context size",
+    "exceeds the maximum number of tokens allowed",  # Gemini
+    "reduce the length of the messages",  # OpenAI (older), Groq, Cerebras, DeepSeek
+    "maximum prompt length is",  # xAI
+    "exceeded model token limit",  # Moonshot
+    "context length of only",  # LM Studio
+    "when context the overflows",  # LM Studio
+    "contextwindowexceedederror",  # LiteLLM proxy
+    "too many input tokens",  # Bedrock
+    "input is too long",  # Bedrock, Replicate
+    "request payload size exceeds",  # Vertex
+)
+_OVERFLOW_PAIRS = (("input token count", "exceeds the maximum"),  # Gemini
+                   ("current length is", "while limit is"),  # Cerebras
+                   ("maximum input length is", "tokens"))
+_OVERFLOW_PATTERNS = (re.compile(r"prompt tokens \(\d+\) exceed model maximum"),
+                      re.compile(r"too large for model with \d+ maximum context"))  # Mistral
+_NOT_OVERFLOW = ("string_above_max_length", "rate_limit", "rate limit", "tokens per minute",
+                 "(tpm)", "too many requests", "quota")
+
+
+def error_texts(body: Any, status: int = 400) -> list[str]:
+    """The lower-cased strings of the error objects in `body` (bytes, text or parsed JSON)."""
+    doc = _parsed(body)
+    if isinstance(doc, str):
+        return [doc.lower()] if status >= 400 and doc.strip() else []
+    return [t.lower() for t in _from_doc(doc, status, 0)]
+
+
+def _parsed(body: Any) -> Any:
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        body = bytes(body).decode("utf-8", "replace")
+    if isinstance(body, str):
+        stripped = body.strip()
+        if stripped[:1] in ("{", "["):
+            try:
+                return orjson.loads(stripped)
+            except orjson.JSONDecodeError:
+                return body
+        return body
+    return body
+
+
+def _from_doc(doc: Any, status: int, depth: int) -> Iterator[str]:
+    if depth > _MAX_DEPTH:
+        return
+    if isinstance(doc, list):
+        for item in doc:
+            yield from _from_doc(item, status, depth + 1)
+    elif isinstance(doc, dict):
+        if doc.get("error"):
+            yield from _from_error(doc["error"], depth + 1)
+        elif doc.get("type") == "response.failed" and isinstance(doc.get("response"), dict):
+            yield from _from_error(doc["response"].get("error"), depth + 1)
+        elif status >= 400 or doc.get("type") == "error" or doc.get("object") == "error":
+            yield from _from_error(doc, depth + 1)
+
+
+def _from_error(error: Any, depth: int) -> Iterator[str]:
+    """Every string field of an error object, following JSON carried inside strings."""
+    if depth > _MAX_DEPTH or error is None:
+        return
+    if isinstance(error, str):
+        inner = _parsed(error)
+        if isinstance(inner, (dict, list)):
+            yield from _from_doc(inner, 400, depth + 1)
+        yield error
+    elif isinstance(error, (int, float)):
+        yield str(error)
+    elif isinstance(error, list):
+        for item in error:
+            yield from _from_error(item, depth + 1)
+    elif isinstance(error, dict):
+        for key in _FIELDS:
+            if key in error:
+                yield from _from_error(error[key], depth + 1)
+        metadata = error.get("metadata")
+        if isinstance(metadata, dict) and "raw" in metadata:
+            yield from _from_error(metadata["raw"], depth + 1)
+
+
+# ---------------------------------------------------------------- context overflow
+
+def is_context_overflow(status: int, body: Any) -> bool:
+    """Whether upstream said the request does not fit the model's context window.
+
+    Rate limits (429, and Groq's 413 "tokens per minute") and one over-long string
+    (`string_above_max_length`) are not overflows: compaction would not help them.
+    """
+    if status == 429:
+        return False
+    texts = error_texts(body, status)
+    if not texts or any(marker in t for t in texts for marker in _NOT_OVERFLOW):
+        return False
+    return any(_overflow_text(t) for t in texts)
+
+
+def _overflow_text(text: str) -> bool:
+    if text.strip() in _OVERFLOW_CODES:
+        return True
+    if any(p in text for p in _OVERFLOW_PHRASES):
+        return True
+    if any(a in text and b in text for a, b in _OVERFLOW_PAIRS):
+        return True
+    return any(p.search(text) for p in _OVERFLOW_PATTERNS)
+
+
+# ---------------------------------------------------------------- rejected private state
+
+class RetryAction(StrEnum):
+    STRIP_BLOBS = "strip_blobs"  # drop chain-bound state: encrypted reasoning, signed thinking,
+    # reasoning_details, signatures, and the fc_/msg_ ids that referenced dropped reasoning
+    STAND_IN = "stand_in"  # put the provider's documented stand-in where a blob is demanded
+    RESTORE_LOOP_BLOBS = "restore_loop_blobs"  # send the current loop's blocks as the client did
+    DROP_PLAIN_REASONING = "drop_plain_reasoning"  # remove reasoning_content / reasoning
+    REASONING_PLACEHOLDERS = "reasoning_placeholders"  # reasoning_content on tool-call messages
+
+
+@dataclass(frozen=True)
+class Retry:
+    action: RetryAction
+    reason: str  # what upstream rejected, for the log
+
+
+# Order matters: the first rule whose every phrase is present wins.
+_PRIVATE_RULES: tuple[tuple[tuple[str, ...], RetryAction, str], ...] = (
+    (("invalid_encrypted_content",), RetryAction.STRIP_BLOBS, "encrypted reasoning rejected"),
+    (("encrypted content", "could not be verified"), RetryAction.STRIP_BLOBS,
+     "encrypted reasoning rejected"),
+    (("items are not persisted when `store` is set to false",), RetryAction.STRIP_BLOBS,
+     "reasoning item referenced by id without store"),
+    (("of type 'reasoning' was provided without its required following item",),
+     RetryAction.STRIP_BLOBS, "reasoning item separated from its output"),
+    (("was provided without its required 'reasoning' item",), RetryAction.STRIP_BLOBS,
+     "item id refers to a dropped reasoning item"),
+    (("thought_signature", "missing"), RetryAction.STAND_IN, "Gemini thought signature missing"),
+    (("thought signature",), RetryAction.STAND_IN, "Gemini thought signature rejected"),
+    (("expected `thinking` or `redacted_thinking`",), RetryAction.RESTORE_LOOP_BLOBS,
+     "Anthropic requires the loop's thinking blocks"),
+    (("first block must be thinking or redacted_thinking",), RetryAction.RESTORE_LOOP_BLOBS,
+     "Anthropic thinking blocks out of place"),
+    (("when thinking is disabled",), RetryAction.STRIP_BLOBS,
+     "thinking blocks sent with thinking disabled"),
+    (("invalid `signature`",), RetryAction.STRIP_BLOBS, "thinking signature rejected"),
+    (("invalid signature",), RetryAction.STRIP_BLOBS, "thinking signature rejected"),
+    (("reasoning_content", "must be passed back"), RetryAction.REASONING_PLACEHOLDERS,
+     "reasoning_content required in the tool loop"),
+    (("missing `reasoning_content`",), RetryAction.REASONING_PLACEHOLDERS,
+     "reasoning_content required in the tool loop"),
+    (("reasoning_content is missing",), RetryAction.REASONING_PLACEHOLDERS,
+     "reasoning_content required in the tool loop"),
+    (("reasoning_content", "unsupported"), RetryAction.DROP_PLAIN_REASONING,
+     "reasoning_content not accepted"),
+    (("reasoning_content' was unexpected",), RetryAction.DROP_PLAIN_REASONING,
+     "reasoning_content not accepted"),
+    (("reasoning_content field is included",), RetryAction.DROP_PLAIN_REASONING,
+     "reasoning_content not accepted"),
+    (("unknown parameter", "reasoning_content"), RetryAction.DROP_PLAIN_REASONING,
+     "reasoning_content not accepted"),
+)
+
+
+def private_state_rejection(status: int, body: Any) -> Retry | None:
+    """What one retry should do about rejected provider-private state, or None."""
+    if status == 429 or 200 <= status < 300 and not _is_error_event(body):
+        return None
+    texts = error_texts(body, max(status, 400))
+    for phrases, action, reason in _PRIVATE_RULES:
+        if any(all(p in t for p in phrases) for t in texts):
+            return Retry(action, reason)
+    return None
+
+
+def _is_error_event(body: Any) -> bool:
+    doc = _parsed(body)
+    return isinstance(doc, dict) and (doc.get("type") in ("error", "response.failed")
+                                      or bool(doc.get("error")))

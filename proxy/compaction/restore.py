@@ -1,0 +1,246 @@
+"""What comes back verbatim after a summary (SPEC §5, issue 5 item 4).
+
+From the summarized part only:
+- files: the latest text of up to `max_files` recently read files (calls named in `file_tools`;
+  the path from the call's arguments; the latest read of a path wins; a path read again in the
+  kept tail is skipped, the tail already has the newer text). A file over `per_file_tokens` is
+  cut with a marker; one that no longer fits `total_tokens` is skipped. Images, files, base64
+  dumps and other binary-looking content are never restored.
+- plan: the latest call named in `plan_tools` (its arguments are the plan), unless the tail
+  has a newer one.
+- the user's own messages, verbatim, chosen newest first within `user_messages_tokens` (a
+  message that does not fit is skipped, older short ones may still fit); the latest one always,
+  even over budget. An enormous latest message (over `latest_cap`, by default four times the
+  budget) keeps its head and tail with a marker saying how much of the middle is only in the
+  summary: restoring a pasted log whole could itself overflow the window.
+
+Each becomes a user message that says plainly what it is; the server counts their tokens in
+the post-check, which may drop the files (then the plan) when they alone break the window.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from proxy.compaction.cutoff import Cutoff
+from proxy.compaction.transcript import middle_cut
+from proxy.conversation import (Api, Entry, Kind, ToolCall, content_text, has_non_text_parts,
+                                make_user)
+from proxy.settings import RestoreSettings
+
+Count = Callable[[str], int]
+
+HEADER = "Restored after context compaction"
+_PATH_KEYS = ("path", "file_path", "filePath", "filepath", "file", "filename", "target_file",
+              "absolute_path", "relative_path", "notebook_path", "uri")
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/=]{400,}")
+
+
+@dataclass(frozen=True)
+class Restored:
+    files: tuple[dict[str, Any], ...] = ()
+    plan: tuple[dict[str, Any], ...] = ()
+    users: tuple[dict[str, Any], ...] = ()
+    file_paths: tuple[str, ...] = ()
+    user_messages: int = 0  # how many user messages the `users` message quotes
+    notes: tuple[str, ...] = ()  # what was skipped and why, for the log
+
+    @property
+    def messages(self) -> tuple[dict[str, Any], ...]:
+        return self.files + self.plan + self.users
+
+    def without_files(self) -> Restored:
+        return Restored((), self.plan, self.users, (), self.user_messages, self.notes)
+
+    def users_only(self) -> Restored:
+        return Restored((), (), self.users, (), self.user_messages, self.notes)
+
+
+@dataclass(frozen=True)
+class _Read:
+    path: str
+    call: ToolCall
+    text: str
+    index: int
+
+
+def collect(entries: Sequence[Entry], cutoff: Cutoff, settings: RestoreSettings, count: Count,
+            latest_cap: int | None = None) -> Restored:
+    api = entries[0].api if entries else Api.CHAT
+    span = cutoff.summarized
+    files, paths, notes = _files(entries, span, cutoff.index, settings, count)
+    plan = _plan(entries, span, cutoff.index, settings, count)
+    cap = latest_cap if latest_cap is not None else 4 * settings.user_messages_tokens
+    users, quoted = _users(entries, span, settings.user_messages_tokens, cap, count)
+    return Restored(tuple(_message(api, t) for t in files), tuple(_message(api, t) for t in plan),
+                    tuple(_message(api, t) for t in users), tuple(paths), quoted, tuple(notes))
+
+
+# ---------------------------------------------------------------- files
+
+def _files(entries: Sequence[Entry], span: range, tail_start: int, settings: RestoreSettings,
+           count: Count) -> tuple[list[str], list[str], list[str]]:
+    if settings.max_files <= 0:
+        return [], [], []
+    tools = frozenset(settings.file_tools)
+    chosen: list[tuple[str, str]] = []
+    notes: list[str] = []
+    total = 0
+    for read in _latest_reads(entries, span, tail_start, tools):
+        if len(chosen) >= settings.max_files:
+            break
+        stale = _touched_after(entries, read.index, read.path, tools)
+        text = _file_message(read, stale, settings.per_file_tokens, count)
+        tokens = count(text)
+        if total + tokens > settings.total_tokens:
+            notes.append(f"{read.path}: over the total restore budget")
+            continue
+        total += tokens
+        chosen.append((read.path, text))
+    chosen.reverse()  # oldest first, so the most recent file sits nearest the tail
+    return [t for _, t in chosen], [p for p, _ in chosen], notes
+
+
+def _latest_reads(entries: Sequence[Entry], span: range, tail_start: int,
+                  tools: frozenset[str]) -> Iterator[_Read]:
+    """Text reads in `span`, newest first, one per path, skipping paths re-read in the tail."""
+    results = {e.answers: e for e in (entries[i] for i in span) if e.kind is Kind.RESULT}
+    in_tail = {p for e in entries[tail_start:] for c in e.calls
+               if c.name in tools and (p := file_path(c)) is not None}
+    seen: set[str] = set(in_tail)
+    for i in reversed(span):
+        for call in entries[i].calls:
+            path = file_path(call) if call.name in tools else None
+            result = results.get(call.id)
+            if path is None or path in seen or result is None:
+                continue
+            seen.add(path)
+            text = content_text(result)
+            if text.strip() and not has_non_text_parts(result) and not looks_binary(text):
+                yield _Read(path, call, text, i)
+
+
+def file_path(call: ToolCall) -> str | None:
+    try:
+        args = orjson.loads(call.arguments)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(args, dict):
+        return None
+    for key in _PATH_KEYS:
+        value = args.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
+
+
+def looks_binary(text: str) -> bool:
+    """NUL bytes, many control or replacement characters, or mostly one base64 run."""
+    if "\x00" in text:
+        return True
+    sample = text[:65536]
+    odd = sum(1 for ch in sample if (ord(ch) < 32 and ch not in "\n\r\t\f") or ch == "\ufffd")
+    if odd > max(8, len(sample) // 100):
+        return True
+    runs = sum(len(m) for m in _BASE64_RUN.findall(sample))
+    return runs > len(sample) // 2
+
+
+def _touched_after(entries: Sequence[Entry], index: int, path: str,
+                   read_tools: frozenset[str]) -> bool:
+    """Whether a later non-read call names the path (an edit may have changed the file)."""
+    return any(path in c.arguments for e in entries[index + 1:] for c in e.calls
+               if c.name not in read_tools)
+
+
+def _file_message(read: _Read, stale: bool, per_file_tokens: int, count: Count) -> str:
+    text = read.text
+    tokens = count(text)
+    if tokens > per_file_tokens:
+        keep = max(0, int(len(text) * per_file_tokens / tokens * 0.95) - 120)
+        cut_at = text.rfind("\n", 0, keep) if keep else 0
+        kept = text[:cut_at if cut_at > 0 else keep]
+        omitted = text[len(kept):].count("\n") + 1
+        text = (f"{kept}\n[... truncated: about {omitted} more lines were not restored; "
+                "read the file again if you need them]")
+    note = (" A later tool call names this file, so this text may be out of date."
+            if stale else "")
+    return (f"{HEADER}: the latest content of the file {read.path} as the assistant read it "
+            f"earlier with {read.call.name} (arguments {_short(read.call.arguments)}).{note}"
+            f"\n\n{text}")
+
+
+def _short(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+# ---------------------------------------------------------------- plan
+
+def _plan(entries: Sequence[Entry], span: range, tail_start: int, settings: RestoreSettings,
+          count: Count) -> list[str]:
+    tools = frozenset(settings.plan_tools)
+    if any(c.name in tools for e in entries[tail_start:] for c in e.calls):
+        return []
+    for i in reversed(span):
+        for call in reversed(entries[i].calls):
+            if call.name in tools:
+                plan = call.arguments
+                tokens = count(plan)
+                if tokens > settings.per_file_tokens:
+                    plan = middle_cut(plan, settings.per_file_tokens / tokens)
+                return [f"{HEADER}: the latest plan / TODO list, as last set with {call.name}. "
+                        f"It reflects the state at that time; the summary above says what "
+                        f"happened since.\n\n{plan}"]
+    return []
+
+
+# ---------------------------------------------------------------- the user's own messages
+
+def _users(entries: Sequence[Entry], span: range, budget: int, latest_cap: int,
+           count: Count) -> tuple[list[str], int]:
+    texts = [(i, _user_text(entries[i])) for i in reversed(span) if entries[i].kind is Kind.USER]
+    if not texts:
+        return [], 0
+    chosen: list[tuple[int, str]] = []
+    used = 0
+    for n, (i, text) in enumerate(texts):
+        tokens = count(text)
+        if n == 0:
+            if tokens > latest_cap:
+                text = middle_cut(text, latest_cap / tokens)
+                tokens = count(text)
+            chosen.append((i, text))
+            used += tokens
+        elif used + tokens <= budget:
+            chosen.append((i, text))
+            used += tokens
+    chosen.sort()
+    return [_users_message(chosen, len(texts))], len(chosen)
+
+
+def _user_text(entry: Entry) -> str:
+    text = content_text(entry)
+    if has_non_text_parts(entry):
+        text = f"{text}\n[an image, audio clip or file was attached; it is not restored]".strip()
+    return text
+
+
+def _users_message(chosen: list[tuple[int, str]], total: int) -> str:
+    left_out = total - len(chosen)
+    extra = (f" {left_out} other message(s) of theirs are covered only by the summary."
+             if left_out else "")
+    quoted = "\n\n".join(f"--- user message {n + 1} of {len(chosen)} ---\n{text}"
+                         for n, (_, text) in enumerate(chosen))
+    return (f"{HEADER}: the user's own earlier messages from the summarized part of the "
+            f"conversation, quoted verbatim in the order they were written.{extra} They are "
+            f"not new requests; they keep the user's instructions and corrections word for "
+            f"word.\n\n{quoted}")
+
+
+def _message(api: Api, text: str) -> dict[str, Any]:
+    return make_user(api, text).raw

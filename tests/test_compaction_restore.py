@@ -1,0 +1,164 @@
+from __future__ import annotations
+
+import base64
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.compaction.cutoff import PARTIAL, Cutoff
+from proxy.compaction.restore import HEADER, collect, file_path, looks_binary
+from proxy.conversation import Api, ToolCall, content_text, make_user
+from proxy.settings import RestoreSettings
+from tests.test_compaction_support import (assistant, assistant_calls, conv, count, r_call,
+                                           r_output, r_user, tool_result, user)
+
+SETTINGS = RestoreSettings(max_files=3, per_file_tokens=200, total_tokens=500,
+                           user_messages_tokens=100)
+
+
+def read(call_id: str, path: str, content: object, tool: str = "read_file") -> list:
+    return [assistant_calls((call_id, tool, {"path": path})), tool_result(call_id, content)]
+
+
+def cut_before_last(entries) -> Cutoff:
+    return Cutoff(index=len(entries) - 1, lead=0, start=0, strategy=PARTIAL)
+
+
+def texts(messages) -> list[str]:
+    return [m["content"] for m in messages]
+
+
+def test_latest_read_of_each_path_wins_newest_files_first() -> None:
+    elements = [user("go"), *read("a", "a.py", "old a"), *read("b", "b.py", "b text"),
+                *read("c", "a.py", "new a"), user("tail")]
+    entries = conv(Api.CHAT, elements)
+    restored = collect(entries, cut_before_last(entries), SETTINGS, count)
+    assert restored.file_paths == ("b.py", "a.py")  # oldest first, newest nearest the tail
+    joined = "\n".join(texts(restored.files))
+    assert "new a" in joined and "old a" not in joined
+    assert all(t.startswith(HEADER) for t in texts(restored.messages))
+
+
+def test_binary_and_non_text_content_is_never_restored() -> None:
+    png = base64.b64encode(bytes(range(256)) * 20).decode()
+    elements = [user("go"), *read("a", "bin.dat", "ab\x00cd"), *read("b", "img.b64", png),
+                *read("c", "pic.png", [{"type": "text", "text": "x"},
+                                       {"type": "image_url", "image_url": {"url": "data:"}}]),
+                *read("d", "ok.txt", "plain"), user("tail")]
+    entries = conv(Api.CHAT, elements)
+    restored = collect(entries, cut_before_last(entries), SETTINGS, count)
+    assert restored.file_paths == ("ok.txt",)
+
+
+def test_path_read_again_in_the_tail_is_skipped() -> None:
+    elements = [user("go"), *read("a", "a.py", "old"), user("tail"), *read("b", "a.py", "new")]
+    entries = conv(Api.CHAT, elements)
+    cutoff = Cutoff(index=3, lead=0, start=0, strategy=PARTIAL)
+    assert collect(entries, cutoff, SETTINGS, count).file_paths == ()
+
+
+def test_file_later_touched_by_another_tool_is_flagged() -> None:
+    elements = [user("go"), *read("a", "a.py", "text"),
+                *read("b", "a.py", "ok", tool="edit_file"), user("tail")]
+    entries = conv(Api.CHAT, elements)
+    restored = collect(entries, cut_before_last(entries), SETTINGS, count)
+    assert "may be out of date" in restored.files[0]["content"]
+
+
+def test_big_file_is_cut_and_says_so() -> None:
+    big = "\n".join(f"line {i}" for i in range(2000))
+    elements = [user("go"), *read("a", "a.py", big), user("tail")]
+    entries = conv(Api.CHAT, elements)
+    restored = collect(entries, cut_before_last(entries), SETTINGS, count)
+    text = restored.files[0]["content"]
+    assert "truncated" in text and count(text) <= SETTINGS.per_file_tokens + 80
+
+
+def test_latest_plan_is_restored_unless_the_tail_has_one() -> None:
+    plan = ("p", "todo_write", {"todos": [{"content": "write tests", "status": "pending"}]})
+    older = ("o", "todo_write", {"todos": []})
+    elements = [user("go"), assistant_calls(older), tool_result("o", "ok"),
+                assistant_calls(plan), tool_result("p", "ok"), user("tail")]
+    entries = conv(Api.CHAT, elements)
+    restored = collect(entries, cut_before_last(entries), SETTINGS, count)
+    assert len(restored.plan) == 1 and "write tests" in restored.plan[0]["content"]
+    in_tail = conv(Api.CHAT, [*elements, assistant_calls(("q", "todo_write", {}))])
+    assert collect(in_tail, cut_before_last(entries), SETTINGS, count).plan == ()
+
+
+def test_user_messages_verbatim_newest_first_within_budget() -> None:
+    elements = [user("first: use tabs"), assistant("ok"), user("X" * 2000), assistant("ok"),
+                user("third: never push"), assistant("ok"), user("tail")]
+    entries = conv(Api.CHAT, elements)
+    restored = collect(entries, cut_before_last(entries), SETTINGS, count)
+    text = restored.users[0]["content"]
+    assert restored.user_messages == 2
+    assert text.index("first: use tabs") < text.index("third: never push")
+    assert "X" * 100 not in text and "1 other message(s)" in text
+
+
+def test_enormous_latest_user_message_keeps_head_and_tail() -> None:
+    elements = [user("START " + "y" * 50_000 + " END"), user("tail")]
+    entries = conv(Api.CHAT, elements)
+    restored = collect(entries, cut_before_last(entries), SETTINGS, count)
+    text = restored.users[0]["content"]
+    assert "START" in text and "END" in text and "characters omitted" in text
+    assert count(text) <= 4 * SETTINGS.user_messages_tokens + 100
+
+
+def test_responses_restore_uses_input_items() -> None:
+    entries = conv(Api.RESPONSES, [r_user("go"), r_call("c", "read_file", {"file_path": "a"}),
+                                   r_output("c", "alpha"), r_user("tail")])
+    restored = collect(entries, cut_before_last(entries), SETTINGS, count)
+    assert restored.file_paths == ("a",)
+    assert all(m["type"] == "message" and m["content"][0]["type"] == "input_text"
+               for m in restored.messages)
+
+
+def test_file_path_from_arguments() -> None:
+    assert file_path(ToolCall("c", "read", '{"file_path": " /a/b.py "}')) == "/a/b.py"
+    assert file_path(ToolCall("c", "read", "not json")) is None
+    assert file_path(ToolCall("c", "read", '{"limit": 3}')) is None
+
+
+def test_looks_binary() -> None:
+    assert looks_binary("a\x00b")
+    assert looks_binary("\x01\x02\x03" * 20)
+    assert looks_binary("QUJD" * 500)
+    assert not looks_binary("def f():\n\treturn 1\n" * 50)
+
+
+files = st.lists(st.tuples(st.sampled_from(["a.py", "b.py", "c.md", "d.bin", "e.txt"]),
+                           st.one_of(st.text(max_size=3000),
+                                     st.binary(max_size=300).map(lambda b: b.decode("latin-1")),
+                                     st.just("QUJD" * 400))), max_size=12)
+users = st.lists(st.text(min_size=1, max_size=1500), min_size=1, max_size=8)
+
+
+@given(files, users, st.integers(0, 5), st.integers(50, 800), st.integers(0, 2000),
+       st.integers(0, 600))
+def test_restore_respects_budgets_and_never_restores_binary(
+        reads: list, said: list[str], max_files: int, per_file: int, total: int,
+        user_budget: int) -> None:
+    settings = RestoreSettings(max_files=max_files, per_file_tokens=per_file,
+                               total_tokens=total, user_messages_tokens=user_budget)
+    elements: list = []
+    for n, (path, content) in enumerate(reads):
+        elements += [user(said[n % len(said)]), *read(f"c{n}", path, content)]
+    elements += [user(s) for s in said] + [user("tail")]
+    entries = conv(Api.CHAT, elements)
+    restored = collect(entries, cut_before_last(entries), settings, count)
+    file_texts = texts(restored.files)
+    assert len(file_texts) <= max_files
+    assert sum(count(t) for t in file_texts) <= total
+    latest = dict(reads)  # the latest read of each path wins
+    for path in restored.file_paths:
+        assert latest[path].strip() and not looks_binary(latest[path])
+    assert all("\x00" not in t for t in file_texts)
+    latest_said = said[-1]
+    quoted = restored.users[0]["content"]
+    body_tokens = count(quoted) - count(quoted.split("\n\n--- user message", 1)[0])
+    if count(latest_said) <= 4 * user_budget:
+        assert latest_said in quoted
+        assert body_tokens <= max(user_budget, count(latest_said)) + 40 * restored.user_messages
+    assert content_text(conv(Api.CHAT, [make_user(Api.CHAT, quoted).raw])[0]) == quoted
