@@ -72,3 +72,11 @@ def _dotted(body: Mapping[str, Any], path: str) -> Any:
             return None
         value = value.get(part)
     return value
+
+
+def loggable(thread: str | None) -> str | None:
+    """Thread ids are client data: keep log lines short and printable."""
+    if thread is None:
+        return None
+    printable = thread.isprintable() and len(thread) <= 128
+    return thread if printable else repr(thread[:64])[1:-1] + f"...({len(thread)} chars)"

@@ -69,8 +69,9 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> web.Ap
                           client_max_size=settings.server.max_body_bytes)
     services = Services(settings=settings, upstream=UpstreamClient(settings.server.upstream_pool_size),
                         log=get_logger("proxy"))
-    services.pipeline = pipeline or Pipeline(settings, log=services.log)
     services.metrics = Metrics()
+    services.pipeline = pipeline or Pipeline(settings, client=services.upstream, log=services.log,
+                                             metrics=services.metrics)
     app[SERVICES] = services
     app.cleanup_ctx.append(_lifecycle)
     app.router.add_get("/healthz", healthz)

@@ -1,22 +1,32 @@
 """`POST /v1/chat/completions` and `POST /v1/responses`: the handler, as a recipe of named steps.
 
-Read and check the request, route it, find its thread, let the pipeline prepare the projection,
-forward it, relay the answer (streams as they come), and let the pipeline record what the answer
-reported. The pipeline (`proxy/server/pipeline.py`) is where compaction plugs in.
+Read and check the request, route it, find its thread, let the pipeline prepare the projection
+(or answer itself), forward it, and relay the answer (streams as they come). An upstream
+rejection that a second attempt can fix (context overflow, rejected private state) is retried
+once, before any byte went to the client; then the pipeline records what the answer reported.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import aiohttp
 from aiohttp import web
 
 from proxy.conversation import Api
 from proxy.inbound import Inbound, leading_bytes, parse_inbound
 from proxy.server.headers import client_response_headers, upstream_request_headers
+from proxy.server.pipeline import Prepared
 from proxy.server.relay import is_event_stream, relay_stream, whole_response
 from proxy.server.request_line import RequestLine
 from proxy.server.services import SERVICES, Services
 from proxy.server.upstream import read_body, upstream_path
-from proxy.threads import ThreadIdentity, resolve_thread, tenant_digest
+from proxy.sse import SseDecoder
+from proxy.threads import ThreadIdentity, loggable, resolve_thread, tenant_digest
+
+_CREDENTIALS = ("authorization", "api-key", "x-api-key")
+_LIFECYCLE = frozenset({"response.created", "response.in_progress", "response.queued"})
+_PEEK_LIMIT = 1 << 20
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -29,49 +39,91 @@ async def responses(request: web.Request) -> web.StreamResponse:
 
 async def _complete(request: web.Request, api: Api) -> web.StreamResponse:
     services = request.app[SERVICES]
-    with RequestLine(services.log, services.metrics, api.value, path=request.path, method=request.method,
-                     tenant=tenant_digest(request.headers)) as line:
+    with RequestLine(services.log, services.metrics, api.value, path=request.path,
+                     method=request.method, tenant=tenant_digest(request.headers)) as line:
         body = await request.read()
         line.set(bytes_in=len(body))
         inbound = parse_inbound(api, body)
         upstream = services.route(inbound.model)
         identity = _identity(request, inbound, services)
         line.set(model=inbound.model, stream=inbound.stream, upstream=upstream.name,
-                 thread=_loggable(identity.thread), thread_source=identity.source)
-        prepared = await services.pipeline.prepare(inbound, identity, upstream, line)
-        if prepared.answer is not None:
-            line.set(status=prepared.answer.status)
-            return prepared.answer
-        headers = upstream_request_headers(
-            request.headers, api_key=upstream.api_key, identity_encoding=True,
-            drop=() if services.settings.threads.forward_headers else services.settings.threads.headers)
-        path = upstream_path(request.path, request.query_string)
-        response = await services.upstream.send(upstream, "POST", path, headers, prepared.body)
-        async with response:
-            line.set(status=response.status)
-            line.mark_upstream()
-            out_headers = client_response_headers(response.headers, prepared.response_headers)
-            if is_event_stream(response):
-                tap = prepared.stream_tap()
-                outcome = await relay_stream(request, response, out_headers, tap, line.started)
-                line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms,
-                         upstream_error=outcome.upstream_error)
-                await services.pipeline.finish_stream(prepared, tap, response.status, line)
-                return outcome.response
-            data = await read_body(response, upstream)
-            line.set(bytes_out=len(data))
-            await services.pipeline.finish_body(prepared, data, response.status, line)
-            return whole_response(response.status, response.reason, out_headers, data)
+                 thread=loggable(identity.thread), thread_source=identity.source)
+        prepared = await services.pipeline.prepare(inbound, identity, upstream, line,
+                                                   _credentials(request))
+        while True:
+            if prepared.answer is not None:
+                line.set(status=prepared.answer.status)
+                return prepared.answer
+            outcome = await _forward(request, services, prepared, line)
+            if isinstance(outcome, web.StreamResponse):
+                return outcome
+            prepared = outcome
+
+
+async def _forward(request: web.Request, services: Services, prepared: Prepared,
+                   line: RequestLine) -> web.StreamResponse | Prepared:
+    """Send the projection; the client's response, or the next attempt when a retry helps."""
+    settings = services.settings
+    headers = upstream_request_headers(
+        request.headers, api_key=prepared.upstream.api_key, identity_encoding=True,
+        drop=() if settings.threads.forward_headers else settings.threads.headers)
+    path = upstream_path(request.path, request.query_string)
+    response = await services.upstream.send(prepared.upstream, "POST", path, headers, prepared.body)
+    async with response:
+        line.set(status=response.status)
+        line.mark_upstream()
+        out_headers = client_response_headers(response.headers, prepared.response_headers)
+        if is_event_stream(response):
+            peeked, error = await _peek(response, prepared.inbound)
+            if error is not None:
+                again = await services.pipeline.retry(prepared, response.status, error, line)
+                if again is not None:
+                    return again
+            tap = prepared.stream_tap()
+            outcome = await relay_stream(request, response, out_headers, tap, line.started, peeked)
+            line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms,
+                     upstream_error=outcome.upstream_error)
+            await services.pipeline.finish_stream(prepared, tap, response.status, line)
+            return outcome.response
+        data = await read_body(response, prepared.upstream)
+        if response.status >= 400:
+            again = await services.pipeline.retry(prepared, response.status, data, line)
+            if again is not None:
+                return again
+        line.set(bytes_out=len(data))
+        await services.pipeline.finish_body(prepared, data, response.status, line)
+        return whole_response(response.status, response.reason, out_headers, data)
+
+
+async def _peek(response: aiohttp.ClientResponse, inbound: Inbound) -> tuple[list[bytes], bytes | None]:
+    """For Responses streams: read past the lifecycle events to the first real one.
+
+    Overflow and rejected private state arrive there as an `error` / `response.failed` event
+    (PROTOCOL.md §6.3) after `response.created`: seen before anything is relayed, they can
+    still be retried. Returns the chunks read and that event's data when it is an error.
+    """
+    if inbound.api is not Api.RESPONSES:
+        return [], None
+    decoder, chunks, size = SseDecoder(), [], 0
+    async for chunk in response.content.iter_any():
+        chunks.append(chunk)
+        size += len(chunk)
+        for event in decoder.feed(chunk):
+            data = event.json()
+            kind = data.get("type") if isinstance(data, dict) else event.event
+            if kind in _LIFECYCLE:
+                continue
+            failed = kind in ("error", "response.failed")
+            return chunks, (event.data or "").encode() if failed else None
+        if size > _PEEK_LIMIT:
+            break
+    return chunks, None
+
+
+def _credentials(request: web.Request) -> Mapping[str, str]:
+    return {name: request.headers[name] for name in _CREDENTIALS if name in request.headers}
 
 
 def _identity(request: web.Request, inbound: Inbound, services: Services) -> ThreadIdentity:
     return resolve_thread(request.headers, inbound.doc, services.settings.threads,
                           leading_bytes(inbound))
-
-
-def _loggable(thread: str | None) -> str | None:
-    """Thread ids are client data: keep log lines short and printable."""
-    if thread is None:
-        return None
-    printable = thread.isprintable() and len(thread) <= 128
-    return thread if printable else repr(thread[:64])[1:-1] + f"...({len(thread)} chars)"

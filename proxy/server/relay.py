@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -54,18 +55,17 @@ def is_event_stream(response: aiohttp.ClientResponse) -> bool:
 
 
 async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
-                       headers: CIMultiDict[str], tap: StreamTap, started: float) -> RelayOutcome:
+                       headers: CIMultiDict[str], tap: StreamTap, started: float,
+                       already_read: Sequence[bytes] = ()) -> RelayOutcome:
+    """Relay `already_read` (chunks a peek consumed), then the rest as it arrives."""
     out = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
     outcome = RelayOutcome(out)
     await out.prepare(request)
     try:
+        for chunk in already_read:
+            await _write(out, tap.feed(chunk), outcome, started)
         async for chunk in upstream.content.iter_any():
-            data = tap.feed(chunk)
-            if data:
-                await out.write(data)
-                outcome.bytes_out += len(data)
-                if outcome.first_byte_ms is None:
-                    outcome.first_byte_ms = (time.perf_counter() - started) * 1000
+            await _write(out, tap.feed(chunk), outcome, started)
         data = tap.flush()
     except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
         outcome.upstream_error = describe(exc) if not isinstance(exc, asyncio.TimeoutError) \
@@ -77,6 +77,15 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
         outcome.bytes_out += len(data)
     await out.write_eof()
     return outcome
+
+
+async def _write(out: web.StreamResponse, data: bytes, outcome: RelayOutcome,
+                 started: float) -> None:
+    if data:
+        await out.write(data)
+        outcome.bytes_out += len(data)
+        if outcome.first_byte_ms is None:
+            outcome.first_byte_ms = round((time.perf_counter() - started) * 1000, 2)
 
 
 def whole_response(status: int, reason: str | None, headers: CIMultiDict[str],

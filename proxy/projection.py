@@ -1,0 +1,149 @@
+"""The projection of one request: checkpoint rebuilt, cheap cascade run, size estimated.
+
+Pure sequencing of the core (no I/O, no clock): `view_of` turns the client's list into the
+command-free list the checkpoints refer to; `build` applies the thread's latest checkpoint
+(when it still fits this list), runs the cascade and estimates the result against the usage
+anchors. The server calls it before every upstream call, and again after a compaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy import anchors
+from proxy.compaction import apply, manual
+from proxy.compaction.apply import Rebuilt
+from proxy.compaction.trigger import Thresholds
+from proxy.conversation import Entries, Entry, Kind, content_text
+from proxy.core.cascade import CascadeContext, CascadeResult, run_cascade
+from proxy.core.sanitize import Policy
+from proxy.identity import Identities
+from proxy.records import Anchor, CompactionEvent, MicrocompactMark
+from proxy.settings import CompactionSettings
+from proxy.tokens.estimate import TokenEstimator
+
+
+@dataclass
+class View:
+    """The client's conversation with `/compact` exchanges taken out (SPEC §8)."""
+
+    entries: Entries
+    identities: Identities
+    tools: Any = None
+    instructions: Any = None
+    context: bytes = b""
+    _ids: list[str] | None = field(default=None, repr=False)
+
+    @property
+    def ids(self) -> list[str]:
+        if self._ids is None:
+            self._ids = self.identities.ids(self.entries)
+        return self._ids
+
+
+def view_of(entries: Entries, identities: Identities, command: str | None, *, tools: Any = None,
+            instructions: Any = None, context: bytes = b"") -> View:
+    view = View(entries, identities, tools, instructions, context)
+    if command and _mentions(entries, command):
+        stripped, ids = manual.strip_exchanges(entries, view.ids, command)
+        view = View(stripped, identities, tools, instructions, context, ids)
+    return view
+
+
+def _mentions(entries: Sequence[Entry], command: str) -> bool:
+    return any(e.kind is Kind.USER and content_text(e).lstrip().startswith(command)
+               for e in entries)
+
+
+@dataclass(frozen=True)
+class Built:
+    rebuilt: Rebuilt | None
+    cascade: CascadeResult
+    tokens: int
+    anchor: Anchor | None
+
+    @property
+    def projection(self) -> Entries:
+        return self.cascade.entries
+
+    @property
+    def event(self) -> CompactionEvent | None:
+        return self.rebuilt.event if self.rebuilt else None
+
+
+@dataclass(frozen=True)
+class Situation:
+    """What the cascade needs to know about the thread and the moment."""
+
+    settings: CompactionSettings
+    estimator: TokenEstimator
+    identities: Identities
+    thresholds: Thresholds
+    now: float = 0.0
+    last_activity: float | None = None
+    mark: MicrocompactMark | None = None
+    anchors: tuple[Anchor, ...] = ()
+    policy: Policy | None = None
+    keep_loop: bool = False
+
+
+def build(view: View, event: CompactionEvent | None, situation: Situation) -> Built:
+    rebuilt = apply.rebuild(view.entries, view.ids, event) if event is not None else None
+    base = rebuilt.projection if rebuilt is not None else view.entries
+    cascade = cascade_of(base, situation, compacted=rebuilt is not None)
+    tokens, anchor = estimate(cascade.entries, view, situation)
+    return Built(rebuilt, cascade, tokens, anchor)
+
+
+def cascade_of(entries: Entries, situation: Situation, *, compacted: bool) -> CascadeResult:
+    th = situation.thresholds
+    context = CascadeContext(
+        settings=situation.settings, measure=situation.estimator.entry_tokens,
+        keep_tokens=th.keep_tokens, keep_messages=th.keep_messages,
+        message_ids=LazyIds(situation.identities, entries), now=situation.now,
+        last_activity=situation.last_activity, mark=situation.mark, compacted=compacted,
+        keep_loop=situation.keep_loop, policy=situation.policy)
+    return run_cascade(entries, context)
+
+
+def estimate(projection: Entries, view: View, situation: Situation) -> tuple[int, Anchor | None]:
+    estimator = situation.estimator
+    sizes = estimator.sizes(projection)
+    conservative = estimator.conservative_total(projection, view.tools, view.instructions, sizes)
+    found = anchors.estimate(projection, sizes, view.context, situation.anchors, conservative,
+                             situation.identities.digest, estimator.margin)
+    return found.tokens, found.anchor
+
+
+def measure_projection(view: View, situation: Situation):  # type: ignore[no-untyped-def]
+    """How `apply.finish` measures a candidate projection: cascade, then the whole estimate."""
+    def measure(projection: Entries) -> int:
+        entries = cascade_of(projection, situation, compacted=True).entries
+        estimator = situation.estimator
+        return estimator.conservative_total(entries, view.tools, view.instructions)
+    return measure
+
+
+class LazyIds:
+    """Message ids computed on first use: most requests never need them."""
+
+    def __init__(self, identities: Identities, entries: Entries) -> None:
+        self._identities = identities
+        self._entries = entries
+        self._ids: list[str] | None = None
+
+    def _all(self) -> list[str]:
+        if self._ids is None:
+            self._ids = self._identities.ids(self._entries)
+        return self._ids
+
+    def __getitem__(self, index: int) -> str:
+        return self._all()[index]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Any:
+        return iter(self._all())

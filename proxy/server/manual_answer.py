@@ -1,0 +1,40 @@
+"""The proxy's own answer to `/compact`, in the shape the request asked for (JSON or SSE)."""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from proxy import jsonio
+from proxy.compaction import manual
+from proxy.conversation import Api
+from proxy.inbound import Inbound
+
+
+def answer(inbound: Inbound, text: str, seed: str, headers: dict[str, str]) -> web.Response:
+    created = int(time.time())
+    ids = manual.synthetic_ids(seed)
+    model = inbound.model
+    if inbound.api is Api.CHAT and inbound.stream:
+        body = manual.chat_stream(text, model=model, created=created, completion_id=ids.completion,
+                                  include_usage=manual.include_usage(inbound.doc))
+        return _sse(body, headers)
+    if inbound.api is Api.CHAT:
+        doc = manual.chat_completion(text, model=model, created=created,
+                                     completion_id=ids.completion)
+        return _json(jsonio.dumps(doc), headers)
+    if inbound.stream:
+        return _sse(manual.response_stream(text, model=model, created=created, ids=ids,
+                                           doc=inbound.doc), headers)
+    doc = manual.response_object(text, model=model, created=created, ids=ids, doc=inbound.doc)
+    return _json(jsonio.dumps(doc), headers)
+
+
+def _json(body: bytes, headers: dict[str, str]) -> web.Response:
+    return web.Response(status=200, body=body, content_type="application/json", headers=headers)
+
+
+def _sse(body: bytes, headers: dict[str, str]) -> web.Response:
+    return web.Response(status=200, body=body, headers={
+        **headers, "Content-Type": "text/event-stream", "Cache-Control": "no-cache"})

@@ -1,0 +1,82 @@
+"""Calling the summarizer: drive a `SummaryPlan` step by step over the shared upstream client.
+
+Each step is a plain, non-streaming request to the summarizer's upstream (chat completions or
+Responses, as `upstreams.<name>.api` says), authorized with the upstream's own key or else the
+client's credential, and nothing else of the client's: no thread headers, no cache keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from proxy import jsonio
+from proxy.compaction import postcheck
+from proxy.compaction.summarizer import SummaryPlan, read_reply
+from proxy.conversation import Api
+from proxy.errors import ProxyError
+from proxy.server.headers import upstream_request_headers
+from proxy.server.upstream import UpstreamClient, read_body
+from proxy.settings import UpstreamSettings
+
+_PATHS = {Api.CHAT: "/chat/completions", Api.RESPONSES: "/responses"}
+
+
+@dataclass(frozen=True)
+class SummaryOutcome:
+    text: str | None  # the summary; None when it failed
+    error: str = ""
+    calls: int = 0
+    duration_ms: float = 0.0
+    output_tokens: int = 0
+
+
+async def run_summary(plan: SummaryPlan, upstream: UpstreamSettings, client: UpstreamClient,
+                      credentials: Mapping[str, str], timeout_s: float) -> SummaryOutcome:
+    started = time.perf_counter()
+    carried = plan.previous_summary
+    output_tokens = 0
+    for step in range(plan.steps):
+        body = jsonio.dumps(plan.request(step, carried))
+        try:
+            status, data = await asyncio.wait_for(
+                _post(client, upstream, plan.api, credentials, body), timeout_s)
+        except asyncio.TimeoutError:
+            return _failed(f"the summarizer did not answer within {timeout_s:g}s", step, started)
+        except ProxyError as error:
+            return _failed(error.message, step, started)
+        if status != 200:
+            return _failed(f"the summarizer answered HTTP {status}: {_excerpt(data)}", step, started)
+        reply = read_reply(plan.api, data)
+        verdict = postcheck.check_reply(reply)
+        if not verdict.ok:
+            return _failed(verdict.reason, step, started)
+        carried = reply.text
+        output_tokens += reply.output_tokens or 0
+    return SummaryOutcome(carried, calls=plan.steps, output_tokens=output_tokens,
+                          duration_ms=_ms(started))
+
+
+async def _post(client: UpstreamClient, upstream: UpstreamSettings, api: Api,
+                credentials: Mapping[str, str], body: bytes) -> tuple[int, bytes]:
+    headers = upstream_request_headers(credentials, api_key=upstream.api_key,
+                                       identity_encoding=True)
+    headers["Content-Type"] = "application/json"
+    response = await client.send(upstream, "POST", _PATHS[api], headers, body)
+    async with response:
+        return response.status, await read_body(response, upstream)
+
+
+def _failed(error: str, step: int, started: float) -> SummaryOutcome:
+    return SummaryOutcome(None, error, step + 1, _ms(started))
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 2)
+
+
+def _excerpt(data: bytes) -> str:
+    text = data[:300].decode("utf-8", "replace")
+    return text + ("..." if len(data) > 300 else "")
