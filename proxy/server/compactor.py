@@ -25,7 +25,7 @@ from proxy.core.sanitize import Policy, sanitize
 from proxy.records import CompactionEvent, ThreadKey
 from proxy.server.summarizer_client import run_summary
 from proxy.server.upstream import UpstreamClient
-from proxy.settings import Settings, UpstreamSettings
+from proxy.settings import RestoreSettings, Settings, UpstreamSettings
 from proxy.store import HistoryFiles, StateStore
 from proxy.tokens.estimate import TokenEstimator
 
@@ -120,7 +120,9 @@ class Compactor:
         if cutoff is None:
             raise NothingToCompact()
         summary_model, summary_upstream = self.summarizer_of(job.model, job.upstream)
-        restored = restore.collect(job.entries, cutoff, self.settings.compaction.restore,
+        restored = restore.collect(job.entries, cutoff,
+                                   restore_budgets(self.settings.compaction.restore,
+                                                   job.thresholds.trigger),
                                    job.estimator.text_tokens)
         plan = summarizer.plan_summary(
             job.entries, cutoff, api=Api(summary_upstream.api), model=summary_model,
@@ -200,3 +202,16 @@ class Compactor:
         if profile is not None and (profile.max_input_tokens or profile.context_window):
             return int(profile.max_input_tokens or profile.context_window or 0)
         return self.settings.compaction.fallback_trigger_tokens
+
+
+# Restored material may take at most these shares of the trigger: configured budgets are
+# absolute, and a small model's window must still hold the summary and the kept tail.
+_RESTORE_SHARE = 0.15
+_USERS_SHARE = 0.08
+
+
+def restore_budgets(config: RestoreSettings, trigger: int) -> RestoreSettings:
+    total = min(config.total_tokens, int(trigger * _RESTORE_SHARE))
+    return replace(config, total_tokens=total, per_file_tokens=min(config.per_file_tokens, total),
+                   user_messages_tokens=min(config.user_messages_tokens,
+                                            int(trigger * _USERS_SHARE)))

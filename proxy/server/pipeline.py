@@ -165,6 +165,7 @@ class Pipeline:
         line.set(tokens_estimate=built.tokens, anchor_used=built.anchor is not None,
                  tokenizer=prepared.estimator.tokenizer.describe() if prepared.estimator else None,
                  compaction=compaction, checkpoint=built.event.seq if built.event else None,
+                 protected=len(built.projection) - cascade.window_start,
                  **_stage_fields(built))
         return prepared
 
