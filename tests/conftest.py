@@ -86,3 +86,18 @@ async def aclient(proxy: RunningProxy) -> AsyncIterator[openai.AsyncOpenAI]:
     client = openai.AsyncOpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)
     yield client
     await client.close()
+
+
+@pytest.fixture
+def make_client() -> Iterator[Callable[..., openai.OpenAI]]:
+    """Sync clients for a given base URL, closed after the test."""
+    made: list[openai.OpenAI] = []
+
+    def make(base_url: str, api_key: str = API_KEY) -> openai.OpenAI:
+        client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=30)
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        client.close()

@@ -7,7 +7,6 @@ import threading
 from pathlib import Path
 
 import httpx
-import openai
 import yaml
 
 from proxy.testing.replies import Reply
@@ -55,12 +54,12 @@ def test_a_missing_config_file_is_reported(tmp_path: Path) -> None:
     assert result.returncode == 1 and "cannot read" in result.stderr
 
 
-def test_sigterm_lets_an_inflight_stream_finish(tmp_path: Path, make_fake) -> None:
+def test_sigterm_lets_an_inflight_stream_finish(tmp_path: Path, make_fake, make_client) -> None:
     fake = make_fake(chunk_delay=0.05)
     fake.script(Reply.text(" ".join(f"word{i}" for i in range(40))))
     proxy = ProxyProcess(write_config(tmp_path / "p.yaml", fake.url, tmp_path / "state"))
     try:
-        client = openai.OpenAI(base_url=proxy.base_url, api_key="sk-x", max_retries=0)
+        client = make_client(proxy.base_url, "sk-x")
         stream = client.chat.completions.create(model="gpt-4o", stream=True,
                                                 messages=[{"role": "user", "content": "go"}])
         chunks = iter(stream)

@@ -139,9 +139,9 @@ def test_body_over_the_limit_is_413_and_never_forwarded(make_proxy, fake) -> Non
     assert fake.requests == []
 
 
-def test_unreachable_upstream_is_502(make_proxy) -> None:
+def test_unreachable_upstream_is_502(make_proxy, make_client) -> None:
     proxy = make_proxy("http://127.0.0.1:9/v1")
-    client = openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0)
+    client = make_client(proxy.base_url)
     with pytest.raises(openai.APIStatusError) as caught:
         client.chat.completions.create(model="gpt-4o", messages=USER)
     assert caught.value.status_code == 502
@@ -190,10 +190,10 @@ def test_upstream_dying_mid_stream_ends_the_stream_with_an_error(client: openai.
     assert again.choices[0].message.content == "Still here."
 
 
-def test_upstream_key_replaces_the_client_credential(make_fake, make_proxy) -> None:
+def test_upstream_key_replaces_the_client_credential(make_fake, make_proxy, make_client) -> None:
     fake = make_fake(api_key="sk-upstream-secret-key")
     proxy = make_proxy(fake, upstreams={"fake": {"api_key": "sk-upstream-secret-key"}})
-    client = openai.OpenAI(base_url=proxy.base_url, api_key="sk-client-key-1234", max_retries=0)
+    client = make_client(proxy.base_url, "sk-client-key-1234")
     assert client.chat.completions.create(model="gpt-4o", messages=USER).choices
     assert fake.last().headers["authorization"] == "Bearer sk-upstream-secret-key"
 

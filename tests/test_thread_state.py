@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import orjson
 
 from proxy.testing.replies import Reply, call
@@ -53,10 +52,10 @@ def test_estimate_header_and_anchor_on_the_next_turn(proxy, fake) -> None:
     assert reported["messages"][2]["content"] == "First answer, about the parser."
 
 
-def test_streamed_answers_anchor_with_and_without_client_usage(proxy, fake) -> None:
+def test_streamed_answers_anchor_with_and_without_client_usage(proxy, fake, make_client) -> None:
     fake.script(Reply.tool_calls(call("read_file", {"path": "src/lexer.py"})), Reply.text("ok"),
                 Reply.text("done"))
-    client = openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0)
+    client = make_client(proxy.base_url)
     headers = {"x-thread-id": "streamed"}
     messages: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "Read the lexer."}]
     stream = client.chat.completions.create(model="gpt-4o", messages=messages, stream=True,

@@ -193,7 +193,8 @@ class Pipeline:
             allowed, wait = self.compactor.breaker_allows(prepared.inbound.model, prepared.upstream)
             if not allowed:
                 return self._degrade(prepared, built, th.fits(built.tokens), "breaker_open",
-                                     "the summarizer's circuit breaker is open", line, wait)
+                                     f"the summarizer's circuit breaker is open for {wait:.1f}s",
+                                     line, wait)
         async with self.compactor.lock(prepared.key):
             return await self._compact_locked(prepared, view, situation, state, built, line)
 
@@ -211,10 +212,12 @@ class Pipeline:
                 return built
         job = self._job(prepared, view, situation, built, strategy=self.settings.compaction.strategy)
         th = situation.thresholds
+        # After an upstream overflow the same projection must not go up again.
+        fits = th.fits(built.tokens) and not prepared.attempt.forced
         try:
             event = await self.compactor.compact(job)
         except NothingToCompact:
-            if th.fits(built.tokens):
+            if fits:
                 return built
             raise CompactionInsufficient(
                 f"This conversation is about {built.tokens:,} tokens and nothing more can be "
@@ -223,8 +226,8 @@ class Pipeline:
         except CompactionFailed as failed:
             if failed.stage == "post_check":
                 raise failed.verdict.error() from None  # type: ignore[attr-defined]
-            return self._degrade(prepared, built, th.fits(built.tokens), failed.stage,
-                                 failed.reason, line, None, logged=True)
+            return self._degrade(prepared, built, fits, failed.stage, failed.reason, line, None,
+                                 logged=True)
         line.set(compacted=True)
         return build(view, event, replace(situation, anchors=()))
 
@@ -244,7 +247,7 @@ class Pipeline:
     def _degrade(self, prepared: Prepared, built: Built, fits: bool, stage: str, reason: str,
                  line: RequestLine, retry_after: float | None, logged: bool = False) -> Built:
         if not logged:
-            self._failed_line(line, prepared, stage, reason, degraded=fits)
+            self._failed_line(line, prepared, stage, reason, degraded=fits, retry_after=retry_after)
         line.set(compaction_degraded=stage)
         if fits:
             return built
@@ -264,10 +267,11 @@ class Pipeline:
             "`prompt_cache_key`, or start a new thread.")
 
     def _failed_line(self, line: RequestLine, prepared: Prepared, stage: str, reason: str,
-                     degraded: bool) -> None:
+                     degraded: bool, retry_after: float | None = None) -> None:
         if self.log is not None:
             self.log.warning("compaction_failed", thread=loggable(prepared.identity.thread),
-                             stage=stage, error=reason, degraded=degraded)
+                             stage=stage, error=reason, degraded=degraded,
+                             retry_after_s=None if retry_after is None else round(retry_after, 3))
 
     # ---------------------------------------------------------------- manual /compact
 

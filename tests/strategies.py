@@ -1,0 +1,294 @@
+"""Hypothesis strategies for whole conversations, chat `messages` or Responses `input` items.
+
+`conversations(api, messy=..., dialect=...)` draws a list of wire elements: leading
+instructions, turns of a user message (text, parts, images, empty, CJK) and assistant steps
+(text, or one to three parallel tool calls with short, long, error, empty or multi-part
+results; custom tools with free-form input), with provider-private reasoning of every kind.
+`messy=True` then damages the list the ways clients do: interrupted calls, orphan results,
+duplicate results, results moved away from their call, reasoning items left dangling.
+`dialect` draws a conversation that the fake upstream's dialect accepts as sent, with blobs
+signed by the fake's signer (`SIGNER`), so tests can check the proxy keeps it acceptable.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import strategies as st
+
+from proxy.testing.signing import DEFAULT_SIGNER as SIGNER
+
+Wire = dict[str, Any]
+
+EXPLORATION = ("read_file", "grep", "glob", "list_dir", "web_search", "search")
+OTHER_TOOLS = ("edit_file", "bash", "write_file", "todo_write")
+PATHS = ("src/app.py", "src/路径/模块.py", "tests/test_app.py", "docs/readme.md", "a b/c.txt")
+IMAGE = "data:image/png;base64,iVBORw0KGgo="
+WORDS = ("fix", "the", "failing", "test", "修复", "这个", "错误", "テスト", "🙂", "", " ", "\n",
+         '"quoted"', "back\\slash", "src/app.py:12", "Error:", "ok")
+
+short_text = st.one_of(
+    st.lists(st.sampled_from(WORDS), max_size=8).map(" ".join),
+    st.text(st.characters(codec="utf-8"), max_size=24),  # utf-8 has no lone surrogates
+)
+long_text = st.builds(lambda n, w: (w + " ") * n, st.integers(300, 1200),
+                      st.sampled_from(("line of code", "数据", "x")))
+any_text = st.one_of(short_text, short_text, long_text)
+
+
+@st.composite
+def _arguments(draw: st.DrawFn, name: str) -> dict[str, Any]:
+    path = draw(st.sampled_from(PATHS))
+    if name == "read_file":
+        if draw(st.booleans()):
+            start = draw(st.integers(1, 400))
+            return {"path": path, "start_line": start, "end_line": start + draw(st.integers(0, 200))}
+        return {"path": path}
+    if name in ("grep", "search", "web_search", "glob"):
+        return {"pattern" if name != "web_search" else "query": draw(short_text), "path": path}
+    if name == "list_dir":
+        return {"path": path}
+    if name == "edit_file":
+        return {"path": path, "old_string": draw(any_text), "new_string": draw(any_text),
+                "edits": [{"find": draw(any_text), "count": draw(st.integers(0, 3))}]}
+    if name == "write_file":
+        return {"path": path, "content": draw(any_text)}
+    return {"command": draw(any_text), "timeout": draw(st.integers(1, 600))}
+
+
+_result_body = st.one_of(any_text, st.just(""), st.sampled_from(
+    ("Error: No such file or directory", "Traceback (most recent call last):\n  boom")))
+
+
+@st.composite
+def _call(draw: st.DrawFn, n: int) -> dict[str, Any]:
+    if draw(st.integers(0, 9)) == 0:
+        return {"id": f"call_{n}", "name": "apply_patch", "custom": True,
+                "arguments": draw(any_text), "result": draw(_result_body), "parts": False}
+    name = draw(st.sampled_from(EXPLORATION + EXPLORATION + OTHER_TOOLS))
+    return {"id": f"call_{n}", "name": name, "custom": False,
+            "arguments": json.dumps(draw(_arguments(name)), ensure_ascii=draw(st.booleans())),
+            "result": draw(_result_body), "parts": draw(st.integers(0, 5)) == 0}
+
+
+@st.composite
+def _turns(draw: st.DrawFn, max_turns: int) -> list[dict[str, Any]]:
+    """The abstract conversation: turns of a user message and assistant steps."""
+    counter = iter(range(10_000))
+    turns = []
+    for _ in range(draw(st.integers(1, max_turns))):
+        steps: list[dict[str, Any]] = []
+        for _ in range(draw(st.integers(0, 5))):
+            if draw(st.integers(0, 3)) == 0:
+                steps.append({"text": draw(short_text), "calls": []})
+            else:
+                calls = [draw(_call(next(counter))) for _ in range(draw(st.integers(1, 3)))]
+                steps.append({"text": draw(st.sampled_from((None, None, "", "Let me look."))),
+                              "calls": calls})
+        turns.append({"user": draw(short_text), "image": draw(st.integers(0, 4)) == 0,
+                      "empty": draw(st.integers(0, 9)) == 0, "steps": steps})
+    return turns
+
+
+# ---------------------------------------------------------------- chat
+
+_DETAILS = (
+    {"type": "reasoning.text", "text": "thinking…", "signature": "EpYBCkgIBRAB",
+     "format": "anthropic-claude-v1", "index": 0},
+    {"type": "reasoning.encrypted", "data": "gAAAAABenc", "format": "openai-responses-v1", "index": 0},
+    {"type": "reasoning.summary", "summary": "I read the file.", "format": "unknown", "index": 0},
+    {"type": "reasoning.text", "text": "plain thought", "format": "unknown", "index": 1},
+)
+_BLOCKS = ({"type": "thinking", "thinking": "hmm", "signature": "sig-abc"},
+           {"type": "redacted_thinking", "data": "cmVkYWN0ZWQ="},
+           {"type": "thinking", "thinking": "unsigned"})
+
+
+@st.composite
+def _chat_private(draw: st.DrawFn, dialect: str | None, calls: bool) -> dict[str, Any]:
+    if dialect == "deepseek-thinking":
+        return {"reasoning_content": draw(short_text)} if calls or draw(st.booleans()) else {}
+    if dialect == "openrouter":
+        details: list[Any] = [SIGNER.sign_detail({**_DETAILS[0], "text": draw(short_text)})]
+        return {"reasoning": "…", "reasoning_details": details} if draw(st.booleans()) or calls else {}
+    if dialect is not None:
+        return {}
+    fields: dict[str, Any] = {}
+    if draw(st.integers(0, 2)) == 0:
+        fields["reasoning_content"] = draw(short_text)
+    if draw(st.integers(0, 3)) == 0:
+        fields["reasoning"] = draw(short_text)
+    if draw(st.integers(0, 3)) == 0:
+        fields["reasoning_details"] = draw(st.lists(st.sampled_from(_DETAILS), min_size=1, max_size=3))
+    if draw(st.integers(0, 4)) == 0:
+        fields["thinking_blocks"] = draw(st.lists(st.sampled_from(_BLOCKS), min_size=1, max_size=2))
+    if draw(st.integers(0, 7)) == 0:
+        fields["reasoning_items"] = [{"type": "reasoning", "id": "rs_lite", "summary": [],
+                                      "encrypted_content": "gAAAAABlite"}]
+    return fields
+
+
+@st.composite
+def _assistant_content(draw: st.DrawFn, text: str | None, dialect: str | None) -> Any:
+    """The text as sent, or (any dialect) Anthropic-style parts with a thinking block first."""
+    if dialect is not None or draw(st.integers(0, 5)) > 0:
+        return text
+    thinking = draw(st.sampled_from(_BLOCKS))
+    return [thinking] + ([{"type": "text", "text": text}] if text else [])
+
+
+def _signature(dialect: str | None, n: int) -> dict[str, Any]:
+    value = SIGNER.thought_signature(n.to_bytes(8, "big")) if dialect == "gemini" else f"sig{n}"
+    return {"extra_content": {"google": {"thought_signature": value}}}
+
+
+@st.composite
+def _chat(draw: st.DrawFn, turns: list[dict[str, Any]], dialect: str | None) -> list[Wire]:
+    out: list[Wire] = [{"role": r, "content": draw(short_text)}
+                       for r in draw(st.lists(st.sampled_from(("system", "developer")), max_size=2))]
+    for turn in turns:
+        content: Any = "" if turn["empty"] else turn["user"]
+        if turn["image"]:
+            content = [{"type": "text", "text": turn["user"]},
+                       {"type": "image_url", "image_url": {"url": IMAGE, "detail": "low"}}]
+        out.append({"role": "user", "content": content})
+        for step in turn["steps"]:
+            out += draw(_chat_step(step, dialect))
+    return out
+
+
+@st.composite
+def _chat_step(draw: st.DrawFn, step: dict[str, Any], dialect: str | None) -> list[Wire]:
+    if not step["calls"]:
+        content = draw(_assistant_content(step["text"], dialect))
+        return [{"role": "assistant", "content": content, **draw(_chat_private(dialect, False))}]
+    signed = dialect == "gemini" or (dialect is None and draw(st.integers(0, 3)) == 0)
+    calls = []
+    for k, c in enumerate(step["calls"]):
+        body = ({"type": "custom", "custom": {"name": c["name"], "input": c["arguments"]}} if c["custom"]
+                else {"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}})
+        extra = _signature(dialect, int(c["id"][5:])) if signed and k == 0 else {}
+        calls.append({"id": c["id"], **body, **extra})
+    message = {"role": "assistant", "content": draw(_assistant_content(step["text"], dialect)),
+               "tool_calls": calls, **draw(_chat_private(dialect, True))}
+    results = [{"role": "tool", "tool_call_id": c["id"],
+                "content": [{"type": "text", "text": c["result"]}] if c["parts"] else c["result"]}
+               for c in step["calls"]]
+    return [message, *results]
+
+
+# ---------------------------------------------------------------- Responses
+
+def _r_text(role: str, text: str) -> Wire:
+    part = {"type": "output_text", "text": text, "annotations": []} if role == "assistant" else \
+        {"type": "input_text", "text": text}
+    return {"type": "message", "role": role, "content": [part]}
+
+
+@st.composite
+def _responses(draw: st.DrawFn, turns: list[dict[str, Any]], dialect: str | None) -> list[Wire]:
+    out: list[Wire] = [_r_text(r, draw(short_text))
+                       for r in draw(st.lists(st.sampled_from(("system", "developer")), max_size=2))]
+    if dialect is None and draw(st.integers(0, 5)) == 0:
+        out.append({"type": "compaction", "encrypted_content": "gAAAAABcompaction"})
+    nonces = iter(range(10_000))
+    for turn in turns:
+        user = _r_text("user", "" if turn["empty"] else turn["user"])
+        if turn["image"]:
+            user["content"].append({"type": "input_image", "image_url": IMAGE, "detail": "low"})
+        out.append(user)
+        for step in turn["steps"]:
+            out += draw(_responses_step(step, f"{next(nonces):024x}"))
+    return out
+
+
+@st.composite
+def _responses_step(draw: st.DrawFn, step: dict[str, Any], nonce: str) -> list[Wire]:
+    reasoned = draw(st.integers(0, 2)) > 0
+    items: list[Wire] = []
+    if reasoned:
+        summary = [{"type": "summary_text", "text": draw(short_text)}] if draw(st.booleans()) else []
+        items.append({"type": "reasoning", "id": SIGNER.reasoning_id(nonce), "summary": summary,
+                      "encrypted_content": "pending"})
+    produced: list[Wire] = []
+    if step["text"] or not step["calls"]:
+        produced.append(_r_text("assistant", step["text"] or ""))
+    for c in step["calls"]:
+        kind, field = ("custom_tool_call", "input") if c["custom"] else ("function_call", "arguments")
+        produced.append({"type": kind, "call_id": c["id"], "name": c["name"], field: c["arguments"]})
+    if reasoned and draw(st.booleans()):
+        for k, item in enumerate(produced):
+            prefix = "msg" if item["type"] == "message" else "fc"
+            item["id"] = SIGNER.item_id(prefix, nonce, k, reasoned=True)
+    outputs = [{"type": "custom_tool_call_output" if c["custom"] else "function_call_output",
+                "call_id": c["id"],
+                "output": [{"type": "input_text", "text": c["result"]}] if c["parts"] else c["result"]}
+               for c in step["calls"]]
+    return items + produced + outputs
+
+
+def sign_encrypted(items: list[Wire]) -> list[Wire]:
+    """Give every reasoning item the blob the fake would have issued for the items before it."""
+    out: list[Wire] = []
+    for k, item in enumerate(items):
+        if item.get("type") == "reasoning" and "encrypted_content" in item:
+            item = {**item, "encrypted_content": SIGNER.encrypted_content(out, k.to_bytes(4, "big"))}
+        out.append(item)
+    return out
+
+
+# ---------------------------------------------------------------- damage
+
+@st.composite
+def _damaged(draw: st.DrawFn, elements: list[Wire], api: str) -> list[Wire]:
+    out = list(elements)
+    for _ in range(draw(st.integers(1, 4))):
+        results = [i for i, e in enumerate(out) if _is_result(e)]
+        move = draw(st.sampled_from(("interrupt", "orphan", "duplicate", "displace", "dangling")))
+        if move == "interrupt" and results:
+            del out[draw(st.sampled_from(results))]
+        elif move == "duplicate" and results:
+            i = draw(st.sampled_from(results))
+            out.insert(draw(st.integers(i + 1, len(out))), out[i])
+        elif move == "displace" and results:
+            i = draw(st.sampled_from(results))
+            out.insert(draw(st.integers(i, len(out) - 1)), out.pop(i))
+        elif move == "orphan":
+            orphan = ({"role": "tool", "tool_call_id": "call_orphan", "content": "stray"} if api == "chat"
+                      else {"type": "function_call_output", "call_id": "call_orphan", "output": "stray"})
+            out.insert(draw(st.integers(0, len(out))), orphan)
+        elif move == "dangling" and api == "responses":
+            dangling = {"type": "reasoning", "id": "rs_dangling", "summary": [],
+                        "encrypted_content": "gAAAAABx"}
+            out.insert(draw(st.integers(0, len(out))), dangling)
+    return out
+
+
+def _is_result(element: Wire) -> bool:
+    return element.get("role") == "tool" or str(element.get("type", "")).endswith("_call_output")
+
+
+@st.composite
+def conversations(draw: st.DrawFn, api: str = "chat", messy: bool = False,
+                  dialect: str | None = None, max_turns: int = 4) -> list[Wire]:
+    turns = draw(_turns(max_turns))
+    elements = draw(_chat(turns, dialect) if api == "chat" else _responses(turns, dialect))
+    if messy:
+        elements = draw(_damaged(elements, api))
+    return sign_encrypted(elements) if api == "responses" else elements
+
+
+def request_points(elements: list[Wire]) -> list[int]:
+    """Prefix lengths at which a client sends a request: after a user message, or after the
+    last result of a tool step."""
+    points = []
+    for n in range(1, len(elements) + 1):
+        last = elements[n - 1]
+        after = elements[n] if n < len(elements) else None
+        if last.get("role") == "user" or (_is_result(last) and (after is None or not _is_result(after))):
+            points.append(n)
+    return points
+
+
+__all__ = ["SIGNER", "conversations", "request_points", "sign_encrypted"]

@@ -1,0 +1,99 @@
+"""Safe cuts and the protected window: where a conversation may be split."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.conversation import leading_instructions
+from proxy.core.boundary import nearest_safe_cut, safe_cuts
+from proxy.core.window import keep_for, window_of, window_start
+from proxy.settings import CompactionSettings, ModelProfile
+from proxy.testing.rules import check_chat, check_responses
+from tests.factories import (assistant, assistant_calls, chat, entries_of, r_assistant, r_call,
+                             r_output, r_reasoning, r_user, read, responses, system, tool_result,
+                             user, wire)
+from tests.strategies import conversations
+
+
+def test_cut_never_splits_a_tool_group_in_chat() -> None:
+    entries = chat(system(), user(), assistant_calls(read("a"), read("b")), tool_result("a"),
+                   tool_result("b"), assistant("done"))
+    assert safe_cuts(entries) == [True, True, True, False, False, True, True]
+
+
+def test_cut_keeps_reasoning_and_parallel_calls_together_in_responses() -> None:
+    entries = responses(r_user(), r_reasoning("rs_1"), r_call("grep", "a"), r_call("grep", "b"),
+                        r_output("a"), r_output("b"), r_user("next"))
+    assert safe_cuts(entries) == [True, True, False, False, False, False, True, True]
+
+
+def test_cut_keeps_a_responses_message_with_the_calls_of_its_step() -> None:
+    entries = responses(r_user(), r_reasoning("rs_1"), r_assistant("Let me look.", id="msg_1"),
+                        r_call("grep", "a", id="fc_1"), r_output("a"))
+    assert safe_cuts(entries)[2:5] == [False, False, False]
+
+
+def test_cut_is_unsafe_while_a_call_waits_for_a_later_output() -> None:
+    entries = responses(r_user(), r_call("grep", "a"), r_user("meanwhile"), r_output("a"))
+    assert safe_cuts(entries)[2:4] == [False, False]
+
+
+def test_nearest_safe_cut_moves_earlier_first_then_later() -> None:
+    entries = chat(system(), user(), assistant_calls(read("a")), tool_result("a"), user("b"))
+    assert nearest_safe_cut(entries, 3) == 2
+    only_group = chat(system(), assistant_calls(read("a")), tool_result("a"), user())
+    assert nearest_safe_cut(only_group, 2) == 3
+
+
+@given(conversations("chat") | conversations("responses").map(lambda c: ("r", c)), st.data())
+def test_every_safe_cut_leaves_a_valid_tail(drawn: object, data: st.DataObject) -> None:
+    api, elements = ("responses", drawn[1]) if isinstance(drawn, tuple) else ("chat", drawn)
+    entries = entries_of(api, elements)  # type: ignore[arg-type]
+    lead = leading_instructions(entries)
+    for b, safe in enumerate(safe_cuts(entries)):
+        if not safe or b < lead or b == len(entries):
+            continue
+        kept = wire(entries[:lead] + entries[b:])
+        found = (check_chat({"messages": kept}) if api == "chat"
+                 else check_responses({"input": kept}))
+        assert found is None, (b, found)
+
+
+def test_window_keeps_the_last_messages_without_a_profile() -> None:
+    entries = chat(system(), *[user(str(i)) for i in range(10)])
+    assert window_start(entries, [1] * 11) == 5
+    assert window_start(entries, [1] * 11, keep_messages=3) == 8
+
+
+def test_window_by_tokens_always_keeps_the_last_entry() -> None:
+    entries = chat(system(), user("a"), user("b"), user("c"))
+    assert window_start(entries, [5, 5, 5, 5], keep_tokens=10) == 2
+    assert window_start(entries, [5, 5, 5, 50], keep_tokens=10) == 3
+
+
+def test_window_never_starts_inside_a_tool_group() -> None:
+    entries = chat(system(), user(), assistant_calls(read("a"), read("b")), tool_result("a"),
+                   tool_result("b"))
+    assert window_start(entries, [1] * 5, keep_messages=1) == 2
+
+
+def test_window_protects_lead_and_latest_user() -> None:
+    entries = chat(system(), user("old"), assistant("x"), user("latest"), assistant("y"))
+    window = window_of(entries, 1)
+    assert [i for i in range(5) if window.touchable(i)] == [1, 2]
+
+
+def test_keep_budget_comes_from_the_profile_or_the_fallback() -> None:
+    settings = CompactionSettings()
+    assert keep_for(settings, None) == (None, 6)
+    assert keep_for(settings, ModelProfile("gpt-x", max_input_tokens=128_000)) == (12_800, None)
+    assert keep_for(settings, ModelProfile("gpt-y", max_input_tokens=100_000, keep_ratio=0.2)) == (20_000, None)
+
+
+def test_stepped_window_starts_at_the_last_anchor_before_it() -> None:
+    entries = chat(system(), *[user(str(i)) for i in range(8)])
+    sizes = [10, 4, 4, 4, 4, 4, 4, 4, 4]  # totals before entry i: 0 10 14 18 22 26 30 34 38
+    assert window_start(entries, sizes, keep_messages=4) == 5
+    assert window_start(entries, sizes, keep_messages=4, step_tokens=10) == 4  # 20 was passed at 4
+    assert window_start(entries, sizes, keep_messages=3, step_tokens=10) == 6  # 30 was passed at 6

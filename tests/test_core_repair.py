@@ -1,0 +1,117 @@
+"""Protocol repair: valid tool structure out, nothing invented, valid input untouched."""
+
+from __future__ import annotations
+
+from hypothesis import given
+
+from proxy.conversation import Kind, content_text
+from proxy.core.repair import CANCELLED_TEXT, repair
+from proxy.testing.rules import check_chat, check_responses
+from tests.factories import (assistant, assistant_calls, chat, custom_call, entries_of, r_assistant,
+                             r_call, r_custom_call, r_output, r_reasoning, r_user, read, responses,
+                             system, tool_result, user, wire)
+from tests.strategies import conversations
+
+any_conversation = (conversations("chat", messy=True).map(lambda c: ("chat", c))
+                    | conversations("responses", messy=True).map(lambda c: ("responses", c)))
+valid_conversation = (conversations("chat").map(lambda c: ("chat", c))
+                      | conversations("responses").map(lambda c: ("responses", c)))
+
+
+def _valid(api: str, elements: list) -> bool:
+    if api == "chat":
+        return check_chat({"messages": elements}) is None
+    return check_responses({"input": elements}) is None
+
+
+def test_interrupted_parallel_call_gets_a_cancelled_result_after_its_group() -> None:
+    entries = chat(system(), user(), assistant_calls(read("a"), read("b"), read("c")),
+                   tool_result("b"), user("stop"))
+    out = repair(entries)
+    assert [e.raw.get("tool_call_id") for e in out.entries[3:6]] == ["b", "a", "c"]
+    assert content_text(out.entries[4]) == CANCELLED_TEXT
+    assert out.entries[6] is entries[4]
+    assert out.origins == (0, 1, 2, 3, None, None, 4)
+    assert out.cancelled == 2
+
+
+def test_orphan_duplicate_and_displaced_results_are_dropped_in_chat() -> None:
+    entries = chat(user(), tool_result("ghost"), assistant_calls(read("a")), tool_result("a"),
+                   tool_result("a"), assistant("x"), tool_result("a"))
+    out = repair(entries)
+    assert [e.kind for e in out.entries] == [Kind.USER, Kind.ASSISTANT, Kind.RESULT, Kind.ASSISTANT]
+    assert out.dropped_results == 3
+    assert check_chat({"messages": wire(out.entries)}) is None
+
+
+def test_responses_pairs_by_call_id_and_answers_custom_calls_in_kind() -> None:
+    entries = responses(r_user(), r_call("grep", "a"), r_custom_call("apply_patch", "p", "*** x"),
+                        r_user("meanwhile"), r_output("a"), r_output("a"), r_output("nobody"))
+    out = repair(entries)
+    body = wire(out.entries)
+    assert body[3] == {"type": "custom_tool_call_output", "call_id": "p", "output": CANCELLED_TEXT}
+    assert [item.get("call_id") for item in body[4:]] == [None, "a"]
+    assert check_responses({"input": body}) is None
+
+
+def test_dangling_reasoning_is_dropped_with_the_ids_it_owned() -> None:
+    entries = responses(r_user(), r_reasoning("rs_1"), r_user("again"), r_reasoning("rs_2"),
+                        r_assistant("hi", id="msg_1"))
+    out = repair(entries)
+    assert [e.raw.get("id") for e in out.entries] == [None, None, "rs_2", "msg_1"]
+    assert out.dropped_reasoning == 1
+
+
+def test_custom_chat_calls_are_answered_too() -> None:
+    entries = chat(user(), assistant_calls(custom_call("apply_patch", "p", "*** Begin")), user("no"))
+    assert content_text(repair(entries).entries[2]) == CANCELLED_TEXT
+
+
+@given(any_conversation)
+def test_repaired_conversation_passes_the_upstream_rules(drawn: tuple[str, list]) -> None:
+    api, elements = drawn
+    out = repair(entries_of(api, elements))
+    assert _valid(api, wire(out.entries))
+
+
+@given(valid_conversation)
+def test_valid_conversation_comes_out_as_the_same_entries(drawn: tuple[str, list]) -> None:
+    api, elements = drawn
+    entries = entries_of(api, elements)
+    out = repair(entries)
+    assert out.entries is entries and out.changed == 0
+
+
+@given(any_conversation)
+def test_repair_never_invents_an_outcome(drawn: tuple[str, list]) -> None:
+    api, elements = drawn
+    out = repair(entries_of(api, elements))
+    made = [e for e, origin in zip(out.entries, out.origins, strict=True) if origin is None]
+    assert all(e.kind is Kind.RESULT and content_text(e) == CANCELLED_TEXT for e in made)
+    assert "cancelled" in CANCELLED_TEXT and "succe" not in CANCELLED_TEXT.lower()
+
+
+@given(any_conversation)
+def test_repair_is_idempotent_and_deterministic(drawn: tuple[str, list]) -> None:
+    api, elements = drawn
+    once = repair(entries_of(api, elements))
+    again = repair(entries_of(api, elements))
+    twice = repair(once.entries)
+    assert twice.entries is once.entries
+    assert [e.to_bytes() for e in again.entries] == [e.to_bytes() for e in once.entries]
+
+
+@given(any_conversation)
+def test_repair_keeps_client_entries_byte_identical(drawn: tuple[str, list]) -> None:
+    api, elements = drawn
+    entries = entries_of(api, elements)
+    out = repair(entries)
+    for entry, origin in zip(out.entries, out.origins, strict=True):
+        if origin is not None and "id" not in entries[origin].raw:
+            assert entry is entries[origin]
+
+
+def test_assistant_text_and_user_turns_are_never_dropped() -> None:
+    entries = chat(system(), user("a"), assistant("b"), tool_result("x"), user("c"))
+    assert [e.raw.get("content") for e in repair(entries).entries] == [
+        "You are a careful coding agent.", "a", "b", "c"]

@@ -1,0 +1,176 @@
+"""The sanitizer: one policy function, blobs and plain reasoning kept apart (SPEC §7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.core.cascade import CascadeContext, run_cascade
+from proxy.core.private import GEMINI_STAND_IN
+from proxy.core.sanitize import Policy, sanitize
+from proxy.settings import CompactionSettings
+from proxy.testing.rules import check_chat, check_responses
+from tests.factories import (assistant, assistant_calls, chat, entries_of, measure, r_assistant, r_call,
+                             r_compaction, r_output, r_reasoning, r_user, read, responses, tool_result,
+                             user, wire)
+from tests.strategies import SIGNER, conversations
+
+SIGNED = {"type": "reasoning.text", "text": "t", "signature": "sig", "format": "anthropic-claude-v1",
+          "index": 0}
+REDACTED = {"type": "redacted_thinking", "data": "x"}
+SUMMARY = {"type": "reasoning.summary", "summary": "s", "format": "unknown", "index": 0}
+GEMINI = {"extra_content": {"google": {"thought_signature": "c2ln"}}}
+CHAT_DIALECTS = ("openai", "deepseek-thinking", "cerebras", "openai-strict", "gemini", "openrouter")
+
+
+def _history() -> tuple:
+    return chat(user("first"),
+                assistant_calls({**read("a"), **GEMINI}, reasoning_content="old thought",
+                                reasoning_details=[SIGNED], thinking_blocks=[REDACTED]),
+                tool_result("a"), assistant("answer", reasoning="why", reasoning_details=[SUMMARY]),
+                user("second"),
+                assistant_calls({**read("b"), **GEMINI}, reasoning_content="loop thought",
+                                reasoning_details=[SIGNED, SUMMARY]),
+                tool_result("b"))
+
+
+def test_transparent_touches_nothing() -> None:
+    entries = _history()
+    assert sanitize(entries, Policy.TRANSPARENT).entries is entries
+
+
+def test_cheap_clears_the_past_and_keeps_the_current_loop_as_sent() -> None:
+    entries = _history()
+    out = sanitize(entries, Policy.CHEAP)
+    body = wire(out.entries)
+    assert set(body[1]) == {"role", "content", "tool_calls"}
+    assert "extra_content" not in body[1]["tool_calls"][0]
+    assert set(body[3]) == {"role", "content"}
+    assert out.entries[5] is entries[5] and out.entries[4] is entries[4]
+    assert out.blobs == {"reasoning_details": 1, "thinking_blocks": 1, "thought_signature": 1}
+    assert out.plain == {"reasoning_content": 1, "reasoning": 1, "reasoning_details": 1}
+
+
+def test_compacted_drops_blobs_keeps_loop_plain_text_and_stands_in_for_gemini() -> None:
+    out = sanitize(_history(), Policy.COMPACTED)
+    loop = wire(out.entries)[5]
+    assert loop["reasoning_content"] == "loop thought" and "reasoning_details" not in loop
+    assert loop["tool_calls"][0]["extra_content"] == {"google": {"thought_signature": GEMINI_STAND_IN}}
+    assert out.stand_ins == 1
+
+
+def test_keep_loop_keeps_the_current_loop_exactly() -> None:
+    entries = _history()
+    out = sanitize(entries, Policy.COMPACTED_KEEP_LOOP)
+    assert out.entries[5] is entries[5] and "reasoning_content" not in wire(out.entries)[1]
+
+
+def test_private_free_leaves_no_reasoning_and_no_stand_ins() -> None:
+    body = wire(sanitize(_history(), Policy.PRIVATE_FREE).entries)
+    assert all(set(m) <= {"role", "content", "tool_calls", "tool_call_id"} for m in body)
+    assert all("extra_content" not in c for m in body for c in m.get("tool_calls", []))
+
+
+def test_responses_reasoning_goes_whole_with_the_ids_that_named_it() -> None:
+    entries = responses(r_compaction(), r_user("first"), r_reasoning("rs_1"),
+                        r_call("grep", "a", id="fc_1"), r_output("a"), r_user("second"),
+                        r_reasoning("rs_2", encrypted=None, summary="plan"), r_assistant("ok", id="msg_2"))
+    cheap = wire(sanitize(entries, Policy.CHEAP).entries)
+    assert [i.get("type") for i in cheap] == ["message", "function_call", "function_call_output",
+                                              "message", "reasoning", "message"]
+    assert "id" not in cheap[1] and cheap[5]["id"] == "msg_2"
+    compacted = sanitize(entries, Policy.COMPACTED)
+    assert [i.get("id") for i in wire(compacted.entries)] == [None, None, None, None, None]
+    assert compacted.blobs == {"compaction": 1, "reasoning_item": 1}
+    assert compacted.plain == {"reasoning_item": 1}
+
+
+def test_dropping_a_past_compaction_item_breaks_the_chain_of_later_blobs() -> None:
+    entries = responses(r_compaction(), r_user(), r_reasoning("rs_1"), r_assistant("ok"))
+    assert [i["type"] for i in wire(sanitize(entries, Policy.CHEAP).entries)] == ["message", "message"]
+
+
+def test_cheap_drops_loop_blobs_whose_chain_the_proxy_changed() -> None:
+    entries = responses(r_user(), r_reasoning("rs_1"), r_call("grep", "a", id="fc_1"), r_output("a"))
+    assert sanitize(entries, Policy.CHEAP).entries is entries
+    out = wire(sanitize(entries, Policy.CHEAP, changed_at=1).entries)
+    assert [i["type"] for i in out] == ["message", "function_call", "function_call_output"]
+
+
+def test_thinking_parts_in_content_are_blobs_when_signed() -> None:
+    thinking = {"type": "thinking", "thinking": "t", "signature": "s"}
+    entries = chat(assistant_calls(read("a"), content=[thinking]), tool_result("a"), user("now"))
+    body = wire(sanitize(entries, Policy.CHEAP).entries)
+    assert body[0]["content"] is None
+
+
+def _visible(element: dict[str, Any]) -> Any:
+    if element.get("type") in ("reasoning", "compaction"):
+        return None
+    calls = [{k: v for k, v in c.items() if k != "extra_content"} for c in element.get("tool_calls") or []]
+    content = element.get("content")
+    if isinstance(content, list):
+        content = [p for p in content
+                   if not (isinstance(p, dict) and p.get("type") in ("thinking", "redacted_thinking"))]
+    keep = ("role", "type", "call_id", "name", "arguments", "input", "output", "tool_call_id")
+    return {"content": content or None, "calls": calls, **{k: element.get(k) for k in keep}}
+
+
+@given(st.sampled_from(("chat", "responses")).flatmap(lambda api: st.tuples(
+    st.just(api), conversations(api, messy=True))), st.sampled_from(list(Policy)))
+def test_visible_text_calls_and_results_are_never_touched(drawn: tuple, policy: Policy) -> None:
+    api, elements = drawn
+    out = sanitize(entries_of(api, elements), policy)
+    before = [v for v in map(_visible, elements) if v is not None]
+    after = [v for v in map(_visible, wire(out.entries)) if v is not None]
+    assert after == before
+
+
+@given(st.sampled_from(("chat", "responses")).flatmap(lambda api: st.tuples(
+    st.just(api), conversations(api, messy=True))), st.sampled_from(list(Policy)))
+def test_sanitizing_twice_is_sanitizing_once(drawn: tuple, policy: Policy) -> None:
+    api, elements = drawn
+    once = sanitize(entries_of(api, elements), policy)
+    assert sanitize(once.entries, policy).entries == once.entries
+
+
+_PRIVATE_KEYS = {"reasoning_content", "reasoning", "reasoning_details", "thinking_blocks", "extra_content"}
+
+
+@given(st.sampled_from(("chat", "responses")).flatmap(lambda api: st.tuples(
+    st.just(api), conversations(api, messy=True))))
+def test_private_free_output_carries_neither_kind_anywhere(drawn: tuple) -> None:
+    api, elements = drawn
+    body = wire(sanitize(entries_of(api, elements), Policy.PRIVATE_FREE).entries)
+    assert not any(_PRIVATE_KEYS & set(e) for e in body)
+    assert not any(e.get("type") in ("reasoning", "compaction") for e in body)
+    assert not any("extra_content" in c for e in body for c in e.get("tool_calls") or [])
+
+
+def _projection(api: str, elements: list, policy: Policy | None, keep: int, idle: bool) -> list:
+    context = CascadeContext(CompactionSettings(), measure=measure, keep_messages=keep,
+                             now=1e9 if idle else 0.0, last_activity=0.0, policy=policy)
+    return wire(run_cascade(entries_of(api, elements), context).entries)
+
+
+@pytest.mark.parametrize("dialect", CHAT_DIALECTS)
+@given(data=st.data())
+def test_projection_passes_each_chat_dialect(dialect: str, data: st.DataObject) -> None:
+    # Per §7: the automatic policy and COMPACTED pass; PRIVATE_FREE is for summarizer requests
+    # and history files, which carry no tool loop, so it is not sent to these dialects.
+    elements = data.draw(conversations("chat", messy=data.draw(st.booleans()),
+                                       dialect=None if dialect == "openai" else dialect))
+    policy = data.draw(st.sampled_from((None, Policy.COMPACTED, Policy.COMPACTED_KEEP_LOOP)))
+    body = _projection("chat", elements, policy, data.draw(st.integers(0, 8)), data.draw(st.booleans()))
+    assert check_chat({"messages": body}, dialect) is None
+
+
+@given(conversations("responses", messy=True),
+       st.sampled_from((None, Policy.COMPACTED, Policy.PRIVATE_FREE)), st.integers(0, 8), st.booleans())
+def test_projection_passes_responses_rules_with_chain_bound_blobs(elements: list, policy: Policy | None,
+                                                                   keep: int, idle: bool) -> None:
+    body = _projection("responses", elements, policy, keep, idle)
+    assert check_responses({"input": body}, verify_encrypted=SIGNER.encrypted_valid) is None
