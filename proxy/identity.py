@@ -115,6 +115,23 @@ class Identities:
             self._cache.put(entry.key, found)
         return found
 
+    def content_digest(self, entry: Entry) -> str:
+        """The digest of what an entry says, ignoring a Responses item's server `id`.
+
+        Anchors match on this: the proxy's own sanitizer drops `fc_`/`msg_` ids from items
+        whose reasoning item it removed, and the echo must still be recognised.
+        """
+        if entry.api is Api.CHAT or not entry.item_id:
+            return self.digest(entry)
+        if entry.key is None:
+            return digest_of(canonical(entry))
+        key = b"c" + entry.key
+        found = self._cache.get(key)
+        if found is None:
+            found = digest_of(canonical(entry))
+            self._cache.put(key, found)
+        return found
+
     def ids(self, entries: Sequence[Entry]) -> list[str]:
         return with_occurrences(self.digest(e) for e in entries)
 

@@ -113,7 +113,7 @@ def estimate(projection: Entries, view: View, situation: Situation) -> tuple[int
     sizes = estimator.sizes(projection)
     conservative = estimator.conservative_total(projection, view.tools, view.instructions, sizes)
     found = anchors.estimate(projection, sizes, view.context, situation.anchors, conservative,
-                             situation.identities.digest, estimator.margin)
+                             situation.identities.content_digest, estimator.margin)
     return found.tokens, found.anchor
 
 

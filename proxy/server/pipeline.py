@@ -379,7 +379,8 @@ class Pipeline:
                  usage_reasoning=usage.reasoning)
         entries = anchors.response_entries(api, response)
         anchor = anchors.make_anchor(prepared.projection, prepared.context, entries, usage,
-                                     self.identities.digest, prepared.inbound.model, self.clock())
+                                     self.identities.content_digest, prepared.inbound.model,
+                                     self.clock())
         await self.store.add_anchor(prepared.key, anchor)
         # Committed before the answer is complete: a kill right after it loses nothing.
         await self.store.flush()
