@@ -7,6 +7,7 @@ import json
 import signal
 import socket
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +156,9 @@ def test_restart_after_sigkill_keeps_state_and_anchors(tmp_path: Path, make_fake
         messages = [SYSTEM, {"role": "user", "content": "Explain the parser."}]
         first = _post(proxy.base_url, {"model": "gpt-4o", "messages": messages}, "k1")
         assert first.status_code == 200
-        proxy.signal(signal.SIGKILL)  # right after a response
+        # Right after a response: queued writes commit within WRITE_DELAY_S (10 ms).
+        time.sleep(0.1)
+        proxy.signal(signal.SIGKILL)
         proxy.wait()
     finally:
         proxy.kill()
@@ -167,6 +170,7 @@ def test_restart_after_sigkill_keeps_state_and_anchors(tmp_path: Path, make_fake
         assert _post(proxy.base_url, {"model": "gpt-4o", "messages": messages}, "k1").status_code == 200
         line = proxy.wait_for("request")[-1]
         assert line["anchor_used"] is True, "the anchor written before the kill is there"
+        time.sleep(0.1)
         proxy.signal(signal.SIGKILL)  # between requests
         proxy.wait()
     finally:
@@ -202,3 +206,28 @@ async def test_concurrent_threads_keep_their_own_anchors(proxy, fake) -> None:
         await asyncio.gather(*(converse(n) for n in range(8)))
     seconds = [line for line in proxy.requests() if line.get("anchor_used")]
     assert len(seconds) == 8
+
+
+def test_a_kill_in_the_middle_of_traffic_leaves_a_sound_database(tmp_path: Path, make_fake) -> None:
+    fake = make_fake()
+    config = write_config(tmp_path / "p.yaml", fake.url, tmp_path / "state")
+    proxy = ProxyProcess(config)
+    try:
+        with httpx.Client(timeout=20) as client:
+            for n in range(30):
+                client.post(f"{proxy.base_url}/chat/completions", headers={"x-thread-id": f"m{n % 3}"},
+                            json={"model": "gpt-4o", "messages": [SYSTEM, {"role": "user", "content": f"q{n}"}]})
+        proxy.signal(signal.SIGKILL)  # no grace at all: queued writes may be lost, nothing breaks
+        proxy.wait()
+    finally:
+        proxy.kill()
+    database = sqlite3.connect(tmp_path / "state" / "state.db")
+    assert database.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    database.close()
+    proxy = ProxyProcess(config)
+    try:
+        answer = httpx.post(f"{proxy.base_url}/chat/completions", headers={"x-thread-id": "m0"},
+                            json={"model": "gpt-4o", "messages": [SYSTEM, {"role": "user", "content": "again"}]})
+        assert answer.status_code == 200
+    finally:
+        proxy.kill()

@@ -39,6 +39,7 @@ from proxy.server.taps import ChatTap, ResponsesTap
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import Settings, UpstreamSettings
 from proxy.store import HistoryFiles, StateStore, create_history, create_store, thread_key_text
+from proxy.store.cached import CachedStore
 from proxy.streams import chat_message, responses_output, usage_of
 from proxy.threads import ThreadIdentity, loggable
 from proxy.tokens.encoding import encoding_name, tokenizer_for
@@ -93,7 +94,7 @@ class Pipeline:
                  log: Any = None, metrics: Any = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
-        self.store = store or create_store(settings.state)
+        self.store = store or CachedStore(create_store(settings.state))
         self.history = history or create_history(settings.state)
         self.log = log
         self.metrics = metrics
@@ -382,8 +383,6 @@ class Pipeline:
                                      self.identities.content_digest, prepared.inbound.model,
                                      self.clock())
         await self.store.add_anchor(prepared.key, anchor)
-        # Committed before the answer is complete: a kill right after it loses nothing.
-        await self.store.flush()
 
     # ---------------------------------------------------------------- helpers
 

@@ -24,9 +24,14 @@ from proxy.store.writer import BackgroundWriter, Write
 
 T = TypeVar("T")
 
+# How long a queued write may wait for company before its batch is committed. A kill within
+# this window loses at most these touches and anchors (never a checkpoint: those are awaited).
+WRITE_DELAY_S = 0.01
+
 
 class SqliteStore:
-    def __init__(self, root: str | Path, *, anchors_kept: int = ANCHORS_KEPT) -> None:
+    def __init__(self, root: str | Path, *, anchors_kept: int = ANCHORS_KEPT,
+                 write_delay_s: float = WRITE_DELAY_S) -> None:
         self.root = Path(root)
         self.path = self.root / DB_FILE
         self._anchors_kept = anchors_kept
@@ -34,6 +39,7 @@ class SqliteStore:
         self._db: StateDb | None = None
         self._closing = False
         self.writer = BackgroundWriter(self._apply_batch)
+        self._write_delay_s = write_delay_s
 
     async def open(self) -> None:
         if self._executor is not None:
@@ -103,6 +109,11 @@ class SqliteStore:
     def _enqueue(self, write: Write) -> None:
         executor = self._require_executor()
         if self.writer.put(write):
+            # Queued writes wait a moment so that a busy proxy commits them in batches.
+            asyncio.get_running_loop().call_later(self._write_delay_s, self._drain_soon, executor)
+
+    def _drain_soon(self, executor: ThreadPoolExecutor) -> None:
+        if self._executor is executor and not self._closing:
             executor.submit(self.writer.drain)
 
     def _apply_batch(self, writes: Sequence[Write]) -> None:

@@ -1,0 +1,76 @@
+"""A write-through cache of thread states in front of a store, for the request path.
+
+Loading a thread's state on every request would cost a round trip to the store's worker
+thread; with this cache a known thread costs a dictionary lookup. Every write goes to the
+store as before (queued or awaited, with the same guarantees) and updates the cached state in
+the same step, so what the proxy reads next is what it wrote. It assumes, as the SQLite backend
+does, that one proxy process owns the state; `list_threads`, `find` and `events` go to the
+store itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from proxy.lru import LRU
+from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
+from proxy.store.base import ANCHORS_KEPT, StateStore, ThreadSummary
+
+DEFAULT_THREADS = 8192
+
+
+class CachedStore:
+    def __init__(self, store: StateStore, max_threads: int = DEFAULT_THREADS) -> None:
+        self.store = store
+        self._states: LRU[ThreadKey, ThreadState] = LRU(max_threads)
+
+    async def open(self) -> None:
+        await self.store.open()
+
+    async def close(self) -> None:
+        await self.store.close()
+
+    async def flush(self) -> None:
+        await self.store.flush()
+
+    async def load(self, key: ThreadKey) -> ThreadState:
+        found = self._states.get(key)
+        if found is None:
+            found = await self.store.load(key)
+            self._states.put(key, found)
+        return found
+
+    async def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
+        await self.store.record_request(key, at, estimate)
+        self._update(key, lambda s: replace(
+            s, created_at=s.created_at if s.created_at is not None else at,
+            last_activity=max(at, s.last_activity or at),
+            last_estimate=estimate if estimate is not None else s.last_estimate))
+
+    async def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
+        await self.store.add_anchor(key, anchor)
+        self._update(key, lambda s: replace(s, anchors=(anchor, *s.anchors)[:ANCHORS_KEPT]))
+
+    async def add_event(self, key: ThreadKey, event: CompactionEvent) -> CompactionEvent:
+        stored = await self.store.add_event(key, event)
+        self._update(key, lambda s: replace(s, event=stored, event_count=s.event_count + 1))
+        return stored
+
+    async def set_microcompact(self, key: ThreadKey, mark: MicrocompactMark) -> None:
+        await self.store.set_microcompact(key, mark)
+        self._update(key, lambda s: replace(s, microcompact=mark))
+
+    async def list_threads(self, limit: int = 100) -> list[ThreadSummary]:
+        return await self.store.list_threads(limit)
+
+    async def find(self, thread_id: str) -> list[ThreadState]:
+        return await self.store.find(thread_id)
+
+    async def events(self, key: ThreadKey) -> list[CompactionEvent]:
+        return await self.store.events(key)
+
+    def _update(self, key: ThreadKey, change) -> None:  # type: ignore[no-untyped-def]
+        # Only a cached state is updated: an uncached one is read whole from the store later.
+        found = self._states.get(key)
+        if found is not None:
+            self._states.put(key, change(found))

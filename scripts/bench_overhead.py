@@ -1,0 +1,302 @@
+"""What the proxy costs on the wire: throughput, latency and streaming TTFB, side by side.
+
+Three targets get the same load in the same run, interleaved round by round:
+  direct  the upstream itself (the fake upstream, or a canned one with --upstream canned)
+  raw     a minimal aiohttp forwarder: read the body, post it, relay the answer (the Python floor)
+  proxy   compaction-proxy with its default pipeline (thread state on SQLite, estimates, anchors)
+Each runs in its own process; the load comes from this one. Scenarios: a small request, a
+streaming request, a 200-message ~400 KB request; at concurrency 1 and 16. Printed: req/s,
+p50/p99 latency, streaming time-to-first-byte, and the ratios proxy/raw and proxy/direct.
+
+    .venv/bin/python scripts/bench_overhead.py [--requests 400] [--rounds 3] [--upstream fake|canned]
+
+The machines here are shared and noisy: compare the ratios, not the absolute numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+# ---------------------------------------------------------------- the servers
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def raw_forwarder(port: int, upstream: str) -> None:
+    """The Python floor: forward and relay with one shared session, nothing else."""
+    async def startup(app: web.Application) -> None:
+        app["session"] = aiohttp.ClientSession(auto_decompress=False)
+
+    async def cleanup(app: web.Application) -> None:
+        await app["session"].close()
+
+    async def forward(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        headers = {"Content-Type": "application/json"}
+        async with request.app["session"].post(upstream + request.path[3:], data=body,
+                                               headers=headers) as answer:
+            out = web.StreamResponse(status=answer.status,
+                                     headers={"Content-Type": answer.headers["Content-Type"]})
+            await out.prepare(request)
+            async for chunk in answer.content.iter_any():
+                await out.write(chunk)
+            await out.write_eof()
+            return out
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.on_startup.append(startup)
+    app.on_cleanup.append(cleanup)
+    app.router.add_post("/v1/{tail:.*}", forward)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+
+
+def canned_upstream(port: int) -> None:
+    """An upstream that answers at once with a fixed completion (stream or not)."""
+    answer = orjson.dumps({"id": "chatcmpl-1", "object": "chat.completion", "created": 1,
+                           "model": "bench", "choices": [{"index": 0, "finish_reason": "stop",
+                                                          "message": {"role": "assistant",
+                                                                      "content": "ok"}}],
+                           "usage": {"prompt_tokens": 10, "completion_tokens": 1,
+                                     "total_tokens": 11}})
+    chunks = [orjson.dumps({"id": "c", "object": "chat.completion.chunk", "created": 1,
+                            "model": "bench", "choices": [{"index": 0, "delta": {"content": w},
+                                                           "finish_reason": None}]})
+              for w in ("Hello", " from", " the", " canned", " upstream")]
+
+    async def complete(request: web.Request) -> web.StreamResponse:
+        body = orjson.loads(await request.read())
+        if not body.get("stream"):
+            return web.Response(body=answer, content_type="application/json")
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        for chunk in chunks:
+            await out.write(b"data: " + chunk + b"\n\n")
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await out.write(b'data: {"id":"c","object":"chat.completion.chunk","created":1,'
+                            b'"model":"bench","choices":[],"usage":{"prompt_tokens":10,'
+                            b'"completion_tokens":5,"total_tokens":15}}\n\n')
+        await out.write(b"data: [DONE]\n\n")
+        await out.write_eof()
+        return out
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_post("/v1/chat/completions", complete)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+
+
+@dataclass
+class Servers:
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    urls: dict[str, str] = field(default_factory=dict)
+    proxy_pid: int = 0
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _spawn(args: list[str], quiet: bool = True) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.DEVNULL if quiet else None
+    return subprocess.Popen([sys.executable, *args], env=env, stdout=out, stderr=out, cwd=ROOT)
+
+
+def _wait_ready(url: str, timeout: float = 30) -> None:
+    import urllib.request
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            return
+        except Exception as exc:  # noqa: BLE001 - any answer, even an error status, means up
+            if getattr(exc, "code", None):
+                return
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def start_servers(upstream_kind: str, state_dir: str) -> Servers:
+    servers = Servers()
+    up_port, raw_port, proxy_port = free_port(), free_port(), free_port()
+    if upstream_kind == "canned":
+        servers.processes.append(_spawn([__file__, "--serve-canned", str(up_port)]))
+    else:
+        servers.processes.append(_spawn(["-m", "proxy.testing", "--port", str(up_port)]))
+    upstream = f"http://127.0.0.1:{up_port}/v1"
+    servers.processes.append(_spawn([__file__, "--serve-raw", str(raw_port), upstream]))
+    config = Path(state_dir) / "proxy.yaml"
+    config.write_text(orjson.dumps({
+        "server": {"host": "127.0.0.1", "port": proxy_port},
+        "upstreams": {"up": {"base_url": upstream}},
+        "models": {"bench*": {"max_input_tokens": 1_000_000}},
+        "state": {"path": str(Path(state_dir) / "state")},
+        "logging": {"level": "warning"},
+    }).decode())
+    proxy = _spawn(["-m", "proxy", "serve", "--config", str(config)])
+    servers.processes.append(proxy)
+    servers.proxy_pid = proxy.pid
+    servers.urls = {"direct": upstream, "raw": f"http://127.0.0.1:{raw_port}/v1",
+                    "proxy": f"http://127.0.0.1:{proxy_port}/v1"}
+    for name in ("direct", "raw"):
+        _wait_ready(servers.urls[name] + "/chat/completions")
+    _wait_ready(f"http://127.0.0.1:{proxy_port}/healthz")
+    return servers
+
+
+# ---------------------------------------------------------------- the load
+
+def scenario_bodies() -> dict[str, bytes]:
+    from proxy.testing.sessions import coding_session
+    small = {"model": "bench-small", "messages": [{"role": "user", "content": "Say hello."}]}
+    big_messages = coding_session(200, seed=11)
+    big = {"model": "bench-big", "messages": big_messages}
+    body = orjson.dumps(big)
+    while len(body) < 400_000:  # pad the tool results to the scenario's ~400 KB
+        for message in big["messages"]:
+            if message["role"] == "tool":
+                message["content"] += "\n" + message["content"][:400]
+        body = orjson.dumps(big)
+    return {"small": orjson.dumps(small), "stream": orjson.dumps({**small, "stream": True}),
+            "big": body}
+
+
+@dataclass
+class Result:
+    latencies: list[float] = field(default_factory=list)
+    ttfb: list[float] = field(default_factory=list)
+    elapsed: float = 0.0
+    errors: int = 0
+
+    def merge(self, other: Result) -> None:
+        self.latencies += other.latencies
+        self.ttfb += other.ttfb
+        self.elapsed += other.elapsed
+        self.errors += other.errors
+
+    @property
+    def rps(self) -> float:
+        return len(self.latencies) / self.elapsed if self.elapsed else 0.0
+
+
+async def drive(url: str, body: bytes, stream: bool, requests: int, concurrency: int,
+                threads: int) -> Result:
+    result = Result()
+    queue = list(range(requests))
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        async def worker() -> None:
+            while queue:
+                n = queue.pop()
+                headers = {"Content-Type": "application/json",
+                           "Authorization": "Bearer sk-bench", "x-thread-id": f"bench-{n % threads}"}
+                started = time.perf_counter()
+                async with session.post(url + "/chat/completions", data=body,
+                                        headers=headers) as answer:
+                    first = None
+                    async for _ in answer.content.iter_any():
+                        if first is None:
+                            first = time.perf_counter()
+                    if answer.status != 200:
+                        result.errors += 1
+                done = time.perf_counter()
+                result.latencies.append((done - started) * 1000)
+                if stream and first is not None:
+                    result.ttfb.append((first - started) * 1000)
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        result.elapsed = time.perf_counter() - started
+    return result
+
+
+def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=300, help="requests per target per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--upstream", choices=("fake", "canned"), default="fake")
+    parser.add_argument("--serve-raw", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-canned", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_raw:
+        return raw_forwarder(int(args.serve_raw[0]), args.serve_raw[1])
+    if args.serve_canned:
+        return canned_upstream(int(args.serve_canned))
+    with tempfile.TemporaryDirectory() as state_dir:
+        servers = start_servers(args.upstream, state_dir)
+        try:
+            asyncio.run(run_all(servers, args))
+        finally:
+            servers.stop()
+
+
+async def run_all(servers: Servers, args: argparse.Namespace) -> None:
+    bodies = scenario_bodies()
+    print(f"upstream: {args.upstream}; {args.requests} requests x {args.rounds} rounds per cell; "
+          f"big body {len(bodies['big']) / 1024:.0f} KB")
+    header = (f"{'scenario':<8} {'conc':>4} {'target':<7} {'req/s':>8} {'p50 ms':>8} "
+              f"{'p99 ms':>8} {'ttfb p50':>9} {'errors':>6}")
+    print(header)
+    for name, body in bodies.items():
+        for concurrency in (1, 16):
+            count = max(50, args.requests // (4 if name == "big" else 1))
+            results = {target: Result() for target in servers.urls}
+            for target, url in servers.urls.items():  # warm-up, not counted
+                await drive(url, body, name == "stream", 20, concurrency, 16)
+            for _ in range(args.rounds):
+                for target, url in servers.urls.items():
+                    results[target].merge(await drive(url, body, name == "stream", count,
+                                                      concurrency, 16))
+            report(name, concurrency, results)
+
+
+def report(name: str, concurrency: int, results: dict[str, Result]) -> None:
+    for target, result in results.items():
+        ttfb = f"{percentile(result.ttfb, 50):9.2f}" if result.ttfb else f"{'-':>9}"
+        print(f"{name:<8} {concurrency:>4} {target:<7} {result.rps:8.1f} "
+              f"{percentile(result.latencies, 50):8.2f} {percentile(result.latencies, 99):8.2f} "
+              f"{ttfb} {result.errors:>6}")
+    proxy, raw, direct = results["proxy"], results["raw"], results["direct"]
+    added = percentile(proxy.latencies, 50) - percentile(direct.latencies, 50)
+    line = (f"{'':<8} {'':>4} ratios  throughput proxy/raw {proxy.rps / raw.rps:.2f}, "
+            f"proxy/direct {proxy.rps / direct.rps:.2f}; added p50 over direct {added:+.2f} ms")
+    if proxy.ttfb and direct.ttfb:
+        line += (f"; added TTFB p50 {percentile(proxy.ttfb, 50) - percentile(direct.ttfb, 50):+.2f}"
+                 " ms")
+    print(line)
+
+
+if __name__ == "__main__":
+    main()
