@@ -73,6 +73,7 @@ def _fast(body: bytes, key: str, parsed: Sequence[Any]) -> ArraySpans | None:
     if body[key_end - len(key_bytes):key_end] != key_bytes:
         return None
     i = first
+    spans = []
     for n, element in enumerate(elements):
         if n:
             i = _skip_ws(body, i)
@@ -81,11 +82,13 @@ def _fast(body: bytes, key: str, parsed: Sequence[Any]) -> ArraySpans | None:
             i = _skip_ws(body, i + 1)
         if not body.startswith(element, i):
             return None
+        spans.append((i, i + len(element)))
         i += len(element)
     i = _skip_ws(body, i)
     if i >= len(body) or body[i] != ord("]"):
         return None
-    return ArraySpans(start, i + 1, tuple(elements))
+    # Slices of the body, not orjson's buffers: those carry kilobytes of spare capacity each.
+    return ArraySpans(start, i + 1, tuple(body[a:b] for a, b in spans))
 
 
 def _scan(body: bytes, key: str, count: int) -> ArraySpans | None:

@@ -1,8 +1,13 @@
-"""A bounded least-recently-used mapping: the caches of the hot path must never grow without end."""
+"""Bounded least-recently-used mappings: the caches of the hot path must never grow without end.
+
+`LRU` bounds the number of entries; `WeightedLRU` bounds their total weight (bytes held), for
+caches whose values differ a lot in size.
+"""
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 K = TypeVar("K")
@@ -27,6 +32,37 @@ class LRU(Generic[K, V]):
         self._data.move_to_end(key)
         if len(self._data) > self.max_entries:
             self._data.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+class WeightedLRU(Generic[K, V]):
+    def __init__(self, max_weight: int, weigh: Callable[[V], int]) -> None:
+        self.max_weight = max_weight
+        self._weigh = weigh
+        self._data: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        self.weight = 0
+
+    def get(self, key: K) -> V | None:
+        found = self._data.get(key)
+        if found is None:
+            return None
+        self._data.move_to_end(key)
+        return found[0]
+
+    def put(self, key: K, value: V) -> None:
+        old = self._data.pop(key, None)
+        if old is not None:
+            self.weight -= old[1]
+        weight = self._weigh(value)
+        if weight > self.max_weight:
+            return  # larger than the whole cache: not worth evicting everything else for
+        self._data[key] = (value, weight)
+        self.weight += weight
+        while self.weight > self.max_weight:
+            _, (_, dropped) = self._data.popitem(last=False)
+            self.weight -= dropped
 
     def __len__(self) -> int:
         return len(self._data)

@@ -33,6 +33,7 @@ class ServerSettings:
     max_body_mb: int = 64
     shutdown_grace_s: float = 30.0
     upstream_pool_size: int = 256
+    recent_cache_mb: int = 16
 
     @property
     def max_body_bytes(self) -> int:
@@ -236,6 +237,7 @@ def _server(r: Reader) -> ServerSettings:
         max_body_mb=r.integer("max_body_mb", ServerSettings.max_body_mb, 1, 4096),
         shutdown_grace_s=r.number("shutdown_grace_s", ServerSettings.shutdown_grace_s, 0),
         upstream_pool_size=r.integer("upstream_pool_size", ServerSettings.upstream_pool_size, 1),
+        recent_cache_mb=r.integer("recent_cache_mb", ServerSettings.recent_cache_mb, 0),
     )
     r.finish()
     return s

@@ -27,7 +27,7 @@ from proxy.core.sanitize import Policy
 from proxy.errors import CompactionInsufficient, CompactionUnavailable
 from proxy.identity import Identities
 from proxy.inbound import Inbound, with_entries
-from proxy.lru import LRU
+from proxy.lru import WeightedLRU
 from proxy.outbound import build_body
 from proxy.projection import Built, Situation, View, build, measure_projection, view_of
 from proxy.records import ThreadKey, ThreadState
@@ -46,7 +46,6 @@ from proxy.tokens.encoding import encoding_name, tokenizer_for
 from proxy.tokens.estimate import TokenEstimator
 from proxy.usage import normalize
 
-RECENT_THREADS = 2048  # threads whose last entries are kept, to build only what is new
 
 _RETRY_POLICY = {
     RetryAction.STRIP_BLOBS: (Policy.COMPACTED, False),
@@ -103,7 +102,10 @@ class Pipeline:
         self.compactor = Compactor(settings, client or UpstreamClient(1), self.store,
                                    self.history, log, metrics, clock)
         self._estimators: dict[str, TokenEstimator] = {}
-        self._recent: LRU[ThreadKey, Entries] = LRU(RECENT_THREADS)
+        # Each thread's last entries, so a steady request builds only what is new; bounded by
+        # the bytes of the client's messages they hold.
+        self._recent: WeightedLRU[ThreadKey, Entries] = WeightedLRU(
+            settings.server.recent_cache_mb * 1024 * 1024, _entries_weight)
 
     async def start(self) -> None:
         await self.store.open()
@@ -441,6 +443,10 @@ def _needs_usage_chunk(inbound: Inbound) -> bool:
         return False
     options = inbound.doc.get("stream_options")
     return not (isinstance(options, dict) and options.get("include_usage") is True)
+
+
+def _entries_weight(entries: Entries) -> int:
+    return sum(len(e.source) if e.source is not None else 256 for e in entries)
 
 
 def _seq(state: ThreadState | None) -> int:

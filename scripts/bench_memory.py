@@ -1,0 +1,95 @@
+"""The proxy's memory under load: bounded caches, no growth over time.
+
+Starts a canned upstream and the proxy (default config, SQLite state in a temporary folder),
+then reads the proxy's resident set size (RSS, from /proc) after:
+  - 10,000 and 20,000 small requests over 64 threads (no growth between the two is the target),
+  - 1,000 threads of 50 distinct messages each (each thread sent as it grows, 5 turns).
+
+    .venv/bin/python scripts/bench_memory.py [--requests 10000] [--threads 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import bench_overhead  # noqa: E402
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def small_requests(url: str, count: int, concurrency: int = 16) -> None:
+    body = orjson.dumps({"model": "bench-small", "messages": [{"role": "user", "content": "hi"}]})
+    queue = list(range(count))
+    async with aiohttp.ClientSession() as session:
+        async def worker() -> None:
+            while queue:
+                n = queue.pop()
+                async with session.post(f"{url}/chat/completions", data=body, headers={
+                        "Content-Type": "application/json", "x-thread-id": f"small-{n % 64}"}) as r:
+                    await r.read()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+def thread_messages(n: int, length: int) -> list[dict[str, object]]:
+    messages: list[dict[str, object]] = [{"role": "system", "content": f"Agent for project {n}."}]
+    for turn in range(length // 2):
+        messages.append({"role": "user", "content": f"Thread {n}, step {turn}: " + "detail " * 60})
+        messages.append({"role": "assistant", "content": f"Done step {turn} of {n}. " + "ok " * 40})
+    return messages[:length]
+
+
+async def many_threads(url: str, threads: int, length: int = 50, concurrency: int = 16) -> None:
+    jobs = [(n, k) for k in (10, 20, 30, 40, length) for n in range(threads)]
+    async with aiohttp.ClientSession() as session:
+        async def worker() -> None:
+            while jobs:
+                n, k = jobs.pop(0)
+                body = orjson.dumps({"model": "bench-small", "messages": thread_messages(n, k)[:k - 1] + [
+                    {"role": "user", "content": "next"}]})
+                async with session.post(f"{url}/chat/completions", data=body, headers={
+                        "Content-Type": "application/json", "x-thread-id": f"t-{n}"}) as r:
+                    await r.read()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=10_000)
+    parser.add_argument("--threads", type=int, default=1_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as state_dir:
+        servers = bench_overhead.start_servers("canned", state_dir)
+        pid, url = servers.proxy_pid, servers.urls["proxy"]
+        try:
+            print(f"proxy RSS at start: {rss_mb(pid):.1f} MB")
+            asyncio.run(small_requests(url, args.requests))
+            first = rss_mb(pid)
+            print(f"after {args.requests:,} requests: {first:.1f} MB")
+            asyncio.run(small_requests(url, args.requests))
+            second = rss_mb(pid)
+            print(f"after {2 * args.requests:,} requests: {second:.1f} MB "
+                  f"(growth {second - first:+.1f} MB)")
+            asyncio.run(many_threads(url, args.threads))
+            print(f"after {args.threads:,} threads of 50 messages: {rss_mb(pid):.1f} MB")
+        finally:
+            servers.stop()
+
+
+if __name__ == "__main__":
+    main()
