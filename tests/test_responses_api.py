@@ -90,9 +90,9 @@ def _has_summary(body: dict[str, Any]) -> bool:
 
 def test_a_codex_session_stays_under_the_limit(codex_setup) -> None:
     fake, summarizer, proxy, client = codex_setup
-    items = coding_session(300, seed=3, api="responses")
+    items = coding_session(220, seed=3, api="responses")
     responses, _ = _codex(client, fake, items, "codex-conv-1", stream_every=4)
-    assert len(responses) >= 100
+    assert len(responses) >= 90
     assert all(r.status == "completed" for r in responses)
     main = _main(fake)
     assert all(responses_prompt_tokens(r.json) <= LIMIT for r in main)
@@ -121,7 +121,7 @@ def test_streamed_responses_anchor_and_relay(codex_setup) -> None:
 
 def test_restart_keeps_the_checkpoint(codex_setup, loop_thread) -> None:
     fake, summarizer, proxy, client = codex_setup
-    items = coding_session(200, seed=4, api="responses")
+    items = coding_session(110, seed=4, api="responses")
     _, history = _codex(client, fake, items, "codex-restart")
     assert proxy.logs.events("compaction_completed")
     calls = summarizer.calls
@@ -162,7 +162,7 @@ def test_summarizer_over_the_responses_api(make_fake, make_proxy, make_client) -
     summarizer = FakeSummarizer.install(fake)
     proxy = make_proxy(fake, models=MODELS, upstreams={"fake": {"api": "responses"}})
     client = make_client(proxy.base_url)
-    items = coding_session(160, seed=6, api="responses")
+    items = coding_session(110, seed=6, api="responses")
     _codex(client, fake, items, "codex-summarizer-responses")
     assert summarizer.calls >= 1
     body = summarizer.requests[0]
