@@ -63,17 +63,22 @@ def parse_inbound(api: Api, body: bytes) -> Inbound:
         if not isinstance(element, dict):
             raise BadRequest(f"Each item of '{key}' must be an object; item {i} is "
                              f"{type(element).__name__}.", param=f"{key}.[{i}]")
-    spans = locate_array(body, key, elements)
-    return Inbound(api, body, doc, model, stream, key, None, spans, tuple(elements))
+    return Inbound(api, body, doc, model, stream, key, None, None, tuple(elements))
 
 
 def with_entries(inbound: Inbound, previous: Sequence[Entry] = ()) -> Inbound:
-    """The inbound request with its list as entries, reusing `previous` where bytes match."""
+    """The inbound request with its list as entries, reusing `previous` where bytes match.
+
+    The thread's previous entries also locate this body's elements: a conversation grows at
+    its end, so most elements are found by comparing bytes, not by serializing them again.
+    """
     if inbound.elements is None:
         return inbound
-    sources = inbound.spans.elements if inbound.spans else None
+    hints = [e.source for e in previous if e.source is not None]
+    spans = locate_array(inbound.body, inbound.array_key, inbound.elements, hints)
+    sources = spans.elements if spans else None
     entries = entries_from(inbound.api, inbound.elements, sources, previous)
-    return replace(inbound, entries=entries)
+    return replace(inbound, entries=entries, spans=spans)
 
 
 def leading_bytes(inbound: Inbound) -> list[bytes]:
@@ -82,9 +87,9 @@ def leading_bytes(inbound: Inbound) -> list[bytes]:
     instructions = inbound.doc.get("instructions")
     if inbound.api is Api.RESPONSES and isinstance(instructions, str):
         out.append(instructions.encode("utf-8", "surrogatepass"))
-    sources = inbound.spans.elements if inbound.spans else None
-    for i, element in enumerate(inbound.elements or ()):
-        out.append(sources[i] if sources else jsonio.dumps(element))
+    for element in inbound.elements or ():
+        # Canonical bytes, not the client's: the fingerprint must not depend on formatting.
+        out.append(jsonio.dumps(element, sort_keys=True))
         if element.get("role") == "user":
             break
     return out

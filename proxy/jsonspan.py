@@ -34,9 +34,14 @@ class ArraySpans:
         return body[:self.start] + array + body[self.end:]
 
 
-def locate_array(body: bytes, key: str, parsed: Sequence[Any]) -> ArraySpans | None:
-    """The spans of top-level `key`'s array, whose parsed value is `parsed`; None if absent."""
-    return _fast(body, key, parsed) or _scan(body, key, len(parsed))
+def locate_array(body: bytes, key: str, parsed: Sequence[Any],
+                 hints: Sequence[bytes] = ()) -> ArraySpans | None:
+    """The spans of top-level `key`'s array, whose parsed value is `parsed`; None if absent.
+
+    `hints` are the bytes the same elements had in an earlier request (the thread's previous
+    one): an element found at its place with those exact bytes needs no serializing.
+    """
+    return _fast(body, key, parsed, hints) or _scan(body, key, len(parsed))
 
 
 def _skip_ws(body: bytes, i: int) -> int:
@@ -52,14 +57,17 @@ def _skip_ws_back(body: bytes, i: int) -> int:
     return i
 
 
-def _fast(body: bytes, key: str, parsed: Sequence[Any]) -> ArraySpans | None:
+def _fast(body: bytes, key: str, parsed: Sequence[Any],
+          hints: Sequence[bytes] = ()) -> ArraySpans | None:
     if not parsed:
         return None
     try:
-        elements = [orjson.dumps(e) for e in parsed]
+        first_bytes = orjson.dumps(parsed[0])
     except TypeError:
         return None
-    first = body.find(elements[0])
+    first = body.find(first_bytes)
+    if first < 0 and hints:
+        first = body.find(hints[0])
     if first < 0:
         return None
     start = _skip_ws_back(body, first - 1)
@@ -74,19 +82,29 @@ def _fast(body: bytes, key: str, parsed: Sequence[Any]) -> ArraySpans | None:
         return None
     i = first
     spans = []
-    for n, element in enumerate(elements):
+    for n, value in enumerate(parsed):
         if n:
             i = _skip_ws(body, i)
             if i >= len(body) or body[i] != ord(","):
                 return None
             i = _skip_ws(body, i + 1)
-        if not body.startswith(element, i):
-            return None
+        # A JSON object ends where it ends: a hint matching here is this element, whole.
+        if n < len(hints) and body.startswith(hints[n], i):
+            element = hints[n]
+        else:
+            try:
+                element = orjson.dumps(value)
+            except TypeError:
+                return None
+            if not body.startswith(element, i):
+                return None
         spans.append((i, i + len(element)))
         i += len(element)
     i = _skip_ws(body, i)
     if i >= len(body) or body[i] != ord("]"):
         return None
+    if body.find(first_bytes, i) >= 0:
+        return None  # another copy of the list further on (nested?): only the scanner can tell
     # Slices of the body, not orjson's buffers: those carry kilobytes of spare capacity each.
     return ArraySpans(start, i + 1, tuple(body[a:b] for a, b in spans))
 

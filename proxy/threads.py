@@ -9,7 +9,7 @@ stateless. The tenant is a digest of the credential the client presented, never 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,9 @@ def tenant_digest(headers: Mapping[str, str]) -> str:
 
 
 def resolve_thread(headers: Mapping[str, str], body: Mapping[str, Any] | None,
-                   settings: ThreadSettings, leading: Sequence[Any] = ()) -> ThreadIdentity:
+                   settings: ThreadSettings,
+                   leading: Sequence[Any] | Callable[[], Sequence[Any]] = ()) -> ThreadIdentity:
+    """`leading` may be a callable: the fingerprint material is built only when needed."""
     tenant = tenant_digest(headers)
     for name in settings.headers:
         value = headers.get(name)
@@ -51,8 +53,9 @@ def resolve_thread(headers: Mapping[str, str], body: Mapping[str, Any] | None,
             value = _dotted(body, path)
             if isinstance(value, str) and value:
                 return ThreadIdentity(value, f"body:{path}", tenant)
-    if settings.fallback == "fingerprint" and leading:
-        return ThreadIdentity(fingerprint(leading), "fingerprint", tenant)
+    material = leading() if callable(leading) else leading
+    if settings.fallback == "fingerprint" and material:
+        return ThreadIdentity(fingerprint(material), "fingerprint", tenant)
     return ThreadIdentity(None, "none", tenant)
 
 

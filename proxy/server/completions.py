@@ -126,4 +126,4 @@ def _credentials(request: web.Request) -> Mapping[str, str]:
 
 def _identity(request: web.Request, inbound: Inbound, services: Services) -> ThreadIdentity:
     return resolve_thread(request.headers, inbound.doc, services.settings.threads,
-                          leading_bytes(inbound))
+                          lambda: leading_bytes(inbound))

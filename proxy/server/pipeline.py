@@ -101,7 +101,8 @@ class Pipeline:
         self.identities = Identities(settings.tokens.cache_entries)
         self.compactor = Compactor(settings, client or UpstreamClient(1), self.store,
                                    self.history, log, metrics, clock)
-        self._estimators: dict[str, TokenEstimator] = {}
+        self._estimators: dict[str, TokenEstimator] = {}  # by encoding
+        self._by_model: dict[str, TokenEstimator] = {}
         # Each thread's last entries, so a steady request builds only what is new; bounded by
         # the bytes of the client's messages they hold.
         self._recent: WeightedLRU[ThreadKey, Entries] = WeightedLRU(
@@ -394,6 +395,14 @@ class Pipeline:
         return ThreadKey(identity.tenant, thread_key_text(identity.thread))
 
     def estimator(self, model: str) -> TokenEstimator:
+        found = self._by_model.get(model)
+        if found is None:
+            found = self._estimator_for(model)
+            if len(self._by_model) < 4096:
+                self._by_model[model] = found
+        return found
+
+    def _estimator_for(self, model: str) -> TokenEstimator:
         profile = self.settings.profile(model)
         tokenizer = profile.tokenizer if profile else None
         name = encoding_name(model, tokenizer)

@@ -17,12 +17,16 @@ from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, 
 from proxy.store.base import ANCHORS_KEPT, StateStore, ThreadSummary
 
 DEFAULT_THREADS = 8192
+# Activity is persisted at most this often per thread (the cache always has it exactly): after a
+# restart an idle time may read this much longer, nothing that matters at hours of idleness.
+TOUCH_INTERVAL_S = 30.0
 
 
 class CachedStore:
     def __init__(self, store: StateStore, max_threads: int = DEFAULT_THREADS) -> None:
         self.store = store
         self._states: LRU[ThreadKey, ThreadState] = LRU(max_threads)
+        self._touched: LRU[ThreadKey, float] = LRU(max_threads)
 
     async def open(self) -> None:
         await self.store.open()
@@ -41,7 +45,10 @@ class CachedStore:
         return found
 
     async def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
-        await self.store.record_request(key, at, estimate)
+        persisted = self._touched.get(key)
+        if persisted is None or at - persisted >= TOUCH_INTERVAL_S:
+            await self.store.record_request(key, at, estimate)
+            self._touched.put(key, at)
         self._update(key, lambda s: replace(
             s, created_at=s.created_at if s.created_at is not None else at,
             last_activity=max(at, s.last_activity or at),
