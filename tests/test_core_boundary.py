@@ -88,7 +88,8 @@ def test_keep_budget_comes_from_the_profile_or_the_fallback() -> None:
     settings = CompactionSettings()
     assert keep_for(settings, None) == (None, 6)
     assert keep_for(settings, ModelProfile("gpt-x", max_input_tokens=128_000)) == (12_800, None)
-    assert keep_for(settings, ModelProfile("gpt-y", max_input_tokens=100_000, keep_ratio=0.2)) == (20_000, None)
+    wide = ModelProfile("gpt-y", max_input_tokens=100_000, keep_ratio=0.2)
+    assert keep_for(settings, wide) == (20_000, None)
 
 
 def test_stepped_window_starts_at_the_last_anchor_before_it() -> None:

@@ -115,3 +115,11 @@ def test_assistant_text_and_user_turns_are_never_dropped() -> None:
     entries = chat(system(), user("a"), assistant("b"), tool_result("x"), user("c"))
     assert [e.raw.get("content") for e in repair(entries).entries] == [
         "You are a careful coding agent.", "a", "b", "c"]
+
+
+def test_ids_after_a_run_of_reasoning_items_lose_the_dropped_ones_name() -> None:
+    entries = responses(r_user(), r_reasoning("rs_1"), r_reasoning("rs_2"), r_assistant("hi", id="msg_1"),
+                        r_call("grep", "a", id="fc_1"), r_output("a"), r_reasoning("rs_3"),
+                        r_call("grep", "b", id="fc_3"), r_output("b"))
+    out = wire(repair(entries).entries)
+    assert [i.get("id") for i in out] == [None, "rs_2", None, None, None, "rs_3", None, None]

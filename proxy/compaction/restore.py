@@ -39,6 +39,9 @@ HEADER = "Restored after context compaction"
 _PATH_KEYS = ("path", "file_path", "filePath", "filepath", "file", "filename", "target_file",
               "absolute_path", "relative_path", "notebook_path", "uri")
 _BASE64_RUN = re.compile(r"[A-Za-z0-9+/=]{400,}")
+_ODD_CHARS = re.compile("[\x01-\x08\x0b\x0e-\x1f\ufffd]")
+_CANDIDATES = 4  # reads looked at per file restored: older reads are not worth the scan
+_MAX_TOKEN_CHARS = 16
 
 
 @dataclass(frozen=True)
@@ -91,8 +94,10 @@ def _files(entries: Sequence[Entry], span: range, tail_start: int, settings: Res
     chosen: list[tuple[str, str]] = []
     notes: list[str] = []
     total = 0
+    candidates = 0
     for read in _latest_reads(entries, span, tail_start, tools):
-        if len(chosen) >= settings.max_files:
+        candidates += 1
+        if len(chosen) >= settings.max_files or candidates > _CANDIDATES * settings.max_files:
             break
         stale = _touched_after(entries, read.index, read.path, tools)
         text = _file_message(read, stale, settings.per_file_tokens, count)
@@ -144,7 +149,7 @@ def looks_binary(text: str) -> bool:
     if "\x00" in text:
         return True
     sample = text[:65536]
-    odd = sum(1 for ch in sample if (ord(ch) < 32 and ch not in "\n\r\t\f") or ch == "\ufffd")
+    odd = len(_ODD_CHARS.findall(sample))
     if odd > max(8, len(sample) // 100):
         return True
     runs = sum(len(m) for m in _BASE64_RUN.findall(sample))
@@ -159,13 +164,15 @@ def _touched_after(entries: Sequence[Entry], index: int, path: str,
 
 
 def _file_message(read: _Read, stale: bool, per_file_tokens: int, count: Count) -> str:
-    text = read.text
+    # No token is longer than _MAX_TOKEN_CHARS characters in practice: text beyond that many
+    # per budgeted token will be cut anyway, so it is never counted.
+    text = read.text[:per_file_tokens * _MAX_TOKEN_CHARS]
     tokens = count(text)
     if tokens > per_file_tokens:
         keep = max(0, int(len(text) * per_file_tokens / tokens * 0.95) - 120)
         cut_at = text.rfind("\n", 0, keep) if keep else 0
         kept = text[:cut_at if cut_at > 0 else keep]
-        omitted = text[len(kept):].count("\n") + 1
+        omitted = read.text[len(kept):].count("\n") + 1
         text = (f"{kept}\n[... truncated: about {omitted} more lines were not restored; "
                 "read the file again if you need them]")
     note = (" A later tool call names this file, so this text may be out of date."

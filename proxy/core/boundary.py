@@ -1,0 +1,88 @@
+"""Where a conversation may be cut without splitting a tool-call group (SPEC §5's cutoff rules).
+
+A cut `b` splits the list into `entries[:b]` and `entries[b:]`. It is safe when it splits
+nothing the providers pair up:
+- `entries[b]` is not a tool result (the kept part never starts with one);
+- `entries[b-1]` is not a Responses `reasoning` item (it stays directly before what it produced);
+- no call made before `b` is answered at or after `b`;
+- the consecutive items one Responses step produced (its message and parallel calls) stay on
+  one side: their server ids name the reasoning item before the first of them.
+The summary cutoff, the protected window and the stages all move their cuts with these helpers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from proxy.conversation import Entry, Kind, leading_instructions
+from proxy.core.reasoning_items import is_produced
+
+
+def safe_cuts(entries: Sequence[Entry]) -> list[bool]:
+    """`safe[b]` for every cut `b` in `0..len(entries)`."""
+    n = len(entries)
+    open_spans = _open_call_spans(entries)
+    return [not open_spans[b] and _splits_no_pair(entries[b - 1] if b > 0 else None,
+                                                  entries[b] if b < n else None)
+            for b in range(n + 1)]
+
+
+def _splits_no_pair(before: Entry | None, here: Entry | None) -> bool:
+    if here is not None and here.kind is Kind.RESULT:
+        return False
+    if before is not None and before.kind is Kind.REASONING:
+        return False
+    return here is None or before is None or not (is_produced(here) and is_produced(before))
+
+
+def _open_call_spans(entries: Sequence[Entry]) -> list[int]:
+    """For each cut, how many calls made before it are answered at or after it."""
+    diff = [0] * (len(entries) + 2)
+    latest_call: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        for call in entry.calls:
+            latest_call[call.id] = i
+        if entry.kind is Kind.RESULT and entry.answers in latest_call:
+            start = latest_call[entry.answers] + 1
+            diff[start] += 1
+            diff[i + 1] -= 1
+    spans, running = [], 0
+    for b in range(len(entries) + 1):
+        running += diff[b]
+        spans.append(running)
+    return spans
+
+
+def cut_at_or_before(safe: Sequence[bool], index: int, floor: int = 0) -> int | None:
+    """The latest safe cut in `floor..index`, or None."""
+    for b in range(min(index, len(safe) - 1), floor - 1, -1):
+        if safe[b]:
+            return b
+    return None
+
+
+def cut_at_or_after(safe: Sequence[bool], index: int) -> int | None:
+    """The earliest safe cut in `index..len(entries)`, or None."""
+    for b in range(max(index, 0), len(safe)):
+        if safe[b]:
+            return b
+    return None
+
+
+def nearest_safe_cut(entries: Sequence[Entry], index: int, safe: Sequence[bool] | None = None) -> int:
+    """Move a cut to the nearest safe one: earlier first, later when earlier would reach the
+    leading system messages (a cut there would leave nothing before it to summarize).
+
+    Answers the leading-instructions boundary when no safe cut lies after it.
+    """
+    safe = safe_cuts(entries) if safe is None else safe
+    lead = leading_instructions(entries)
+    earlier = cut_at_or_before(safe, index, lead + 1)
+    if earlier is not None:
+        return earlier
+    later = cut_at_or_after(safe, max(index, lead + 1))
+    return later if later is not None else lead
+
+
+def is_safe_cut(entries: Sequence[Entry], index: int) -> bool:
+    return 0 <= index <= len(entries) and safe_cuts(entries)[index]

@@ -1,0 +1,214 @@
+"""The cheap cascade run before every upstream call: the stage order is `STAGES`, read it first.
+
+Repair makes the tool structure valid over the whole list (the window included: an invalid
+list fails upstream wherever the fault is). The protected window is then measured on the
+repaired list, once, and the cheap stages run outside it; each is switchable in settings.
+Last, the sanitizer applies the policy that fits what happened (`policy_for`). Entries no stage
+changed come out as the very same objects, so they go upstream as the client's bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.conversation import Entries, Entry
+from proxy.core.boundary import safe_cuts
+from proxy.core.collapse import collapse, settled_start
+from proxy.core.microcompact import microcompact
+from proxy.core.repair import repair
+from proxy.core.sanitize import Policy, Sanitized, counts, policy_for, sanitize
+from proxy.core.stage import (Derived, Measure, Origins, StageContext, StageReport, StageResult,
+                              with_key)
+from proxy.core.truncate import truncate
+from proxy.core.window import Window, window_of, window_start
+from proxy.records import MicrocompactMark
+from proxy.settings import CompactionSettings
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    name: str
+    run: Callable[[Entries, StageContext], StageResult]
+    enabled: Callable[[CompactionSettings], bool]
+    needs_window: bool = True
+
+
+def run_repair(entries: Entries, ctx: StageContext) -> StageResult:
+    done = repair(entries)
+    origins = tuple(None if o is None else ctx.origins[o] for o in done.origins)
+    tokens = replaced_tokens(ctx.measure, entries, done.entries)
+    return StageResult(done.entries, origins, StageReport("repair", done.changed, tokens), ctx.mark)
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("repair", run_repair, lambda s: True, needs_window=False),
+    Stage("collapse", collapse, lambda s: s.collapse.enabled),
+    Stage("truncate", truncate, lambda s: s.truncate.enabled),
+    Stage("microcompact", microcompact, lambda s: s.microcompact.enabled),
+)
+
+
+@dataclass(frozen=True)
+class CascadeContext:
+    settings: CompactionSettings
+    measure: Measure  # token count of one entry
+    sizes: Sequence[int] | None = None  # per client entry, when already counted
+    keep_tokens: int | None = None  # a profile's max_input_tokens * keep_ratio
+    keep_messages: int | None = None  # without a profile (default: settings' fallback)
+    window_step: int | None = None  # snap the window start to every N tokens (fewer cache breaks)
+    message_ids: Sequence[str] | None = None  # per client entry
+    now: float = 0.0
+    last_activity: float | None = None
+    mark: MicrocompactMark | None = None  # the stored microcompact mark
+    compacted: bool = False  # an LLM summary is in the projection
+    keep_loop: bool = False  # the retry after an upstream missed a thinking block
+    policy: Policy | None = None  # force a sanitizer policy
+
+
+@dataclass(frozen=True)
+class CascadeResult:
+    entries: Entries
+    origins: Origins  # per entry: its index in the client's list; None when the proxy made it
+    reports: tuple[StageReport, ...]  # the stages that ran, in order, then "sanitize"
+    sanitized: Sanitized
+    mark: MicrocompactMark | None  # the microcompact mark to store
+    window_start: int  # entries[window_start:] are the protected window
+    changed: bool
+
+    @property
+    def tokens_saved(self) -> int:
+        return sum(r.tokens_saved for r in self.reports)
+
+    def summary(self) -> dict[str, Any]:
+        """What the cascade did, as plain data for the request's log line."""
+        stages = {r.name: {"changed": r.changed, "tokens_saved": r.tokens_saved} for r in self.reports}
+        return {"stages": stages, "policy": self.sanitized.policy.value,
+                "private_removed": dict(counts(self.sanitized)),
+                "stand_ins": self.sanitized.stand_ins, "window_start": self.window_start,
+                "changed": self.changed}
+
+
+@dataclass(frozen=True, slots=True)
+class _Frame:
+    entries: Entries
+    origins: Origins
+    tail: int | None = None  # how many entries at the end are protected, once measured
+
+
+def run_cascade(entries: Sequence[Entry], context: CascadeContext, *,
+                stages: Sequence[Stage] = STAGES) -> CascadeResult:
+    """Repair, the cheap stages and the sanitizer; `stages` is for tests and benchmarks."""
+    client = tuple(entries)
+    memo = _Memo(context, client)
+    measure = memo.measure
+    derived = Derived()
+    frame = _Frame(client, tuple(range(len(client))))
+    reports: list[StageReport] = []
+    mark = context.mark
+    for stage in stages:
+        if not stage.enabled(context.settings):
+            continue
+        if stage.needs_window and frame.tail is None:
+            frame = _measured(frame, context, measure, derived)
+        result = stage.run(frame.entries, _stage_context(frame, context, measure, mark, derived))
+        frame = _Frame(result.entries, result.origins, frame.tail)
+        reports.append(result.report)
+        mark = result.mark
+    if frame.tail is None:
+        frame = _measured(frame, context, measure, derived)
+    return _sanitized(frame, client, context, memo, tuple(reports), mark)
+
+
+def _sanitized(frame: _Frame, client: Entries, context: CascadeContext, memo: _Memo,
+               reports: tuple[StageReport, ...], mark: MicrocompactMark | None) -> CascadeResult:
+    changed = any(r.changed for r in reports)
+    policy = context.policy or policy_for(compacted=context.compacted, changed=changed,
+                                          keep_loop=context.keep_loop)
+    clean = sanitize(frame.entries, policy, changed_at=first_difference(client, frame.entries))
+    tokens = replaced_tokens(memo.measure, frame.entries, clean.entries)
+    report = StageReport("sanitize", clean.changed, tokens)
+    protected_from = len(frame.entries) - (frame.tail or 0)
+    start = sum(1 for i in clean.kept if i < protected_from)
+    origins = tuple(frame.origins[i] for i in clean.kept)
+    entries = clean.entries
+    if any(e.key is None for e in entries):
+        entries = tuple(memo.keyed(e) for e in entries)
+    return CascadeResult(entries, origins, (*reports, report), clean, mark, start,
+                         changed or clean.changed > 0)
+
+
+def _stage_context(frame: _Frame, context: CascadeContext, measure: Measure,
+                   mark: MicrocompactMark | None, derived: Derived) -> StageContext:
+    window = Window(0, 0, None) if frame.tail is None else window_of(frame.entries, frame.tail)
+    return StageContext(context.settings, window, frame.origins, measure, context.message_ids,
+                        context.now, context.last_activity, mark, derived)
+
+
+def _measured(frame: _Frame, context: CascadeContext, measure: Measure, derived: Derived) -> _Frame:
+    entries = frame.entries
+    sizes = [measure(e) for e in entries]
+    safe = safe_cuts(entries)
+    keep_messages = context.keep_messages
+    if context.keep_tokens is None and keep_messages is None:
+        keep_messages = context.settings.fallback_keep_messages
+    start = window_start(entries, sizes, keep_tokens=context.keep_tokens,
+                         keep_messages=keep_messages, safe=safe, step_tokens=context.window_step)
+    if context.settings.collapse.enabled:
+        lead = window_of(entries, 0).lead
+        start = settled_start(entries, start, context.settings.collapse.tools, safe, lead, derived)
+    return _Frame(entries, frame.origins, len(entries) - start)
+
+
+class _Memo:
+    """`context.measure`, remembered per entry object for this run, seeded with known sizes.
+
+    An entry a stage made has no client bytes, hence no cache key; it is measured as a twin
+    keyed by the digest of its own bytes (`with_key`), so the token counter's cache serves the
+    same made entry on the next request, and the output carries the keyed twin.
+    """
+
+    def __init__(self, context: CascadeContext, client: Entries) -> None:
+        self._count = context.measure
+        self._sizes: dict[int, int] = {}
+        self._twins: dict[int, Entry] = {}
+        self._alive: list[Entry] = list(client)  # ids stay unique while the run lasts
+        if context.sizes is not None:
+            self._sizes.update((id(e), s) for e, s in zip(client, context.sizes, strict=True))
+
+    def measure(self, entry: Entry) -> int:
+        found = self._sizes.get(id(entry))
+        if found is None:
+            found = self._count(self.keyed(entry))
+            self._sizes[id(entry)] = found
+        return found
+
+    def keyed(self, entry: Entry) -> Entry:
+        if entry.key is not None:
+            return entry
+        twin = self._twins.get(id(entry))
+        if twin is None:
+            twin = with_key(entry)
+            self._twins[id(entry)] = twin
+            self._alive.append(entry)
+        return twin
+
+
+def replaced_tokens(measure: Measure, before: Sequence[Entry], after: Sequence[Entry]) -> int:
+    """Tokens of the entries that left minus tokens of the entries that came (by identity)."""
+    before_ids = {id(e) for e in before}
+    after_ids = {id(e) for e in after}
+    gone = sum(measure(e) for e in before if id(e) not in after_ids)
+    came = sum(measure(e) for e in after if id(e) not in before_ids)
+    return gone - came
+
+
+def first_difference(client: Sequence[Entry], projection: Sequence[Entry]) -> int | None:
+    """The first index where the projection stops being the client's list; None if it is."""
+    for i, (a, b) in enumerate(zip(client, projection, strict=False)):
+        if a is not b:
+            return i
+    if len(client) == len(projection):
+        return None
+    return min(len(client), len(projection))

@@ -1,0 +1,144 @@
+"""Collapse (SPEC §4.1): a run of completed exploration steps becomes one compact record.
+
+A run is two or more consecutive tool steps (`groups`) whose calls all name exploration tools
+(settings: read_file, grep, glob, ...), each answered exactly once with a real result (not a
+cancelled one), with no text from the assistant alongside. When a whole run lies outside the
+protected window and something that is not part of it follows, every step but the last is
+replaced by one record; the last step (its calls and results) stays verbatim.
+
+What the record is: one assistant *text* message (`make_assistant`), in place of the folded
+steps, that opens with a bracketed note saying the proxy wrote it.
+- Valid everywhere: a text-only assistant message may follow tool results and precede a call
+  message in chat, and an assistant `message` item without `id` needs no reasoning item in
+  Responses; the folded calls leave together with their results, so nothing is orphaned.
+- Not a user turn: a user message there would move "the latest user message" (the sanitizer's
+  and DeepSeek's current-turn boundary), break Mistral's no-user-after-tool rule and read as
+  if the user had spoken. A system message would be hoisted into the system prompt by the
+  Anthropic and Gemini compatibility layers, invalidating their whole prompt cache.
+- Not a tool call: a synthetic call would need Gemini signatures and would look like the model
+  acted. The opening note makes plain the record is the proxy's, not the model's words.
+- Deterministic: the text comes from the calls and results only (`exploration`).
+
+Monotone: runs are found over the whole list, so a run's extent does not depend on the window;
+`settled_start` moves the window start back to the start of a run it would cut, so a run is
+folded only once it has wholly left the window and is then never folded differently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from proxy.conversation import Entry, Kind, ToolCall, content_text, make_assistant
+from proxy.core.boundary import cut_at_or_before
+from proxy.core.exploration import record_text
+from proxy.core.groups import Group, tool_groups
+from proxy.core.repair import CANCELLED_TEXT
+from proxy.core.stage import Derived, StageContext, StageReport, StageResult, saved, unchanged
+
+NAME = "collapse"
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    groups: tuple[Group, ...]
+
+    @property
+    def start(self) -> int:
+        return self.groups[0].start
+
+    @property
+    def end(self) -> int:
+        return self.groups[-1].end
+
+
+def collapsible(entries: Sequence[Entry], group: Group, tools: Collection[str]) -> bool:
+    if any(c.name not in tools for c in group.calls) or not group.answered_once(entries):
+        return False
+    if any(content_text(entries[i]) == CANCELLED_TEXT for i in group.results):
+        return False
+    carrier = entries[group.call_entries[0]]
+    return carrier.kind is Kind.CALL or not (content_text(carrier).strip() or carrier.raw.get("refusal"))
+
+
+def exploration_runs(entries: Sequence[Entry], tools: Collection[str],
+                     derived: Derived | None = None) -> list[Run]:
+    """Maximal runs of two or more consecutive collapsible steps, over the whole list."""
+    return [chain for chain in chains_of(entries, tools, derived) if len(chain.groups) >= 2]
+
+
+def chains_of(entries: Sequence[Entry], tools: Collection[str], derived: Derived | None) -> list[Run]:
+    if derived is None:
+        return _chains(entries, tools)
+    return derived.get(("chains", tuple(tools)), entries, lambda e: _chains(e, tools))
+
+
+def _chains(entries: Sequence[Entry], tools: Collection[str]) -> list[Run]:
+    """Maximal runs of consecutive collapsible steps, single steps included."""
+    chains: list[Run] = []
+    current: list[Group] = []
+    for group in tool_groups(entries):
+        fits = collapsible(entries, group, tools)
+        if current and (current[-1].end != group.start or not fits):
+            chains.append(Run(tuple(current)))
+            current = []
+        if fits:
+            current.append(group)
+    if current:
+        chains.append(Run(tuple(current)))
+    return chains
+
+
+def settled_start(entries: Sequence[Entry], start: int, tools: Collection[str],
+                  safe: Sequence[bool], lead: int, derived: Derived | None = None) -> int:
+    """Move a window start back to the start of an exploration run it would cut, or of a run
+    still open at the end of the list (the next step may extend it)."""
+    chains = chains_of(entries, tools, derived)
+    while True:
+        moved = next((c.start for c in chains if _cut_by(c, start, len(entries))), start)
+        found = cut_at_or_before(safe, moved, lead)
+        moved = lead if found is None else found
+        if moved == start:
+            return start
+        start = moved
+
+
+def _cut_by(chain: Run, start: int, n: int) -> bool:
+    if chain.end == n:
+        return chain.start < start
+    return len(chain.groups) >= 2 and chain.start < start < chain.end
+
+
+def collapse(entries: Sequence[Entry], ctx: StageContext) -> StageResult:
+    window = ctx.window
+    runs = [r for r in exploration_runs(entries, ctx.settings.collapse.tools, ctx.derived)
+            if window.lead <= r.start and r.end <= window.start and r.end < len(entries)]
+    if not runs:
+        return unchanged(NAME, entries, ctx)
+    out: list[Entry] = []
+    origins: list[int | None] = []
+    removed: list[Entry] = []
+    records: list[Entry] = []
+    position = 0
+    for run in runs:
+        last = run.groups[-1].start
+        out += entries[position:run.start]
+        origins += ctx.origins[position:run.start]
+        record = make_assistant(entries[run.start].api, record_text(_pairs(entries, run.groups[:-1])))
+        out.append(record)
+        origins.append(None)
+        removed += entries[run.start:last]
+        records.append(record)
+        position = last
+    out += entries[position:]
+    origins += ctx.origins[position:]
+    report = StageReport(NAME, len(removed), saved(ctx.measure, removed, records))
+    return StageResult(tuple(out), tuple(origins), report, ctx.mark)
+
+
+def _pairs(entries: Sequence[Entry], groups: Sequence[Group]) -> list[tuple[ToolCall, Entry]]:
+    pairs: list[tuple[ToolCall, Entry]] = []
+    for group in groups:
+        results = {entries[i].answers: entries[i] for i in group.results}
+        pairs += [(call, results[call.id]) for call in group.calls]
+    return pairs

@@ -1,0 +1,67 @@
+"""Tool steps: a call message (or a step's call items) with the results right after it.
+
+Chat: one assistant message with `tool_calls` and the run of `tool` messages after it.
+Responses: the reasoning items before a step's consecutive call items, those items, and the
+run of output items after them. Collapse works on these units: parallel calls are one unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from proxy.conversation import Api, Entry, Kind, ToolCall
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    start: int  # first entry of the step (its reasoning items, in Responses)
+    end: int  # one past its last result
+    calls: tuple[ToolCall, ...]
+    call_entries: tuple[int, ...]  # the entries that carry the calls
+    results: tuple[int, ...]  # the result entries right after them
+
+    def answered_once(self, entries: Sequence[Entry]) -> bool:
+        """Every call has exactly one result in the run, and the run answers nothing else."""
+        ids = [c.id for c in self.calls]
+        answers = [entries[i].answers for i in self.results]
+        return len(set(ids)) == len(ids) == len(answers) and set(answers) == set(ids)
+
+
+def tool_groups(entries: Sequence[Entry]) -> list[Group]:
+    groups = []
+    i = 0
+    while i < len(entries):
+        group = _group_at(entries, i)
+        if group is None:
+            i += 1
+            continue
+        groups.append(group)
+        i = group.end
+    return groups
+
+
+def _group_at(entries: Sequence[Entry], i: int) -> Group | None:
+    entry = entries[i]
+    if entry.api is Api.CHAT:
+        if entry.kind is not Kind.ASSISTANT or not entry.calls:
+            return None
+        end = _results_end(entries, i + 1)
+        return Group(i, end, entry.calls, (i,), tuple(range(i + 1, end)))
+    first = i
+    while first < len(entries) and entries[first].kind is Kind.REASONING:
+        first += 1
+    if first == len(entries) or entries[first].kind is not Kind.CALL:
+        return None
+    last = first
+    while last < len(entries) and entries[last].kind is Kind.CALL:
+        last += 1
+    end = _results_end(entries, last)
+    calls = tuple(c for k in range(first, last) for c in entries[k].calls)
+    return Group(i, end, calls, tuple(range(first, last)), tuple(range(last, end)))
+
+
+def _results_end(entries: Sequence[Entry], i: int) -> int:
+    while i < len(entries) and entries[i].kind is Kind.RESULT:
+        i += 1
+    return i

@@ -1,0 +1,97 @@
+"""Microcompact (SPEC §4.3): after a long idle time, old tool results become a clear marker.
+
+When the thread was idle longer than `idle_seconds` (`now` and `last_activity` come in as
+arguments), every compactable result outside the protected window (its tool name matches one
+of the settings' globs) becomes `CLEARED_TEXT`, except the latest `keep_recent` compactable
+results. The prompt cache has expired by then anyway, so changing old entries costs nothing.
+
+Sticky: the stage returns a `MicrocompactMark` naming the furthest result it cleared (by the
+client's message id, with the index as fallback) for the caller to store. Given a stored
+mark, every compactable result up to it stays cleared on later requests, idle or not, so
+the projection does not flip back and forth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fnmatch import fnmatchcase
+
+from proxy.conversation import Api, Entry, Kind, with_result_text
+from proxy.core.repair import CANCELLED_TEXT
+from proxy.core.stage import StageContext, StageResult, replace_at
+from proxy.records import MicrocompactMark
+
+NAME = "microcompact"
+CLEARED_TEXT = "[Old tool result content cleared]"
+
+
+def microcompact(entries: Sequence[Entry], ctx: StageContext) -> StageResult:
+    compactable = _compactable(entries, ctx)
+    reach = stored_reach(ctx.mark, ctx.message_ids)
+    old = [i for i in compactable if ctx.window.touchable(i)]
+    targets = {i for i in old if reach is not None and _origin(ctx, i) <= reach}
+    mark = ctx.mark
+    if is_idle(ctx):
+        keep = ctx.settings.microcompact.keep_recent
+        recent = set(compactable[len(compactable) - keep:]) if keep else set()
+        fresh = [i for i in old if i not in recent]
+        targets.update(fresh)
+        mark = _furthest(fresh, ctx, reach) or mark
+    changes = {i: with_result_text(entries[i], CLEARED_TEXT) for i in sorted(targets)
+               if not _cleared(entries[i])}
+    result = replace_at(NAME, entries, ctx, changes)
+    return StageResult(result.entries, result.origins, result.report, mark)
+
+
+def is_idle(ctx: StageContext) -> bool:
+    idle_for = ctx.settings.microcompact.idle_seconds
+    return ctx.last_activity is not None and ctx.now - ctx.last_activity > idle_for
+
+
+def stored_reach(mark: MicrocompactMark | None, message_ids: Sequence[str] | None) -> int | None:
+    """The client-list index a stored mark reaches: found by message id, else its index."""
+    if mark is None:
+        return None
+    if mark.through_message_id is not None and message_ids is not None:
+        for i, message_id in enumerate(message_ids):
+            if message_id == mark.through_message_id:
+                return i
+    return mark.through_index
+
+
+def _compactable(entries: Sequence[Entry], ctx: StageContext) -> list[int]:
+    """Results whose tool matches the settings' globs, in order; never a cancellation notice,
+    which is small and says what happened to its call."""
+    names = _tool_names(entries)
+    globs = ctx.settings.microcompact.tools
+    return [i for i, e in enumerate(entries)
+            if e.kind is Kind.RESULT and _matches(names.get(e.answers or "", ""), globs)
+            and e.raw.get("content" if e.api is Api.CHAT else "output") != CANCELLED_TEXT]
+
+
+def _matches(name: str, globs: Sequence[str]) -> bool:
+    return any(g == "*" or fnmatchcase(name, g) for g in globs)
+
+
+def _origin(ctx: StageContext, index: int) -> int:
+    origin = ctx.origins[index]
+    return -1 if origin is None else origin
+
+
+def _tool_names(entries: Sequence[Entry]) -> dict[str, str]:
+    return {call.id: call.name for entry in entries for call in entry.calls}
+
+
+def _cleared(entry: Entry) -> bool:
+    body = entry.raw.get("content" if entry.api is Api.CHAT else "output")
+    return body == CLEARED_TEXT
+
+
+def _furthest(cleared: Sequence[int], ctx: StageContext, reach: int | None) -> MicrocompactMark | None:
+    if not cleared:
+        return None
+    through = max(_origin(ctx, i) for i in cleared)
+    if reach is not None and through <= reach:
+        return None
+    message_id = ctx.message_ids[through] if ctx.message_ids is not None else None
+    return MicrocompactMark(message_id, through, ctx.now)

@@ -1,0 +1,152 @@
+"""Protocol repair: make the tool-call structure of a conversation valid (SPEC §5, issue 4.6).
+
+- A call with no result gets an explicit cancelled result, placed right after its group (the
+  call message and the results that follow it). The text and the position depend only on the
+  input, so the same input gives the same bytes and prompt caches stay warm. The text says the
+  call was cancelled; it never claims an outcome.
+- A result with no call before it is dropped; in chat also one that is not in the run of tool
+  messages right after its call's message (the providers pair by adjacency there). Responses
+  pairs by `call_id` anywhere later, so a later output still answers its call.
+- A second result for the same call is dropped.
+- The parallel calls of one assistant message (of one step, in Responses) are one unit.
+- Responses: a reasoning item left without the item it produced is dropped, and the server
+  ids of items that followed it are removed (`reasoning_items`).
+A conversation that is already valid comes out as the same tuple of the same entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from proxy.conversation import Api, Entries, Entry, Kind, ToolCall, make_result
+from proxy.core.reasoning_items import drop_reasoning, unfollowed_reasoning
+
+CANCELLED_TEXT = ("[Tool call cancelled: the call was interrupted before it returned a result. "
+                  "No output was recorded for it.]")
+# Responses call types the client answers with an output item; others run on the server.
+_ANSWERED_BY_CLIENT = ("function_call", "custom_tool_call")
+
+
+@dataclass(frozen=True, slots=True)
+class Repaired:
+    entries: Entries
+    origins: tuple[int | None, ...]  # per output entry: its input index; None when made here
+    cancelled: int = 0
+    dropped_results: int = 0
+    dropped_reasoning: int = 0
+    ids_removed: int = 0
+
+    @property
+    def changed(self) -> int:
+        return self.cancelled + self.dropped_results + self.dropped_reasoning + self.ids_removed
+
+
+def repair(entries: Sequence[Entry]) -> Repaired:
+    entries = tuple(entries)
+    if not entries:
+        return Repaired(entries, ())
+    if entries[0].api is Api.CHAT:
+        return _finish(entries, *_pair_chat(entries))
+    return _finish(entries, *_pair_responses(entries))
+
+
+def _finish(original: Entries, out: list[Entry], origins: list[int | None],
+            cancelled: int, dropped: int) -> Repaired:
+    gone = unfollowed_reasoning(out) if original[0].api is Api.RESPONSES else set()
+    lost = drop_reasoning(out, origins, lambda i, _: i in gone)
+    if not (cancelled or dropped or lost.reasoning):
+        return Repaired(original, tuple(range(len(original))))
+    return Repaired(lost.entries, lost.origins, cancelled, dropped, lost.reasoning, lost.ids_removed)
+
+
+def _pair_chat(entries: Entries) -> tuple[list[Entry], list[int | None], int, int]:
+    out: list[Entry] = []
+    origins: list[int | None] = []
+    cancelled = dropped = 0
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        i += 1
+        if entry.kind is Kind.RESULT:
+            dropped += 1  # not in the tool run right after its call
+            continue
+        out.append(entry)
+        origins.append(i - 1)
+        if not entry.calls:
+            continue
+        answered: set[str] = set()
+        ids = {c.id for c in entry.calls}
+        while i < len(entries) and entries[i].kind is Kind.RESULT:
+            result = entries[i]
+            if result.answers in ids and result.answers not in answered:
+                answered.add(result.answers)
+                out.append(result)
+                origins.append(i)
+            else:
+                dropped += 1
+            i += 1
+        for call in _unanswered(entry.calls, answered):
+            out.append(make_result(Api.CHAT, call, CANCELLED_TEXT))
+            origins.append(None)
+            cancelled += 1
+    return out, origins, cancelled, dropped
+
+
+def _unanswered(calls: Sequence[ToolCall], answered: set[str]) -> list[ToolCall]:
+    seen: set[str] = set()
+    missing = []
+    for call in calls:
+        if call.id not in answered and call.id not in seen:
+            missing.append(call)
+        seen.add(call.id)
+    return missing
+
+
+def _kept_outputs(entries: Entries) -> tuple[list[bool], set[str]]:
+    """Which outputs answer a call made before them, first answer only; and the answered ids."""
+    seen: set[str] = set()
+    answered: set[str] = set()
+    keep = [True] * len(entries)
+    for i, entry in enumerate(entries):
+        for call in entry.calls:
+            seen.add(call.id)
+        if entry.kind is Kind.RESULT:
+            keep[i] = entry.answers in seen and entry.answers not in answered
+            if keep[i]:
+                answered.add(entry.answers)  # type: ignore[arg-type]
+    return keep, answered
+
+
+def _pair_responses(entries: Entries) -> tuple[list[Entry], list[int | None], int, int]:
+    keep, answered = _kept_outputs(entries)
+    out: list[Entry] = []
+    origins: list[int | None] = []
+    cancelled = 0
+    group: list[Entry] = []  # the call items of the current step, open until its outputs end
+    previous: Kind | None = None
+    for i, entry in enumerate(entries):
+        extends = entry.kind is Kind.RESULT or (entry.kind is Kind.CALL and previous is Kind.CALL)
+        if not extends:
+            cancelled += _close_group(group, answered, out, origins)
+        if entry.kind is Kind.CALL:
+            group.append(entry)
+        if keep[i]:
+            out.append(entry)
+            origins.append(i)
+        previous = entry.kind
+    cancelled += _close_group(group, answered, out, origins)
+    return out, origins, cancelled, keep.count(False)
+
+
+def _close_group(group: list[Entry], answered: set[str], out: list[Entry],
+                 origins: list[int | None]) -> int:
+    made = 0
+    for entry in group:
+        if entry.raw.get("type") in _ANSWERED_BY_CLIENT and entry.calls[0].id not in answered:
+            out.append(make_result(Api.RESPONSES, entry.calls[0], CANCELLED_TEXT))
+            origins.append(None)
+            answered.add(entry.calls[0].id)
+            made += 1
+    group.clear()
+    return made

@@ -1,0 +1,129 @@
+"""The one sanitizer for provider-private reasoning state (SPEC §7, PROTOCOL.md §4).
+
+Two kinds, kept apart (`private` knows the fields):
+- chain-bound blobs: Responses reasoning items' `encrypted_content`, Responses `compaction`
+  items, OpenRouter `reasoning_details` with `reasoning.encrypted` or signed `reasoning.text`,
+  `thinking_blocks` / thinking parts with signatures and `redacted_thinking`, Gemini
+  `extra_content.google.thought_signature`;
+- plain reasoning text: `reasoning_content`, `reasoning`, unsigned details and thinking blocks.
+
+Policies, by where an entry sits: before the latest user message ("past") or after it (the
+current tool loop):
+| policy              | past            | current tool loop                                      |
+| TRANSPARENT         | untouched       | untouched                                              |
+| CHEAP               | both kinds gone | untouched, except chain-bound items whose chain changed |
+| COMPACTED           | both kinds gone | blobs gone, Gemini stand-in signatures, plain kept     |
+| COMPACTED_KEEP_LOOP | both kinds gone | untouched (the retry after a missing-thinking error)   |
+| PRIVATE_FREE        | both kinds gone | both kinds gone, no stand-ins                          |
+Responses reasoning items go whole whenever they go, and the server ids (`fc_…`, `msg_…`) of
+the items that followed them go too. A Responses item's encrypted content is bound to the exact
+items before it: under CHEAP it stays only while nothing before it was changed (`changed_at`).
+Visible text, tool calls (ids, names, arguments) and tool results are never touched.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from proxy.conversation import Api, Entries, Entry, Kind, latest_user_index
+from proxy.core import private
+from proxy.core.private import Rule
+from proxy.core.reasoning_items import drop_reasoning
+
+
+class Policy(StrEnum):
+    TRANSPARENT = "transparent"
+    CHEAP = "cheap"
+    COMPACTED = "compacted"
+    COMPACTED_KEEP_LOOP = "compacted_keep_loop"
+    PRIVATE_FREE = "private_free"
+
+
+_NOTHING = Rule(blobs=False, plain=False)
+_EVERYTHING = Rule(blobs=True, plain=True)
+_BLOBS_WITH_STAND_INS = Rule(blobs=True, plain=False, stand_in=True)
+_LOOP_RULE = {
+    Policy.TRANSPARENT: _NOTHING,
+    Policy.CHEAP: _NOTHING,
+    Policy.COMPACTED: _BLOBS_WITH_STAND_INS,
+    Policy.COMPACTED_KEEP_LOOP: _NOTHING,
+    Policy.PRIVATE_FREE: _EVERYTHING,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Sanitized:
+    entries: Entries
+    kept: tuple[int, ...]  # for each output entry, its index in the input
+    policy: Policy
+    changed: int = 0  # input entries changed or dropped
+    blobs: Mapping[str, int] = field(default_factory=dict)
+    plain: Mapping[str, int] = field(default_factory=dict)
+    stand_ins: int = 0
+    ids_removed: int = 0
+
+
+def policy_for(*, compacted: bool, changed: bool, keep_loop: bool = False) -> Policy:
+    """The policy of a main-model projection (summarizers and history files: PRIVATE_FREE)."""
+    if compacted:
+        return Policy.COMPACTED_KEEP_LOOP if keep_loop else Policy.COMPACTED
+    return Policy.CHEAP if changed else Policy.TRANSPARENT
+
+
+def sanitize(entries: Sequence[Entry], policy: Policy, *, changed_at: int | None = None) -> Sanitized:
+    """Apply `policy`; `changed_at` is the first index whose entry is not the client's (CHEAP)."""
+    entries = tuple(entries)
+    if policy is Policy.TRANSPARENT or not entries:
+        return Sanitized(entries, tuple(range(len(entries))), policy)
+    latest = latest_user_index(entries)
+    rules = [_rule(policy, latest is not None and i < latest) for i in range(len(entries))]
+    tally = private.Tally()
+    stripped = tuple(private.strip_message(e, rules[i], tally) if e.api is Api.CHAT else e
+                     for i, e in enumerate(entries))
+    doomed = _doomed_items(stripped, rules, policy, changed_at, tally)
+    dropped = drop_reasoning(stripped, tuple(range(len(entries))), lambda i, _: i in doomed)
+    kept = tuple(i for i in dropped.origins if i is not None and i not in doomed)
+    out = tuple(e for e, i in zip(dropped.entries, dropped.origins, strict=True) if i not in doomed)
+    changed = len(entries) - len(out) + sum(1 for e, i in zip(out, kept, strict=True) if e is not entries[i])
+    if not changed:
+        return Sanitized(entries, kept, policy)
+    return Sanitized(out, kept, policy, changed, dict(tally.blobs), dict(tally.plain),
+                     tally.stand_ins, dropped.ids_removed)
+
+
+def _rule(policy: Policy, past: bool) -> Rule:
+    if policy is Policy.TRANSPARENT:
+        return _NOTHING
+    return _EVERYTHING if past else _LOOP_RULE[policy]
+
+
+def _doomed_items(entries: Entries, rules: Sequence[Rule], policy: Policy, changed_at: int | None,
+                  tally: private.Tally) -> set[int]:
+    """Responses reasoning and compaction items to drop whole."""
+    doomed: set[int] = set()
+    for i, entry in enumerate(entries):
+        bound = private.chain_bound_item(entry)
+        if entry.kind is not Kind.REASONING and not bound:
+            continue
+        rule = rules[i]
+        chain_broken = policy is Policy.CHEAP and bound and changed_at is not None and i >= changed_at
+        # A reasoning item goes whole: with the blobs even when it holds only plain summaries.
+        if rule.blobs or (rule.plain and not bound) or chain_broken:
+            doomed.add(i)
+            (tally.blobs if bound else tally.plain)[private.item_kind(entry)] += 1
+            if entry.kind is not Kind.REASONING and (changed_at is None or i < changed_at):
+                changed_at = i  # a dropped compaction item changes the chain of all after it
+    return doomed
+
+
+def counts(sanitized: Sanitized) -> Counter[str]:
+    """All removals by kind, blobs and plain text together (for one log field)."""
+    total: Counter[str] = Counter()
+    for kind, n in sanitized.blobs.items():
+        total[f"blob:{kind}"] += n
+    for kind, n in sanitized.plain.items():
+        total[f"plain:{kind}"] += n
+    return total

@@ -1,0 +1,101 @@
+"""Truncate (SPEC §4.2): cut the long strings inside old, oversized tool-call arguments.
+
+A call outside the protected window whose arguments exceed `max_arg_chars` keeps the first
+`keep_chars` characters of each long string value, followed by a marker saying how many
+characters were cut. The arguments are parsed and re-serialized, so they stay valid JSON with
+every key, number and short string intact (paths above all). Free-form input (custom tools,
+or arguments that were not JSON to begin with) is cut as text with the same marker.
+A string is cut only when that saves more than the marker costs, so cutting twice = once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from proxy.conversation import Entry, with_call_arguments
+from proxy.core.stage import StageContext, StageResult, replace_at
+from proxy.settings import TruncateSettings
+
+NAME = "truncate"
+MARKER = "…[{n} chars cut by compaction-proxy]"
+_MARKER_ROOM = 64  # longer than any rendered MARKER
+_NOT_PARSED = object()
+_INT64 = 2.0**63
+
+
+def truncate(entries: Sequence[Entry], ctx: StageContext) -> StageResult:
+    settings = ctx.settings.truncate
+    changes = {}
+    for i in ctx.window.outside:
+        entry = entries[i]
+        if entry.calls and ctx.window.touchable(i):
+            cut = truncated_calls(entry, settings)
+            if cut is not entry:
+                changes[i] = cut
+    return replace_at(NAME, entries, ctx, changes)
+
+
+def truncated_calls(entry: Entry, settings: TruncateSettings) -> Entry:
+    for index, call in enumerate(entry.calls):
+        if len(call.arguments) <= settings.max_arg_chars:
+            continue
+        arguments = cut_arguments(call.arguments, settings.keep_chars, free_form=call.custom)
+        if arguments != call.arguments:
+            entry = with_call_arguments(entry, index, arguments)
+    return entry
+
+
+def cut_arguments(arguments: str, keep: int, *, free_form: bool = False) -> str:
+    parsed = _NOT_PARSED if free_form else _loads(arguments)
+    if parsed is _NOT_PARSED:
+        return cut_text(arguments, keep)
+    cut = _cut_strings(parsed, keep)
+    if cut == parsed:
+        return arguments
+    return _dumps(cut)
+
+
+def cut_text(text: str, keep: int) -> str:
+    if len(text) <= keep + _MARKER_ROOM:
+        return text
+    return text[:keep] + MARKER.format(n=len(text) - keep)
+
+
+def _cut_strings(value: Any, keep: int) -> Any:
+    if isinstance(value, str):
+        return cut_text(value, keep)
+    if isinstance(value, list):
+        return [_cut_strings(v, keep) for v in value]
+    if isinstance(value, dict):
+        return {k: _cut_strings(v, keep) for k, v in value.items()}
+    return value
+
+
+def _loads(text: str) -> Any:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return _NOT_PARSED
+    # orjson reads integers beyond 64 bits as floats; the standard parser keeps them exact.
+    return json.loads(text) if _has_huge_float(value) else value
+
+
+def _has_huge_float(value: Any) -> bool:
+    if isinstance(value, float):
+        return abs(value) >= _INT64
+    if isinstance(value, list):
+        return any(_has_huge_float(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_huge_float(v) for v in value.values())
+    return False
+
+
+def _dumps(value: Any) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,113 @@
+"""What one LLM compaction costs the proxy, and what the projections look like around it.
+
+A synthetic coding-agent thread of 2,000 messages is replayed through an in-process proxy and
+fake upstream (with the fake summarizer) whose model window is small enough to compact every
+so often. For each compaction: the proxy-side work (the compaction's duration minus the
+summarizer's own calls), and the projection right after it as a share of the window, against
+the budget keep_ratio + summary + restore. Between two compactions: the share of consecutive
+requests whose projection starts with the previous projection byte for byte (minus its end).
+
+    .venv/bin/python scripts/bench_compaction.py [--messages 2000] [--window 64000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from proxy.testing.fake_upstream import FakeUpstream  # noqa: E402
+from proxy.testing.replies import Reply, call  # noqa: E402
+from proxy.testing.sessions import coding_session  # noqa: E402
+from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request  # noqa: E402
+from tests.harness import LoopThread, proxy_settings, start_proxy, stop_proxy  # noqa: E402
+
+
+def reply_for(message: dict) -> Reply:
+    calls = [call(c["function"]["name"], c["function"]["arguments"], id=c["id"])
+             for c in message.get("tool_calls") or ()]
+    if calls:
+        return Reply.tool_calls(*calls, content=message.get("content"))
+    return Reply.text(message.get("content") or "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--window", type=int, default=64_000)
+    args = parser.parse_args()
+    loop = LoopThread()
+    fake = FakeUpstream(limits={"bench-*": args.window})
+    loop.run(fake.start())
+    FakeSummarizer.install(fake)
+    with tempfile.TemporaryDirectory() as state:
+        proxy = loop.run(start_proxy(proxy_settings(
+            fake.url, state, models={"bench-*": {"max_input_tokens": args.window}},
+            logging={"level": "info"})))
+        try:
+            run(proxy, fake, args)
+        finally:
+            loop.run(stop_proxy(proxy))
+            loop.run(fake.stop())
+            loop.close()
+
+
+def run(proxy, fake: FakeUpstream, args: argparse.Namespace) -> None:  # type: ignore[no-untyped-def]
+    messages = coding_session(args.messages, seed=21)
+    bodies: list[bytes] = []
+    started = time.perf_counter()
+    with httpx.Client(timeout=120) as client:
+        for k in range(1, len(messages)):
+            if messages[k]["role"] != "assistant":
+                continue
+            fake.script(reply_for(messages[k]))
+            answer = client.post(f"{proxy.base_url}/chat/completions", headers={"x-thread-id": "bench"},
+                                 json={"model": "bench-model", "messages": messages[:k]})
+            assert answer.status_code == 200, answer.text
+            main = [r for r in fake.requests if not is_summarizer_request(r.json)]
+            bodies.append(main[-1].body)
+    elapsed = time.perf_counter() - started
+    lines = proxy.requests()
+    done = proxy.logs.events("compaction_completed")
+    print(f"{len(lines)} requests over a {args.messages}-message thread in {elapsed:.1f} s; "
+          f"window {args.window:,} tokens; {len(done)} compactions")
+    if not done:
+        return
+    work = [e["duration_ms"] - e["summarizer_ms"] for e in done]
+    print(f"proxy-side work per compaction (duration - summarizer): p50 {statistics.median(work):.1f} ms, "
+          f"max {max(work):.1f} ms")
+    after = [e["tokens_after"] / args.window for e in done]
+    summary = [e["summary_tokens"] / args.window for e in done]
+    print(f"projection after compaction: p50 {statistics.median(after):.1%} of the window, "
+          f"max {max(after):.1%}; summary p50 {statistics.median(summary):.1%}; "
+          f"budget keep 10% + summary + restore <= 15% of the trigger")
+    print(f"prefix stability between compactions: {stability(bodies, lines):.1%} of consecutive "
+          "requests extend the previous projection byte for byte")
+
+
+def stability(bodies: list[bytes], lines: list[dict]) -> float:
+    stable = total = 0
+    for n in range(1, len(bodies)):
+        if lines[n].get("compaction") == "compacted" or lines[n - 1].get("compaction") == "compacted":
+            continue
+        previous = orjson.loads(bodies[n - 1])["messages"]
+        current = orjson.loads(bodies[n])["messages"]
+        total += 1
+        # The previous projection minus its protected window must be a prefix of this one.
+        keep = lines[n - 1].get("protected", 0)
+        head = previous[:len(previous) - keep]
+        stable += current[:len(head)] == head
+    return stable / total if total else 1.0
+
+
+if __name__ == "__main__":
+    main()
