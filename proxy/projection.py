@@ -99,9 +99,10 @@ def build(view: View, event: CompactionEvent | None, situation: Situation) -> Bu
 
 def cascade_of(entries: Entries, situation: Situation, *, compacted: bool) -> CascadeResult:
     th = situation.thresholds
+    step = int(th.limit * situation.settings.window_step_ratio) or None
     context = CascadeContext(
         settings=situation.settings, measure=situation.estimator.entry_tokens,
-        keep_tokens=th.keep_tokens, keep_messages=th.keep_messages,
+        keep_tokens=th.keep_tokens, keep_messages=th.keep_messages, window_step=step,
         message_ids=LazyIds(situation.identities, entries), now=situation.now,
         last_activity=situation.last_activity, mark=situation.mark, compacted=compacted,
         keep_loop=situation.keep_loop, policy=situation.policy)

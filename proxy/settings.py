@@ -150,6 +150,7 @@ class CompactionSettings:
     fallback_trigger_tokens: int = 100_000
     fallback_keep_messages: int = 6
     rearm_ratio: float = 0.05
+    window_step_ratio: float = 0.05
     timezone: str | None = None
     manual_command: str = "/compact"
     collapse: CollapseSettings = field(default_factory=CollapseSettings)
@@ -355,6 +356,7 @@ def _compaction(r: Reader) -> CompactionSettings:
         fallback_trigger_tokens=r.integer("fallback_trigger_tokens", d.fallback_trigger_tokens, 256),
         fallback_keep_messages=r.integer("fallback_keep_messages", d.fallback_keep_messages, 0),
         rearm_ratio=r.number("rearm_ratio", d.rearm_ratio, 0.0, 1.0),
+        window_step_ratio=r.number("window_step_ratio", d.window_step_ratio, 0.0, 0.5),
         timezone=_timezone(r),
         manual_command=r.string("manual_command", d.manual_command),
         collapse=_collapse(r.mapping("collapse")),

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.conversation import Entries, Entry
+from proxy.conversation import Entries, Entry, leading_instructions
 from proxy.core.boundary import safe_cuts
 from proxy.core.collapse import collapse, settled_start
 from proxy.core.microcompact import microcompact
@@ -112,6 +112,8 @@ def run_cascade(entries: Sequence[Entry], context: CascadeContext, *,
             continue
         if stage.needs_window and frame.tail is None:
             frame = _measured(frame, context, measure, derived)
+        if stage.needs_window and _all_protected(frame):
+            continue  # the window covers the whole list: the cheap stages have nothing to touch
         result = stage.run(frame.entries, _stage_context(frame, context, measure, mark, derived))
         frame = _Frame(result.entries, result.origins, frame.tail)
         reports.append(result.report)
@@ -146,13 +148,22 @@ def _stage_context(frame: _Frame, context: CascadeContext, measure: Measure,
                         context.now, context.last_activity, mark, derived)
 
 
+def _all_protected(frame: _Frame) -> bool:
+    return frame.tail is not None and frame.tail >= len(frame.entries) - leading_instructions(frame.entries)
+
+
 def _measured(frame: _Frame, context: CascadeContext, measure: Measure, derived: Derived) -> _Frame:
     entries = frame.entries
-    sizes = [measure(e) for e in entries]
-    safe = safe_cuts(entries)
     keep_messages = context.keep_messages
     if context.keep_tokens is None and keep_messages is None:
         keep_messages = context.settings.fallback_keep_messages
+    lead = leading_instructions(entries)
+    if context.keep_tokens is None and keep_messages is not None and len(entries) - lead <= keep_messages:
+        return _Frame(entries, frame.origins, len(entries) - lead)  # short: all protected
+    sizes = [measure(e) for e in entries]
+    if context.keep_tokens is not None and sum(sizes[lead:]) <= context.keep_tokens:
+        return _Frame(entries, frame.origins, len(entries) - lead)
+    safe = safe_cuts(entries)
     start = window_start(entries, sizes, keep_tokens=context.keep_tokens,
                          keep_messages=keep_messages, safe=safe, step_tokens=context.window_step)
     if context.settings.collapse.enabled:
