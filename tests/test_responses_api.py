@@ -168,3 +168,32 @@ def test_summarizer_over_the_responses_api(make_fake, make_proxy, make_client) -
     body = summarizer.requests[0]
     assert "instructions" in body and body["store"] is False and "messages" not in body
     assert not {"prompt_cache_key", "user", "metadata", "tools"} & set(body)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_manual_compact_over_the_responses_api(codex_setup, stream: bool) -> None:
+    fake, summarizer, proxy, client = codex_setup
+    items = coding_session(40, seed=9, api="responses")
+    _, history = _codex(client, fake, items, f"codex-manual-{stream}", limit_turns=8)
+    before = len(_main(fake))
+    command = [*history, {"type": "message", "role": "user",
+                          "content": [{"type": "input_text", "text": "/compact"}]}]
+    kwargs = dict(model=MODEL, input=command, store=False, prompt_cache_key=f"codex-manual-{stream}")
+    if stream:
+        with client.responses.stream(**kwargs) as events:
+            response = events.get_final_response()
+    else:
+        response = client.responses.create(**kwargs)
+    assert response.status == "completed"
+    assert response.output_text.startswith("[context compaction]")
+    assert len(_main(fake)) == before, "no main-model call for /compact"
+    assert summarizer.calls == 1
+    follow = [*command, *(item.model_dump(exclude_none=True) for item in response.output),
+              {"type": "message", "role": "user",
+               "content": [{"type": "input_text", "text": "Continue."}]}]
+    fake.script(Reply.text("continuing"))
+    client.responses.create(model=MODEL, input=follow, store=False,
+                            prompt_cache_key=f"codex-manual-{stream}")
+    sent = _main(fake)[-1].json["input"]
+    assert _has_summary(_main(fake)[-1].json)
+    assert not any("/compact" in str(i) or "[context compaction]" in str(i) for i in sent)

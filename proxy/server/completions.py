@@ -16,7 +16,7 @@ from aiohttp import web
 from proxy.conversation import Api
 from proxy.inbound import Inbound, leading_bytes, parse_inbound
 from proxy.server.headers import client_response_headers, upstream_request_headers
-from proxy.server.pipeline import Prepared
+from proxy.server.prepared import Prepared
 from proxy.server.relay import is_event_stream, relay_stream, whole_response
 from proxy.server.request_line import RequestLine
 from proxy.server.services import SERVICES, Services
@@ -76,7 +76,8 @@ async def _forward(request: web.Request, services: Services, prepared: Prepared,
         if is_event_stream(response):
             peeked, error = await _peek(response, prepared.inbound)
             if error is not None:
-                again = await services.pipeline.retry(prepared, response.status, error, line)
+                # An error event in a 200 stream is a rejection all the same.
+                again = await services.pipeline.retry(prepared, 400, error, line)
                 if again is not None:
                     return again
             tap = prepared.stream_tap()

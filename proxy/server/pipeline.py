@@ -13,27 +13,28 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from aiohttp import web
 
 from proxy import anchors, jsonio
 from proxy.compaction import manual
 from proxy.compaction.overflow import RetryAction, is_context_overflow, private_state_rejection
-from proxy.compaction.trigger import Action, decide, requested_output_tokens, thresholds
-from proxy.conversation import Api, Entries, leading_instructions
+from proxy.compaction.trigger import requested_output_tokens, thresholds
+from proxy.conversation import Api, Entries
+from proxy.core.placeholders import with_reasoning_placeholders
 from proxy.core.sanitize import Policy
 from proxy.errors import CompactionInsufficient, CompactionUnavailable
 from proxy.identity import Identities
 from proxy.inbound import Inbound, with_entries
 from proxy.lru import WeightedLRU
 from proxy.outbound import build_body
-from proxy.projection import Built, Situation, View, build, measure_projection, view_of
+from proxy.projection import Built, Situation, View, build, view_of
 from proxy.records import ThreadKey, ThreadState
-from proxy.server import manual_answer
-from proxy.server.compactor import CompactionFailed, Compactor, Job, NothingToCompact
-from proxy.server.relay import PlainTap, StreamTap
+from proxy.server.compaction_flow import CompactionFlow
+from proxy.server.compactor import Compactor
+from proxy.server.prepared import Attempt, Prepared
+from proxy.server.relay import StreamTap
 from proxy.server.request_line import RequestLine
 from proxy.server.taps import ChatTap, ResponsesTap
 from proxy.server.upstream import UpstreamClient
@@ -52,39 +53,8 @@ _RETRY_POLICY = {
     RetryAction.STAND_IN: (Policy.COMPACTED, False),
     RetryAction.RESTORE_LOOP_BLOBS: (None, True),
     RetryAction.DROP_PLAIN_REASONING: (Policy.PRIVATE_FREE, False),
+    RetryAction.REASONING_PLACEHOLDERS: (None, False),
 }
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """How this attempt differs from a plain one (a retry after an upstream rejection)."""
-
-    forced: bool = False  # an overflow buys one compaction, breaker and hysteresis bypassed
-    policy: Policy | None = None
-    keep_loop: bool = False
-    reason: str | None = None
-
-    @property
-    def retry(self) -> bool:
-        return self.reason is not None
-
-
-@dataclass
-class Prepared:
-    inbound: Inbound
-    identity: ThreadIdentity
-    upstream: UpstreamSettings
-    credentials: Mapping[str, str]
-    body: bytes
-    attempt: Attempt = field(default_factory=Attempt)
-    answer: web.StreamResponse | None = None
-    response_headers: dict[str, str] = field(default_factory=dict)
-    stream_tap: Callable[[], StreamTap] = PlainTap
-    key: ThreadKey | None = None
-    projection: Entries = ()
-    context: bytes = b""
-    estimate: int | None = None
-    estimator: TokenEstimator | None = None
 
 
 class Pipeline:
@@ -101,6 +71,7 @@ class Pipeline:
         self.identities = Identities(settings.tokens.cache_entries)
         self.compactor = Compactor(settings, client or UpstreamClient(1), self.store,
                                    self.history, log, metrics, clock)
+        self.flow = CompactionFlow(settings, self.store, self.compactor, log)
         self._estimators: dict[str, TokenEstimator] = {}  # by encoding
         self._by_model: dict[str, TokenEstimator] = {}
         # Each thread's last entries, so a steady request builds only what is new; bounded by
@@ -136,9 +107,9 @@ class Pipeline:
         situation = self._situation(inbound, estimator, state, attempt)
         command = self._command(inbound, key)
         if command is not None:
-            return await self._manual(prepared, view, situation, state, command, line)
+            return await self.flow.manual_compact(prepared, view, situation, state, command, line)
         built = build(view, state.event if state else None, situation)
-        built = await self._compact_if_needed(prepared, view, situation, state, built, line)
+        built = await self.flow.auto(prepared, view, situation, state, built, line)
         return await self._finish_prepare(prepared, built, state, line)
 
     def _pass_through(self, prepared: Prepared, line: RequestLine) -> Prepared:
@@ -156,6 +127,9 @@ class Pipeline:
         if (state is not None and key is not None and cascade.mark is not None
                 and cascade.mark != state.microcompact):
             await self.store.set_microcompact(key, cascade.mark)
+        if prepared.attempt.placeholders:
+            built = replace(built, cascade=replace(
+                cascade, entries=with_reasoning_placeholders(built.projection)[0]))
         hide_usage = _needs_usage_chunk(inbound)
         prepared.projection, prepared.estimate = built.projection, built.tokens
         prepared.body = build_body(inbound, built.projection, include_usage=hide_usage)
@@ -173,149 +147,12 @@ class Pipeline:
                  **_stage_fields(built))
         return prepared
 
-    # ---------------------------------------------------------------- LLM compaction
-
-    async def _compact_if_needed(self, prepared: Prepared, view: View, situation: Situation,
-                                 state: ThreadState | None, built: Built,
-                                 line: RequestLine) -> Built:
-        config = self.settings.compaction
-        th = situation.thresholds
-        decision = decide(built.tokens, th, built.event, config.rearm_ratio,
-                          forced=prepared.attempt.forced)
-        if not config.enabled or decision.action in (Action.NONE, Action.HOLD):
-            return built
-        if decision.action is Action.REFUSE:
-            self._failed_line(line, prepared, "hysteresis", "the context did not shrink enough "
-                              "since the last compaction", degraded=False)
-            raise CompactionInsufficient(
-                f"This conversation stays at about {built.tokens:,} tokens even after context "
-                f"compaction, over the model's limit of {th.limit:,}. Please start a new thread "
-                "to continue.")
-        if prepared.key is None:
-            return self._stateless(built, th.fits(built.tokens), line)
-        if not prepared.attempt.forced:
-            allowed, wait = self.compactor.breaker_allows(prepared.inbound.model, prepared.upstream)
-            if not allowed:
-                return self._degrade(prepared, built, th.fits(built.tokens), "breaker_open",
-                                     f"the summarizer's circuit breaker is open for {wait:.1f}s",
-                                     line, wait)
-        async with self.compactor.lock(prepared.key):
-            return await self._compact_locked(prepared, view, situation, state, built, line)
-
-    async def _compact_locked(self, prepared: Prepared, view: View, situation: Situation,
-                              state: ThreadState | None, built: Built, line: RequestLine) -> Built:
-        assert prepared.key is not None
-        latest = await self.store.load(prepared.key)
-        if _seq(latest) != _seq(state):
-            # Another request compacted this thread while we waited: use its checkpoint.
-            built = build(view, latest.event, replace(situation, anchors=latest.anchors))
-            decision = decide(built.tokens, situation.thresholds, built.event,
-                              self.settings.compaction.rearm_ratio)
-            if decision.action is not Action.COMPACT:
-                line.set(compaction_reused=latest.event.seq if latest.event else None)
-                return built
-        job = self._job(prepared, view, situation, built, strategy=self.settings.compaction.strategy)
-        th = situation.thresholds
-        # After an upstream overflow the same projection must not go up again.
-        fits = th.fits(built.tokens) and not prepared.attempt.forced
-        try:
-            event = await self.compactor.compact(job)
-        except NothingToCompact:
-            if fits:
-                return built
-            raise CompactionInsufficient(
-                f"This conversation is about {built.tokens:,} tokens and nothing more can be "
-                f"compacted (the recent messages alone are over the limit of {th.limit:,}). "
-                "Please start a new thread to continue.") from None
-        except CompactionFailed as failed:
-            if failed.stage == "post_check":
-                raise failed.verdict.error() from None  # type: ignore[attr-defined]
-            return self._degrade(prepared, built, fits, failed.stage, failed.reason, line, None,
-                                 logged=True)
-        line.set(compacted=True)
-        return build(view, event, replace(situation, anchors=()))
-
-    def _job(self, prepared: Prepared, view: View, situation: Situation, built: Built, *,
-             strategy: str, focus: str | None = None) -> Job:
-        assert prepared.key is not None and prepared.estimator is not None
-        inbound = prepared.inbound
-        return Job(key=prepared.key, thread=loggable(prepared.identity.thread), api=inbound.api,
-                   model=inbound.model, upstream=prepared.upstream,
-                   credentials=prepared.credentials, entries=view.entries, ids=view.ids,
-                   previous=built.rebuilt.previous if built.rebuilt else None,
-                   thresholds=situation.thresholds, strategy=strategy,
-                   tokens_before=built.tokens, estimate=measure_projection(view, situation),
-                   estimator=prepared.estimator, client_doc=inbound.doc, focus=focus,
-                   forced=prepared.attempt.forced)
-
-    def _degrade(self, prepared: Prepared, built: Built, fits: bool, stage: str, reason: str,
-                 line: RequestLine, retry_after: float | None, logged: bool = False) -> Built:
-        if not logged:
-            self._failed_line(line, prepared, stage, reason, degraded=fits, retry_after=retry_after)
-        line.set(compaction_degraded=stage)
-        if fits:
-            return built
-        headers = {"Retry-After": str(max(1, int(retry_after)))} if retry_after else None
-        raise CompactionUnavailable(
-            f"This conversation (about {built.tokens:,} tokens) needs context compaction, but "
-            f"it is unavailable right now ({reason}). Retry later, or start a new thread.",
-            headers=headers)
-
-    def _stateless(self, built: Built, fits: bool, line: RequestLine) -> Built:
-        line.set(compaction_skipped="no thread id")
-        if fits:
-            return built
-        raise CompactionInsufficient(
-            f"This conversation (about {built.tokens:,} tokens) is over the model's limit and "
-            "the proxy cannot compact it without a thread id: send an `x-thread-id` header or "
-            "`prompt_cache_key`, or start a new thread.")
-
-    def _failed_line(self, line: RequestLine, prepared: Prepared, stage: str, reason: str,
-                     degraded: bool, retry_after: float | None = None) -> None:
-        if self.log is not None:
-            self.log.warning("compaction_failed", thread=loggable(prepared.identity.thread),
-                             stage=stage, error=reason, degraded=degraded,
-                             retry_after_s=None if retry_after is None else round(retry_after, 3))
-
-    # ---------------------------------------------------------------- manual /compact
-
     def _command(self, inbound: Inbound, key: ThreadKey | None) -> manual.ManualCommand | None:
         config = self.settings.compaction
         if not config.enabled or key is None or inbound.entries is None:
             return None
         return manual.detect(inbound.entries, config.manual_command)
 
-    async def _manual(self, prepared: Prepared, view: View, situation: Situation,
-                      state: ThreadState | None, command: manual.ManualCommand,
-                      line: RequestLine) -> Prepared:
-        assert prepared.key is not None
-        line.set(manual_compact=True)
-        async with self.compactor.lock(prepared.key):
-            latest = await self.store.load(prepared.key)
-            built = build(view, latest.event, replace(situation, anchors=latest.anchors))
-            job = self._job(prepared, view, situation, built, strategy="manual",
-                            focus=command.focus)
-            try:
-                event = await self.compactor.compact(job)
-            except NothingToCompact:
-                text = manual.nothing_text(built.tokens)
-                compaction = "none"
-            except CompactionFailed as failed:
-                if failed.stage == "post_check":
-                    raise failed.verdict.error() from None  # type: ignore[attr-defined]
-                raise CompactionUnavailable(f"Compaction failed: {failed.reason}. The "
-                                            "conversation is unchanged; try again later.") from None
-            else:
-                lead = leading_instructions(view.entries)
-                text = manual.compacted_text(event.cutoff_index - lead,
-                                             len(view.entries) - event.cutoff_index,
-                                             event.tokens_before, event.tokens_after)
-                compaction = "compacted"
-        headers = {"x-compaction": compaction, "x-context-tokens": str(built.tokens)}
-        seed = f"{prepared.key.tenant}\0{prepared.key.thread}\0{len(view.entries)}"
-        prepared.answer = manual_answer.answer(prepared.inbound, text, seed, headers)
-        line.set(compaction=compaction, tokens_estimate=built.tokens)
-        return prepared
 
     # ---------------------------------------------------------------- one retry
 
@@ -334,7 +171,8 @@ class Pipeline:
             policy, keep_loop = _RETRY_POLICY[rejection.action]
             if keep_loop and not line.fields.get("checkpoint"):
                 return None  # the client's own blocks went up untouched: nothing to restore
-            attempt = Attempt(policy=policy, keep_loop=keep_loop, reason=rejection.reason)
+            attempt = Attempt(policy=policy, keep_loop=keep_loop, reason=rejection.reason,
+                              placeholders=rejection.action is RetryAction.REASONING_PLACEHOLDERS)
         if self.log is not None:
             self.log.info("upstream_retry", thread=loggable(prepared.identity.thread),
                           reason=attempt.reason, status=status)
@@ -456,10 +294,6 @@ def _needs_usage_chunk(inbound: Inbound) -> bool:
 
 def _entries_weight(entries: Entries) -> int:
     return sum(len(e.source) if e.source is not None else 256 for e in entries)
-
-
-def _seq(state: ThreadState | None) -> int:
-    return state.event.seq if state is not None and state.event is not None else 0
 
 
 def _stage_fields(built: Built) -> dict[str, Any]:

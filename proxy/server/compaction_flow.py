@@ -1,0 +1,173 @@
+"""LLM compaction inside a request: when to summarize, what to do when it fails, `/compact`.
+
+`auto` runs after the cheap cascade: below the trigger nothing happens; above it, one summary
+per thread at a time (a request that waited reuses the checkpoint another one wrote), with the
+breaker, the hysteresis and the fallbacks of SPEC §9: forward with the cheap stages only while
+the projection fits, else a clear error. `manual` answers `/compact` (SPEC §8) itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from proxy.compaction import manual
+from proxy.compaction.trigger import Action, decide
+from proxy.conversation import leading_instructions
+from proxy.errors import CompactionInsufficient, CompactionUnavailable
+from proxy.projection import Built, Situation, View, build, measure_projection
+from proxy.records import ThreadState
+from proxy.server import manual_answer
+from proxy.server.compactor import CompactionFailed, Compactor, Job, NothingToCompact
+from proxy.server.prepared import Prepared
+from proxy.server.request_line import RequestLine
+from proxy.settings import Settings
+from proxy.store import StateStore
+from proxy.threads import loggable
+
+
+class CompactionFlow:
+    def __init__(self, settings: Settings, store: StateStore, compactor: Compactor,
+                 log: Any) -> None:
+        self.settings = settings
+        self.store = store
+        self.compactor = compactor
+        self.log = log
+
+    async def auto(self, prepared: Prepared, view: View, situation: Situation,
+                                 state: ThreadState | None, built: Built,
+                                 line: RequestLine) -> Built:
+        config = self.settings.compaction
+        th = situation.thresholds
+        decision = decide(built.tokens, th, built.event, config.rearm_ratio,
+                          forced=prepared.attempt.forced)
+        if not config.enabled or decision.action in (Action.NONE, Action.HOLD):
+            return built
+        if decision.action is Action.REFUSE:
+            self._failed_line(line, prepared, "hysteresis", "the context did not shrink enough "
+                              "since the last compaction", degraded=False)
+            raise CompactionInsufficient(
+                f"This conversation stays at about {built.tokens:,} tokens even after context "
+                f"compaction, over the model's limit of {th.limit:,}. Please start a new thread "
+                "to continue.")
+        if prepared.key is None:
+            return self._stateless(built, th.fits(built.tokens), line)
+        if not prepared.attempt.forced:
+            allowed, wait = self.compactor.breaker_allows(prepared.inbound.model, prepared.upstream)
+            if not allowed:
+                return self._degrade(prepared, built, th.fits(built.tokens), "breaker_open",
+                                     f"the summarizer's circuit breaker is open for {wait:.1f}s",
+                                     line, wait)
+        async with self.compactor.lock(prepared.key):
+            return await self._compact_locked(prepared, view, situation, state, built, line)
+
+    async def _compact_locked(self, prepared: Prepared, view: View, situation: Situation,
+                              state: ThreadState | None, built: Built, line: RequestLine) -> Built:
+        assert prepared.key is not None
+        latest = await self.store.load(prepared.key)
+        if _seq(latest) != _seq(state):
+            # Another request compacted this thread while we waited: use its checkpoint.
+            built = build(view, latest.event, replace(situation, anchors=latest.anchors))
+            decision = decide(built.tokens, situation.thresholds, built.event,
+                              self.settings.compaction.rearm_ratio)
+            if decision.action is not Action.COMPACT:
+                line.set(compaction_reused=latest.event.seq if latest.event else None)
+                return built
+        job = self._job(prepared, view, situation, built, strategy=self.settings.compaction.strategy)
+        th = situation.thresholds
+        # After an upstream overflow the same projection must not go up again.
+        fits = th.fits(built.tokens) and not prepared.attempt.forced
+        try:
+            event = await self.compactor.compact(job)
+        except NothingToCompact:
+            if fits:
+                return built
+            raise CompactionInsufficient(
+                f"This conversation is about {built.tokens:,} tokens and nothing more can be "
+                f"compacted (the recent messages alone are over the limit of {th.limit:,}). "
+                "Please start a new thread to continue.") from None
+        except CompactionFailed as failed:
+            if failed.stage == "post_check":
+                raise failed.verdict.error() from None  # type: ignore[attr-defined]
+            return self._degrade(prepared, built, fits, failed.stage, failed.reason, line, None,
+                                 logged=True)
+        line.set(compacted=True)
+        return build(view, event, replace(situation, anchors=()))
+
+    def _job(self, prepared: Prepared, view: View, situation: Situation, built: Built, *,
+             strategy: str, focus: str | None = None) -> Job:
+        assert prepared.key is not None and prepared.estimator is not None
+        inbound = prepared.inbound
+        return Job(key=prepared.key, thread=loggable(prepared.identity.thread), api=inbound.api,
+                   model=inbound.model, upstream=prepared.upstream,
+                   credentials=prepared.credentials, entries=view.entries, ids=view.ids,
+                   previous=built.rebuilt.previous if built.rebuilt else None,
+                   thresholds=situation.thresholds, strategy=strategy,
+                   tokens_before=built.tokens, estimate=measure_projection(view, situation),
+                   estimator=prepared.estimator, client_doc=inbound.doc, focus=focus,
+                   forced=prepared.attempt.forced)
+
+    def _degrade(self, prepared: Prepared, built: Built, fits: bool, stage: str, reason: str,
+                 line: RequestLine, retry_after: float | None, logged: bool = False) -> Built:
+        if not logged:
+            self._failed_line(line, prepared, stage, reason, degraded=fits, retry_after=retry_after)
+        line.set(compaction_degraded=stage)
+        if fits:
+            return built
+        headers = {"Retry-After": str(max(1, int(retry_after)))} if retry_after else None
+        raise CompactionUnavailable(
+            f"This conversation (about {built.tokens:,} tokens) needs context compaction, but "
+            f"it is unavailable right now ({reason}). Retry later, or start a new thread.",
+            headers=headers)
+
+    def _stateless(self, built: Built, fits: bool, line: RequestLine) -> Built:
+        line.set(compaction_skipped="no thread id")
+        if fits:
+            return built
+        raise CompactionInsufficient(
+            f"This conversation (about {built.tokens:,} tokens) is over the model's limit and "
+            "the proxy cannot compact it without a thread id: send an `x-thread-id` header or "
+            "`prompt_cache_key`, or start a new thread.")
+
+    def _failed_line(self, line: RequestLine, prepared: Prepared, stage: str, reason: str,
+                     degraded: bool, retry_after: float | None = None) -> None:
+        if self.log is not None:
+            self.log.warning("compaction_failed", thread=loggable(prepared.identity.thread),
+                             stage=stage, error=reason, degraded=degraded,
+                             retry_after_s=None if retry_after is None else round(retry_after, 3))
+
+    async def manual_compact(self, prepared: Prepared, view: View, situation: Situation,
+                      state: ThreadState | None, command: manual.ManualCommand,
+                      line: RequestLine) -> Prepared:
+        assert prepared.key is not None
+        line.set(manual_compact=True)
+        async with self.compactor.lock(prepared.key):
+            latest = await self.store.load(prepared.key)
+            built = build(view, latest.event, replace(situation, anchors=latest.anchors))
+            job = self._job(prepared, view, situation, built, strategy="manual",
+                            focus=command.focus)
+            try:
+                event = await self.compactor.compact(job)
+            except NothingToCompact:
+                text = manual.nothing_text(built.tokens)
+                compaction = "none"
+            except CompactionFailed as failed:
+                if failed.stage == "post_check":
+                    raise failed.verdict.error() from None  # type: ignore[attr-defined]
+                raise CompactionUnavailable(f"Compaction failed: {failed.reason}. The "
+                                            "conversation is unchanged; try again later.") from None
+            else:
+                lead = leading_instructions(view.entries)
+                text = manual.compacted_text(event.cutoff_index - lead,
+                                             len(view.entries) - event.cutoff_index,
+                                             event.tokens_before, event.tokens_after)
+                compaction = "compacted"
+        headers = {"x-compaction": compaction, "x-context-tokens": str(built.tokens)}
+        seed = f"{prepared.key.tenant}\0{prepared.key.thread}\0{len(view.entries)}"
+        prepared.answer = manual_answer.answer(prepared.inbound, text, seed, headers)
+        line.set(compaction=compaction, tokens_estimate=built.tokens)
+        return prepared
+
+
+def _seq(state: ThreadState | None) -> int:
+    return state.event.seq if state is not None and state.event is not None else 0

@@ -1,0 +1,50 @@
+"""What one attempt at a request carries from `prepare` to the relay and back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from proxy.conversation import Entries
+from proxy.core.sanitize import Policy
+from proxy.inbound import Inbound
+from proxy.records import ThreadKey
+from proxy.server.relay import PlainTap, StreamTap
+from proxy.settings import UpstreamSettings
+from proxy.threads import ThreadIdentity
+from proxy.tokens.estimate import TokenEstimator
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """How this attempt differs from a plain one (a retry after an upstream rejection)."""
+
+    forced: bool = False  # an overflow buys one compaction, breaker and hysteresis bypassed
+    policy: Policy | None = None
+    keep_loop: bool = False
+    placeholders: bool = False  # add `reasoning_content: ""` where the current loop lacks it
+    reason: str | None = None
+
+    @property
+    def retry(self) -> bool:
+        return self.reason is not None
+
+
+@dataclass
+class Prepared:
+    inbound: Inbound
+    identity: ThreadIdentity
+    upstream: UpstreamSettings
+    credentials: Mapping[str, str]
+    body: bytes
+    attempt: Attempt = field(default_factory=Attempt)
+    answer: web.StreamResponse | None = None
+    response_headers: dict[str, str] = field(default_factory=dict)
+    stream_tap: Callable[[], StreamTap] = PlainTap
+    key: ThreadKey | None = None
+    projection: Entries = ()
+    context: bytes = b""
+    estimate: int | None = None
+    estimator: TokenEstimator | None = None

@@ -1,0 +1,194 @@
+"""The `compaction:` section of the configuration: its frozen dataclasses and its parser.
+
+Split from `proxy/settings.py` by topic; `proxy.settings` re-exports every name here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from proxy.settings_reader import Reader
+
+DEFAULT_EXPLORATION_TOOLS = ("read_file", "grep", "glob", "web_search", "list_dir", "search")
+DEFAULT_FILE_TOOLS = ("read_file", "read", "view", "open", "cat")
+DEFAULT_PLAN_TOOLS = ("todo_write", "TodoWrite", "update_plan", "write_todos", "plan")
+
+
+@dataclass(frozen=True)
+class CollapseSettings:
+    enabled: bool = True
+    tools: tuple[str, ...] = DEFAULT_EXPLORATION_TOOLS
+
+
+@dataclass(frozen=True)
+class TruncateSettings:
+    enabled: bool = True
+    max_arg_chars: int = 2000
+    keep_chars: int = 500
+
+
+@dataclass(frozen=True)
+class MicrocompactSettings:
+    enabled: bool = True
+    idle_seconds: float = 21600.0
+    keep_recent: int = 5
+    tools: tuple[str, ...] = ("*",)
+
+
+@dataclass(frozen=True)
+class SummarizerSettings:
+    model: str | None = None
+    upstream: str | None = None
+    max_output_tokens: int = 4096
+    timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class RestoreSettings:
+    max_files: int = 5
+    per_file_tokens: int = 4000
+    total_tokens: int = 12000
+    user_messages_tokens: int = 4000
+    file_tools: tuple[str, ...] = DEFAULT_FILE_TOOLS
+    plan_tools: tuple[str, ...] = DEFAULT_PLAN_TOOLS
+
+
+@dataclass(frozen=True)
+class BreakerSettings:
+    failures: int = 3
+    base_cooldown_s: float = 60.0
+    max_cooldown_s: float = 1800.0
+
+
+@dataclass(frozen=True)
+class CompactionSettings:
+    enabled: bool = True
+    strategy: str = "partial"
+    trigger_ratio: float = 0.75
+    keep_ratio: float = 0.10
+    fallback_trigger_tokens: int = 100_000
+    fallback_keep_messages: int = 6
+    rearm_ratio: float = 0.05
+    window_step_ratio: float = 0.05
+    timezone: str | None = None
+    manual_command: str = "/compact"
+    collapse: CollapseSettings = field(default_factory=CollapseSettings)
+    truncate: TruncateSettings = field(default_factory=TruncateSettings)
+    microcompact: MicrocompactSettings = field(default_factory=MicrocompactSettings)
+    summarizer: SummarizerSettings = field(default_factory=SummarizerSettings)
+    restore: RestoreSettings = field(default_factory=RestoreSettings)
+    breaker: BreakerSettings = field(default_factory=BreakerSettings)
+
+
+def parse_compaction(r: Reader) -> CompactionSettings:
+    return _compaction(r)
+
+
+def _compaction(r: Reader) -> CompactionSettings:
+    d = CompactionSettings()
+    s = CompactionSettings(
+        enabled=r.boolean("enabled", d.enabled),
+        strategy=r.string("strategy", d.strategy, choices=("partial", "full")),
+        trigger_ratio=r.number("trigger_ratio", d.trigger_ratio, 0.05, 1.0),
+        keep_ratio=r.number("keep_ratio", d.keep_ratio, 0.0, 0.9),
+        fallback_trigger_tokens=r.integer("fallback_trigger_tokens", d.fallback_trigger_tokens, 256),
+        fallback_keep_messages=r.integer("fallback_keep_messages", d.fallback_keep_messages, 0),
+        rearm_ratio=r.number("rearm_ratio", d.rearm_ratio, 0.0, 1.0),
+        window_step_ratio=r.number("window_step_ratio", d.window_step_ratio, 0.0, 0.5),
+        timezone=_timezone(r),
+        manual_command=r.string("manual_command", d.manual_command),
+        collapse=_collapse(r.mapping("collapse")),
+        truncate=_truncate(r.mapping("truncate")),
+        microcompact=_microcompact(r.mapping("microcompact")),
+        summarizer=_summarizer(r.mapping("summarizer")),
+        restore=_restore(r.mapping("restore")),
+        breaker=_breaker(r.mapping("breaker")),
+    )
+    if s.keep_ratio >= s.trigger_ratio:
+        r.problem("keep_ratio", "must be smaller than trigger_ratio")
+    r.finish()
+    return s
+
+
+def _timezone(r: Reader) -> str | None:
+    name = r.string("timezone", None)
+    if name is None:
+        return None
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        r.problem("timezone", f"unknown time zone {name!r}")
+        return None
+    return name
+
+
+def _collapse(r: Reader) -> CollapseSettings:
+    s = CollapseSettings(enabled=r.boolean("enabled", True),
+                         tools=r.strings("tools", DEFAULT_EXPLORATION_TOOLS))
+    r.finish()
+    return s
+
+
+def _truncate(r: Reader) -> TruncateSettings:
+    d = TruncateSettings()
+    s = TruncateSettings(
+        enabled=r.boolean("enabled", d.enabled),
+        max_arg_chars=r.integer("max_arg_chars", d.max_arg_chars, 100),
+        keep_chars=r.integer("keep_chars", d.keep_chars, 0),
+    )
+    if s.keep_chars >= s.max_arg_chars:
+        r.problem("keep_chars", "must be smaller than max_arg_chars")
+    r.finish()
+    return s
+
+
+def _microcompact(r: Reader) -> MicrocompactSettings:
+    d = MicrocompactSettings()
+    s = MicrocompactSettings(
+        enabled=r.boolean("enabled", d.enabled),
+        idle_seconds=r.number("idle_seconds", d.idle_seconds, 0),
+        keep_recent=r.integer("keep_recent", d.keep_recent, 0),
+        tools=r.strings("tools", d.tools),
+    )
+    r.finish()
+    return s
+
+
+def _summarizer(r: Reader) -> SummarizerSettings:
+    d = SummarizerSettings()
+    s = SummarizerSettings(
+        model=r.string("model", None),
+        upstream=r.string("upstream", None),
+        max_output_tokens=r.integer("max_output_tokens", d.max_output_tokens, 256),
+        timeout_s=r.number("timeout_s", d.timeout_s, 1),
+    )
+    r.finish()
+    return s
+
+
+def _restore(r: Reader) -> RestoreSettings:
+    d = RestoreSettings()
+    s = RestoreSettings(
+        max_files=r.integer("max_files", d.max_files, 0),
+        per_file_tokens=r.integer("per_file_tokens", d.per_file_tokens, 0),
+        total_tokens=r.integer("total_tokens", d.total_tokens, 0),
+        user_messages_tokens=r.integer("user_messages_tokens", d.user_messages_tokens, 0),
+        file_tools=r.strings("file_tools", d.file_tools),
+        plan_tools=r.strings("plan_tools", d.plan_tools),
+    )
+    r.finish()
+    return s
+
+
+def _breaker(r: Reader) -> BreakerSettings:
+    d = BreakerSettings()
+    s = BreakerSettings(
+        failures=r.integer("failures", d.failures, 1),
+        base_cooldown_s=r.number("base_cooldown_s", d.base_cooldown_s, 0),
+        max_cooldown_s=r.number("max_cooldown_s", d.max_cooldown_s, 0),
+    )
+    if s.max_cooldown_s < s.base_cooldown_s:
+        r.problem("max_cooldown_s", "must be at least base_cooldown_s")
+    r.finish()
+    return s

@@ -1,0 +1,125 @@
+"""One retry after an upstream rejection (SPEC §7.4, §9), before any byte reached the client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import orjson
+
+from proxy.testing.replies import Reply
+from proxy.testing.sessions import coding_session
+from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request
+from tests.conftest import API_KEY
+
+CALL = {"id": "call_abc", "type": "function", "function": {"name": "read_file",
+                                                           "arguments": '{"path":"a.py"}'}}
+
+
+def _chat(proxy, messages: list[dict[str, Any]], **extra: Any) -> httpx.Response:
+    return httpx.post(f"{proxy.base_url}/chat/completions", timeout=30,
+                      headers={"authorization": f"Bearer {API_KEY}", "x-thread-id": "retry"},
+                      json={"model": "gpt-4o", "messages": messages, **extra})
+
+
+def _main(fake, path: str = "/chat/completions") -> list[Any]:
+    return [r for r in fake.requests if r.path.endswith(path) and not is_summarizer_request(r.json)]
+
+
+def test_rejected_encrypted_reasoning_is_stripped_and_retried(make_fake, make_proxy) -> None:
+    fake = make_fake()
+    proxy = make_proxy(fake)
+    fake.script(Reply.text("recovered"))
+    items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+             {"type": "reasoning", "id": "rs_0123", "summary": [],
+              "encrypted_content": "gAAAAforged-by-another-org"},
+             {"type": "message", "role": "assistant",
+              "content": [{"type": "output_text", "text": "hello", "annotations": []}]},
+             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go on"}]}]
+    answer = httpx.post(f"{proxy.base_url}/responses", timeout=30, json={
+        "model": "gpt-4o", "input": items, "store": False,
+        "include": ["reasoning.encrypted_content"], "prompt_cache_key": "enc"})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["output"][-1]["content"][0]["text"] == "recovered"
+    sent = _main(fake, "/responses")
+    assert len(sent) == 2
+    assert any(i.get("type") == "reasoning" for i in sent[0].json["input"])
+    assert not any(i.get("type") == "reasoning" for i in sent[1].json["input"])
+    line = proxy.requests()[-1]
+    assert line["retried"] == "encrypted reasoning rejected" and line["first_status"] == 400
+    assert proxy.logs.events("upstream_retry")
+
+
+def test_unsupported_reasoning_content_is_dropped_and_retried(make_fake, make_proxy) -> None:
+    fake = make_fake(dialect="cerebras")
+    proxy = make_proxy(fake)
+    messages = [{"role": "user", "content": "read a.py"},
+                {"role": "assistant", "content": None, "reasoning_content": "I should read it.",
+                 "tool_calls": [CALL]},
+                {"role": "tool", "tool_call_id": "call_abc", "content": "print(1)"}]
+    answer = _chat(proxy, messages)
+    assert answer.status_code == 200, answer.text
+    first, second = _main(fake)
+    assert "reasoning_content" in first.json["messages"][1]
+    assert "reasoning_content" not in second.json["messages"][1]
+    assert second.json["messages"][1]["tool_calls"] == [CALL], "tool calls are never touched"
+
+
+def test_a_forged_gemini_signature_gets_the_documented_stand_in(make_fake, make_proxy) -> None:
+    fake = make_fake(dialect="gemini")
+    proxy = make_proxy(fake)
+    call = {**CALL, "extra_content": {"google": {"thought_signature": "forged"}}}
+    messages = [{"role": "user", "content": "read a.py"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "call_abc", "content": "print(1)"}]
+    answer = _chat(proxy, messages)
+    assert answer.status_code == 200, answer.text
+    retried = _main(fake)[-1].json["messages"][1]["tool_calls"][0]
+    assert retried["extra_content"]["google"]["thought_signature"] == \
+        "skip_thought_signature_validator"
+
+
+def test_missing_reasoning_content_gets_a_placeholder(make_fake, make_proxy) -> None:
+    fake = make_fake(dialect="deepseek-thinking")
+    proxy = make_proxy(fake)
+    messages = [{"role": "user", "content": "read a.py"},
+                {"role": "assistant", "content": None, "tool_calls": [CALL]},
+                {"role": "tool", "tool_call_id": "call_abc", "content": "print(1)"}]
+    answer = _chat(proxy, messages)
+    assert answer.status_code == 200, answer.text
+    assert _main(fake)[-1].json["messages"][1]["reasoning_content"] == ""
+
+
+def test_an_error_a_retry_cannot_fix_is_relayed_once(make_fake, make_proxy) -> None:
+    fake = make_fake()
+    proxy = make_proxy(fake)
+    bad = [{"role": "user", "content": "x"},
+           {"role": "assistant", "content": None, "tool_calls": [
+               {**CALL, "function": {"name": "f", "arguments": {"not": "a string"}}}]},
+           {"role": "tool", "tool_call_id": "call_abc", "content": "r"}]
+    answer = _chat(proxy, bad)
+    assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_type"
+    assert len(_main(fake)) == 1
+    assert "retried" not in proxy.requests()[-1]
+
+
+def test_overflow_inside_a_responses_stream_is_retried_before_relaying(make_fake, make_proxy) -> None:
+    fake = make_fake(limits={"small-*": 9_000}, responses_stream_overflow="event")
+    FakeSummarizer.install(fake)
+    proxy = make_proxy(fake, models={"small-*": {"max_input_tokens": 16_000}},
+                       compaction={"collapse": {"enabled": False}, "truncate": {"enabled": False}})
+    items = coding_session(60, seed=8, api="responses")
+    from proxy.testing.reference_tokens import responses_prompt_tokens
+    cut = next(k for k in range(2, len(items))
+               if responses_prompt_tokens({"input": items[:k]}) > 9_500
+               and items[k - 1].get("type") != "function_call")
+    with httpx.stream("POST", f"{proxy.base_url}/responses", timeout=60, json={
+            "model": "small-codex", "input": items[:cut], "stream": True,
+            "prompt_cache_key": "stream-overflow"}) as answer:
+        frames = answer.read()
+    assert answer.status_code == 200
+    assert b"response.completed" in frames and b"context_length_exceeded" not in frames
+    assert proxy.requests()[-1]["retried"] == "context_overflow"
+    assert len(_main(fake, "/responses")) == 2
+    events = [orjson.loads(line[6:]) for line in frames.split(b"\n") if line.startswith(b"data: ")]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
