@@ -57,6 +57,9 @@ class Entry:
     answers: str | None = None
     item_id: str | None = None
     key: bytes | None = field(default=None, compare=False)
+    # Values derived from this entry (token counts, digests), kept on it so a reused entry
+    # costs an attribute read instead of a cache lookup. Never part of what the entry says.
+    memo: dict[Any, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # A digest of the client's bytes: the cache key for everything derived from an element.

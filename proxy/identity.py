@@ -107,12 +107,17 @@ class Identities:
     def digest(self, entry: Entry) -> str:
         if entry.api is Api.RESPONSES and entry.item_id:
             return f"id:{entry.item_id}"
+        found = entry.memo.get("digest")
+        if found is not None:
+            return found
         if entry.key is None:
-            return digest_of(canonical(entry))
-        found = self._cache.get(entry.key)
-        if found is None:
             found = digest_of(canonical(entry))
-            self._cache.put(entry.key, found)
+        else:
+            found = self._cache.get(entry.key)
+            if found is None:
+                found = digest_of(canonical(entry))
+                self._cache.put(entry.key, found)
+        entry.memo["digest"] = found
         return found
 
     def content_digest(self, entry: Entry) -> str:

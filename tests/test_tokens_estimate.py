@@ -192,11 +192,13 @@ def test_steady_request_counts_only_new_entries() -> None:
     assert "and now?" in seen and all(t in ("user", "and now?") for t in seen)
 
 
-def test_entries_without_client_bytes_are_counted_each_time() -> None:
+def test_entries_without_client_bytes_are_counted_once_per_object() -> None:
     estimator, seen = counting_estimator()
     entry = entry_from_chat(user("made by a stage"))
     estimator.entry_tokens(entry)
-    estimator.entry_tokens(entry)
+    estimator.entry_tokens(entry)  # the count is kept on the entry itself
+    assert seen.count("made by a stage") == 1
+    estimator.entry_tokens(entry_from_chat(user("made by a stage")))  # no bytes, no cache key
     assert seen.count("made by a stage") == 2
 
 

@@ -38,19 +38,25 @@ class TokenEstimator:
         self.margin = settings.safety_margin
         self._count: Callable[[str], int] = tokenizer.count
         self._entries: LRU[bytes, int] = LRU(settings.cache_entries)
+        self._memo_key = ("tokens", tokenizer.name, self.margin)
         self._blobs: LRU[bytes, int] = LRU(_BLOB_CACHE)
 
     def text_tokens(self, text: str) -> int:
         return self._count(text)
 
     def entry_tokens(self, entry: Entry) -> int:
+        found = entry.memo.get(self._memo_key)
+        if found is not None:
+            return found
         if entry.key is None:
-            return self._measure(entry)
-        key = _TAG[entry.api] + entry.key
-        found = self._entries.get(key)
-        if found is None:
             found = self._measure(entry)
-            self._entries.put(key, found)
+        else:
+            key = _TAG[entry.api] + entry.key
+            found = self._entries.get(key)
+            if found is None:
+                found = self._measure(entry)
+                self._entries.put(key, found)
+        entry.memo[self._memo_key] = found
         return found
 
     def _measure(self, entry: Entry) -> int:
