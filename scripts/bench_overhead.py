@@ -69,7 +69,15 @@ def raw_forwarder(port: int, upstream: str) -> None:
     app.on_startup.append(startup)
     app.on_cleanup.append(cleanup)
     app.router.add_post("/v1/{tail:.*}", forward)
-    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None,
+                loop=_loop())
+
+
+def _loop() -> asyncio.AbstractEventLoop:
+    """The event loop the proxy itself runs on (uvloop when installed): a fair floor."""
+    from proxy.__main__ import event_loop_factory
+    factory = event_loop_factory()
+    return factory() if factory else asyncio.new_event_loop()
 
 
 def canned_upstream(port: int) -> None:
@@ -103,7 +111,7 @@ def canned_upstream(port: int) -> None:
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/chat/completions", complete)
-    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None, loop=_loop())
 
 
 @dataclass

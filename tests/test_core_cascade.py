@@ -232,10 +232,27 @@ def test_each_cheap_stage_can_be_switched_off() -> None:
     settings = CompactionSettings(collapse=CollapseSettings(enabled=False),
                                   truncate=TruncateSettings(enabled=False),
                                   microcompact=MicrocompactSettings(enabled=False))
-    entries = entries_of("chat", [{"role": "user", "content": "hi"}])
+    entries = entries_of("chat", [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "grep", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "none"}])
     result = run_cascade(entries, CascadeContext(settings, measure=measure))
     assert [r.name for r in result.reports] == ["repair", "sanitize"]
-    assert result.entries is entries and not result.changed and result.window_start == 0
+    assert result.entries == entries and not result.changed and result.window_start == 0
+
+
+def test_a_plain_chat_skips_the_stages_and_comes_out_as_it_went_in() -> None:
+    entries = entries_of("chat", [{"role": "system", "content": "be brief"},
+                                  {"role": "user", "content": "hi"},
+                                  {"role": "assistant", "content": "hello"},
+                                  {"role": "user", "content": "again"}])
+    result = run_cascade(entries, CascadeContext(CompactionSettings(), measure=measure))
+    assert result.reports == () and not result.changed
+    assert all(a is b for a, b in zip(result.entries, entries, strict=True))
+    forced = run_cascade(entries, CascadeContext(CompactionSettings(), measure=measure,
+                                                 compacted=True))
+    assert [r.name for r in forced.reports][-1] == "sanitize"
 
 
 def _session_case() -> tuple[Entries, Any]:

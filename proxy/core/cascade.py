@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.conversation import Entries, Entry, leading_instructions
+from proxy.conversation import Entries, Entry, Kind, leading_instructions
 from proxy.core.boundary import safe_cuts
 from proxy.core.collapse import collapse, settled_start
 from proxy.core.microcompact import microcompact
@@ -101,6 +101,8 @@ def run_cascade(entries: Sequence[Entry], context: CascadeContext, *,
                 stages: Sequence[Stage] = STAGES) -> CascadeResult:
     """Repair, the cheap stages and the sanitizer; `stages` is for tests and benchmarks."""
     client = tuple(entries)
+    if _inert(client, context):
+        return _unchanged(client, context)
     memo = _Memo(context, client)
     measure = memo.measure
     derived = Derived()
@@ -121,6 +123,28 @@ def run_cascade(entries: Sequence[Entry], context: CascadeContext, *,
     if frame.tail is None:
         frame = _measured(frame, context, measure, derived)
     return _sanitized(frame, client, context, memo, tuple(reports), mark)
+
+
+_INERT_KINDS = frozenset({Kind.INSTRUCTION, Kind.USER, Kind.ASSISTANT})
+
+
+def _inert(entries: Entries, context: CascadeContext) -> bool:
+    """Nothing any stage could touch: no tool traffic, no reasoning items, nothing compacted.
+
+    Repair, collapse, truncate and microcompact all work on calls and results; the sanitizer
+    only acts on a projection something else changed (or on a forced policy). A plain chat
+    therefore comes out as it went in, and a hot path can say so without walking the stages.
+    """
+    if context.compacted or context.policy is not None or context.keep_loop:
+        return False
+    return all(e.kind in _INERT_KINDS and not e.calls for e in entries)
+
+
+def _unchanged(entries: Entries, context: CascadeContext) -> CascadeResult:
+    kept = tuple(range(len(entries)))
+    clean = Sanitized(entries, kept, Policy.TRANSPARENT)
+    return CascadeResult(entries, kept, (), clean, context.mark,
+                         leading_instructions(entries), False)
 
 
 def _sanitized(frame: _Frame, client: Entries, context: CascadeContext, memo: _Memo,

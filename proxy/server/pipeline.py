@@ -20,7 +20,7 @@ from typing import Any
 from proxy import anchors, jsonio
 from proxy.compaction import manual
 from proxy.compaction.overflow import RetryAction, is_context_overflow, private_state_rejection
-from proxy.compaction.trigger import requested_output_tokens, thresholds
+from proxy.compaction.trigger import Thresholds, requested_output_tokens, thresholds
 from proxy.conversation import Api, Entries
 from proxy.core.placeholders import with_reasoning_placeholders
 from proxy.core.sanitize import Policy
@@ -74,6 +74,7 @@ class Pipeline:
         self.flow = CompactionFlow(settings, self.store, self.compactor, log)
         self._estimators: dict[str, TokenEstimator] = {}  # by encoding
         self._by_model: dict[str, TokenEstimator] = {}
+        self._thresholds_by: dict[tuple[str, int], Thresholds] = {}
         # Each thread's last entries, so a steady request builds only what is new; bounded by
         # the bytes of the client's messages they hold.
         self._recent: WeightedLRU[ThreadKey, Entries] = WeightedLRU(
@@ -259,13 +260,22 @@ class Pipeline:
 
     def _situation(self, inbound: Inbound, estimator: TokenEstimator,
                    state: ThreadState | None, attempt: Attempt) -> Situation:
-        profile = self.settings.profile(inbound.model)
-        th = thresholds(self.settings.compaction, profile, requested_output_tokens(inbound.doc))
+        th = self._thresholds(inbound.model, requested_output_tokens(inbound.doc))
         return Situation(self.settings.compaction, estimator, self.identities, th,
                          now=self.clock(), last_activity=state.last_activity if state else None,
                          mark=state.microcompact if state else None,
                          anchors=state.anchors if state else (), policy=attempt.policy,
                          keep_loop=attempt.keep_loop)
+
+    def _thresholds(self, model: str, reserved_output: int) -> Thresholds:
+        key = (model, reserved_output)
+        found = self._thresholds_by.get(key)
+        if found is None:
+            found = thresholds(self.settings.compaction, self.settings.profile(model),
+                               reserved_output)
+            if len(self._thresholds_by) < 4096:
+                self._thresholds_by[key] = found
+        return found
 
     def _tokenizers_in_use(self) -> dict[str, str]:
         out = {p.pattern: self.estimator(p.pattern).tokenizer.describe()
