@@ -186,6 +186,58 @@ def profile(which: str, messages: int) -> None:
     pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
 
 
+def pipeline_runs(base: list[dict[str, Any]], runs: int) -> dict[str, list[float]]:
+    """The whole `Pipeline.prepare` as the server runs it: parse, thread state, entries (reusing
+    the thread's last ones), the cheap cascade, the estimate, the outgoing body. CPU ms.
+
+    Cold: a new thread each time, every cache empty. Warm: one thread growing by an answer and
+    a user message per request, as an agent's does."""
+    import asyncio
+    import tempfile
+
+    from proxy.server.pipeline import Pipeline
+    from proxy.server.request_line import RequestLine
+    from proxy.settings import parse_settings
+    from proxy.threads import ThreadIdentity
+
+    class Quiet:
+        def info(self, *args: Any, **kwargs: Any) -> None: ...
+        warning = info
+
+    async def measure() -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {"cold": [], "warm": []}
+        with tempfile.TemporaryDirectory() as state:
+            settings = parse_settings({"upstreams": {"u": {"base_url": "http://127.0.0.1:9/v1"}},
+                                       "models": {MODEL: {"max_input_tokens": 1_000_000}},
+                                       "state": {"path": state}}, {})
+            upstream = settings.upstreams["u"]
+            for n in range(max(5, runs // 20)):
+                pipeline = Pipeline(settings, log=Quiet())
+                await pipeline.start()
+                out["cold"].append(await _timed(pipeline, body_of(base), f"cold-{n}", upstream))
+                await pipeline.stop()
+            pipeline = Pipeline(settings, log=Quiet())
+            await pipeline.start()
+            messages = list(base)
+            await _timed(pipeline, body_of(messages), "warm", upstream)
+            for n in range(runs):
+                messages = [*messages, ANSWER, {"role": "user", "content": f"And case {n}?"}]
+                out["warm"].append(await _timed(pipeline, body_of(messages), "warm", upstream))
+            await pipeline.stop()
+        return out
+
+    async def _timed(pipeline: Any, body: bytes, thread: str, upstream: Any) -> float:
+        from proxy.conversation import Api
+        from proxy.inbound import parse_inbound
+        started = time.process_time_ns()
+        inbound = parse_inbound(Api.CHAT, body)
+        await pipeline.prepare(inbound, ThreadIdentity(thread, "header", "t"), upstream,
+                               RequestLine(Quiet()), {})
+        return (time.process_time_ns() - started) / 1e6
+
+    return asyncio.run(measure())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=400)
@@ -196,6 +248,12 @@ def main() -> None:
         profile(args.profile, args.messages)
         return
     print(report(run(args.messages, args.runs)))
+    whole = pipeline_runs(coding_session(args.messages, seed=1), args.runs)
+    print("\nthe whole Pipeline.prepare (parse, state, entries, cascade, estimate, body), CPU ms")
+    for label, samples in whole.items():
+        ordered = sorted(samples)
+        print(f"  {label:<6} p50 {ordered[len(ordered) // 2]:7.2f}   p90 "
+              f"{ordered[int(len(ordered) * 0.9)]:7.2f}   ({len(ordered)} runs)")
 
 
 if __name__ == "__main__":

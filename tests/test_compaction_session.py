@@ -143,3 +143,21 @@ def test_eight_concurrent_requests_on_one_thread_cause_one_summary(small) -> Non
     assert statuses == [200] * 8
     assert len(proxy.logs.events("compaction_completed")) == 1
     assert sum(1 for line in proxy.requests() if line.get("compaction_reused")) == 7
+
+
+def test_a_failed_offload_does_not_stop_the_summary(make_fake, make_proxy, tmp_path) -> None:
+    fake = make_fake(limits={"small-*": LIMIT})
+    FakeSummarizer.install(fake)
+    state = tmp_path / "offload-state"
+    state.mkdir()
+    (state / "history").write_text("not a directory: every history append fails")
+    proxy = make_proxy(fake, models=MODELS, state_path=str(state))
+    messages, _ = planted_session(120)
+    run = replay(proxy.base_url, fake, messages, "no-history")
+    assert set(run.statuses) == {200}
+    completed = proxy.logs.events("compaction_completed")
+    assert completed and completed[0]["history_file"] is None
+    assert "NotADirectoryError" in completed[0]["offload_error"]
+    failed = [e for e in proxy.logs.events("compaction_failed") if e["stage"] == "offload"]
+    assert failed and failed[0]["degraded"] is True
+    assert summary_of(run.upstream[-1]) is not None
