@@ -27,6 +27,7 @@ from proxy.testing.dialects import DIALECTS
 from proxy.testing.overflow import OVERFLOW_STYLES
 from proxy.testing.prompt_units import PromptUnits, Unit
 from proxy.testing.replies import Reply
+from proxy.testing.rules import Rejection
 from proxy.testing.signing import DEFAULT_KEY, Signer
 from proxy.testing.sse import PEER_GONE, reject
 from proxy.testing.turn import Ids, Turn, call_ids, completion_tokens, stream_options
@@ -136,7 +137,14 @@ class FakeUpstream:
         denied = misc_endpoints.check_auth(self.api_key, recorded.headers.get("authorization"))
         if denied is not None:
             return reject(denied)
-        return await handler(request)
+        try:
+            return await handler(request)
+        except (web.HTTPException, ConnectionError, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - shapes no rule anticipated: a real API says 400
+            return reject(Rejection(400, {"error": {
+                "message": f"Invalid request: {type(exc).__name__}.", "type": "invalid_request_error",
+                "param": None, "code": None}}))
 
     # ------------------------------------------------------------ what the handlers ask
 
