@@ -13,26 +13,24 @@ The summary cutoff, the protected window and the stages all move their cuts with
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate
 
-from proxy.conversation import Entry, Kind, leading_instructions
+from proxy.conversation import Entry, leading_instructions
+from proxy.core.kinds import REASONING, RESPONSES, RESULT
 from proxy.core.reasoning_items import is_produced
 
 
 def safe_cuts(entries: Sequence[Entry]) -> list[bool]:
     """`safe[b]` for every cut `b` in `0..len(entries)`."""
-    n = len(entries)
-    open_spans = _open_call_spans(entries)
-    return [not open_spans[b] and _splits_no_pair(entries[b - 1] if b > 0 else None,
-                                                  entries[b] if b < n else None)
-            for b in range(n + 1)]
-
-
-def _splits_no_pair(before: Entry | None, here: Entry | None) -> bool:
-    if here is not None and here.kind is Kind.RESULT:
-        return False
-    if before is not None and before.kind is Kind.REASONING:
-        return False
-    return here is None or before is None or not (is_produced(here) and is_produced(before))
+    safe = [not span for span in _open_call_spans(entries)]
+    for b, here in enumerate(entries):
+        if here.kind is RESULT:
+            safe[b] = False  # the kept part would start with a result
+        elif here.kind is REASONING:
+            safe[b + 1] = False  # the reasoning item would lose what it produced
+        elif b and here.api is RESPONSES and is_produced(here) and is_produced(entries[b - 1]):
+            safe[b] = False  # one step's items stay together
+    return safe
 
 
 def _open_call_spans(entries: Sequence[Entry]) -> list[int]:
@@ -42,15 +40,11 @@ def _open_call_spans(entries: Sequence[Entry]) -> list[int]:
     for i, entry in enumerate(entries):
         for call in entry.calls:
             latest_call[call.id] = i
-        if entry.kind is Kind.RESULT and entry.answers in latest_call:
+        if entry.kind is RESULT and entry.answers in latest_call:
             start = latest_call[entry.answers] + 1
             diff[start] += 1
             diff[i + 1] -= 1
-    spans, running = [], 0
-    for b in range(len(entries) + 1):
-        running += diff[b]
-        spans.append(running)
-    return spans
+    return list(accumulate(diff[:len(entries) + 1]))
 
 
 def cut_at_or_before(safe: Sequence[bool], index: int, floor: int = 0) -> int | None:

@@ -9,6 +9,7 @@ changed come out as the very same objects, so they go upstream as the client's b
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,8 @@ class Stage:
 
 def run_repair(entries: Entries, ctx: StageContext) -> StageResult:
     done = repair(entries)
+    if done.entries is entries:
+        return StageResult(entries, ctx.origins, StageReport("repair"), ctx.mark)
     origins = tuple(None if o is None else ctx.origins[o] for o in done.origins)
     tokens = replaced_tokens(ctx.measure, entries, done.entries)
     return StageResult(done.entries, origins, StageReport("repair", done.changed, tokens), ctx.mark)
@@ -156,9 +159,10 @@ def _sanitized(frame: _Frame, client: Entries, context: CascadeContext, memo: _M
     tokens = replaced_tokens(memo.measure, frame.entries, clean.entries)
     report = StageReport("sanitize", clean.changed, tokens)
     protected_from = len(frame.entries) - (frame.tail or 0)
-    start = sum(1 for i in clean.kept if i < protected_from)
-    origins = tuple(frame.origins[i] for i in clean.kept)
+    start = bisect_left(clean.kept, protected_from)  # `kept` is increasing
     entries = clean.entries
+    origins = (frame.origins if len(clean.kept) == len(frame.entries)  # nothing dropped
+               else tuple(frame.origins[i] for i in clean.kept))
     if any(e.key is None for e in entries):
         entries = tuple(memo.keyed(e) for e in entries)
     return CascadeResult(entries, origins, (*reports, report), clean, mark, start,
@@ -215,7 +219,7 @@ class _Memo:
     def measure(self, entry: Entry) -> int:
         found = self._sizes.get(id(entry))
         if found is None:
-            found = self._count(self.keyed(entry))
+            found = self._count(entry if entry.key is not None else self.keyed(entry))
             self._sizes[id(entry)] = found
         return found
 
@@ -232,6 +236,8 @@ class _Memo:
 
 def replaced_tokens(measure: Measure, before: Sequence[Entry], after: Sequence[Entry]) -> int:
     """Tokens of the entries that left minus tokens of the entries that came (by identity)."""
+    if before is after:
+        return 0
     before_ids = {id(e) for e in before}
     after_ids = {id(e) for e in after}
     gone = sum(measure(e) for e in before if id(e) not in after_ids)

@@ -26,17 +26,19 @@ folded only once it has wholly left the window and is then never folded differen
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 
 from proxy.conversation import Entry, Kind, ToolCall, content_text, make_assistant
 from proxy.core.boundary import cut_at_or_before
 from proxy.core.exploration import record_text
 from proxy.core.groups import Group, tool_groups
-from proxy.core.repair import CANCELLED_TEXT
-from proxy.core.stage import Derived, StageContext, StageReport, StageResult, saved, unchanged
+from proxy.core.repair import is_cancelled
+from proxy.core.stage import (Derived, StageContext, StageReport, StageResult, saved, unchanged,
+                              with_key)
 
 NAME = "collapse"
+_RECORD = ("collapse.record",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +55,31 @@ class Run:
 
 
 def collapsible(entries: Sequence[Entry], group: Group, tools: Collection[str]) -> bool:
-    if any(c.name not in tools for c in group.calls) or not group.answered_once(entries):
+    return _collapsible(entries, group, _explores_key(tools), tools)
+
+
+def _collapsible(entries: Sequence[Entry], group: Group, key: Hashable, tools: Collection[str]) -> bool:
+    for i in group.call_entries:
+        if not _explores(entries[i], key, tools):
+            return False
+    if not group.answered_once(entries):
         return False
-    if any(content_text(entries[i]) == CANCELLED_TEXT for i in group.results):
-        return False
-    carrier = entries[group.call_entries[0]]
-    return carrier.kind is Kind.CALL or not (content_text(carrier).strip() or carrier.raw.get("refusal"))
+    return not any(is_cancelled(entries[i]) for i in group.results)
+
+
+def _explores_key(tools: Collection[str]) -> Hashable:
+    return ("collapse.explores", frozenset(tools))
+
+
+def _explores(entry: Entry, key: Hashable, tools: Collection[str]) -> bool:
+    """Every call the entry carries names an exploration tool, and a chat carrier says nothing
+    else (no text, no refusal); memoized per entry and tool set."""
+    found = entry.memo.get(key)
+    if found is None:
+        found = all(c.name in tools for c in entry.calls) and (
+            entry.kind is Kind.CALL or not (content_text(entry).strip() or entry.raw.get("refusal")))
+        entry.memo[key] = found
+    return found
 
 
 def exploration_runs(entries: Sequence[Entry], tools: Collection[str],
@@ -77,8 +98,9 @@ def _chains(entries: Sequence[Entry], tools: Collection[str]) -> list[Run]:
     """Maximal runs of consecutive collapsible steps, single steps included."""
     chains: list[Run] = []
     current: list[Group] = []
+    key = _explores_key(tools)
     for group in tool_groups(entries):
-        fits = collapsible(entries, group, tools)
+        fits = _collapsible(entries, group, key, tools)
         if current and (current[-1].end != group.start or not fits):
             chains.append(Run(tuple(current)))
             current = []
@@ -124,7 +146,7 @@ def collapse(entries: Sequence[Entry], ctx: StageContext) -> StageResult:
         last = run.groups[-1].start
         out += entries[position:run.start]
         origins += ctx.origins[position:run.start]
-        record = make_assistant(entries[run.start].api, record_text(_pairs(entries, run.groups[:-1])))
+        record = record_for(entries, run)
         out.append(record)
         origins.append(None)
         removed += entries[run.start:last]
@@ -134,6 +156,23 @@ def collapse(entries: Sequence[Entry], ctx: StageContext) -> StageResult:
     origins += ctx.origins[position:]
     report = StageReport(NAME, len(removed), saved(ctx.measure, removed, records))
     return StageResult(tuple(out), tuple(origins), report, ctx.mark)
+
+
+def record_for(entries: Sequence[Entry], run: Run) -> Entry:
+    """The record of a run's folded steps, keyed for the token counter's cache.
+
+    The record depends only on the folded entries, so it is kept on the first of them with
+    the others, and reused while they are the very same objects: a settled run then costs
+    no parsing, and the same record object goes upstream on every request."""
+    last = run.groups[-1].start
+    rest = tuple(entries[run.start + 1:last])
+    memo = entries[run.start].memo
+    found = memo.get(_RECORD)
+    if found is not None and len(found[0]) == len(rest) and all(a is b for a, b in zip(found[0], rest)):
+        return found[1]
+    record = with_key(make_assistant(entries[run.start].api, record_text(_pairs(entries, run.groups[:-1]))))
+    memo[_RECORD] = (rest, record)  # without the first entry itself: no reference cycle
+    return record
 
 
 def _pairs(entries: Sequence[Entry], groups: Sequence[Group]) -> list[tuple[ToolCall, Entry]]:

@@ -8,13 +8,16 @@ run of output items after them. Collapse works on these units: parallel calls ar
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
-from proxy.conversation import Api, Entry, Kind, ToolCall
+from proxy.conversation import Entry, ToolCall
+from proxy.core.kinds import ASSISTANT, CALL, CHAT, REASONING, RESULT
 
 
-@dataclass(frozen=True, slots=True)
-class Group:
+class Group(NamedTuple):
+    """One step. A named tuple, not a frozen dataclass: a steady thread builds every step again
+    on each request, and a frozen dataclass takes about five times as long to build."""
+
     start: int  # first entry of the step (its reasoning items, in Responses)
     end: int  # one past its last result
     calls: tuple[ToolCall, ...]
@@ -24,6 +27,8 @@ class Group:
     def answered_once(self, entries: Sequence[Entry]) -> bool:
         """Every call has exactly one result in the run, and the run answers nothing else."""
         ids = [c.id for c in self.calls]
+        if len(ids) == 1:  # the common case, without the sets
+            return len(self.results) == 1 and entries[self.results[0]].answers == ids[0]
         answers = [entries[i].answers for i in self.results]
         return len(set(ids)) == len(ids) == len(answers) and set(answers) == set(ids)
 
@@ -32,6 +37,9 @@ def tool_groups(entries: Sequence[Entry]) -> list[Group]:
     groups = []
     i = 0
     while i < len(entries):
+        if entries[i].api is CHAT and not entries[i].calls:
+            i += 1  # what `_group_at` would say, without the call: most messages are not steps
+            continue
         group = _group_at(entries, i)
         if group is None:
             i += 1
@@ -43,18 +51,18 @@ def tool_groups(entries: Sequence[Entry]) -> list[Group]:
 
 def _group_at(entries: Sequence[Entry], i: int) -> Group | None:
     entry = entries[i]
-    if entry.api is Api.CHAT:
-        if entry.kind is not Kind.ASSISTANT or not entry.calls:
+    if entry.api is CHAT:
+        if entry.kind is not ASSISTANT or not entry.calls:
             return None
         end = _results_end(entries, i + 1)
         return Group(i, end, entry.calls, (i,), tuple(range(i + 1, end)))
     first = i
-    while first < len(entries) and entries[first].kind is Kind.REASONING:
+    while first < len(entries) and entries[first].kind is REASONING:
         first += 1
-    if first == len(entries) or entries[first].kind is not Kind.CALL:
+    if first == len(entries) or entries[first].kind is not CALL:
         return None
     last = first
-    while last < len(entries) and entries[last].kind is Kind.CALL:
+    while last < len(entries) and entries[last].kind is CALL:
         last += 1
     end = _results_end(entries, last)
     calls = tuple(c for k in range(first, last) for c in entries[k].calls)
@@ -62,6 +70,6 @@ def _group_at(entries: Sequence[Entry], i: int) -> Group | None:
 
 
 def _results_end(entries: Sequence[Entry], i: int) -> int:
-    while i < len(entries) and entries[i].kind is Kind.RESULT:
+    while i < len(entries) and entries[i].kind is RESULT:
         i += 1
     return i

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
 
-from proxy.conversation import Api, Entry, Kind, with_result_text
+from proxy.conversation import Api, Entry, with_result_text
+from proxy.core.kinds import CHAT, RESULT
 from proxy.core.repair import CANCELLED_TEXT
 from proxy.core.stage import StageContext, StageResult, replace_at
 from proxy.records import MicrocompactMark
@@ -62,11 +63,26 @@ def stored_reach(mark: MicrocompactMark | None, message_ids: Sequence[str] | Non
 def _compactable(entries: Sequence[Entry], ctx: StageContext) -> list[int]:
     """Results whose tool matches the settings' globs, in order; never a cancellation notice,
     which is small and says what happened to its call."""
-    names = _tool_names(entries)
     globs = ctx.settings.microcompact.tools
+    matched = _matched_calls(entries, globs)
+    unknown = _matches("", globs)  # a result whose call is not in the list has no tool name
     return [i for i, e in enumerate(entries)
-            if e.kind is Kind.RESULT and _matches(names.get(e.answers or "", ""), globs)
-            and e.raw.get("content" if e.api is Api.CHAT else "output") != CANCELLED_TEXT]
+            if e.kind is RESULT and matched.get(e.answers or "", unknown)
+            and e.raw.get("content" if e.api is CHAT else "output") != CANCELLED_TEXT]
+
+
+def _matched_calls(entries: Sequence[Entry], globs: Sequence[str]) -> dict[str, bool]:
+    """Per call id, whether its tool matches (the last call with an id wins); the per-entry
+    part is memoized, so a steady thread matches each call's name against the globs once."""
+    key = ("microcompact.matches", tuple(globs))
+    matched: dict[str, bool] = {}
+    for entry in entries:
+        if entry.calls:
+            found = entry.memo.get(key)
+            if found is None:
+                found = entry.memo[key] = tuple((c.id, _matches(c.name, globs)) for c in entry.calls)
+            matched.update(found)
+    return matched
 
 
 def _matches(name: str, globs: Sequence[str]) -> bool:
@@ -76,10 +92,6 @@ def _matches(name: str, globs: Sequence[str]) -> bool:
 def _origin(ctx: StageContext, index: int) -> int:
     origin = ctx.origins[index]
     return -1 if origin is None else origin
-
-
-def _tool_names(entries: Sequence[Entry]) -> dict[str, str]:
-    return {call.id: call.name for entry in entries for call in entry.calls}
 
 
 def _cleared(entry: Entry) -> bool:

@@ -20,6 +20,7 @@ PLAIN_KEYS = ("reasoning_content", "reasoning")
 LIST_KEYS = ("reasoning_details", "thinking_blocks", "reasoning_items")
 _THINKING_PARTS = ("thinking", "redacted_thinking")
 _ALL_KEYS = (*PLAIN_KEYS, *LIST_KEYS, "extra_content")
+_STRIPPABLE = ("private.strippable",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +64,18 @@ def list_is_blob(key: str, value: Any) -> bool:
     return not isinstance(value, list) or any(is_blob(key, e) for e in value)
 
 
+def strippable(entry: Entry) -> bool:
+    """Whether a chat message is an assistant message with any private state at all: most
+    are not, and a sanitizer pass then costs one memo read per message."""
+    found = entry.memo.get(_STRIPPABLE)  # `memoized` inlined: this runs for every message
+    if found is None:
+        found = entry.memo[_STRIPPABLE] = entry.raw.get("role") == "assistant" and _has_private(entry)
+    return found
+
+
 def strip_message(entry: Entry, rule: Rule, tally: Tally) -> Entry:
     """A chat message without the private state `rule` removes (the same entry if none)."""
-    if entry.raw.get("role") != "assistant" or not (rule.blobs or rule.plain) or not _has_private(entry):
+    if not (rule.blobs or rule.plain) or not strippable(entry):
         return entry
     raw = dict(entry.raw)
     touched = _strip_fields(raw, rule, tally)

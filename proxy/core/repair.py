@@ -19,11 +19,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from proxy.conversation import Api, Entries, Entry, Kind, ToolCall, make_result
+from proxy.conversation import Api, Entries, Entry, Kind, ToolCall, content_text, make_result
+from proxy.core.kinds import RESULT
+from proxy.core.memo import memoized
 from proxy.core.reasoning_items import drop_reasoning, unfollowed_reasoning
 
 CANCELLED_TEXT = ("[Tool call cancelled: the call was interrupted before it returned a result. "
                   "No output was recorded for it.]")
+_CANCELLED = ("repair.cancelled",)
 # Responses call types the client answers with an output item; others run on the server.
 _ANSWERED_BY_CLIENT = ("function_call", "custom_tool_call")
 
@@ -42,11 +45,22 @@ class Repaired:
         return self.cancelled + self.dropped_results + self.dropped_reasoning + self.ids_removed
 
 
+def is_cancelled(entry: Entry) -> bool:
+    """Whether an entry's text is the cancelled result repair writes (memoized)."""
+    return memoized(entry, _CANCELLED, _says_cancelled)
+
+
+def _says_cancelled(entry: Entry) -> bool:
+    return content_text(entry) == CANCELLED_TEXT
+
+
 def repair(entries: Sequence[Entry]) -> Repaired:
     entries = tuple(entries)
     if not entries:
         return Repaired(entries, ())
     if entries[0].api is Api.CHAT:
+        if _valid_chat(entries):
+            return Repaired(entries, tuple(range(len(entries))))
         return _finish(entries, *_pair_chat(entries))
     return _finish(entries, *_pair_responses(entries))
 
@@ -58,6 +72,31 @@ def _finish(original: Entries, out: list[Entry], origins: list[int | None],
     if not (cancelled or dropped or lost.reasoning):
         return Repaired(original, tuple(range(len(original))))
     return Repaired(lost.entries, lost.origins, cancelled, dropped, lost.reasoning, lost.ids_removed)
+
+
+def _valid_chat(entries: Entries) -> bool:
+    """What `_pair_chat` would find nothing to do in, without building its lists: every tool
+    message in the run right after its call message, answering one of its calls once, and
+    every call answered (the usual case, checked on every request)."""
+    i, n = 0, len(entries)
+    while i < n:
+        entry = entries[i]
+        i += 1
+        if entry.kind is RESULT:
+            return False
+        if not entry.calls:
+            continue
+        ids = {c.id for c in entry.calls}
+        answered: set[str | None] = set()
+        while i < n and entries[i].kind is RESULT:
+            answer = entries[i].answers
+            if answer not in ids or answer in answered:
+                return False
+            answered.add(answer)
+            i += 1
+        if len(answered) != len(ids):
+            return False
+    return True
 
 
 def _pair_chat(entries: Entries) -> tuple[list[Entry], list[int | None], int, int]:

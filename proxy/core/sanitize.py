@@ -28,8 +28,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from proxy.conversation import Api, Entries, Entry, Kind, latest_user_index
+from proxy.conversation import Entries, Entry, Kind, latest_user_index
 from proxy.core import private
+from proxy.core.kinds import ASSISTANT, CHAT, REASONING, RESPONSES
 from proxy.core.private import Rule
 from proxy.core.reasoning_items import drop_reasoning
 
@@ -79,11 +80,13 @@ def sanitize(entries: Sequence[Entry], policy: Policy, *, changed_at: int | None
     if policy is Policy.TRANSPARENT or not entries:
         return Sanitized(entries, tuple(range(len(entries))), policy)
     latest = latest_user_index(entries)
-    rules = [_rule(policy, latest is not None and i < latest) for i in range(len(entries))]
+    past = 0 if latest is None else latest  # entries[:past] come before the latest user message
+    loop_rule = _LOOP_RULE[policy]
     tally = private.Tally()
-    stripped = tuple(private.strip_message(e, rules[i], tally) if e.api is Api.CHAT else e
-                     for i, e in enumerate(entries))
-    doomed = _doomed_items(stripped, rules, policy, changed_at, tally)
+    stripped = _stripped(entries, past, loop_rule, tally)
+    doomed = _doomed_items(stripped, past, loop_rule, policy, changed_at, tally)
+    if not doomed and stripped is entries:
+        return Sanitized(entries, tuple(range(len(entries))), policy)
     dropped = drop_reasoning(stripped, tuple(range(len(entries))), lambda i, _: i in doomed)
     kept = tuple(i for i in dropped.origins if i is not None and i not in doomed)
     out = tuple(e for e, i in zip(dropped.entries, dropped.origins, strict=True) if i not in doomed)
@@ -94,21 +97,29 @@ def sanitize(entries: Sequence[Entry], policy: Policy, *, changed_at: int | None
                      tally.stand_ins, dropped.ids_removed)
 
 
-def _rule(policy: Policy, past: bool) -> Rule:
-    if policy is Policy.TRANSPARENT:
-        return _NOTHING
-    return _EVERYTHING if past else _LOOP_RULE[policy]
+def _stripped(entries: Entries, past: int, loop_rule: Rule, tally: private.Tally) -> Entries:
+    """The chat messages without the private fields their rule removes; the very same tuple
+    when no message had any (`strippable` is memoized, so that is the common, cheap case)."""
+    out: list[Entry] | None = None
+    for i, entry in enumerate(entries):
+        if entry.kind is not ASSISTANT or entry.api is not CHAT or not private.strippable(entry):
+            continue  # only chat assistant messages carry private fields
+        stripped = private.strip_message(entry, _EVERYTHING if i < past else loop_rule, tally)
+        if stripped is not entry:
+            out = list(entries) if out is None else out
+            out[i] = stripped
+    return entries if out is None else tuple(out)
 
 
-def _doomed_items(entries: Entries, rules: Sequence[Rule], policy: Policy, changed_at: int | None,
-                  tally: private.Tally) -> set[int]:
+def _doomed_items(entries: Entries, past: int, loop_rule: Rule, policy: Policy,
+                  changed_at: int | None, tally: private.Tally) -> set[int]:
     """Responses reasoning and compaction items to drop whole."""
     doomed: set[int] = set()
     for i, entry in enumerate(entries):
-        bound = private.chain_bound_item(entry)
-        if entry.kind is not Kind.REASONING and not bound:
+        bound = entry.api is RESPONSES and private.chain_bound_item(entry)
+        if not bound and entry.kind is not REASONING:
             continue
-        rule = rules[i]
+        rule = _EVERYTHING if i < past else loop_rule
         chain_broken = policy is Policy.CHEAP and bound and changed_at is not None and i >= changed_at
         # A reasoning item goes whole: with the blobs even when it holds only plain summaries.
         if rule.blobs or (rule.plain and not bound) or chain_broken:

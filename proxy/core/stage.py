@@ -79,7 +79,10 @@ def replace_at(name: str, entries: Sequence[Entry], ctx: StageContext,
     """The result of a stage that changed some entries in place (same positions, same origins)."""
     if not changes:
         return unchanged(name, entries, ctx)
-    out = tuple(changes.get(i, e) for i, e in enumerate(entries))
+    edited = list(entries)
+    for i, entry in changes.items():
+        edited[i] = entry
+    out = tuple(edited)
     tokens = saved(ctx.measure, (entries[i] for i in changes), changes.values())
     return StageResult(out, ctx.origins, StageReport(name, len(changes), tokens), ctx.mark)
 
