@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.lru import LRU
 from proxy.settings import ThreadSettings
 
 ANONYMOUS = "anonymous"
@@ -34,9 +35,21 @@ def tenant_digest(headers: Mapping[str, str]) -> str:
             token = value.strip()
             if name == "authorization" and token[:7].lower() == "bearer ":
                 token = token[7:].strip()
-            data = ("compaction-proxy/tenant\0" + token).encode("utf-8", "surrogateescape")
-            return hashlib.sha256(data).hexdigest()[:32]
+            return _credential_digest(token)
     return ANONYMOUS
+
+
+# A client sends the same key on every request; a hash per request is what this saves.
+_DIGESTS: LRU[str, str] = LRU(1024)
+
+
+def _credential_digest(token: str) -> str:
+    found = _DIGESTS.get(token)
+    if found is None:
+        data = ("compaction-proxy/tenant\0" + token).encode("utf-8", "surrogateescape")
+        found = hashlib.sha256(data).hexdigest()[:32]
+        _DIGESTS.put(token, found)
+    return found
 
 
 def resolve_thread(headers: Mapping[str, str], body: Mapping[str, Any] | None,

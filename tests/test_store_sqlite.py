@@ -100,6 +100,35 @@ async def test_only_the_latest_anchors_are_kept_latest_first(store: SqliteStore)
     assert rows == ANCHORS_KEPT
 
 
+async def test_anchors_of_a_batch_keep_their_order_per_thread_and_rows_stay_bounded(
+        store: SqliteStore) -> None:
+    other = ThreadKey("tenant-a", "thread-2")
+    for round_ in range(5):  # interleaved threads, some batches drained between
+        for n in range(round_ * 7, round_ * 7 + 7):
+            await store.add_anchor(KEY, anchor(n))
+            await store.add_anchor(other, anchor(1000 + n))
+        if round_ % 2:
+            await store.flush()
+    mine, theirs = (await store.load(KEY)).anchors, (await store.load(other)).anchors
+    assert [a.position for a in mine] == list(range(34, 34 - ANCHORS_KEPT, -1))
+    assert [a.position for a in theirs] == list(range(1034, 1034 - ANCHORS_KEPT, -1))
+    counts = await store._run(lambda: store._require_db().conn.execute(
+        "SELECT thread, count(*) FROM anchors GROUP BY thread").fetchall())
+    assert all(ANCHORS_KEPT <= n < 2 * ANCHORS_KEPT for _, n in counts)
+
+
+async def test_an_anchor_retried_after_a_failed_batch_still_gets_its_thread(
+        store: SqliteStore) -> None:
+    fresh, broken = ThreadKey("tenant-b", "thread-9"), ThreadKey("tenant-c", "thread-0")
+    await store.add_anchor(fresh, anchor(2))  # inserted, then rolled back with its batch...
+    await store.add_anchor(broken, replace(anchor(3), model=object()))  # ...that this fails
+    await store.flush()  # the writes are retried one by one: only the broken one fails
+    assert store.writer.failed == 1
+    state = await store.load(fresh)
+    assert state.known and [a.position for a in state.anchors] == [2]
+    assert not (await store.load(broken)).known
+
+
 async def test_touch_keeps_latest_activity_and_last_known_estimate(store: SqliteStore) -> None:
     await store.record_request(KEY, 10.0, 500)
     await store.record_request(KEY, 30.0, None)

@@ -5,6 +5,8 @@ One registry per application, so several proxies in one process (tests) never sh
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
@@ -29,10 +31,21 @@ class Metrics:
                                "Requests retried once after an upstream rejection, by reason.",
                                ["reason"], registry=self.registry)
 
+        # Labelled children, looked up once: `labels()` validates and locks on every call.
+        self._request_counts: dict[tuple[str, int], Any] = {}
+        self._latencies: dict[str, Any] = {}
+
     def observe_request(self, kind: str, status: int | None, upstream_ms: float | None) -> None:
-        self.requests.labels(kind, str(status or 0)).inc()
+        counter = self._request_counts.get((kind, status or 0))
+        if counter is None:
+            counter = self._request_counts[(kind, status or 0)] = self.requests.labels(
+                kind, str(status or 0))
+        counter.inc()
         if upstream_ms is not None:
-            self.upstream_latency.labels(kind).observe(upstream_ms / 1000)
+            latency = self._latencies.get(kind)
+            if latency is None:
+                latency = self._latencies[kind] = self.upstream_latency.labels(kind)
+            latency.observe(upstream_ms / 1000)
 
     async def handler(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.registry),

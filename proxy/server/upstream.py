@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from functools import lru_cache
 
 import aiohttp
 
@@ -38,18 +39,22 @@ class UpstreamClient:
         """Send a request and wait for the response head; the caller releases the response."""
         assert self._session is not None, "UpstreamClient.start() was not awaited"
         url = upstream.base_url + path_qs
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=upstream.connect_timeout_s,
-                                        connect=upstream.connect_timeout_s,
-                                        sock_read=upstream.timeout_s)
         try:
             return await self._session.request(method, url, headers=headers, data=body,
-                                               timeout=timeout, allow_redirects=False)
+                                               timeout=_timeout(upstream.connect_timeout_s, upstream.timeout_s),
+                                               allow_redirects=False)
         except asyncio.TimeoutError:
             raise UpstreamTimeout(f"upstream {upstream.name!r} did not answer within "
                                   f"{upstream.timeout_s:g}s") from None
         except aiohttp.ClientError as exc:
             raise UpstreamUnavailable(f"upstream {upstream.name!r} is unreachable: "
                                       f"{describe(exc)}") from None
+
+
+@lru_cache(maxsize=256)
+def _timeout(connect_s: float, read_s: float) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(total=None, sock_connect=connect_s, connect=connect_s,
+                                 sock_read=read_s)
 
 
 async def read_body(response: aiohttp.ClientResponse, upstream: UpstreamSettings) -> bytes:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
 from proxy.store.base import ANCHORS_KEPT, StoreError, ThreadSummary
 from proxy.store.keys import storable_key, thread_key_text
-from proxy.store.sqlite_db import DB_FILE, StateDb
+from proxy.store.sqlite_db import DB_FILE, AnchorWrite, StateDb
 from proxy.store.writer import BackgroundWriter, Write
 
 T = TypeVar("T")
@@ -73,7 +73,7 @@ class SqliteStore:
         self._enqueue(partial(self._require_db().touch, storable_key(key), at, estimate))
 
     async def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
-        self._enqueue(partial(self._require_db().add_anchor, storable_key(key), anchor))
+        self._enqueue(AnchorWrite(self._require_db(), storable_key(key), anchor))
 
     async def add_event(self, key: ThreadKey, event: CompactionEvent) -> CompactionEvent:
         db = self._require_db()

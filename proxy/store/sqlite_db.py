@@ -13,10 +13,11 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from proxy.lru import LRU
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
 from proxy.store import jsoncodec
 from proxy.store.base import ANCHORS_KEPT, StoreError, ThreadSummary
@@ -24,12 +25,16 @@ from proxy.store.schema import migrate
 
 T = TypeVar("T")
 DB_FILE = "state.db"
+_KNOWN_THREADS = 10_000
 
 
 class StateDb:
     def __init__(self, conn: sqlite3.Connection, anchors_kept: int = ANCHORS_KEPT) -> None:
         self.conn = conn
         self.anchors_kept = anchors_kept
+        # Threads known to have their row (rows are never deleted): an anchor for one of them
+        # skips the insert-or-ignore. Per thread, anchors inserted since its last prune.
+        self._known: LRU[ThreadKey, int] = LRU(_KNOWN_THREADS)
 
     @classmethod
     def connect(cls, root: Path, anchors_kept: int = ANCHORS_KEPT) -> StateDb:
@@ -55,9 +60,18 @@ class StateDb:
             return fn(*args)
 
     def write_batch(self, writes: Sequence[Callable[[], object]]) -> None:
+        """Every write in one transaction. Anchors go last, grouped per thread: only the
+        newest `anchors_kept` of a thread can survive its prune, so only those are inserted
+        (the other queued writes touch threads, which commutes with adding anchors)."""
+        anchors: dict[ThreadKey, list[Anchor]] = {}
         with self._transaction(durable=False):
             for write in writes:
-                write()
+                if isinstance(write, AnchorWrite) and write.db is self:
+                    anchors.setdefault(write.key, []).append(write.anchor)
+                else:
+                    write()
+            for key, queued in anchors.items():
+                self.add_anchors(key, queued[-self.anchors_kept:])
 
     @contextmanager
     def _transaction(self, durable: bool) -> Iterator[None]:
@@ -74,6 +88,7 @@ class StateDb:
                 self.conn.execute("COMMIT")
             except BaseException:
                 self.conn.execute("ROLLBACK")
+                self._known = LRU(_KNOWN_THREADS)  # it may name a row the rollback removed
                 raise
         finally:
             if durable:
@@ -90,14 +105,28 @@ class StateDb:
             (key.tenant, key.thread, at, at, estimate))
 
     def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
-        self._ensure_thread(key, anchor.created_at)
-        self.conn.execute("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
-                          (key.tenant, key.thread, jsoncodec.dumps_text(anchor.to_data())))
-        self.conn.execute(
-            "DELETE FROM anchors WHERE tenant = ? AND thread = ? AND id <= ("
-            "SELECT id FROM anchors WHERE tenant = ? AND thread = ? "
-            "ORDER BY id DESC LIMIT 1 OFFSET ?)", (*key_args(key), *key_args(key),
-                                                   self.anchors_kept))
+        self.add_anchors(key, (anchor,))
+
+    def add_anchors(self, key: ThreadKey, anchors: Sequence[Anchor]) -> None:
+        """Append anchors, oldest first. The rows past the newest `anchors_kept` are pruned
+        once that many were added since the last prune: a thread holds at most twice that
+        many rows, and a busy one pays one insert per anchor, not an insert and a delete."""
+        added = self._known.get(key)
+        if added is None:
+            self._ensure_thread(key, anchors[0].created_at)
+            added = 0
+        self.conn.executemany("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
+                              [(key.tenant, key.thread, jsoncodec.dumps_text(a.to_data()))
+                               for a in anchors])
+        added += len(anchors)
+        if added >= self.anchors_kept:
+            self.conn.execute(
+                "DELETE FROM anchors WHERE tenant = ? AND thread = ? AND id <= ("
+                "SELECT id FROM anchors WHERE tenant = ? AND thread = ? "
+                "ORDER BY id DESC LIMIT 1 OFFSET ?)", (*key_args(key), *key_args(key),
+                                                       self.anchors_kept))
+            added = 0
+        self._known.put(key, added)
 
     def add_event(self, key: ThreadKey, event: CompactionEvent) -> CompactionEvent:
         self._ensure_thread(key, event.created_at)
@@ -170,6 +199,18 @@ class StateDb:
 
     def integrity_check(self) -> str:
         return "; ".join(row[0] for row in self.conn.execute("PRAGMA integrity_check"))
+
+
+@dataclass(frozen=True, slots=True)
+class AnchorWrite:
+    """A queued `add_anchor`, recognisable in a batch so that `write_batch` can group it."""
+
+    db: StateDb
+    key: ThreadKey
+    anchor: Anchor
+
+    def __call__(self) -> None:
+        self.db.add_anchor(self.key, self.anchor)
 
 
 def key_args(key: ThreadKey) -> tuple[str, str]:
