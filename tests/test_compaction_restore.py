@@ -6,9 +6,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.compaction.cutoff import PARTIAL, Cutoff
-from proxy.compaction.restore import HEADER, collect, file_path, looks_binary
+from proxy.compaction.restore import _JOIN_TOKENS, HEADER, collect, file_path, looks_binary
 from proxy.conversation import Api, ToolCall, content_text, make_user
 from proxy.settings import RestoreSettings
+from proxy.tokens.encoding import load_tokenizer
 from tests.test_compaction_support import (assistant, assistant_calls, conv, count, r_call,
                                            r_output, r_user, tool_result, user)
 
@@ -162,3 +163,12 @@ def test_restore_respects_budgets_and_never_restores_binary(
         assert latest_said in quoted
         assert body_tokens <= max(user_budget, count(latest_said)) + 40 * restored.user_messages
     assert content_text(conv(Api.CHAT, [make_user(Api.CHAT, quoted).raw])[0]) == quoted
+
+
+_REAL = load_tokenizer("cl100k_base").count
+
+
+@given(st.text(max_size=300), st.text(max_size=600))
+def test_a_file_message_counted_by_parts_never_undercounts(head: str, text: str) -> None:
+    # `_file_message` counts its header and the file's text apart and adds _JOIN_TOKENS.
+    assert _REAL(f"{head}\n\n{text}") <= _REAL(head) + _REAL(text) + _JOIN_TOKENS

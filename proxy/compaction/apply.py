@@ -46,7 +46,7 @@ def summary_message(api: Api, summary: str, summarized: int) -> dict[str, Any]:
 
 def summary_body(event: CompactionEvent) -> str:
     """The summary text alone, without the header: what a re-compaction carries forward."""
-    text = _text_of(event.summary_message)
+    text = text_of(event.summary_message)
     head, sep, rest = text.partition("\n\n")
     return rest if sep and head.startswith(SUMMARY_HEADER) else text
 
@@ -87,6 +87,8 @@ class Finished:
     projection: Entries | None
     restored: Restored  # what was actually restored (files or plan may have been given up)
     tokens_after: int
+    summary_tokens: int = 0
+    restore_tokens: int = 0
 
 
 def finish(entries: Sequence[Entry], ids: Sequence[str], cutoff: Cutoff, summary: str,
@@ -114,13 +116,15 @@ def _checked(entries: Sequence[Entry], cutoff: Cutoff, event: CompactionEvent,
     projection = project(entries, cutoff.lead, cutoff.index, event)
     after = estimate(projection)
     made = projection[cutoff.lead:cutoff.lead + 1 + len(restored.messages)]
+    summary_tokens, restore_tokens = measure(made[0]), sum(measure(e) for e in made[1:])
     verdict = postcheck.check_projection(
         tokens_before=event.tokens_before, tokens_after=after, trigger=trigger,
-        summary_tokens=measure(made[0]), restore_tokens=sum(measure(e) for e in made[1:]),
+        summary_tokens=summary_tokens, restore_tokens=restore_tokens,
         tail_sizes=[measure(e) for e in entries[cutoff.index:]])
     if not verdict.ok:
-        return Finished(verdict, None, None, restored, after)
-    return Finished(verdict, replace(event, tokens_after=after), projection, restored, after)
+        return Finished(verdict, None, None, restored, after, summary_tokens, restore_tokens)
+    return Finished(verdict, replace(event, tokens_after=after), projection, restored, after,
+                    summary_tokens, restore_tokens)
 
 
 def _restore_levels(restored: Restored) -> list[Restored]:
@@ -181,7 +185,7 @@ def _find_cut(ids: Sequence[str], event: CompactionEvent) -> tuple[int, str] | N
 
 def _made(api: Api, raw: dict[str, Any]) -> Entry:
     if _api_of(raw) is not api:
-        raw = make_user(api, _text_of(raw)).raw
+        raw = make_user(api, text_of(raw)).raw
     return entry_from(api, raw, orjson.dumps(raw, option=orjson.OPT_SORT_KEYS))
 
 
@@ -193,6 +197,6 @@ def _api_of(raw: dict[str, Any]) -> Api:
     return Api.RESPONSES if responses else Api.CHAT
 
 
-def _text_of(raw: dict[str, Any]) -> str:
+def text_of(raw: dict[str, Any]) -> str:
     return content_text(entry_from(_api_of(raw), raw))
 

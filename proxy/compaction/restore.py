@@ -42,6 +42,7 @@ _BASE64_RUN = re.compile(r"[A-Za-z0-9+/=]{400,}")
 _ODD_CHARS = re.compile("[\x01-\x08\x0b\x0e-\x1f\ufffd]")
 _CANDIDATES = 4  # reads looked at per file restored: older reads are not worth the scan
 _MAX_TOKEN_CHARS = 16
+_JOIN_TOKENS = 2
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,7 @@ def _files(entries: Sequence[Entry], span: range, tail_start: int, settings: Res
         if len(chosen) >= settings.max_files or candidates > _CANDIDATES * settings.max_files:
             break
         stale = _touched_after(entries, read.index, read.path, tools)
-        text = _file_message(read, stale, settings.per_file_tokens, count)
-        tokens = count(text)
+        text, tokens = _file_message(read, stale, settings.per_file_tokens, count)
         if total + tokens > settings.total_tokens:
             notes.append(f"{read.path}: over the total restore budget")
             continue
@@ -163,7 +163,10 @@ def _touched_after(entries: Sequence[Entry], index: int, path: str,
                if c.name not in read_tools)
 
 
-def _file_message(read: _Read, stale: bool, per_file_tokens: int, count: Count) -> str:
+def _file_message(read: _Read, stale: bool, per_file_tokens: int,
+                  count: Count) -> tuple[str, int]:
+    """The message and its tokens, counted by parts: a file's text is long, and counting it
+    once more inside the whole message would double the cost of a restore."""
     # No token is longer than _MAX_TOKEN_CHARS characters in practice: text beyond that many
     # per budgeted token will be cut anyway, so it is never counted.
     text = read.text[:per_file_tokens * _MAX_TOKEN_CHARS]
@@ -175,11 +178,13 @@ def _file_message(read: _Read, stale: bool, per_file_tokens: int, count: Count) 
         omitted = read.text[len(kept):].count("\n") + 1
         text = (f"{kept}\n[... truncated: about {omitted} more lines were not restored; "
                 "read the file again if you need them]")
+        tokens = count(text)
     note = (" A later tool call names this file, so this text may be out of date."
             if stale else "")
-    return (f"{HEADER}: the latest content of the file {read.path} as the assistant read it "
-            f"earlier with {read.call.name} (arguments {_short(read.call.arguments)}).{note}"
-            f"\n\n{text}")
+    head = (f"{HEADER}: the latest content of the file {read.path} as the assistant read it "
+            f"earlier with {read.call.name} (arguments {_short(read.call.arguments)}).{note}")
+    # Tokens never span the pre-tokenizer's split at the blank line; 2 covers the join.
+    return f"{head}\n\n{text}", count(head) + tokens + _JOIN_TOKENS
 
 
 def _short(text: str, limit: int = 300) -> str:

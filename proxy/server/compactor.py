@@ -147,7 +147,7 @@ class Compactor:
         if not finished.verdict.ok or finished.event is None:
             raise self._failed(job, "post_check", finished.verdict.reason, finished.verdict)
         event = await self._checkpoint(job, cutoff, finished.event)
-        self._completed(job, event, cutoff, started, outcome.duration_ms)
+        self._completed(job, event, finished, started, outcome.duration_ms)
         return event
 
     async def _checkpoint(self, job: Job, cutoff: Cutoff, event: CompactionEvent) -> CompactionEvent:
@@ -177,14 +177,13 @@ class Compactor:
         failed.verdict = verdict  # type: ignore[attr-defined]
         return failed
 
-    def _completed(self, job: Job, event: CompactionEvent, cutoff: Cutoff, started: float,
-                   summarizer_ms: float) -> None:
-        summary = apply.summary_body(event)
+    def _completed(self, job: Job, event: CompactionEvent, finished: apply.Finished,
+                   started: float, summarizer_ms: float) -> None:
         self.log.info("compaction_completed", thread=job.thread, strategy=event.strategy,
                       tokens_before=event.tokens_before, tokens_after=event.tokens_after,
                       cutoff_index=event.cutoff_index, cutoff_message_id=event.cutoff_message_id,
-                      summary_tokens=job.estimator.text_tokens(summary),
-                      restored=len(event.restore_messages),
+                      summary_tokens=finished.summary_tokens, restored=len(event.restore_messages),
+                      restore_tokens=finished.restore_tokens,
                       duration_ms=round((time.perf_counter() - started) * 1000, 2),
                       summarizer_ms=summarizer_ms, history_file=event.history_file,
                       offload_error=event.offload_error, seq=event.seq, forced=job.forced)
