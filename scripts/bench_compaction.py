@@ -86,10 +86,13 @@ def run(proxy, fake: FakeUpstream, args: argparse.Namespace) -> None:  # type: i
     print(f"proxy-side work per compaction (duration - summarizer): p50 {statistics.median(work):.1f} ms, "
           f"max {max(work):.1f} ms")
     print("  each: tokens before -> after (summary + restore + the rest: instructions, tools, kept tail)")
-    for e in done:
+    started_events = proxy.logs.events("compaction_started")
+    for e, begun in zip(done, started_events):
         rest = e["tokens_after"] - e["summary_tokens"] - e["restore_tokens"]
         print(f"    {e['tokens_before']:>7,} -> {e['tokens_after']:>6,} = {e['summary_tokens']:>5,} + "
-              f"{e['restore_tokens']:>5,} + {rest:>6,}   work {e['duration_ms'] - e['summarizer_ms']:.1f} ms")
+              f"{e['restore_tokens']:>5,} + {rest:>6,}   work {e['duration_ms'] - e['summarizer_ms']:.1f} ms"
+              f" ({begun['summarizer_calls']} summarizer call(s), "
+              f"{begun['summarized_messages']} messages summarized)")
     after = [e["tokens_after"] / args.window for e in done]
     summary = [e["summary_tokens"] / args.window for e in done]
     # The budget of issue 5: keep_ratio + summary + restore (files <= 15%, users <= 8% of the trigger).

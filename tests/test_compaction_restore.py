@@ -10,11 +10,14 @@ from proxy.compaction.restore import _JOIN_TOKENS, HEADER, collect, file_path, l
 from proxy.conversation import Api, ToolCall, content_text, make_user
 from proxy.settings import RestoreSettings
 from proxy.tokens.encoding import load_tokenizer
+from proxy.tokens.estimate import TokenEstimator
 from tests.test_compaction_support import (assistant, assistant_calls, conv, count, r_call,
                                            r_output, r_user, tool_result, user)
 
 SETTINGS = RestoreSettings(max_files=3, per_file_tokens=200, total_tokens=500,
                            user_messages_tokens=100)
+SETTINGS_BIG = RestoreSettings(max_files=3, per_file_tokens=4000, total_tokens=8000,
+                               user_messages_tokens=100)
 
 
 def read(call_id: str, path: str, content: object, tool: str = "read_file") -> list:
@@ -73,6 +76,32 @@ def test_big_file_is_cut_and_says_so() -> None:
     restored = collect(entries, cut_before_last(entries), SETTINGS, count)
     text = restored.files[0]["content"]
     assert "truncated" in text and count(text) <= SETTINGS.per_file_tokens + 80
+
+
+@given(st.integers(1, 12), st.integers(0, 60_000), st.sampled_from([1, 3, 8, 20]))
+def test_a_long_file_is_cut_to_its_budget_whatever_its_density(
+        seed: int, size: int, chars_per_token: int) -> None:
+    # Dense text is over budget within the first characters looked at; sparse text (long
+    # whitespace runs, say) is not, and must still be cut from a count of the whole.
+    def dense_count(text: str) -> int:
+        return len(text) // chars_per_token + 1
+
+    line = f"row {seed} " + "x" * (seed * 7)
+    big = "\n".join(line for _ in range(size // len(line) + 1))[:size]
+    elements = [user("go"), *read("a", "a.py", big), user("tail")]
+    entries = conv(Api.CHAT, elements)
+    restored = collect(entries, cut_before_last(entries), SETTINGS, dense_count)
+    if not big.strip():
+        return
+    text = restored.files[0]["content"]
+    head = text.split("\n\n", 1)[0]
+    body_tokens = dense_count(text) - dense_count(head)
+    assert body_tokens <= SETTINGS.per_file_tokens + 40
+    if "truncated" not in text:
+        assert text.endswith(big)
+    else:
+        kept = text.split("\n\n", 1)[1].rsplit("\n[... truncated", 1)[0]
+        assert big.startswith(kept)
 
 
 def test_latest_plan_is_restored_unless_the_tail_has_one() -> None:
@@ -165,10 +194,30 @@ def test_restore_respects_budgets_and_never_restores_binary(
     assert content_text(conv(Api.CHAT, [make_user(Api.CHAT, quoted).raw])[0]) == quoted
 
 
-_REAL = load_tokenizer("cl100k_base").count
+
+_REAL = load_tokenizer("cl100k_base")
 
 
 @given(st.text(max_size=300), st.text(max_size=600))
-def test_a_file_message_counted_by_parts_never_undercounts(head: str, text: str) -> None:
-    # `_file_message` counts its header and the file's text apart and adds _JOIN_TOKENS.
-    assert _REAL(f"{head}\n\n{text}") <= _REAL(head) + _REAL(text) + _JOIN_TOKENS
+def test_counting_a_file_message_by_parts_never_undercounts(head: str, text: str) -> None:
+    # A file that needs no cut is counted as its header plus its tool result's size.
+    assert _REAL.count(f"{head}\n\n{text}") <= _REAL.count(head) + _REAL.count(text) + _JOIN_TOKENS
+
+
+def test_a_file_that_fits_is_not_tokenized_again_and_its_bound_holds() -> None:
+    estimator = TokenEstimator(_REAL)
+    body = "\n".join(f"def f{i}(x):\n    return x * {i}  # 日本語 {i}" for i in range(120))
+    elements = [user("go"), *read("a", "src/a.py", body), user("tail")]
+    entries = conv(Api.CHAT, elements)
+    counted: list[str] = []
+
+    def spy(text: str) -> int:
+        counted.append(text)
+        return estimator.text_tokens(text)
+
+    restored = collect(entries, cut_before_last(entries), SETTINGS_BIG, spy,
+                       measure=estimator.entry_tokens)
+    (message, tokens), = restored.file_counts
+    assert message == restored.files[0]["content"] and message.endswith(body)
+    assert body not in "".join(counted)  # only the header was counted
+    assert _REAL.count(message) <= tokens <= _REAL.count(message) + 16

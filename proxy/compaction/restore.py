@@ -34,6 +34,7 @@ from proxy.conversation import (Api, Entry, Kind, ToolCall, content_text, has_no
 from proxy.settings import RestoreSettings
 
 Count = Callable[[str], int]
+Measure = Callable[[Entry], int]
 
 HEADER = "Restored after context compaction"
 _PATH_KEYS = ("path", "file_path", "filePath", "filepath", "file", "filename", "target_file",
@@ -43,6 +44,7 @@ _ODD_CHARS = re.compile("[\x01-\x08\x0b\x0e-\x1f\ufffd]")
 _CANDIDATES = 4  # reads looked at per file restored: older reads are not worth the scan
 _MAX_TOKEN_CHARS = 16
 _JOIN_TOKENS = 2
+_PROBE_CHARS = 6  # characters per budgeted token looked at first in a long file
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,8 @@ class Restored:
     file_paths: tuple[str, ...] = ()
     user_messages: int = 0  # how many user messages the `users` message quotes
     notes: tuple[str, ...] = ()  # what was skipped and why, for the log
+    # (text, tokens) of each file message: an exact count or a bound a few tokens over it.
+    file_counts: tuple[tuple[str, int], ...] = ()
 
     @property
     def messages(self) -> tuple[dict[str, Any], ...]:
@@ -71,28 +75,34 @@ class _Read:
     call: ToolCall
     text: str
     index: int
+    result: Entry
 
 
 def collect(entries: Sequence[Entry], cutoff: Cutoff, settings: RestoreSettings, count: Count,
-            latest_cap: int | None = None) -> Restored:
+            latest_cap: int | None = None, measure: Measure | None = None) -> Restored:
+    """`measure` (an entry's tokens, cached) lets a file that needs no cut skip its count:
+    its message is its result's text under a header, so the result's size bounds it."""
     api = entries[0].api if entries else Api.CHAT
     span = cutoff.summarized
-    files, paths, notes = _files(entries, span, cutoff.index, settings, count)
+    files, paths, notes = _files(entries, span, cutoff.index, settings, count, measure)
     plan = _plan(entries, span, cutoff.index, settings, count)
     cap = latest_cap if latest_cap is not None else 4 * settings.user_messages_tokens
     users, quoted = _users(entries, span, settings.user_messages_tokens, cap, count)
-    return Restored(tuple(_message(api, t) for t in files), tuple(_message(api, t) for t in plan),
-                    tuple(_message(api, t) for t in users), tuple(paths), quoted, tuple(notes))
+    return Restored(tuple(_message(api, t) for t, _ in files),
+                    tuple(_message(api, t) for t in plan),
+                    tuple(_message(api, t) for t in users), tuple(paths), quoted, tuple(notes),
+                    tuple((t, n) for t, n in files))
 
 
 # ---------------------------------------------------------------- files
 
 def _files(entries: Sequence[Entry], span: range, tail_start: int, settings: RestoreSettings,
-           count: Count) -> tuple[list[str], list[str], list[str]]:
+           count: Count, measure: Measure | None
+           ) -> tuple[list[tuple[str, int]], list[str], list[str]]:
     if settings.max_files <= 0:
         return [], [], []
     tools = frozenset(settings.file_tools)
-    chosen: list[tuple[str, str]] = []
+    chosen: list[tuple[str, str, int]] = []
     notes: list[str] = []
     total = 0
     candidates = 0
@@ -100,15 +110,21 @@ def _files(entries: Sequence[Entry], span: range, tail_start: int, settings: Res
         candidates += 1
         if len(chosen) >= settings.max_files or candidates > _CANDIDATES * settings.max_files:
             break
+        # A text cut to its budget keeps at least this many tokens: when even that cannot fit,
+        # the file is skipped without paying for a count.
+        floor = min(settings.per_file_tokens, len(read.text) // _MAX_TOKEN_CHARS)
+        if total + floor > settings.total_tokens:
+            notes.append(f"{read.path}: over the total restore budget")
+            continue
         stale = _touched_after(entries, read.index, read.path, tools)
-        text, tokens = _file_message(read, stale, settings.per_file_tokens, count)
+        text, tokens = _file_message(read, stale, settings.per_file_tokens, count, measure)
         if total + tokens > settings.total_tokens:
             notes.append(f"{read.path}: over the total restore budget")
             continue
         total += tokens
-        chosen.append((read.path, text))
+        chosen.append((read.path, text, tokens))
     chosen.reverse()  # oldest first, so the most recent file sits nearest the tail
-    return [t for _, t in chosen], [p for p, _ in chosen], notes
+    return [(t, n) for _, t, n in chosen], [p for p, _, _ in chosen], notes
 
 
 def _latest_reads(entries: Sequence[Entry], span: range, tail_start: int,
@@ -127,7 +143,7 @@ def _latest_reads(entries: Sequence[Entry], span: range, tail_start: int,
             seen.add(path)
             text = content_text(result)
             if text.strip() and not has_non_text_parts(result) and not looks_binary(text):
-                yield _Read(path, call, text, i)
+                yield _Read(path, call, text, i, result)
 
 
 def file_path(call: ToolCall) -> str | None:
@@ -163,28 +179,53 @@ def _touched_after(entries: Sequence[Entry], index: int, path: str,
                if c.name not in read_tools)
 
 
-def _file_message(read: _Read, stale: bool, per_file_tokens: int,
-                  count: Count) -> tuple[str, int]:
-    """The message and its tokens, counted by parts: a file's text is long, and counting it
-    once more inside the whole message would double the cost of a restore."""
-    # No token is longer than _MAX_TOKEN_CHARS characters in practice: text beyond that many
-    # per budgeted token will be cut anyway, so it is never counted.
-    text = read.text[:per_file_tokens * _MAX_TOKEN_CHARS]
-    tokens = count(text)
-    if tokens > per_file_tokens:
-        keep = max(0, int(len(text) * per_file_tokens / tokens * 0.95) - 120)
-        cut_at = text.rfind("\n", 0, keep) if keep else 0
-        kept = text[:cut_at if cut_at > 0 else keep]
-        omitted = read.text[len(kept):].count("\n") + 1
-        text = (f"{kept}\n[... truncated: about {omitted} more lines were not restored; "
-                "read the file again if you need them]")
-        tokens = count(text)
+def _file_message(read: _Read, stale: bool, per_file_tokens: int, count: Count,
+                  measure: Measure | None = None) -> tuple[str, int]:
+    """The message and its tokens (exact, or a bound at most a few tokens over)."""
     note = (" A later tool call names this file, so this text may be out of date."
             if stale else "")
     head = (f"{HEADER}: the latest content of the file {read.path} as the assistant read it "
             f"earlier with {read.call.name} (arguments {_short(read.call.arguments)}).{note}")
-    # Tokens never span the pre-tokenizer's split at the blank line; 2 covers the join.
-    return f"{head}\n\n{text}", count(head) + tokens + _JOIN_TOKENS
+    if measure is not None:
+        known = measure(read.result)  # the whole tool message: at least its text's tokens
+        if known <= per_file_tokens:
+            # Tokens never span the tokenizer's split at the blank line between the parts.
+            return f"{head}\n\n{read.text}", count(head) + known + _JOIN_TOKENS
+    # No token is longer than _MAX_TOKEN_CHARS characters in practice: text beyond that many
+    # per budgeted token will be cut anyway, so it is never counted.
+    capped = text = read.text[:per_file_tokens * _MAX_TOKEN_CHARS]
+    probe = per_file_tokens * _PROBE_CHARS
+    if len(capped) > probe:
+        # A long file is nearly always over budget already within its first few characters
+        # per token: cutting there spares counting the rest.
+        probe_tokens = count(capped[:probe])
+        if probe_tokens > per_file_tokens:
+            text = _cut(capped, read.text, _share(probe, per_file_tokens, probe_tokens))
+    if text is capped and len(capped) < len(read.text):
+        text = _cut(capped, read.text, len(capped))  # sparse text past the cap
+    message = f"{head}\n\n{text}"
+    tokens = count(message)
+    head_tokens = count(head)
+    if tokens - head_tokens > per_file_tokens:
+        keep = _share(len(text), per_file_tokens, tokens - head_tokens)
+        message = f"{head}\n\n{_cut(text, read.text, keep)}"
+        tokens = count(message)
+    return message, tokens
+
+
+def _share(chars: int, budget: int, tokens: int) -> int:
+    """How many of `chars` characters (`tokens` tokens) fit `budget`, with room to spare."""
+    return max(0, int(chars * budget / max(1, tokens) * 0.95) - 120)
+
+
+def _cut(text: str, whole: str, keep: int) -> str:
+    """`text`, a prefix of `whole`, cut at the last line end within `keep` characters, with
+    a marker saying how much of `whole` was left out."""
+    cut_at = text.rfind("\n", 0, keep) if keep else 0
+    kept = text[:cut_at if cut_at > 0 else keep]
+    omitted = whole[len(kept):].count("\n") + 1
+    return (f"{kept}\n[... truncated: about {omitted} more lines were not restored; "
+            "read the file again if you need them]")
 
 
 def _short(text: str, limit: int = 300) -> str:

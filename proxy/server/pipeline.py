@@ -215,7 +215,7 @@ class Pipeline:
                             line: RequestLine) -> None:
         api = prepared.inbound.api
         estimator = prepared.estimator
-        usage = normalize(raw_usage, api, response, estimator.text_tokens if estimator else None)
+        usage = normalize(raw_usage, api, response, estimator.tokenizer.count if estimator else None)
         if usage is None or not response or prepared.key is None or not prepared.projection:
             return
         line.set(usage_input=usage.input, usage_output=usage.output, usage_cached=usage.cached,

@@ -19,7 +19,7 @@ from typing import Any
 from proxy import jsonio
 
 from proxy.conversation import Api, Entry
-from proxy.lru import LRU
+from proxy.lru import LRU, WeightedLRU
 from proxy.settings import TokenSettings
 from proxy.tokens import rules
 from proxy.tokens.encoding import Tokenizer
@@ -27,6 +27,8 @@ from proxy.tokens.encoding import Tokenizer
 Tools = bytes | str | Sequence[Any] | None
 
 _BLOB_CACHE = 1024
+_TEXT_CACHE_MIN = 2048  # characters: shorter texts cost less to count than to look up
+_TEXT_CACHE_CHARS = 4 * 1024 * 1024
 # The tag keeps a chat message and a Responses item with the same bytes apart.
 _TAG = {Api.CHAT: b"c", Api.RESPONSES: b"r"}
 
@@ -36,13 +38,39 @@ class TokenEstimator:
         settings = settings or TokenSettings()
         self.tokenizer = tokenizer
         self.margin = settings.safety_margin
-        self._count: Callable[[str], int] = tokenizer.count
+        self._count: Callable[[str], int] = self._count_known
         self._entries: LRU[bytes, int] = LRU(settings.cache_entries)
         self._memo_key = ("tokens", tokenizer.name, self.margin)
         self._blobs: LRU[bytes, int] = LRU(_BLOB_CACHE)
+        # (characters, tokens) per text: weighed by the text's length, which it keeps alive.
+        self._texts: WeightedLRU[str, tuple[int, int]] = WeightedLRU(_TEXT_CACHE_CHARS, _chars)
 
     def text_tokens(self, text: str) -> int:
-        return self._count(text)
+        """Tokens of a text the proxy builds (a restored file, a summary). A long one is kept
+        in a small cache: it is counted when built and again, whole, when the projection it
+        went into is measured, and the second count is then a lookup."""
+        if len(text) < _TEXT_CACHE_MIN:
+            return self.tokenizer.count(text)
+        found = self._texts.get(text)
+        if found is None:
+            found = (len(text), self.tokenizer.count(text))
+            self._texts.put(text, found)
+        return found[1]
+
+    def remember(self, text: str, tokens: int) -> None:
+        """Keep a count the caller made by other means (at or a few tokens above the exact
+        count: estimates here may be high, never low) for the next count of `text`."""
+        if len(text) >= _TEXT_CACHE_MIN:
+            self._texts.put(text, (len(text), tokens))
+
+    def _count_known(self, text: str) -> int:
+        """Counting inside entries: uses the texts `text_tokens` kept, adds none (the client's
+        entries are cached by their key instead)."""
+        if len(text) >= _TEXT_CACHE_MIN:
+            found = self._texts.get(text)
+            if found is not None:
+                return found[1]
+        return self.tokenizer.count(text)
 
     def entry_tokens(self, entry: Entry) -> int:
         found = entry.memo.get(self._memo_key)
@@ -100,6 +128,10 @@ class TokenEstimator:
         body = sum(sizes) if sizes is not None else sum(self.sizes(entries))
         fixed = rules.REPLY_PRIMING + self.tools_tokens(tools) + self.instructions_tokens(instructions)
         return self.with_margin(body + fixed)
+
+
+def _chars(found: tuple[int, int]) -> int:
+    return found[0]
 
 
 def _digest(data: bytes) -> bytes:
