@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -95,3 +96,12 @@ class ProxyProcess:
                 return found
             time.sleep(0.02)
         raise TimeoutError(f"no {count} {name!r} log lines")
+
+
+def assert_sound_database(path: Path) -> None:
+    """The state database at `path` passes SQLite's own integrity check."""
+    database = sqlite3.connect(path)
+    try:
+        assert database.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    finally:
+        database.close()

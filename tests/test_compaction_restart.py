@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sqlite3
 import stat
 import threading
@@ -15,7 +14,7 @@ import orjson
 from proxy.store import HistoryFiles
 from proxy.testing.summarizer import FakeSummarizer
 from tests.compaction_session import LIMIT, MODEL, planted_session, reply_for
-from tests.process import ProxyProcess, write_config
+from tests.process import ProxyProcess, assert_sound_database, write_config
 
 
 def _turn_points(messages: list[dict]) -> list[int]:
@@ -30,9 +29,9 @@ def _send(base_url: str, fake, messages: list[dict], k: int) -> httpx.Response:
 
 
 def _events(state: Path) -> list[dict]:
+    assert_sound_database(state / "state.db")
     database = sqlite3.connect(state / "state.db")
     try:
-        assert database.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         tables = {r[0] for r in database.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         table = next(t for t in tables if "event" in t)
         return [dict(zip([c[0] for c in database.execute(f"SELECT * FROM {table}").description], row))
@@ -63,8 +62,7 @@ def test_kills_during_a_summary_and_between_turns(tmp_path: Path, make_fake) -> 
                 time.sleep(0.01)
             if summarizer.calls:
                 time.sleep(0.2)
-                proxy.signal(signal.SIGKILL)
-                proxy.wait()
+                proxy.kill()  # SIGKILL, mid-summary
                 worker.join(30)
                 stopped_at = n
                 break
@@ -82,8 +80,7 @@ def test_kills_during_a_summary_and_between_turns(tmp_path: Path, make_fake) -> 
         assert summarizer.calls >= 2
         completed = proxy.wait_for("compaction_completed")
         time.sleep(0.1)
-        proxy.signal(signal.SIGKILL)  # between turns
-        proxy.wait()
+        proxy.kill()  # SIGKILL, between turns
     finally:
         proxy.kill()
     events = _events(state)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import socket
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,7 @@ import orjson
 
 from proxy.testing.replies import Reply, call
 from tests.conftest import API_KEY
-from tests.process import ProxyProcess, cli, write_config
+from tests.process import ProxyProcess, assert_sound_database, cli, write_config
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
 
@@ -158,8 +156,7 @@ def test_restart_after_sigkill_keeps_state_and_anchors(tmp_path: Path, make_fake
         assert first.status_code == 200
         # Right after a response: queued writes commit within WRITE_DELAY_S (10 ms).
         time.sleep(0.1)
-        proxy.signal(signal.SIGKILL)
-        proxy.wait()
+        proxy.kill()
     finally:
         proxy.kill()
     proxy = ProxyProcess(config)
@@ -171,13 +168,10 @@ def test_restart_after_sigkill_keeps_state_and_anchors(tmp_path: Path, make_fake
         line = proxy.wait_for("request")[-1]
         assert line["anchor_used"] is True, "the anchor written before the kill is there"
         time.sleep(0.1)
-        proxy.signal(signal.SIGKILL)  # between requests
-        proxy.wait()
+        proxy.kill()  # SIGKILL, between requests
     finally:
         proxy.kill()
-    database = sqlite3.connect(tmp_path / "state" / "state.db")
-    assert database.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-    database.close()
+    assert_sound_database(tmp_path / "state" / "state.db")
     listed = cli("threads", "--config", str(config))
     assert listed.returncode == 0 and "k1" in listed.stdout
     inspected = cli("inspect", "k1", "--config", str(config))
@@ -217,13 +211,10 @@ def test_a_kill_in_the_middle_of_traffic_leaves_a_sound_database(tmp_path: Path,
             for n in range(30):
                 client.post(f"{proxy.base_url}/chat/completions", headers={"x-thread-id": f"m{n % 3}"},
                             json={"model": "gpt-4o", "messages": [SYSTEM, {"role": "user", "content": f"q{n}"}]})
-        proxy.signal(signal.SIGKILL)  # no grace at all: queued writes may be lost, nothing breaks
-        proxy.wait()
+        proxy.kill()  # SIGKILL, no grace at all: queued writes may be lost, nothing breaks
     finally:
         proxy.kill()
-    database = sqlite3.connect(tmp_path / "state" / "state.db")
-    assert database.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-    database.close()
+    assert_sound_database(tmp_path / "state" / "state.db")
     proxy = ProxyProcess(config)
     try:
         answer = httpx.post(f"{proxy.base_url}/chat/completions", headers={"x-thread-id": "m0"},

@@ -46,7 +46,7 @@ def summary_message(api: Api, summary: str, summarized: int) -> dict[str, Any]:
 
 def summary_body(event: CompactionEvent) -> str:
     """The summary text alone, without the header: what a re-compaction carries forward."""
-    text = text_of(event.summary_message)
+    text = _text_of(event.summary_message)
     head, sep, rest = text.partition("\n\n")
     return rest if sep and head.startswith(SUMMARY_HEADER) else text
 
@@ -185,7 +185,7 @@ def _find_cut(ids: Sequence[str], event: CompactionEvent) -> tuple[int, str] | N
 
 def _made(api: Api, raw: dict[str, Any]) -> Entry:
     if _api_of(raw) is not api:
-        raw = make_user(api, text_of(raw)).raw
+        raw = make_user(api, _text_of(raw)).raw
     return entry_from(api, raw, orjson.dumps(raw, option=orjson.OPT_SORT_KEYS))
 
 
@@ -197,6 +197,6 @@ def _api_of(raw: dict[str, Any]) -> Api:
     return Api.RESPONSES if responses else Api.CHAT
 
 
-def text_of(raw: dict[str, Any]) -> str:
+def _text_of(raw: dict[str, Any]) -> str:
     return content_text(entry_from(_api_of(raw), raw))
 

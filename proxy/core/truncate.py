@@ -11,12 +11,13 @@ A string is cut only when that saves more than the marker costs, so cutting twic
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
 from proxy.conversation import Entry, with_call_arguments
+from proxy.core.memo import memoized
 from proxy.core.stage import StageContext, StageResult, replace_at, with_key
 from proxy.settings import TruncateSettings
 
@@ -24,31 +25,27 @@ NAME = "truncate"
 MARKER = "…[{n} chars cut by compaction-proxy]"
 _MARKER_ROOM = 64  # longer than any rendered MARKER
 _NOT_PARSED = object()
-_MISSING = object()
 _INT64 = 2.0**63
 
 
 def truncate(entries: Sequence[Entry], ctx: StageContext) -> StageResult:
     settings = ctx.settings.truncate
     key = ("truncate.cut", settings.max_arg_chars, settings.keep_chars)
+
+    def cut_or_none(entry: Entry) -> Entry | None:
+        """The cut entry (keyed, for the token counter); None when nothing was cut."""
+        cut = truncated_calls(entry, settings)
+        return None if cut is entry else with_key(cut)
+
     changes = {}
     for i in ctx.window.outside:
         entry = entries[i]
         if entry.calls and ctx.window.touchable(i):
-            cut = _memoized_cut(entry, settings, key)
+            # An old call is cut on every request: parsing its long arguments once is enough.
+            cut = memoized(entry, key, cut_or_none)
             if cut is not None:
                 changes[i] = cut
     return replace_at(NAME, entries, ctx, changes)
-
-
-def _memoized_cut(entry: Entry, settings: TruncateSettings, key: Hashable) -> Entry | None:
-    """`truncated_calls` kept on the entry (keyed, for the token counter); None: nothing cut.
-    An old call is cut on every request, and parsing its long arguments each time is the cost."""
-    found = entry.memo.get(key, _MISSING)
-    if found is _MISSING:
-        cut = truncated_calls(entry, settings)
-        found = entry.memo[key] = None if cut is entry else with_key(cut)
-    return found  # type: ignore[return-value]
 
 
 def truncated_calls(entry: Entry, settings: TruncateSettings) -> Entry:
