@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import httpx
 import openai
 import pytest
 
+from proxy.server.services import SERVICES
 from proxy.testing.replies import Reply, call
 from tests.conftest import API_KEY
 
@@ -225,3 +227,26 @@ def test_request_line_has_the_facts_and_no_credential(client: openai.OpenAI, pro
     assert line["tenant"] != "anonymous" and API_KEY not in line["tenant"]
     assert proxy.requests()[1]["status"] == 500
     assert API_KEY not in proxy.logs.text
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/chat/completions", {"model": "gpt-4o", "messages": USER, "stream": True}),
+    ("/responses", {"model": "gpt-4o", "input": "Say hello.", "stream": True}),
+])
+def test_a_stream_ends_only_after_its_anchor_and_request_line(proxy, fake, monkeypatch,
+                                                               path, body) -> None:
+    # A client that reads a stream to its end and sends the next turn must find the answer's
+    # anchor recorded. A slow recording makes a wrong order show on every turn.
+    pipeline = proxy.app[SERVICES].pipeline
+    record = pipeline.finish_stream
+
+    async def slow_record(*args, **kwargs):
+        await asyncio.sleep(0.2)
+        return await record(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "finish_stream", slow_record)
+    for turn in range(1, 4):
+        fake.script(Reply.text(f"Answer {turn}."))
+        with httpx.stream("POST", f"{proxy.base_url}{path}", json=body, timeout=20) as answer:
+            answer.read()
+        assert len(proxy.requests()) == turn

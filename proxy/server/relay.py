@@ -57,7 +57,10 @@ def is_event_stream(response: aiohttp.ClientResponse) -> bool:
 async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
                        headers: CIMultiDict[str], tap: StreamTap, started: float,
                        already_read: Sequence[bytes] = ()) -> RelayOutcome:
-    """Relay `already_read` (chunks a peek consumed), then the rest as it arrives."""
+    """Relay `already_read` (chunks a peek consumed), then the rest as it arrives.
+
+    The caller returns `outcome.response` from its handler unfinished; aiohttp ends it.
+    """
     out = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
     outcome = RelayOutcome(out)
     await out.prepare(request)
@@ -75,7 +78,8 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
     if data:
         await out.write(data)
         outcome.bytes_out += len(data)
-    await out.write_eof()
+    # No write_eof here: aiohttp ends the response once the handler returns, so the anchor and
+    # the request's log line are written before the client can see the stream end.
     return outcome
 
 
