@@ -48,7 +48,11 @@ def parse_json_body(body: bytes) -> dict[str, Any]:
 
 
 def parse_inbound(api: Api, body: bytes) -> Inbound:
-    doc = parse_json_body(body)
+    return checked_inbound(api, body, parse_json_body(body))
+
+
+def checked_inbound(api: Api, body: bytes, doc: dict[str, Any]) -> Inbound:
+    """The request `doc` (parsed from `body`) checked; entries not built yet."""
     model = doc.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("You must provide a model parameter.", param="model")

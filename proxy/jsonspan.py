@@ -177,3 +177,30 @@ def _scan(body: bytes, key: str, count: int) -> ArraySpans | None:
     if found is None or len(found.elements) != count:
         return None
     return found
+
+
+def scan_elements(body: bytes, at: int) -> tuple[list[bytes], int] | None:
+    """The elements of an array from `at` (just inside its `[`, or after a separator) to its
+    `]`, as byte slices, and the index just past that `]`; None for anything else.
+
+    Elements that are not objects, arrays or strings (numbers, literals) are not tokens here,
+    so a list holding them is reported short and the caller falls back."""
+    depth = 0
+    elements: list[bytes] = []
+    start = at
+    for match in _TOKEN.finditer(body, at):
+        c = match.group()[0]
+        if c == 0x22:  # string
+            if depth == 0:
+                elements.append(match.group())
+        elif c in (0x7B, 0x5B):  # '{' '['
+            if depth == 0:
+                start = match.start()
+            depth += 1
+        elif c in (0x7D, 0x5D):  # '}' ']'
+            if depth == 0:
+                return (elements, match.end()) if c == 0x5D else None
+            depth -= 1
+            if depth == 0:
+                elements.append(body[start:match.end()])
+    return None

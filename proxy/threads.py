@@ -52,15 +52,27 @@ def _credential_digest(token: str) -> str:
     return found
 
 
-def resolve_thread(headers: Mapping[str, str], body: Mapping[str, Any] | None,
-                   settings: ThreadSettings,
-                   leading: Sequence[Any] | Callable[[], Sequence[Any]] = ()) -> ThreadIdentity:
-    """`leading` may be a callable: the fingerprint material is built only when needed."""
-    tenant = tenant_digest(headers)
+def header_thread(headers: Mapping[str, str], settings: ThreadSettings,
+                  tenant: str) -> ThreadIdentity | None:
+    """The thread named by a configured header: known before the body is parsed."""
     for name in settings.headers:
         value = headers.get(name)
         if value:
             return ThreadIdentity(value, f"header:{name}", tenant)
+    return None
+
+
+def resolve_thread(headers: Mapping[str, str], body: Mapping[str, Any] | None,
+                   settings: ThreadSettings,
+                   leading: Sequence[Any] | Callable[[], Sequence[Any]] = (),
+                   tenant: str | None = None) -> ThreadIdentity:
+    """`leading` may be a callable: the fingerprint material is built only when needed.
+    `tenant` is the caller's `tenant_digest(headers)`, when it has it already."""
+    if tenant is None:
+        tenant = tenant_digest(headers)
+    found = header_thread(headers, settings, tenant)
+    if found is not None:
+        return found
     if body is not None:
         for path in settings.body_fields:
             value = _dotted(body, path)

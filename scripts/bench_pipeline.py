@@ -228,11 +228,10 @@ def pipeline_runs(base: list[dict[str, Any]], runs: int) -> dict[str, list[float
 
     async def _timed(pipeline: Any, body: bytes, thread: str, upstream: Any) -> float:
         from proxy.conversation import Api
-        from proxy.inbound import parse_inbound
+        identity = ThreadIdentity(thread, "header", "t")
         started = time.process_time_ns()
-        inbound = parse_inbound(Api.CHAT, body)
-        await pipeline.prepare(inbound, ThreadIdentity(thread, "header", "t"), upstream,
-                               RequestLine(Quiet()), {})
+        inbound = pipeline.parse(Api.CHAT, body, identity)  # as the server does
+        await pipeline.prepare(inbound, identity, upstream, RequestLine(Quiet()), {})
         return (time.process_time_ns() - started) / 1e6
 
     return asyncio.run(measure())

@@ -14,13 +14,14 @@ LAYERS: dict[str, int] = {
     "proxy.lru": 0, "proxy.records": 0,
     "proxy.core": 1, "proxy.tokens": 1, "proxy.compaction": 1, "proxy.anchors": 1,
     "proxy.usage": 1, "proxy.sse": 1, "proxy.streams": 1, "proxy.threads": 1,
-    "proxy.inbound": 1, "proxy.outbound": 1, "proxy.projection": 1,
+    "proxy.inbound": 1, "proxy.reparse": 1, "proxy.outbound": 1, "proxy.projection": 1,
     "proxy.store": 2, "proxy.testing": 2,
     "proxy.server": 3, "proxy.cli_state": 3, "proxy.__main__": 3,
 }
 PURE = ("proxy.core", "proxy.compaction", "proxy.tokens", "proxy.anchors", "proxy.usage",
         "proxy.sse", "proxy.streams", "proxy.conversation", "proxy.identity", "proxy.jsonspan",
-        "proxy.records", "proxy.projection", "proxy.inbound", "proxy.outbound", "proxy.threads")
+        "proxy.records", "proxy.projection", "proxy.inbound", "proxy.reparse", "proxy.outbound",
+        "proxy.threads")
 IO_MODULES = {"aiohttp", "asyncio", "sqlite3", "redis", "structlog", "socket", "subprocess"}
 
 

@@ -14,7 +14,7 @@ import aiohttp
 from aiohttp import web
 
 from proxy.conversation import Api
-from proxy.inbound import Inbound, leading_bytes, parse_inbound
+from proxy.inbound import Inbound, leading_bytes
 from proxy.server.headers import client_response_headers, upstream_request_headers
 from proxy.server.prepared import Prepared
 from proxy.server.relay import is_event_stream, relay_stream, whole_response
@@ -22,7 +22,7 @@ from proxy.server.request_line import RequestLine
 from proxy.server.services import SERVICES, Services
 from proxy.server.upstream import read_body, upstream_path
 from proxy.sse import SseDecoder
-from proxy.threads import ThreadIdentity, loggable, resolve_thread, tenant_digest
+from proxy.threads import header_thread, loggable, resolve_thread, tenant_digest
 
 _CREDENTIALS = ("authorization", "api-key", "x-api-key")
 _LIFECYCLE = frozenset({"response.created", "response.in_progress", "response.queued"})
@@ -39,13 +39,17 @@ async def responses(request: web.Request) -> web.StreamResponse:
 
 async def _complete(request: web.Request, api: Api) -> web.StreamResponse:
     services = request.app[SERVICES]
+    tenant = tenant_digest(request.headers)
     with RequestLine(services.log, services.metrics, api.value, path=request.path,
-                     method=request.method, tenant=tenant_digest(request.headers)) as line:
+                     method=request.method, tenant=tenant) as line:
         body = await request.read()
         line.set(bytes_in=len(body))
-        inbound = parse_inbound(api, body)
+        threads = services.settings.threads
+        named = header_thread(request.headers, threads, tenant)
+        inbound = services.pipeline.parse(api, body, named)
         upstream = services.route(inbound.model)
-        identity = _identity(request, inbound, services)
+        identity = named or resolve_thread(request.headers, inbound.doc, threads,
+                                           lambda: leading_bytes(inbound), tenant)
         line.set(model=inbound.model, stream=inbound.stream, upstream=upstream.name,
                  thread=loggable(identity.thread), thread_source=identity.source)
         prepared = await services.pipeline.prepare(inbound, identity, upstream, line,
@@ -124,7 +128,3 @@ async def _peek(response: aiohttp.ClientResponse, inbound: Inbound) -> tuple[lis
 def _credentials(request: web.Request) -> Mapping[str, str]:
     return {name: request.headers[name] for name in _CREDENTIALS if name in request.headers}
 
-
-def _identity(request: web.Request, inbound: Inbound, services: Services) -> ThreadIdentity:
-    return resolve_thread(request.headers, inbound.doc, services.settings.threads,
-                          lambda: leading_bytes(inbound))

@@ -21,16 +21,17 @@ from proxy import anchors, jsonio
 from proxy.compaction import manual
 from proxy.compaction.overflow import RetryAction, is_context_overflow, private_state_rejection
 from proxy.compaction.trigger import Thresholds, requested_output_tokens, thresholds
-from proxy.conversation import Api, Entries
+from proxy.conversation import Api
 from proxy.core.placeholders import with_reasoning_placeholders
 from proxy.core.sanitize import Policy
 from proxy.errors import CompactionInsufficient, CompactionUnavailable
 from proxy.identity import Identities
-from proxy.inbound import Inbound, with_entries
+from proxy.inbound import Inbound, parse_inbound, with_entries
 from proxy.lru import WeightedLRU
 from proxy.outbound import build_body
 from proxy.projection import Built, Situation, View, build, view_of
 from proxy.records import ThreadKey, ThreadState
+from proxy.reparse import Known, known_of, reparse
 from proxy.server.compaction_flow import CompactionFlow
 from proxy.server.compactor import Compactor
 from proxy.server.prepared import Attempt, Prepared
@@ -75,10 +76,10 @@ class Pipeline:
         self._estimators: dict[str, TokenEstimator] = {}  # by encoding
         self._by_model: dict[str, TokenEstimator] = {}
         self._thresholds_by: dict[tuple[str, int], Thresholds] = {}
-        # Each thread's last entries, so a steady request builds only what is new; bounded by
-        # the bytes of the client's messages they hold.
-        self._recent: WeightedLRU[ThreadKey, Entries] = WeightedLRU(
-            settings.server.recent_cache_mb * 1024 * 1024, _entries_weight)
+        # Each thread's last request, so a steady one parses and builds only what is new;
+        # bounded by the bytes of the client's messages they hold.
+        self._recent: WeightedLRU[ThreadKey, Known] = WeightedLRU(
+            settings.server.recent_cache_mb * 1024 * 1024, _known_weight)
 
     async def start(self) -> None:
         await self.store.open()
@@ -90,19 +91,31 @@ class Pipeline:
 
     # ---------------------------------------------------------------- before the upstream call
 
+    def parse(self, api: Api, body: bytes, identity: ThreadIdentity | None) -> Inbound:
+        """The request, parsed as a delta of its thread's previous one when it is known."""
+        key = self.thread_key(identity) if identity is not None else None
+        known = self._recent.get(key) if key is not None else None
+        if known is not None:
+            inbound = reparse(api, body, known)
+            if inbound is not None:
+                return inbound
+        return parse_inbound(api, body)
+
     async def prepare(self, inbound: Inbound, identity: ThreadIdentity, upstream: UpstreamSettings,
                       line: RequestLine, credentials: Mapping[str, str],
                       attempt: Attempt = Attempt()) -> Prepared:
         key = self.thread_key(identity)
         if inbound.entries is None:
-            inbound = with_entries(inbound, (self._recent.get(key) or ()) if key else ())
+            known = self._recent.get(key) if key else None
+            inbound = with_entries(inbound, known.entries if known and known.api is inbound.api else ())
         estimator = self.estimator(inbound.model)
         prepared = Prepared(inbound, identity, upstream, credentials, inbound.body, attempt,
                             key=key, estimator=estimator, context=self._context(inbound))
         if inbound.entries is None or inbound.stateful_upstream:
             return self._pass_through(prepared, line)
-        if key is not None:
-            self._recent.put(key, inbound.entries)
+        known = known_of(inbound) if key is not None else None
+        if known is not None:
+            self._recent.put(key, known)
         state = await self.store.load(key) if key else None
         view = self._view(inbound, prepared.context)
         situation = self._situation(inbound, estimator, state, attempt)
@@ -302,8 +315,8 @@ def _needs_usage_chunk(inbound: Inbound) -> bool:
     return not (isinstance(options, dict) and options.get("include_usage") is True)
 
 
-def _entries_weight(entries: Entries) -> int:
-    return sum(len(e.source) if e.source is not None else 256 for e in entries)
+def _known_weight(known: Known) -> int:
+    return known.weight
 
 
 def _stage_fields(built: Built) -> dict[str, Any]:

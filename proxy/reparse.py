@@ -1,0 +1,160 @@
+"""Parsing a thread's next request as a delta of its previous one.
+
+An agent sends the whole conversation every turn, and each turn repeats the last one's bytes
+and adds a few messages at the end. The previous request's entries already hold the parsed
+form and exact bytes of that repeated part, so only what follows it needs JSON parsing.
+
+Soundness rests on bytes alone. If the body starts with the previous body's bytes up to and
+including its list's `[`, a JSON parser is at the same place in both: inside the top-level
+object, at the start of that key's array. Each following element that is byte for byte a
+previous element, separated only by whitespace and commas, leaves it at the same place again.
+The rest (the new elements and every field after the list) is parsed for real, as the body with
+the repeated elements cut out, which is valid JSON exactly when the body is. Anything that does
+not fit returns None, and the caller parses the whole body as usual.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import orjson
+
+from proxy import jsonio
+from proxy.conversation import Api, Entries, Entry, entries_from
+from proxy.errors import BadRequest
+from proxy.inbound import Inbound, checked_inbound
+from proxy.jsonspan import ArraySpans, scan_elements
+
+_WS = frozenset(b" \t\r\n")
+_COMMA, _CLOSE = ord(","), ord("]")
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """What a thread's previous request leaves for parsing the next one."""
+
+    api: Api
+    lead: bytes  # the body up to and including its list's `[`
+    entries: Entries  # its entries, each with the client's bytes
+    weight: int  # the bytes held: the lead and the elements' sources
+
+
+
+
+def known_of(inbound: Inbound) -> Known | None:
+    """What `inbound` leaves for its thread's next request; None when it has no located list."""
+    if inbound.entries is None or inbound.spans is None:
+        return None
+    return Known(inbound.api, inbound.body[:inbound.spans.start + 1], inbound.entries,
+                 inbound.spans.end)
+
+
+def reparse(api: Api, body: bytes, known: Known) -> Inbound | None:
+    """`body` parsed reusing `known`'s elements; None when it does not extend them cleanly."""
+    if api is not known.api or not body.startswith(known.lead):
+        return None
+    reused, at = _repeated(body, len(known.lead), known.entries)
+    if not reused:
+        return None
+    try:
+        doc = jsonio.loads(known.lead + body[at:])
+    except ValueError:
+        return None  # the whole-body parse words the error
+    if not isinstance(doc, dict):
+        return None
+    key = "messages" if api is Api.CHAT else "input"
+    fresh = doc.get(key)
+    if not isinstance(fresh, list):
+        return None
+    spans = _fresh_spans(body, at, fresh)
+    if spans is None:
+        return None
+    start = len(known.lead) - 1
+    previous = known.entries[:reused]
+    doc[key] = [e.raw for e in previous] + fresh
+    sources = tuple(e.source for e in previous) + spans.sources  # type: ignore[operator]
+    try:
+        inbound = checked_inbound(api, body, doc)
+    except BadRequest:
+        return None
+    located = ArraySpans(start, spans.end, sources)  # type: ignore[arg-type]
+    assert inbound.elements is not None
+    entries = previous + entries_from(api, inbound.elements[reused:], located.elements[reused:])
+    return Inbound(api, body, doc, inbound.model, inbound.stream, key, entries, located,
+                   inbound.elements)
+
+
+def _repeated(body: bytes, at: int, previous: Sequence[Entry]) -> tuple[int, int]:
+    """How many leading elements repeat `previous`, and where the parse must go on.
+
+    The position returned is just past the separator after the last repeated element (so the
+    cut body reads `[` + the rest), or at the `]` when the list ends there.
+    """
+    n, count = len(body), 0
+    resume = at
+    sources = [e.source for e in previous]
+    if len(sources) > 1 and None not in sources:
+        # Compact clients separate elements with a bare comma: one comparison covers all but
+        # the last, which the loop checks with what follows it.
+        head = b",".join(sources[:-1])  # type: ignore[arg-type]
+        after = _skip_ws(body, at + len(head) + 1, n)
+        if (body.startswith(head, at) and body.startswith(b",", at + len(head))
+                and after < n and body[after] != _CLOSE):
+            count, resume = len(sources) - 1, at + len(head) + 1
+    for source in sources[count:]:
+        i = _skip_ws(body, resume, n)
+        if source is None or not body.startswith(source, i):
+            break
+        i = _skip_ws(body, i + len(source), n)
+        if i >= n:
+            break
+        if body[i] == _CLOSE:
+            return count + 1, i
+        if body[i] != _COMMA:
+            break
+        after = _skip_ws(body, i + 1, n)
+        if after < n and body[after] == _CLOSE:
+            break  # `[a,]` is not JSON: leave it to the whole-body parse to say so
+        count, resume = count + 1, i + 1
+    return count, resume
+
+
+@dataclass(frozen=True, slots=True)
+class _Fresh:
+    sources: tuple[bytes, ...]
+    end: int  # just past the list's `]`
+
+
+def _fresh_spans(body: bytes, at: int, fresh: Sequence[object]) -> _Fresh | None:
+    """The bytes of the new elements, which follow `at`: compact JSON is checked against its
+    own serialization, any other style is scanned."""
+    n = len(body)
+    i = _skip_ws(body, at, n)
+    sources: list[bytes] = []
+    for k, value in enumerate(fresh):
+        if k:
+            if i >= n or body[i] != _COMMA:
+                break
+            i = _skip_ws(body, i + 1, n)
+        try:
+            element = orjson.dumps(value)
+        except TypeError:
+            break
+        if not body.startswith(element, i):
+            break
+        sources.append(body[i:i + len(element)])
+        i = _skip_ws(body, i + len(element), n)
+    else:
+        if i < n and body[i] == _CLOSE:
+            return _Fresh(tuple(sources), i + 1)
+    scanned = scan_elements(body, at)
+    if scanned is None or len(scanned[0]) != len(fresh):
+        return None
+    return _Fresh(tuple(scanned[0]), scanned[1])
+
+
+def _skip_ws(body: bytes, i: int, n: int) -> int:
+    while i < n and body[i] in _WS:
+        i += 1
+    return i
