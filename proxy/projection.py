@@ -16,8 +16,9 @@ from proxy import anchors
 from proxy.compaction import apply, manual
 from proxy.compaction.apply import Rebuilt
 from proxy.compaction.trigger import Thresholds
-from proxy.conversation import Entries, Entry, Kind, content_text
+from proxy.conversation import Entries, Entry, content_text
 from proxy.core.cascade import CascadeContext, CascadeResult, run_cascade
+from proxy.core.kinds import USER
 from proxy.core.sanitize import Policy
 from proxy.identity import Identities
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark
@@ -53,8 +54,15 @@ def view_of(entries: Entries, identities: Identities, command: str | None, *, to
 
 
 def _mentions(entries: Sequence[Entry], command: str) -> bool:
-    return any(e.kind is Kind.USER and content_text(e).lstrip().startswith(command)
-               for e in entries)
+    key = ("projection.mentions", command)  # a fact of the entry: kept on it (core.memo)
+    for entry in entries:
+        if entry.kind is USER:
+            found = entry.memo.get(key)
+            if found is None:
+                found = entry.memo[key] = content_text(entry).lstrip().startswith(command)
+            if found:
+                return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,7 @@ def cascade_of(entries: Entries, situation: Situation, *, compacted: bool) -> Ca
     step = int(th.limit * situation.settings.window_step_ratio) or None
     context = CascadeContext(
         settings=situation.settings, measure=situation.estimator.entry_tokens,
+        sizes=situation.estimator.sizes(entries),
         keep_tokens=th.keep_tokens, keep_messages=th.keep_messages, window_step=step,
         message_ids=LazyIds(situation.identities, entries), now=situation.now,
         last_activity=situation.last_activity, mark=situation.mark, compacted=compacted,

@@ -50,7 +50,12 @@ class Anchor:
     created_at: float = 0.0
 
     def to_data(self) -> dict[str, Any]:
-        return asdict(self)
+        # Written for every answer: `asdict`'s deep copy costs more than the insert.
+        return {"response_digests": list(self.response_digests), "position": self.position,
+                "prefix_digest": self.prefix_digest, "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens, "cached_tokens": self.cached_tokens,
+                "reasoning_tokens": self.reasoning_tokens, "model": self.model,
+                "created_at": self.created_at}
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> Anchor:

@@ -180,3 +180,13 @@ def test_anchor_beyond_the_projection_is_not_echoed() -> None:
     anchor = Anchor(response_digests=("x",), position=5, prefix_digest="", input_tokens=1,
                     output_tokens=1)
     assert echoed(entries_of(PROJECTION), anchor, IDS.digest) is None
+
+
+def test_an_anchor_written_for_the_store_has_every_field_and_reads_back_equal() -> None:
+    from dataclasses import fields
+
+    anchor = Anchor(("a", "b"), 7, "digest", 1200, 30, cached_tokens=800, reasoning_tokens=12,
+                    model="gpt-4o", created_at=5.5)
+    data = orjson.loads(orjson.dumps(anchor.to_data()))
+    assert set(data) == {f.name for f in fields(Anchor)}
+    assert Anchor.from_data(data) == anchor

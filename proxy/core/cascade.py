@@ -116,7 +116,7 @@ def run_cascade(entries: Sequence[Entry], context: CascadeContext, *,
         if not stage.enabled(context.settings):
             continue
         if stage.needs_window and frame.tail is None:
-            frame = _measured(frame, context, measure, derived)
+            frame = _measured(frame, context, memo, derived)
         if stage.needs_window and _all_protected(frame):
             continue  # the window covers the whole list: the cheap stages have nothing to touch
         result = stage.run(frame.entries, _stage_context(frame, context, measure, mark, derived))
@@ -124,7 +124,7 @@ def run_cascade(entries: Sequence[Entry], context: CascadeContext, *,
         reports.append(result.report)
         mark = result.mark
     if frame.tail is None:
-        frame = _measured(frame, context, measure, derived)
+        frame = _measured(frame, context, memo, derived)
     return _sanitized(frame, client, context, memo, tuple(reports), mark)
 
 
@@ -180,7 +180,7 @@ def _all_protected(frame: _Frame) -> bool:
     return frame.tail is not None and frame.tail >= len(frame.entries) - leading_instructions(frame.entries)
 
 
-def _measured(frame: _Frame, context: CascadeContext, measure: Measure, derived: Derived) -> _Frame:
+def _measured(frame: _Frame, context: CascadeContext, memo: _Memo, derived: Derived) -> _Frame:
     entries = frame.entries
     keep_messages = context.keep_messages
     if context.keep_tokens is None and keep_messages is None:
@@ -188,7 +188,7 @@ def _measured(frame: _Frame, context: CascadeContext, measure: Measure, derived:
     lead = leading_instructions(entries)
     if context.keep_tokens is None and keep_messages is not None and len(entries) - lead <= keep_messages:
         return _Frame(entries, frame.origins, len(entries) - lead)  # short: all protected
-    sizes = [measure(e) for e in entries]
+    sizes = memo.sizes(entries)
     if context.keep_tokens is not None and sum(sizes[lead:]) <= context.keep_tokens:
         return _Frame(entries, frame.origins, len(entries) - lead)
     safe = safe_cuts(entries)
@@ -214,7 +214,14 @@ class _Memo:
         self._twins: dict[int, Entry] = {}
         self._alive: list[Entry] = list(client)  # ids stay unique while the run lasts
         if context.sizes is not None:
-            self._sizes.update((id(e), s) for e, s in zip(client, context.sizes, strict=True))
+            self._sizes.update(zip(map(id, client), context.sizes, strict=True))
+
+    def sizes(self, entries: Entries) -> list[int]:
+        get = self._sizes.get
+        out = [get(id(e)) for e in entries]
+        if None in out:
+            out = [size if size is not None else self.measure(e) for size, e in zip(out, entries)]
+        return out  # type: ignore[return-value]
 
     def measure(self, entry: Entry) -> int:
         found = self._sizes.get(id(entry))

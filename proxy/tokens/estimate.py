@@ -93,7 +93,14 @@ class TokenEstimator:
         return rules.responses_item_tokens(entry.raw, self._count)
 
     def sizes(self, entries: Iterable[Entry]) -> list[int]:
-        return [self.entry_tokens(e) for e in entries]
+        # A steady request's entries were all counted before: a dict read each, no calls.
+        entries = entries if isinstance(entries, (list, tuple)) else list(entries)
+        key = self._memo_key
+        out = [e.memo.get(key) for e in entries]
+        if None in out:
+            out = [size if size is not None else self.entry_tokens(e)
+                   for size, e in zip(out, entries)]
+        return out  # type: ignore[return-value]
 
     def tools_tokens(self, tools: Tools) -> int:
         """Tool definitions, given as the request's JSON bytes or already parsed."""
