@@ -29,6 +29,7 @@ class Inbound:
     entries: Entries | None  # None until `with_entries`, or when there is no list to work on
     spans: ArraySpans | None
     elements: tuple[dict[str, Any], ...] | None = None  # the parsed list, when there is one
+    reused: int = 0  # leading elements taken from the thread's previous request unparsed
 
     @property
     def stateful_upstream(self) -> bool:

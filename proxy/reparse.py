@@ -82,7 +82,7 @@ def reparse(api: Api, body: bytes, known: Known) -> Inbound | None:
     assert inbound.elements is not None
     entries = previous + entries_from(api, inbound.elements[reused:], located.elements[reused:])
     return Inbound(api, body, doc, inbound.model, inbound.stream, key, entries, located,
-                   inbound.elements)
+                   inbound.elements, reused)
 
 
 def _repeated(body: bytes, at: int, previous: Sequence[Entry]) -> tuple[int, int]:

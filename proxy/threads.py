@@ -9,8 +9,10 @@ stateless. The tenant is a digest of the credential the client presented, never 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from proxy.lru import LRU
@@ -60,6 +62,42 @@ def header_thread(headers: Mapping[str, str], settings: ThreadSettings,
         if value:
             return ThreadIdentity(value, f"header:{name}", tenant)
     return None
+
+
+def body_thread_hint(body: bytes, settings: ThreadSettings, tenant: str) -> ThreadIdentity | None:
+    """The thread a body field probably names, read from the raw bytes before any parse.
+
+    Only a guess, for finding the thread's previous request (`proxy.reparse` trusts bytes, not
+    this): the key may sit inside some other string. The thread itself is resolved from the
+    parsed body as always. Values with escapes are not guessed at.
+    """
+    for path, needle, pattern in _hint_patterns(settings.body_fields):
+        at = _find_key(body, needle)
+        found = pattern.match(body, at) if at >= 0 else None
+        if found is not None and found.group(1):
+            try:
+                value = found.group(1).decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            return ThreadIdentity(value, f"body:{path}", tenant)
+    return None
+
+
+def _find_key(body: bytes, needle: bytes) -> int:
+    """Where `needle` sits near either end of the body, or -1. Top-level fields come before
+    or after the long message list; searching only there keeps a long body cheap."""
+    window = 8192
+    at = body.rfind(needle, max(0, len(body) - window))
+    return at if at >= 0 else body.find(needle, 0, window)
+
+
+@lru_cache(maxsize=16)
+def _hint_patterns(paths: tuple[str, ...]) -> tuple[tuple[str, bytes, re.Pattern[bytes]], ...]:
+    out = []
+    for path in paths:
+        needle = b'"' + path.rsplit(".", 1)[-1].encode() + b'"'
+        out.append((path, needle, re.compile(re.escape(needle) + rb'\s*:\s*"([^"\\]*)"')))
+    return tuple(out)
 
 
 def resolve_thread(headers: Mapping[str, str], body: Mapping[str, Any] | None,

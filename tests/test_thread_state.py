@@ -222,3 +222,28 @@ def test_a_kill_in_the_middle_of_traffic_leaves_a_sound_database(tmp_path: Path,
         assert answer.status_code == 200
     finally:
         proxy.kill()
+
+
+def test_a_threads_next_request_is_parsed_as_a_delta_and_sent_the_same(proxy, fake) -> None:
+    first, second = _turns(proxy, fake)
+    lines = proxy.requests()
+    assert "elements_reused" not in lines[0]
+    assert lines[1]["elements_reused"] == 2  # the system and user message of the first turn
+    sent = fake.last("/chat/completions").json["messages"]
+    assert sent[-1] == {"role": "user", "content": "And the lexer?"} and len(sent) == 4
+
+
+def test_a_responses_thread_named_by_prompt_cache_key_is_parsed_as_a_delta(proxy, fake) -> None:
+    fake.script(Reply.text("One."), Reply.text("Two."))
+    items: list[dict[str, Any]] = [{"type": "message", "role": "user",
+                                    "content": [{"type": "input_text", "text": "Hello."}]}]
+    body = {"model": "gpt-4o", "input": items, "store": False, "prompt_cache_key": "conv-7"}
+    first = httpx.post(f"{proxy.base_url}/responses", json=body, timeout=20).json()
+    items = [*items, *first["output"], {"type": "message", "role": "user",
+                                        "content": [{"type": "input_text", "text": "Again."}]}]
+    answer = httpx.post(f"{proxy.base_url}/responses", json={**body, "input": items}, timeout=20)
+    assert answer.status_code == 200
+    lines = proxy.requests()
+    assert lines[1]["thread"] == "conv-7" and lines[1]["thread_source"] == "body:prompt_cache_key"
+    assert lines[1]["elements_reused"] == 1
+    assert fake.last("/responses").json["input"] == items

@@ -22,7 +22,8 @@ from proxy.server.request_line import RequestLine
 from proxy.server.services import SERVICES, Services
 from proxy.server.upstream import read_body, upstream_path
 from proxy.sse import SseDecoder
-from proxy.threads import header_thread, loggable, resolve_thread, tenant_digest
+from proxy.threads import (body_thread_hint, header_thread, loggable, resolve_thread,
+                           tenant_digest)
 
 _CREDENTIALS = ("authorization", "api-key", "x-api-key")
 _LIFECYCLE = frozenset({"response.created", "response.in_progress", "response.queued"})
@@ -46,7 +47,7 @@ async def _complete(request: web.Request, api: Api) -> web.StreamResponse:
         line.set(bytes_in=len(body))
         threads = services.settings.threads
         named = header_thread(request.headers, threads, tenant)
-        inbound = services.pipeline.parse(api, body, named)
+        inbound = services.pipeline.parse(api, body, named or body_thread_hint(body, threads, tenant))
         upstream = services.route(inbound.model)
         identity = named or resolve_thread(request.headers, inbound.doc, threads,
                                            lambda: leading_bytes(inbound), tenant)

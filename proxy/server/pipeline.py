@@ -91,9 +91,11 @@ class Pipeline:
 
     # ---------------------------------------------------------------- before the upstream call
 
-    def parse(self, api: Api, body: bytes, identity: ThreadIdentity | None) -> Inbound:
-        """The request, parsed as a delta of its thread's previous one when it is known."""
-        key = self.thread_key(identity) if identity is not None else None
+    def parse(self, api: Api, body: bytes, thread: ThreadIdentity | None) -> Inbound:
+        """The request, parsed as a delta of `thread`'s previous one when that is known.
+
+        `thread` may be a guess (`threads.body_thread_hint`): the delta parse checks bytes."""
+        key = self.thread_key(thread) if thread is not None else None
         known = self._recent.get(key) if key is not None else None
         if known is not None:
             inbound = reparse(api, body, known)
@@ -154,7 +156,7 @@ class Pipeline:
                                      "x-compaction": compaction}
         if key is not None:
             await self.store.record_request(key, self.clock(), built.tokens)
-        line.set(tokens_estimate=built.tokens, anchor_used=built.anchor is not None,
+        line.set(elements_reused=inbound.reused or None, tokens_estimate=built.tokens, anchor_used=built.anchor is not None,
                  tokenizer=prepared.estimator.tokenizer.describe() if prepared.estimator else None,
                  compaction=compaction, checkpoint=built.event.seq if built.event else None,
                  protected=len(built.projection) - cascade.window_start,
