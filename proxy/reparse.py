@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
 from proxy import jsonio
-from proxy.conversation import Api, Entries, Entry, entries_from
+from proxy.conversation import Api, Entries, entries_from
 from proxy.errors import BadRequest
 from proxy.inbound import Inbound, checked_inbound
 from proxy.jsonspan import ArraySpans, scan_elements
@@ -37,24 +38,24 @@ class Known:
     api: Api
     lead: bytes  # the body up to and including its list's `[`
     entries: Entries  # its entries, each with the client's bytes
+    sources: tuple[bytes, ...]  # those bytes, and the parsed elements, as the request had them
+    elements: tuple[dict[str, Any], ...]
     weight: int  # the bytes held: the lead and the elements' sources
-
-
 
 
 def known_of(inbound: Inbound) -> Known | None:
     """What `inbound` leaves for its thread's next request; None when it has no located list."""
-    if inbound.entries is None or inbound.spans is None:
+    if inbound.entries is None or inbound.spans is None or inbound.elements is None:
         return None
     return Known(inbound.api, inbound.body[:inbound.spans.start + 1], inbound.entries,
-                 inbound.spans.end)
+                 inbound.spans.elements, inbound.elements, inbound.spans.end)
 
 
 def reparse(api: Api, body: bytes, known: Known) -> Inbound | None:
     """`body` parsed reusing `known`'s elements; None when it does not extend them cleanly."""
     if api is not known.api or not body.startswith(known.lead):
         return None
-    reused, at = _repeated(body, len(known.lead), known.entries)
+    reused, at = _repeated(body, len(known.lead), known.sources)
     if not reused:
         return None
     try:
@@ -70,41 +71,39 @@ def reparse(api: Api, body: bytes, known: Known) -> Inbound | None:
     spans = _fresh_spans(body, at, fresh)
     if spans is None:
         return None
-    start = len(known.lead) - 1
-    previous = known.entries[:reused]
-    doc[key] = [e.raw for e in previous] + fresh
-    sources = tuple(e.source for e in previous) + spans.sources  # type: ignore[operator]
     try:
-        inbound = checked_inbound(api, body, doc)
+        cut = checked_inbound(api, body, doc)  # the model, stream, and the new elements
     except BadRequest:
         return None
-    located = ArraySpans(start, spans.end, sources)  # type: ignore[arg-type]
-    assert inbound.elements is not None
-    entries = previous + entries_from(api, inbound.elements[reused:], located.elements[reused:])
-    return Inbound(api, body, doc, inbound.model, inbound.stream, key, entries, located,
-                   inbound.elements, reused)
+    elements = known.elements[:reused] + tuple(fresh)
+    doc[key] = list(elements)
+    located = ArraySpans(len(known.lead) - 1, spans.end, known.sources[:reused] + spans.sources)
+    # Past an edited element the old entries may line up again: `entries_from` reuses those.
+    entries = known.entries[:reused] + entries_from(api, fresh, spans.sources,
+                                                    known.entries[reused:])
+    return Inbound(api, body, doc, cut.model, cut.stream, key, entries, located, elements,
+                   reused)
 
 
-def _repeated(body: bytes, at: int, previous: Sequence[Entry]) -> tuple[int, int]:
-    """How many leading elements repeat `previous`, and where the parse must go on.
+def _repeated(body: bytes, at: int, sources: Sequence[bytes]) -> tuple[int, int]:
+    """How many leading elements repeat `sources`, and where the parse must go on.
 
     The position returned is just past the separator after the last repeated element (so the
     cut body reads `[` + the rest), or at the `]` when the list ends there.
     """
     n, count = len(body), 0
     resume = at
-    sources = [e.source for e in previous]
-    if len(sources) > 1 and None not in sources:
+    if len(sources) > 1:
         # Compact clients separate elements with a bare comma: one comparison covers all but
         # the last, which the loop checks with what follows it.
-        head = b",".join(sources[:-1])  # type: ignore[arg-type]
+        head = b",".join(sources[:-1])
         after = _skip_ws(body, at + len(head) + 1, n)
         if (body.startswith(head, at) and body.startswith(b",", at + len(head))
                 and after < n and body[after] != _CLOSE):
             count, resume = len(sources) - 1, at + len(head) + 1
     for source in sources[count:]:
         i = _skip_ws(body, resume, n)
-        if source is None or not body.startswith(source, i):
+        if not body.startswith(source, i):
             break
         i = _skip_ws(body, i + len(source), n)
         if i >= n:

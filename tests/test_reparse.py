@@ -126,6 +126,7 @@ def test_an_edited_early_message_reuses_only_what_precedes_it() -> None:
     assert delta is not None and delta.entries is not None
     assert delta.entries[0] is known.entries[0]
     assert delta.entries[1] is not known.entries[1]
+    assert delta.entries[2] is known.entries[2]  # the same bytes at the same place again
     assert_same_as_whole(Api.CHAT, body, delta)
 
 
