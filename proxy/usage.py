@@ -87,7 +87,12 @@ def _first(usage: Mapping[str, Any], *paths: tuple[str, ...]) -> int | None:
     for path in paths:
         value: Any = usage
         for key in path:
-            value = value.get(key) if isinstance(value, Mapping) else None
+            # Parsed JSON is dicts: that check first, the slow ABC one only for other mappings.
+            if isinstance(value, dict) or (value is not None and isinstance(value, Mapping)):
+                value = value.get(key)
+            else:
+                value = None
+                break
         found = _int(value)
         if found is not None:
             return found
