@@ -270,3 +270,14 @@ async def test_create_store_from_settings(tmp_path: Path) -> None:
     await store.close()
     with pytest.raises(StoreError):
         create_store(StateSettings(backend="redis"))
+
+
+def test_the_cached_states_quick_update_equals_dataclasses_replace() -> None:
+    from dataclasses import replace
+
+    from proxy.records import ThreadState
+    from proxy.store.cached import _evolve
+    state = ThreadState(KEY, created_at=1.0, last_activity=2.0, event_count=3, extra={"a": 1})
+    changed = _evolve(state, last_activity=5.0, last_estimate=9)
+    assert changed == replace(state, last_activity=5.0, last_estimate=9)
+    assert state.last_activity == 2.0 and changed is not state

@@ -11,6 +11,7 @@ store itself.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from proxy.lru import LRU
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
@@ -49,14 +50,14 @@ class CachedStore:
         if persisted is None or at - persisted >= TOUCH_INTERVAL_S:
             await self.store.record_request(key, at, estimate)
             self._touched.put(key, at)
-        self._update(key, lambda s: replace(
+        self._update(key, lambda s: _evolve(
             s, created_at=s.created_at if s.created_at is not None else at,
             last_activity=max(at, s.last_activity or at),
             last_estimate=estimate if estimate is not None else s.last_estimate))
 
     async def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
         await self.store.add_anchor(key, anchor)
-        self._update(key, lambda s: replace(s, anchors=(anchor, *s.anchors)[:ANCHORS_KEPT]))
+        self._update(key, lambda s: _evolve(s, anchors=(anchor, *s.anchors)[:ANCHORS_KEPT]))
 
     async def add_event(self, key: ThreadKey, event: CompactionEvent) -> CompactionEvent:
         stored = await self.store.add_event(key, event)
@@ -81,3 +82,11 @@ class CachedStore:
         found = self._states.get(key)
         if found is not None:
             self._states.put(key, change(found))
+
+
+def _evolve(state: ThreadState, **changes: Any) -> ThreadState:
+    """`dataclasses.replace` for the two updates every request makes: the same new frozen
+    state, without `replace`'s walk over the fields (ThreadState has no `__post_init__`)."""
+    new = object.__new__(ThreadState)
+    new.__dict__.update(state.__dict__, **changes)
+    return new
