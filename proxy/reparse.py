@@ -69,8 +69,8 @@ def reparse(api: Api, body: bytes, known: Known) -> Inbound | None:
     if not isinstance(fresh, list):
         return None
     spans = _fresh_spans(body, at, fresh)
-    if spans is None:
-        return None
+    if spans is None or body.find(b'"' + key.encode() + b'"', spans.end) >= 0:
+        return None  # a later copy of the key is the list a parser keeps: the slow path decides
     try:
         cut = checked_inbound(api, body, doc)  # the model, stream, and the new elements
     except BadRequest:

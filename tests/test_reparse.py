@@ -95,6 +95,9 @@ def test_any_edit_after_the_lead_is_refused_or_parsed_exactly(
     b'{"model":"m","messages":[{"role":"user","content":"a"},7]}',  # not an object
     b'{"model":"m","messages":[{"role":"user","content":"a"}{"role":"user"}]}',  # no comma
     b'{"model":"x","messages":[{"role":"user","content":"a"}]}',  # another lead
+    # a later copy of the key is the one a parser keeps
+    b'{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","content":"c"}],'
+    b'"messages":[{"role":"user","content":"c"}]}',
 ])
 def test_what_the_whole_parse_would_refuse_or_read_otherwise_is_left_to_it(second: bytes) -> None:
     known = known_for(Api.CHAT, b'{"model":"m","messages":[{"role":"user","content":"a"}]}')
