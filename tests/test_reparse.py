@@ -148,3 +148,13 @@ def test_another_api_or_a_list_that_shrank_to_nothing_is_not_a_delta() -> None:
     assert reparse(Api.RESPONSES, b'{"model":"m","messages":[{"role":"user","content":"a"}]}',
                    known) is None
     assert reparse(Api.CHAT, b'{"model":"m","messages":[]}', known) is None
+
+
+def test_new_elements_that_orjson_refuses_are_parsed_and_located_all_the_same() -> None:
+    first = b'{"model":"m","messages":[{"role":"user","content":"a"}]}'
+    known = known_for(Api.CHAT, first)
+    second = (b'{"model":"m","messages":[{"role":"user","content":"a"},'
+              b'{"role":"user","content":"\\ud800 lone","n":123456789012345678901234567890}]}')
+    delta = reparse(Api.CHAT, second, known)
+    assert delta is not None and delta.reused == 1
+    assert_same_as_whole(Api.CHAT, second, delta)
