@@ -47,7 +47,8 @@ async def _complete(request: web.Request, api: Api) -> web.StreamResponse:
         line.set(bytes_in=len(body))
         threads = services.settings.threads
         named = header_thread(request.headers, threads, tenant)
-        inbound = services.pipeline.parse(api, body, named or body_thread_hint(body, threads, tenant))
+        guess = named or body_thread_hint(body, threads, tenant)
+        inbound = services.pipeline.parse(api, body, guess)
         upstream = services.route(inbound.model)
         identity = named or resolve_thread(request.headers, inbound.doc, threads,
                                            lambda: leading_bytes(inbound), tenant)

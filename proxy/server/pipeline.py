@@ -109,7 +109,8 @@ class Pipeline:
         key = self.thread_key(identity)
         if inbound.entries is None:
             known = self._recent.get(key) if key else None
-            inbound = with_entries(inbound, known.entries if known and known.api is inbound.api else ())
+            previous = known.entries if known is not None and known.api is inbound.api else ()
+            inbound = with_entries(inbound, previous)
         estimator = self.estimator(inbound.model)
         prepared = Prepared(inbound, identity, upstream, credentials, inbound.body, attempt,
                             key=key, estimator=estimator, context=self._context(inbound))
@@ -156,7 +157,8 @@ class Pipeline:
                                      "x-compaction": compaction}
         if key is not None:
             await self.store.record_request(key, self.clock(), built.tokens)
-        line.set(elements_reused=inbound.reused or None, tokens_estimate=built.tokens, anchor_used=built.anchor is not None,
+        line.set(elements_reused=inbound.reused or None, tokens_estimate=built.tokens,
+                 anchor_used=built.anchor is not None,
                  tokenizer=prepared.estimator.tokenizer.describe() if prepared.estimator else None,
                  compaction=compaction, checkpoint=built.event.seq if built.event else None,
                  protected=len(built.projection) - cascade.window_start,
