@@ -250,3 +250,13 @@ def test_a_stream_ends_only_after_its_anchor_and_request_line(proxy, fake, monke
         with httpx.stream("POST", f"{proxy.base_url}{path}", json=body, timeout=20) as answer:
             answer.read()
         assert len(proxy.requests()) == turn
+
+
+def test_log_lines_carry_an_iso_utc_timestamp(client: openai.OpenAI, proxy) -> None:
+    from datetime import datetime, timezone
+    before = datetime.now(timezone.utc)
+    client.chat.completions.create(model="gpt-4o", messages=USER)
+    stamp = proxy.requests()[-1]["timestamp"]
+    assert len(stamp) == len("2026-11-30T16:09:23.822112Z") and stamp.endswith("Z")
+    logged = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    assert before.replace(microsecond=0) <= logged <= datetime.now(timezone.utc)
