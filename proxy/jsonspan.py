@@ -44,7 +44,7 @@ def locate_array(body: bytes, key: str, parsed: Sequence[Any],
     return _fast(body, key, parsed, hints) or _scan(body, key, len(parsed))
 
 
-def _skip_ws(body: bytes, i: int) -> int:
+def skip_ws(body: bytes, i: int) -> int:
     n = len(body)
     while i < n and body[i] in _WS:
         i += 1
@@ -80,22 +80,36 @@ def _fast(body: bytes, key: str, parsed: Sequence[Any],
     key_end = _skip_ws_back(body, colon - 1) + 1
     if body[key_end - len(key_bytes):key_end] != key_bytes:
         return None
-    i = first
-    spans: list[tuple[int, int]] = []
     known = _known_prefix(body, first, hints, len(parsed))
-    for a, b in known:
-        spans.append((a, b))
-        i = b
-    for n in range(len(known), len(parsed)):
-        value = parsed[n]
-        if n:
-            i = _skip_ws(body, i)
-            if i >= len(body) or body[i] != ord(","):
+    rest = following_elements(body, known[-1][1] if known else first, parsed[len(known):],
+                              after_element=bool(known), hints=hints[len(known):])
+    if rest is None:
+        return None
+    spans, i = known + rest[0], rest[1] - 1
+    if body.find(first_bytes, i) >= 0:
+        return None  # another copy of the list further on (nested?): only the scanner can tell
+    # Slices of the body, not orjson's buffers: those carry kilobytes of spare capacity each.
+    return ArraySpans(start, i + 1, tuple(body[a:b] for a, b in spans))
+
+
+def following_elements(body: bytes, i: int, values: Sequence[Any], *, after_element: bool,
+                       hints: Sequence[bytes] = ()) -> tuple[list[tuple[int, int]], int] | None:
+    """The spans of `values` laid out one after another from `i` in compact JSON (each its
+    orjson serialization, or `hints[k]`, the bytes it had before), comma-separated, up to the
+    list's `]`; with the index just past that `]`. None when they are not found so.
+    `after_element`: `i` is just past an element, so a comma comes first."""
+    n = len(body)
+    spans: list[tuple[int, int]] = []
+    for k, value in enumerate(values):
+        if k or after_element:
+            i = skip_ws(body, i)
+            if i >= n or body[i] != ord(","):
                 return None
-            i = _skip_ws(body, i + 1)
+            i += 1
+        i = skip_ws(body, i)
         # A JSON object ends where it ends: a hint matching here is this element, whole.
-        if n < len(hints) and body.startswith(hints[n], i):
-            element = hints[n]
+        if k < len(hints) and body.startswith(hints[k], i):
+            element = hints[k]
         else:
             try:
                 element = orjson.dumps(value)
@@ -105,13 +119,10 @@ def _fast(body: bytes, key: str, parsed: Sequence[Any],
                 return None
         spans.append((i, i + len(element)))
         i += len(element)
-    i = _skip_ws(body, i)
-    if i >= len(body) or body[i] != ord("]"):
+    i = skip_ws(body, i)
+    if i >= n or body[i] != ord("]"):
         return None
-    if body.find(first_bytes, i) >= 0:
-        return None  # another copy of the list further on (nested?): only the scanner can tell
-    # Slices of the body, not orjson's buffers: those carry kilobytes of spare capacity each.
-    return ArraySpans(start, i + 1, tuple(body[a:b] for a, b in spans))
+    return spans, i + 1
 
 
 def _known_prefix(body: bytes, at: int, hints: Sequence[bytes],

@@ -9,6 +9,7 @@ anchors. The server calls it before every upstream call, and again after a compa
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ from proxy.compaction.trigger import Thresholds
 from proxy.conversation import Entries, Entry, content_text
 from proxy.core.cascade import CascadeContext, CascadeResult, run_cascade
 from proxy.core.kinds import USER
+from proxy.core.memo import memoized
 from proxy.core.sanitize import Policy
 from proxy.identity import Identities
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark
@@ -54,15 +56,12 @@ def view_of(entries: Entries, identities: Identities, command: str | None, *, to
 
 
 def _mentions(entries: Sequence[Entry], command: str) -> bool:
-    key = ("projection.mentions", command)  # a fact of the entry: kept on it (core.memo)
-    for entry in entries:
-        if entry.kind is USER:
-            found = entry.memo.get(key)
-            if found is None:
-                found = entry.memo[key] = content_text(entry).lstrip().startswith(command)
-            if found:
-                return True
-    return False
+    key, starts = ("projection.mentions", command), partial(_starts_with, command=command)
+    return any(e.kind is USER and memoized(e, key, starts) for e in entries)
+
+
+def _starts_with(entry: Entry, command: str) -> bool:
+    return content_text(entry).lstrip().startswith(command)
 
 
 @dataclass(frozen=True)

@@ -19,15 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from proxy import jsonio
 from proxy.conversation import Api, Entries, entries_from
 from proxy.errors import BadRequest
 from proxy.inbound import Inbound, checked_inbound
-from proxy.jsonspan import ArraySpans, scan_elements
+from proxy.jsonspan import ArraySpans, following_elements, scan_elements, skip_ws
 
-_WS = frozenset(b" \t\r\n")
 _COMMA, _CLOSE = ord(","), ord("]")
 
 
@@ -69,7 +66,7 @@ def reparse(api: Api, body: bytes, known: Known) -> Inbound | None:
     if not isinstance(fresh, list):
         return None
     spans = _fresh_spans(body, at, fresh)
-    if spans is None or body.find(b'"' + key.encode() + b'"', spans.end) >= 0:
+    if spans is None or body.find(b'"' + key.encode() + b'"', spans[1]) >= 0:
         return None  # a later copy of the key is the list a parser keeps: the slow path decides
     try:
         cut = checked_inbound(api, body, doc)  # the model, stream, and the new elements
@@ -77,9 +74,10 @@ def reparse(api: Api, body: bytes, known: Known) -> Inbound | None:
         return None
     elements = known.elements[:reused] + tuple(fresh)
     doc[key] = list(elements)
-    located = ArraySpans(len(known.lead) - 1, spans.end, known.sources[:reused] + spans.sources)
+    sources, end = spans
+    located = ArraySpans(len(known.lead) - 1, end, known.sources[:reused] + sources)
     # Past an edited element the old entries may line up again: `entries_from` reuses those.
-    entries = known.entries[:reused] + entries_from(api, fresh, spans.sources,
+    entries = known.entries[:reused] + entries_from(api, fresh, sources,
                                                     known.entries[reused:])
     return Inbound(api, body, doc, cut.model, cut.stream, key, entries, located, elements,
                    reused)
@@ -97,63 +95,36 @@ def _repeated(body: bytes, at: int, sources: Sequence[bytes]) -> tuple[int, int]
         # Compact clients separate elements with a bare comma: one comparison covers all but
         # the last, which the loop checks with what follows it.
         head = b",".join(sources[:-1])
-        after = _skip_ws(body, at + len(head) + 1, n)
+        after = skip_ws(body, at + len(head) + 1)
         if (body.startswith(head, at) and body.startswith(b",", at + len(head))
                 and after < n and body[after] != _CLOSE):
             count, resume = len(sources) - 1, at + len(head) + 1
     for source in sources[count:]:
-        i = _skip_ws(body, resume, n)
+        i = skip_ws(body, resume)
         if not body.startswith(source, i):
             break
-        i = _skip_ws(body, i + len(source), n)
+        i = skip_ws(body, i + len(source))
         if i >= n:
             break
         if body[i] == _CLOSE:
             return count + 1, i
         if body[i] != _COMMA:
             break
-        after = _skip_ws(body, i + 1, n)
+        after = skip_ws(body, i + 1)
         if after < n and body[after] == _CLOSE:
             break  # `[a,]` is not JSON: leave it to the whole-body parse to say so
         count, resume = count + 1, i + 1
     return count, resume
 
 
-@dataclass(frozen=True, slots=True)
-class _Fresh:
-    sources: tuple[bytes, ...]
-    end: int  # just past the list's `]`
-
-
-def _fresh_spans(body: bytes, at: int, fresh: Sequence[object]) -> _Fresh | None:
-    """The bytes of the new elements, which follow `at`: compact JSON is checked against its
-    own serialization, any other style is scanned."""
-    n = len(body)
-    i = _skip_ws(body, at, n)
-    sources: list[bytes] = []
-    for k, value in enumerate(fresh):
-        if k:
-            if i >= n or body[i] != _COMMA:
-                break
-            i = _skip_ws(body, i + 1, n)
-        try:
-            element = orjson.dumps(value)
-        except TypeError:
-            break
-        if not body.startswith(element, i):
-            break
-        sources.append(body[i:i + len(element)])
-        i = _skip_ws(body, i + len(element), n)
-    else:
-        if i < n and body[i] == _CLOSE:
-            return _Fresh(tuple(sources), i + 1)
+def _fresh_spans(body: bytes, at: int,
+                 fresh: Sequence[object]) -> tuple[tuple[bytes, ...], int] | None:
+    """The bytes of the new elements, which follow `at`, and the index just past the list's
+    `]`: compact JSON is checked against its own serialization, any other style is scanned."""
+    found = following_elements(body, at, fresh, after_element=False)
+    if found is not None:
+        return tuple(body[a:b] for a, b in found[0]), found[1]
     scanned = scan_elements(body, at)
     if scanned is None or len(scanned[0]) != len(fresh):
         return None
-    return _Fresh(tuple(scanned[0]), scanned[1])
-
-
-def _skip_ws(body: bytes, i: int, n: int) -> int:
-    while i < n and body[i] in _WS:
-        i += 1
-    return i
+    return tuple(scanned[0]), scanned[1]
