@@ -90,6 +90,8 @@ def estimate(entries: Sequence[Entry], sizes: Sequence[int], context: bytes,
              margin: float = 0.0) -> AnchoredEstimate:
     """The estimate used for decisions; `anchors` latest first, `sizes` per entry, no margin."""
     for anchor in anchors:
+        if anchor.position + len(anchor.response_digests) > len(entries):
+            continue  # the list is too short to hold its echo (a retried or edited turn)
         response = echoed(entries, anchor, digest)
         if response is None:
             continue

@@ -19,7 +19,7 @@ _SENTINEL = "\x00compaction-proxy-array\x00"
 
 
 def same_entries(a: Entries, b: Entries) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+    return a is b or (len(a) == len(b) and all(x is y for x, y in zip(a, b)))
 
 
 def build_body(inbound: Inbound, entries: Entries | None, *, include_usage: bool,

@@ -88,14 +88,15 @@ def _first(usage: Mapping[str, Any], *paths: tuple[str, ...]) -> int | None:
         value: Any = usage
         for key in path:
             # Parsed JSON is dicts: that check first, the slow ABC one only for other mappings.
-            if isinstance(value, dict) or (value is not None and isinstance(value, Mapping)):
+            if type(value) is dict or (value is not None and isinstance(value, Mapping)):
                 value = value.get(key)
             else:
                 value = None
                 break
-        found = _int(value)
-        if found is not None:
-            return found
+        if value is not None:  # most paths are absent: skip the call for them
+            found = _int(value)
+            if found is not None:
+                return found
     return None
 
 
@@ -120,12 +121,17 @@ def reasoning_texts(api: Api | str, response: Any) -> list[str]:
         return [t for item in items if isinstance(item, Mapping) for t in _item_reasoning(item)]
     if not isinstance(response, Mapping):
         return []
+    if response.keys().isdisjoint(_REASONING_KEYS):
+        return []  # most answers carry none: skip building the candidates
     # Providers send the same reasoning under several names: count the fullest one only.
     candidates = [_str(response.get("reasoning_content")), _str(response.get("reasoning")),
                   "".join(_details_text(response.get("reasoning_details"))),
                   "".join(_thinking_text(response.get("thinking_blocks")))]
     longest = max(candidates, key=len)
     return [longest] if longest else []
+
+
+_REASONING_KEYS = ("reasoning_content", "reasoning", "reasoning_details", "thinking_blocks")
 
 
 def _item_reasoning(item: Mapping[str, Any]) -> list[str]:

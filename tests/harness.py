@@ -40,27 +40,49 @@ class LoopThread:
 
 
 class LogCapture(io.TextIOBase):
-    """A text stream that keeps every JSON log line, parsed."""
+    """A text stream that keeps every JSON log line, parsed.
+
+    The proxy answers a request before it writes that request's line (it records the answer's
+    usage after sending it, in the same event-loop step). Reads from another thread therefore
+    first let the servers' loop finish what it is doing: then every answer the test has seen
+    has its line.
+    """
 
     def __init__(self) -> None:
-        self.lines: list[dict[str, Any]] = []
+        self._lines: list[dict[str, Any]] = []
         self.raw: list[str] = []
         self._lock = threading.Lock()
+        self.loop: asyncio.AbstractEventLoop | None = None  # the servers' loop, once known
+
+    @property
+    def lines(self) -> list[dict[str, Any]]:
+        self.settle()
+        with self._lock:
+            return list(self._lines)
+
+    def settle(self) -> None:
+        loop = self.loop
+        if loop is None or not loop.is_running() or _running_loop() is loop:
+            return
+        for _ in range(2):  # a step that was under way, then anything it scheduled at once
+            asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result(10)
 
     def write(self, text: str) -> int:
         with self._lock:
             for line in text.splitlines():
                 if line.strip():
                     self.raw.append(line)
-                    self.lines.append(orjson.loads(line))
+                    self._lines.append(orjson.loads(line))
         return len(text)
 
     def events(self, name: str) -> list[dict[str, Any]]:
+        self.settle()
         with self._lock:
-            return [line for line in self.lines if line.get("event") == name]
+            return [line for line in self._lines if line.get("event") == name]
 
     @property
     def text(self) -> str:
+        self.settle()
         with self._lock:
             return "\n".join(self.raw)
 
@@ -108,6 +130,7 @@ def _merge(base: Any, extra: Any) -> Any:
 
 async def start_proxy(settings: Settings, logs: LogCapture | None = None) -> RunningProxy:
     logs = logs or LogCapture()
+    logs.loop = asyncio.get_running_loop()
     configure_logging(LoggingSettings(format="json", level="debug"), stream=logs)
     app = build_app(settings)
     runner = make_runner(app, settings)
@@ -116,6 +139,13 @@ async def start_proxy(settings: Settings, logs: LogCapture | None = None) -> Run
     await site.start()
     port = runner.addresses[0][1]
     return RunningProxy(settings, app, runner, port, logs)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 async def stop_proxy(proxy: RunningProxy) -> None:

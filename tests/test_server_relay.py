@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import httpx
@@ -250,6 +251,35 @@ def test_a_stream_ends_only_after_its_anchor_and_request_line(proxy, fake, monke
         with httpx.stream("POST", f"{proxy.base_url}{path}", json=body, timeout=20) as answer:
             answer.read()
         assert len(proxy.requests()) == turn
+
+
+def test_a_body_answer_reaches_the_client_before_its_usage_is_recorded(proxy, fake,
+                                                                     monkeypatch) -> None:
+    # The recording is held, blocking the proxy's loop, until the client has its answer: an
+    # answer sent only after the recording would never arrive while it is held.
+    pipeline = proxy.app[SERVICES].pipeline
+    record, released, held = pipeline.finish_body, threading.Event(), []
+
+    async def held_record(*args, **kwargs):
+        held.append(released.wait(10))
+        return await record(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "finish_body", held_record)
+    fake.script(Reply.text("First answer."), Reply.text("Second answer."))
+    messages = [{"role": "user", "content": "Explain the parser."}]
+    first = httpx.post(f"{proxy.base_url}/chat/completions", timeout=20,
+                       json={"model": "gpt-4o", "messages": messages},
+                       headers={"x-thread-id": "order", "Authorization": f"Bearer {API_KEY}"})
+    released.set()
+    assert first.status_code == 200 and len(proxy.requests()) == 1 and held == [True]
+    # Nothing waits between sending the answer and recording its anchor: the next turn,
+    # sent at once, finds it.
+    messages += [first.json()["choices"][0]["message"], {"role": "user", "content": "And then?"}]
+    second = httpx.post(f"{proxy.base_url}/chat/completions", timeout=20,
+                        json={"model": "gpt-4o", "messages": messages},
+                        headers={"x-thread-id": "order", "Authorization": f"Bearer {API_KEY}"})
+    assert second.status_code == 200
+    assert [line["anchor_used"] for line in proxy.requests()] == [False, True]
 
 
 def test_log_lines_carry_an_iso_utc_timestamp(client: openai.OpenAI, proxy) -> None:

@@ -98,8 +98,14 @@ async def _forward(request: web.Request, services: Services, prepared: Prepared,
             if again is not None:
                 return again
         line.set(bytes_out=len(data))
+        out = whole_response(response.status, response.reason, out_headers, data)
+        # The client has its answer before the proxy records what it reported. Nothing below
+        # waits (the store queues its writes), so no other request runs in between: the next
+        # turn, on any connection, still finds the anchor.
+        await out.prepare(request)
+        await out.write_eof()
         await services.pipeline.finish_body(prepared, data, response.status, line)
-        return whole_response(response.status, response.reason, out_headers, data)
+        return out
 
 
 async def _peek(response: aiohttp.ClientResponse, inbound: Inbound) -> tuple[list[bytes], bytes | None]:

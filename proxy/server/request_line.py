@@ -7,6 +7,7 @@ the client got: the upstream's, the proxy's own error status, 499 when the clien
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from types import TracebackType
 from typing import Any
@@ -49,7 +50,9 @@ class RequestLine:
             self.fields["status"] = self.fields["status"] or 500
             self.fields["error"] = type(exc).__name__
         self.fields["duration_ms"] = round((time.perf_counter() - self._started) * 1000, 2)
-        self._log.info("request", **{k: v for k, v in self.fields.items() if v is not None})
+        enabled = getattr(self._log, "is_enabled_for", None)
+        if enabled is None or enabled(logging.INFO):  # below the level, skip building the line
+            self._log.info("request", **{k: v for k, v in self.fields.items() if v is not None})
         if self._metrics is not None:
             self._metrics.observe_request(self._kind, self.fields["status"],
                                           self.fields.get("upstream_ms"))

@@ -50,14 +50,18 @@ class CachedStore:
         if persisted is None or at - persisted >= TOUCH_INTERVAL_S:
             await self.store.record_request(key, at, estimate)
             self._touched.put(key, at)
-        self._update(key, lambda s: _evolve(
-            s, created_at=s.created_at if s.created_at is not None else at,
-            last_activity=max(at, s.last_activity or at),
-            last_estimate=estimate if estimate is not None else s.last_estimate))
+        found = self._states.get(key)
+        if found is not None:  # every request comes here: no closure, as `_update` would take
+            self._states.put(key, _evolve(
+                found, created_at=found.created_at if found.created_at is not None else at,
+                last_activity=max(at, found.last_activity or at),
+                last_estimate=estimate if estimate is not None else found.last_estimate))
 
     async def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
         await self.store.add_anchor(key, anchor)
-        self._update(key, lambda s: _evolve(s, anchors=(anchor, *s.anchors)[:ANCHORS_KEPT]))
+        found = self._states.get(key)
+        if found is not None:
+            self._states.put(key, _evolve(found, anchors=(anchor, *found.anchors[:ANCHORS_KEPT - 1])))
 
     async def add_event(self, key: ThreadKey, event: CompactionEvent) -> CompactionEvent:
         stored = await self.store.add_event(key, event)

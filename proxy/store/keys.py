@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from functools import lru_cache
 
 from proxy.records import ThreadKey
 
@@ -23,6 +24,19 @@ def thread_key_text(raw: str) -> str:
     Idempotent: a result fed back in comes out unchanged, so callers may normalize twice
     (the server does, and the store does again as a safety net).
     """
+    if len(raw) <= MAX_KEPT_CHARS:
+        return _short_key_text(raw)
+    return _key_text(raw)
+
+
+# A request normalizes its key several times (cache lookups, store writes); only short ids are
+# remembered, so the memo stays small whatever ids clients send.
+@lru_cache(maxsize=8192)
+def _short_key_text(raw: str) -> str:
+    return _key_text(raw)
+
+
+def _key_text(raw: str) -> str:
     if _DIGEST_FORM.fullmatch(raw) or _is_clean(raw):
         return raw
     return DIGEST_PREFIX + hashlib.sha256(_bytes_of(raw)).hexdigest()
