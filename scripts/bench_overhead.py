@@ -9,6 +9,11 @@ streaming request, a 200-message ~400 KB request; at concurrency 1 and 16. Print
 p50/p99 latency, streaming time-to-first-byte, and the ratios proxy/raw and proxy/direct.
 
     .venv/bin/python scripts/bench_overhead.py [--requests 400] [--rounds 3] [--upstream fake|canned]
+        [--baseline DIR]
+
+`--baseline DIR` runs a fourth target, `base`: the proxy from another checkout (an older commit,
+say, from `git worktree add`), with the same config, so a change is measured against it in the
+same run.
 
 The machines here are shared and noisy: compare the ratios, not the absolute numbers.
 """
@@ -129,10 +134,10 @@ class Servers:
                 process.kill()
 
 
-def _spawn(args: list[str], quiet: bool = True) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def _spawn(args: list[str], quiet: bool = True, root: Path = ROOT) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(root)}
     out = subprocess.DEVNULL if quiet else None
-    return subprocess.Popen([sys.executable, *args], env=env, stdout=out, stderr=out, cwd=ROOT)
+    return subprocess.Popen([sys.executable, *args], env=env, stdout=out, stderr=out, cwd=root)
 
 
 def _wait_ready(url: str, timeout: float = 30) -> None:
@@ -149,7 +154,7 @@ def _wait_ready(url: str, timeout: float = 30) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
-def start_servers(upstream_kind: str, state_dir: str) -> Servers:
+def start_servers(upstream_kind: str, state_dir: str, baseline: Path | None = None) -> Servers:
     servers = Servers()
     up_port, raw_port, proxy_port = free_port(), free_port(), free_port()
     if upstream_kind == "canned":
@@ -158,23 +163,35 @@ def start_servers(upstream_kind: str, state_dir: str) -> Servers:
         servers.processes.append(_spawn(["-m", "proxy.testing", "--port", str(up_port)]))
     upstream = f"http://127.0.0.1:{up_port}/v1"
     servers.processes.append(_spawn([__file__, "--serve-raw", str(raw_port), upstream]))
-    config = Path(state_dir) / "proxy.yaml"
-    config.write_text(orjson.dumps({
-        "server": {"host": "127.0.0.1", "port": proxy_port},
-        "upstreams": {"up": {"base_url": upstream}},
-        "models": {"bench*": {"max_input_tokens": 1_000_000}},
-        "state": {"path": str(Path(state_dir) / "state")},
-        "logging": {"level": "warning"},
-    }).decode())
-    proxy = _spawn(["-m", "proxy", "serve", "--config", str(config)])
+    proxy = _start_proxy(upstream, proxy_port, Path(state_dir) / "proxy", ROOT)
     servers.processes.append(proxy)
     servers.proxy_pid = proxy.pid
     servers.urls = {"direct": upstream, "raw": f"http://127.0.0.1:{raw_port}/v1",
                     "proxy": f"http://127.0.0.1:{proxy_port}/v1"}
+    if baseline is not None:
+        base_port = free_port()
+        servers.processes.append(_start_proxy(upstream, base_port, Path(state_dir) / "base",
+                                              baseline))
+        servers.urls["base"] = f"http://127.0.0.1:{base_port}/v1"
     for name in ("direct", "raw"):
         _wait_ready(servers.urls[name] + "/chat/completions")
-    _wait_ready(f"http://127.0.0.1:{proxy_port}/healthz")
+    for name in ("proxy", "base"):
+        if name in servers.urls:
+            _wait_ready(servers.urls[name].removesuffix("/v1") + "/healthz")
     return servers
+
+
+def _start_proxy(upstream: str, port: int, home: Path, root: Path) -> subprocess.Popen[bytes]:
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "proxy.yaml"
+    config.write_text(orjson.dumps({
+        "server": {"host": "127.0.0.1", "port": port},
+        "upstreams": {"up": {"base_url": upstream}},
+        "models": {"bench*": {"max_input_tokens": 1_000_000}},
+        "state": {"path": str(home / "state")},
+        "logging": {"level": "warning"},
+    }).decode())
+    return _spawn(["-m", "proxy", "serve", "--config", str(config)], root=root)
 
 
 # ---------------------------------------------------------------- the load
@@ -254,6 +271,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=300, help="requests per target per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--upstream", choices=("fake", "canned"), default="fake")
+    parser.add_argument("--baseline", type=Path,
+                        help="a checkout whose proxy runs beside this one, as target `base`")
     parser.add_argument("--serve-raw", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--serve-canned", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -262,7 +281,7 @@ def main() -> None:
     if args.serve_canned:
         return canned_upstream(int(args.serve_canned))
     with tempfile.TemporaryDirectory() as state_dir:
-        servers = start_servers(args.upstream, state_dir)
+        servers = start_servers(args.upstream, state_dir, args.baseline)
         try:
             asyncio.run(run_all(servers, args))
         finally:
@@ -303,6 +322,15 @@ def report(name: str, concurrency: int, results: dict[str, Result]) -> None:
         line += (f"; added TTFB p50 {percentile(proxy.ttfb, 50) - percentile(direct.ttfb, 50):+.2f}"
                  " ms")
     print(line)
+    base = results.get("base")
+    if base is not None:
+        added = percentile(base.latencies, 50) - percentile(direct.latencies, 50)
+        line = (f"{'':<8} {'':>4} base    throughput base/raw {base.rps / raw.rps:.2f}, "
+                f"proxy/base {proxy.rps / base.rps:.2f}; base added p50 {added:+.2f} ms")
+        if base.ttfb and direct.ttfb:
+            line += (f"; base added TTFB p50 "
+                     f"{percentile(base.ttfb, 50) - percentile(direct.ttfb, 50):+.2f} ms")
+        print(line)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import time
 import httpx
 import openai
 import pytest
+from aiohttp import web
 
 from proxy.server.services import SERVICES
 from proxy.testing.replies import Reply, call
@@ -213,6 +214,48 @@ def test_hop_by_hop_headers_do_not_cross(proxy, fake) -> None:
     sent = fake.last().headers
     assert sent["x-custom"] == "kept"
     assert "x-private-hop" not in sent and "proxy-authorization" not in sent
+
+
+def test_upstream_cookies_reach_their_client_and_are_never_replayed(make_proxy,
+                                                                   loop_thread) -> None:
+    # API hosts set cookies (Cloudflare's, on api.openai.com). A client jar shared by every
+    # tenant would send one client's cookie with everybody's next requests.
+    seen: list[str | None] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Cookie"))
+        return web.json_response(
+            {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4o",
+             "choices": [{"index": 0, "finish_reason": "stop",
+                          "message": {"role": "assistant", "content": "Hi."}}],
+             "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}},
+            headers={"Set-Cookie": f"__cf_bm=client-{len(seen)}; Path=/; HttpOnly"})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    app.router.add_get("/v1/models", answer)
+    runner = web.AppRunner(app, access_log=None)
+
+    async def start() -> int:
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        return runner.addresses[0][1]
+
+    port = loop_thread.run(start())
+    try:
+        # A host name, not an address: cookie jars keep cookies of named hosts only.
+        proxy = make_proxy(f"http://localhost:{port}/v1")
+        body = {"model": "gpt-4o", "messages": USER}
+        answers = [httpx.post(f"{proxy.base_url}/chat/completions", json=body, timeout=20,
+                              headers={"Authorization": f"Bearer sk-tenant-{n}"})
+                   for n in range(2)]
+        answers.append(httpx.get(f"{proxy.base_url}/models", timeout=20))
+        assert [a.headers.get("set-cookie", "").split(";")[0] for a in answers] == [
+            "__cf_bm=client-1", "__cf_bm=client-2", "__cf_bm=client-3"]
+        assert seen == [None, None, None]
+    finally:
+        loop_thread.run(runner.cleanup())
 
 
 def test_request_line_has_the_facts_and_no_credential(client: openai.OpenAI, proxy, fake) -> None:

@@ -1,7 +1,7 @@
 """The one shared upstream HTTP client, and the mapping of its failures to the proxy's errors.
 
 One long-lived `ClientSession` with a bounded connection pool serves every upstream. It never
-decompresses (a byte relay passes `Content-Encoding` through). Low-level failures become
+decompresses (a byte relay passes `Content-Encoding` through) and keeps no cookies. Low-level failures become
 `UpstreamUnavailable` (502) or `UpstreamTimeout` (504) here and nowhere else.
 """
 
@@ -25,7 +25,10 @@ class UpstreamClient:
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=self._pool_size,
                                          ttl_dns_cache=300, enable_cleanup_closed=True)
+        # No cookie jar: a session shared by every client would replay one client's upstream
+        # cookies (Set-Cookie is relayed to that client, untouched) with everybody's requests.
         self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                              cookie_jar=aiohttp.DummyCookieJar(),
                                               timeout=aiohttp.ClientTimeout(total=None),
                                               skip_auto_headers=("User-Agent", "Accept-Encoding"))
 
