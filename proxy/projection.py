@@ -18,7 +18,7 @@ from proxy.compaction import apply, manual
 from proxy.compaction.apply import Rebuilt
 from proxy.compaction.trigger import Thresholds
 from proxy.conversation import Entries, Entry, content_text
-from proxy.core.cascade import CascadeContext, CascadeResult, run_cascade
+from proxy.core.cascade import CascadeContext, CascadeResult, inert, run_cascade, unchanged
 from proxy.core.kinds import USER
 from proxy.core.memo import memoized
 from proxy.core.sanitize import Policy
@@ -105,6 +105,9 @@ def build(view: View, event: CompactionEvent | None, situation: Situation) -> Bu
 
 
 def cascade_of(entries: Entries, situation: Situation, *, compacted: bool) -> CascadeResult:
+    if inert(entries, compacted=compacted, policy=situation.policy,
+             keep_loop=situation.keep_loop):
+        return unchanged(tuple(entries), situation.mark)
     th = situation.thresholds
     step = int(th.limit * situation.settings.window_step_ratio) or None
     context = CascadeContext(

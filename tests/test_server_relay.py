@@ -8,6 +8,7 @@ import time
 
 import httpx
 import openai
+import orjson
 import pytest
 from aiohttp import web
 
@@ -323,6 +324,29 @@ def test_a_body_answer_reaches_the_client_before_its_usage_is_recorded(proxy, fa
                         headers={"x-thread-id": "order", "Authorization": f"Bearer {API_KEY}"})
     assert second.status_code == 200
     assert [line["anchor_used"] for line in proxy.requests()] == [False, True]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_failed_recording_costs_the_anchor_not_the_answer(proxy, fake, monkeypatch,
+                                                            stream) -> None:
+    pipeline = proxy.app[SERVICES].pipeline
+
+    async def broken(*args, **kwargs):
+        raise RuntimeError("store went away")
+
+    monkeypatch.setattr(pipeline, "finish_stream" if stream else "finish_body", broken)
+    fake.script(Reply.text("Still here."))
+    with httpx.stream("POST", f"{proxy.base_url}/chat/completions", timeout=20,
+                      json={"model": "gpt-4o", "messages": USER, "stream": stream}) as answer:
+        text = answer.read().decode()
+    assert answer.status_code == 200
+    if stream:
+        assert text.rstrip().endswith("data: [DONE]")
+    else:
+        assert orjson.loads(text)["choices"][0]["message"]["content"] == "Still here."
+    line = proxy.requests()[-1]
+    assert line["status"] == 200 and line["usage_not_recorded"] == "RuntimeError"
+    assert proxy.logs.events("usage_not_recorded")[-1]["error"] == "RuntimeError"
 
 
 def test_log_lines_carry_an_iso_utc_timestamp(client: openai.OpenAI, proxy) -> None:

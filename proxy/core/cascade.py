@@ -104,8 +104,9 @@ def run_cascade(entries: Sequence[Entry], context: CascadeContext, *,
                 stages: Sequence[Stage] = STAGES) -> CascadeResult:
     """Repair, the cheap stages and the sanitizer; `stages` is for tests and benchmarks."""
     client = tuple(entries)
-    if _inert(client, context):
-        return _unchanged(client, context)
+    if inert(client, compacted=context.compacted, policy=context.policy,
+             keep_loop=context.keep_loop):
+        return unchanged(client, context.mark)
     memo = _Memo(context, client)
     measure = memo.measure
     derived = Derived()
@@ -131,23 +132,24 @@ def run_cascade(entries: Sequence[Entry], context: CascadeContext, *,
 _INERT_KINDS = frozenset({Kind.INSTRUCTION, Kind.USER, Kind.ASSISTANT})
 
 
-def _inert(entries: Entries, context: CascadeContext) -> bool:
+def inert(entries: Entries, *, compacted: bool, policy: Policy | None, keep_loop: bool) -> bool:
     """Nothing any stage could touch: no tool traffic, no reasoning items, nothing compacted.
 
     Repair, collapse, truncate and microcompact all work on calls and results; the sanitizer
     only acts on a projection something else changed (or on a forced policy). A plain chat
-    therefore comes out as it went in, and a hot path can say so without walking the stages.
+    therefore comes out as it went in, and a hot path can say so without walking the stages
+    (or building their context).
     """
-    if context.compacted or context.policy is not None or context.keep_loop:
+    if compacted or policy is not None or keep_loop:
         return False
     return all(e.kind in _INERT_KINDS and not e.calls for e in entries)
 
 
-def _unchanged(entries: Entries, context: CascadeContext) -> CascadeResult:
+def unchanged(entries: Entries, mark: MicrocompactMark | None) -> CascadeResult:
+    """The cascade's result for `inert` entries: the list as it came, `mark` kept."""
     kept = tuple(range(len(entries)))
     clean = Sanitized(entries, kept, Policy.TRANSPARENT)
-    return CascadeResult(entries, kept, (), clean, context.mark,
-                         leading_instructions(entries), False)
+    return CascadeResult(entries, kept, (), clean, mark, leading_instructions(entries), False)
 
 
 def _sanitized(frame: _Frame, client: Entries, context: CascadeContext, memo: _Memo,

@@ -8,7 +8,7 @@ once, before any byte went to the client; then the pipeline records what the ans
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 
 import aiohttp
 from aiohttp import web
@@ -90,7 +90,8 @@ async def _forward(request: web.Request, services: Services, prepared: Prepared,
             outcome = await relay_stream(request, response, out_headers, tap, line.started, peeked)
             line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms,
                      upstream_error=outcome.upstream_error)
-            await services.pipeline.finish_stream(prepared, tap, response.status, line)
+            await _recorded(services.pipeline.finish_stream(prepared, tap, response.status, line),
+                            services, line)
             return outcome.response
         data = await read_body(response, prepared.upstream)
         if response.status >= 400:
@@ -104,8 +105,20 @@ async def _forward(request: web.Request, services: Services, prepared: Prepared,
         # turn, on any connection, still finds the anchor.
         await out.prepare(request)
         await out.write_eof()
-        await services.pipeline.finish_body(prepared, data, response.status, line)
+        await _recorded(services.pipeline.finish_body(prepared, data, response.status, line),
+                        services, line)
         return out
+
+
+async def _recorded(recording: Awaitable[None], services: Services, line: RequestLine) -> None:
+    """Record what an answer reported. The client has the answer already (or its stream so far):
+    a failure here costs the next estimate its anchor, so it is logged, never the answer."""
+    try:
+        await recording
+    except Exception as exc:  # noqa: BLE001 - whatever broke, the answer stands
+        services.log.warning("usage_not_recorded", thread=line.fields.get("thread"),
+                             error=type(exc).__name__)
+        line.set(usage_not_recorded=type(exc).__name__)
 
 
 async def _peek(response: aiohttp.ClientResponse, inbound: Inbound) -> tuple[list[bytes], bytes | None]:
