@@ -8,6 +8,12 @@ the budget keep_ratio + summary + restore. Between two compactions: the share of
 requests whose projection starts with the previous projection byte for byte (minus its end).
 
     .venv/bin/python scripts/bench_compaction.py [--messages 2000] [--window 64000]
+    .venv/bin/python scripts/bench_compaction.py --traces ../shared/traces/open-agents.jsonl \
+        --window 16000
+
+`--traces FILE` replays recorded conversations instead (JSON lines, each with `messages` and
+`tools`), one thread each, and also reports how many requests succeeded, used a usage anchor and
+were parsed as a delta of the thread's previous request.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -26,24 +33,24 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from proxy.testing.fake_upstream import FakeUpstream  # noqa: E402
-from proxy.testing.replies import Reply, call  # noqa: E402
+from proxy.testing.replies import Reply  # noqa: E402
 from proxy.testing.sessions import coding_session  # noqa: E402
 from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request  # noqa: E402
 from tests.harness import LoopThread, proxy_settings, start_proxy, stop_proxy  # noqa: E402
 
 
-def reply_for(message: dict) -> Reply:
-    calls = [call(c["function"]["name"], c["function"]["arguments"], id=c["id"])
-             for c in message.get("tool_calls") or ()]
-    if calls:
-        return Reply.tool_calls(*calls, content=message.get("content"))
-    return Reply.text(message.get("content") or "")
+@dataclass
+class Conversation:
+    thread: str
+    messages: list[dict]
+    tools: list[dict] | None = None
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--window", type=int, default=64_000)
+    parser.add_argument("--traces", type=Path, help="replay these recorded conversations")
     args = parser.parse_args()
     loop = LoopThread()
     fake = FakeUpstream(limits={"bench-*": args.window})
@@ -61,25 +68,30 @@ def main() -> None:
             loop.close()
 
 
+def conversations(args: argparse.Namespace) -> list[Conversation]:
+    if args.traces is None:
+        return [Conversation("bench", coding_session(args.messages, seed=21))]
+    with args.traces.open("rb") as lines:
+        return [Conversation(f"trace-{n}", record["messages"], record.get("tools"))
+                for n, record in enumerate(map(orjson.loads, lines))]
+
+
 def run(proxy, fake: FakeUpstream, args: argparse.Namespace) -> None:  # type: ignore[no-untyped-def]
-    messages = coding_session(args.messages, seed=21)
-    bodies: list[bytes] = []
+    replayed = conversations(args)
+    bodies: list[list[bytes]] = []  # per conversation, what the model received each turn
     started = time.perf_counter()
     with httpx.Client(timeout=120) as client:
-        for k in range(1, len(messages)):
-            if messages[k]["role"] != "assistant":
-                continue
-            fake.script(reply_for(messages[k]))
-            answer = client.post(f"{proxy.base_url}/chat/completions", headers={"x-thread-id": "bench"},
-                                 json={"model": "bench-model", "messages": messages[:k]})
-            assert answer.status_code == 200, answer.text
-            main = [r for r in fake.requests if not is_summarizer_request(r.json)]
-            bodies.append(main[-1].body)
+        for conversation in replayed:
+            bodies.append(replay(client, proxy.base_url, fake, conversation))
     elapsed = time.perf_counter() - started
     lines = proxy.requests()
     done = proxy.logs.events("compaction_completed")
-    print(f"{len(lines)} requests over a {args.messages}-message thread in {elapsed:.1f} s; "
+    where = (f"{len(replayed)} recorded conversations ({sum(map(len, bodies))} turns)"
+             if args.traces else f"a {args.messages}-message thread")
+    print(f"{len(lines)} requests over {where} in {elapsed:.1f} s; "
           f"window {args.window:,} tokens; {len(done)} compactions")
+    if args.traces:
+        report_replay(lines, bodies)
     if not done:
         return
     work = [e["duration_ms"] - e["summarizer_ms"] for e in done]
@@ -102,11 +114,54 @@ def run(proxy, fake: FakeUpstream, args: argparse.Namespace) -> None:  # type: i
     print(f"projection after compaction: p50 {statistics.median(after):.1%} of the window, "
           f"max {max(after):.1%}; summary p50 {statistics.median(summary):.1%}; "
           f"{within}/{len(done)} within keep 10% + summary + restore budget (23% of the trigger)")
-    print(f"prefix stability between compactions: {stability(bodies, lines):.1%} of consecutive "
-          "requests extend the previous projection byte for byte")
+    stable = total = 0
+    for per_thread, thread_lines in zip(bodies, by_conversation(lines, bodies)):
+        pairs = stability(per_thread, thread_lines)
+        stable, total = stable + pairs[0], total + pairs[1]
+    print(f"prefix stability between compactions: {stable / total if total else 1.0:.1%} of "
+          "consecutive requests extend the previous projection byte for byte")
 
 
-def stability(bodies: list[bytes], lines: list[dict]) -> float:
+def replay(client: httpx.Client, base_url: str, fake: FakeUpstream,
+           conversation: Conversation) -> list[bytes]:
+    """Send `messages[:k]` at every k where the model speaks next, scripting that answer."""
+    messages, sent = conversation.messages, []
+    for k in range(1, len(messages)):
+        if messages[k]["role"] != "assistant":
+            continue
+        fake.script(Reply.repeating(messages[k]))
+        body = {"model": "bench-model", "messages": messages[:k]}
+        if conversation.tools:
+            body["tools"] = conversation.tools
+        answer = client.post(f"{base_url}/chat/completions", json=body,
+                             headers={"x-thread-id": conversation.thread})
+        assert answer.status_code == 200, answer.text
+        main = [r for r in fake.requests if not is_summarizer_request(r.json)]
+        sent.append(main[-1].body)
+    return sent
+
+
+def by_conversation(lines: list[dict], bodies: list[list[bytes]]) -> list[list[dict]]:
+    """The request lines split per conversation (each was replayed whole before the next)."""
+    out, at = [], 0
+    for per_thread in bodies:
+        out.append(lines[at:at + len(per_thread)])
+        at += len(per_thread)
+    return out
+
+
+def report_replay(lines: list[dict], bodies: list[list[bytes]]) -> None:
+    later = [line for thread_lines in by_conversation(lines, bodies) for line in thread_lines[1:]]
+    statuses = sorted({line["status"] for line in lines})
+    anchored = sum(bool(line.get("anchor_used")) for line in later)
+    delta = sum(bool(line.get("elements_reused")) for line in later)
+    retried = sum(bool(line.get("retried")) for line in lines)
+    print(f"  statuses {statuses}; upstream retries {retried}; after each thread's first turn: "
+          f"usage anchor used on {anchored}/{len(later)}, delta parse on {delta}/{len(later)}")
+
+
+def stability(bodies: list[bytes], lines: list[dict]) -> tuple[int, int]:
+    """(stable, compared) over one thread's consecutive requests."""
     stable = total = 0
     for n in range(1, len(bodies)):
         if lines[n].get("compaction") == "compacted" or lines[n - 1].get("compaction") == "compacted":
@@ -118,7 +173,7 @@ def stability(bodies: list[bytes], lines: list[dict]) -> float:
         keep = lines[n - 1].get("protected", 0)
         head = previous[:len(previous) - keep]
         stable += current[:len(head)] == head
-    return stable / total if total else 1.0
+    return stable, total
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import orjson
 from proxy.compaction.apply import SUMMARY_HEADER
 from proxy.jsonspan import locate_array
 from proxy.testing.fake_upstream import FakeUpstream
-from proxy.testing.replies import Reply, call
+from proxy.testing.replies import Reply
 from proxy.testing.sessions import coding_session
 from proxy.testing.summarizer import is_summarizer_request
 from tests.conftest import API_KEY
@@ -34,14 +34,6 @@ def planted_session(n_messages: int, seed: int = 7, every: int = 2,
     return messages, facts
 
 
-def reply_for(message: dict[str, Any]) -> Reply:
-    calls = [call(c["function"]["name"], c["function"]["arguments"], id=c["id"])
-             for c in message.get("tool_calls") or ()]
-    if calls:
-        return Reply.tool_calls(*calls, content=message.get("content"))
-    return Reply.text(message.get("content") or "")
-
-
 @dataclass
 class Replay:
     statuses: list[int] = field(default_factory=list)
@@ -61,7 +53,7 @@ def replay(base_url: str, fake: FakeUpstream, messages: list[dict[str, Any]], th
                 continue
             if stop is not None and stop(k):
                 break
-            fake.script(reply_for(messages[k]))
+            fake.script(Reply.repeating(messages[k]))
             body = orjson.dumps({"model": MODEL, "messages": messages[:k]})
             answer = client.post(f"{base_url}/chat/completions", content=body,
                                  headers={"content-type": "application/json",

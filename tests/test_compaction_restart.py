@@ -12,8 +12,9 @@ import httpx
 import orjson
 
 from proxy.store import HistoryFiles
+from proxy.testing.replies import Reply
 from proxy.testing.summarizer import FakeSummarizer
-from tests.compaction_session import LIMIT, MODEL, planted_session, reply_for
+from tests.compaction_session import LIMIT, MODEL, planted_session
 from tests.process import ProxyProcess, assert_sound_database, write_config
 
 
@@ -22,7 +23,7 @@ def _turn_points(messages: list[dict]) -> list[int]:
 
 
 def _send(base_url: str, fake, messages: list[dict], k: int) -> httpx.Response:
-    fake.script(reply_for(messages[k]))
+    fake.script(Reply.repeating(messages[k]))
     return httpx.post(f"{base_url}/chat/completions", timeout=60,
                       headers={"x-thread-id": "restart", "authorization": "Bearer sk-restart"},
                       content=orjson.dumps({"model": MODEL, "messages": messages[:k]}))

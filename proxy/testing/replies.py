@@ -64,6 +64,16 @@ class Reply:
         return cls(content=content, calls=calls, reasoning=reasoning)
 
     @classmethod
+    def repeating(cls, message: Mapping[str, Any]) -> Reply:
+        """The reply that gives back a recorded chat assistant `message` (its text and calls),
+        for replaying a recorded conversation turn by turn."""
+        calls = [call(c["function"]["name"], c["function"]["arguments"], id=c["id"])
+                 for c in message.get("tool_calls") or ()]
+        if calls:
+            return cls.tool_calls(*calls, content=message.get("content"))
+        return cls.text(message.get("content") or "")
+
+    @classmethod
     def length(cls, content: str) -> Reply:
         """An answer cut short by `max_tokens` (`finish_reason: length`)."""
         return cls(content=content, finish_reason="length")
