@@ -1,8 +1,8 @@
 """The one shared upstream HTTP client, and the mapping of its failures to the proxy's errors.
 
 One long-lived `ClientSession` with a bounded connection pool serves every upstream. It never
-decompresses (a byte relay passes `Content-Encoding` through) and keeps no cookies. Low-level failures become
-`UpstreamUnavailable` (502) or `UpstreamTimeout` (504) here and nowhere else.
+decompresses (a byte relay passes `Content-Encoding` through) and keeps no cookies. Low-level
+failures become `UpstreamUnavailable` (502) or `UpstreamTimeout` (504) here and nowhere else.
 """
 
 from __future__ import annotations

@@ -61,7 +61,8 @@ class CachedStore:
         await self.store.add_anchor(key, anchor)
         found = self._states.get(key)
         if found is not None:
-            self._states.put(key, _evolve(found, anchors=(anchor, *found.anchors[:ANCHORS_KEPT - 1])))
+            kept = found.anchors[:ANCHORS_KEPT - 1]
+            self._states.put(key, _evolve(found, anchors=(anchor, *kept)))
 
     async def add_event(self, key: ThreadKey, event: CompactionEvent) -> CompactionEvent:
         stored = await self.store.add_event(key, event)
