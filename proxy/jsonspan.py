@@ -144,24 +144,19 @@ def _known_prefix(body: bytes, at: int, hints: Sequence[bytes],
 
 
 def _scan(body: bytes, key: str, count: int) -> ArraySpans | None:
-    """Tokenize the body; track depth; record the last top-level `key` array's elements."""
+    """Tokenize the body at the top level; the last `key` array's elements, by `scan_elements`."""
     key_bytes = jsonio.dumps(key)
     depth = 0
-    expecting_key = False
-    in_target = False
+    expecting_key = pending_key = False
     found: ArraySpans | None = None
-    start = elem_start = 0
-    elements: list[bytes] = []
-    pending_key = False
-    for match in _TOKEN.finditer(body):
+    tokens = _TOKEN.finditer(body)
+    while (match := next(tokens, None)) is not None:
         token = match.group()
         c = token[0]
         if c == 0x22:  # string
             if depth == 1 and expecting_key:
                 pending_key = token == key_bytes or jsonio.loads(token) == key
                 expecting_key = False
-            elif in_target and depth == 2:
-                elements.append(token)
             continue
         if c == 0x3A:  # ':'
             continue
@@ -169,22 +164,21 @@ def _scan(body: bytes, key: str, count: int) -> ArraySpans | None:
             if depth == 1:
                 expecting_key = True
             continue
+        if c == 0x5B and depth == 1 and pending_key:  # the key's array: read it whole
+            scanned = scan_elements(body, match.end())
+            if scanned is None:
+                return None
+            found = ArraySpans(match.start(), scanned[1], tuple(scanned[0]))
+            pending_key = False
+            tokens = _TOKEN.finditer(body, scanned[1])
+            continue
         if c in (0x7B, 0x5B):  # '{' '['
             depth += 1
             if depth == 1:
                 expecting_key = c == 0x7B
-            elif depth == 2 and pending_key and c == 0x5B:
-                in_target, start, elements = True, match.start(), []
-            elif in_target and depth == 3:
-                elem_start = match.start()
             pending_key = False if depth == 2 else pending_key
             continue
         depth -= 1  # '}' or ']'
-        if in_target and depth == 2:
-            elements.append(body[elem_start:match.end()])
-        elif in_target and depth == 1:
-            in_target = False
-            found = ArraySpans(start, match.end(), tuple(elements))
     if found is None or len(found.elements) != count:
         return None
     return found

@@ -99,12 +99,17 @@ class Situation:
 def build(view: View, event: CompactionEvent | None, situation: Situation) -> Built:
     rebuilt = apply.rebuild(view.entries, view.ids, event) if event is not None else None
     base = rebuilt.projection if rebuilt is not None else view.entries
-    cascade = cascade_of(base, situation, compacted=rebuilt is not None)
-    tokens, anchor = estimate(cascade.entries, view, situation)
+    sizes = situation.estimator.sizes(base)
+    cascade = cascade_of(base, situation, compacted=rebuilt is not None, sizes=sizes)
+    # The cascade usually hands back the very list it got: then its sizes are known already.
+    tokens, anchor = estimate(cascade.entries, view, situation,
+                              sizes if cascade.entries is base else None)
     return Built(rebuilt, cascade, tokens, anchor)
 
 
-def cascade_of(entries: Entries, situation: Situation, *, compacted: bool) -> CascadeResult:
+def cascade_of(entries: Entries, situation: Situation, *, compacted: bool,
+               sizes: list[int] | None = None) -> CascadeResult:
+    """`sizes`: the entries' token counts, when the caller has them."""
     if inert(entries, compacted=compacted, policy=situation.policy,
              keep_loop=situation.keep_loop):
         return unchanged(tuple(entries), situation.mark)
@@ -112,7 +117,7 @@ def cascade_of(entries: Entries, situation: Situation, *, compacted: bool) -> Ca
     step = int(th.limit * situation.settings.window_step_ratio) or None
     context = CascadeContext(
         settings=situation.settings, measure=situation.estimator.entry_tokens,
-        sizes=situation.estimator.sizes(entries),
+        sizes=sizes if sizes is not None else situation.estimator.sizes(entries),
         keep_tokens=th.keep_tokens, keep_messages=th.keep_messages, window_step=step,
         message_ids=LazyIds(situation.identities, entries), now=situation.now,
         last_activity=situation.last_activity, mark=situation.mark, compacted=compacted,
@@ -120,9 +125,11 @@ def cascade_of(entries: Entries, situation: Situation, *, compacted: bool) -> Ca
     return run_cascade(entries, context)
 
 
-def estimate(projection: Entries, view: View, situation: Situation) -> tuple[int, Anchor | None]:
+def estimate(projection: Entries, view: View, situation: Situation,
+             sizes: list[int] | None = None) -> tuple[int, Anchor | None]:
     estimator = situation.estimator
-    sizes = estimator.sizes(projection)
+    if sizes is None:
+        sizes = estimator.sizes(projection)
     conservative = estimator.conservative_total(projection, view.tools, view.instructions, sizes)
     found = anchors.estimate(projection, sizes, view.context, situation.anchors, conservative,
                              situation.identities.content_digest, estimator.margin)

@@ -114,6 +114,9 @@ def _estimate(api: Api | str, response: Any, count: Count | None) -> int:
     return sum(count(text) for text in reasoning_texts(api, response))
 
 
+_REASONING_KEYS = ("reasoning_content", "reasoning", "reasoning_details", "thinking_blocks")
+
+
 def reasoning_texts(api: Api | str, response: Any) -> list[str]:
     """The reasoning text a response carried: a chat message's or Responses reasoning items'."""
     if api == Api.RESPONSES:
@@ -129,9 +132,6 @@ def reasoning_texts(api: Api | str, response: Any) -> list[str]:
                   "".join(_thinking_text(response.get("thinking_blocks")))]
     longest = max(candidates, key=len)
     return [longest] if longest else []
-
-
-_REASONING_KEYS = ("reasoning_content", "reasoning", "reasoning_details", "thinking_blocks")
 
 
 def _item_reasoning(item: Mapping[str, Any]) -> list[str]:

@@ -91,7 +91,7 @@ def collect(entries: Sequence[Entry], cutoff: Cutoff, settings: RestoreSettings,
     return Restored(tuple(_message(api, t) for t, _ in files),
                     tuple(_message(api, t) for t in plan),
                     tuple(_message(api, t) for t in users), tuple(paths), quoted, tuple(notes),
-                    tuple((t, n) for t, n in files))
+                    tuple(files))
 
 
 # ---------------------------------------------------------------- files

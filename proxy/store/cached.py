@@ -10,6 +10,7 @@ store itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -50,19 +51,11 @@ class CachedStore:
         if persisted is None or at - persisted >= TOUCH_INTERVAL_S:
             await self.store.record_request(key, at, estimate)
             self._touched.put(key, at)
-        found = self._states.get(key)
-        if found is not None:  # every request comes here: no closure, as `_update` would take
-            self._states.put(key, _evolve(
-                found, created_at=found.created_at if found.created_at is not None else at,
-                last_activity=max(at, found.last_activity or at),
-                last_estimate=estimate if estimate is not None else found.last_estimate))
+        self._update(key, _touched, at, estimate)
 
     async def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
         await self.store.add_anchor(key, anchor)
-        found = self._states.get(key)
-        if found is not None:
-            kept = found.anchors[:ANCHORS_KEPT - 1]
-            self._states.put(key, _evolve(found, anchors=(anchor, *kept)))
+        self._update(key, _anchored, anchor)
 
     async def add_event(self, key: ThreadKey, event: CompactionEvent) -> CompactionEvent:
         stored = await self.store.add_event(key, event)
@@ -82,11 +75,22 @@ class CachedStore:
     async def events(self, key: ThreadKey) -> list[CompactionEvent]:
         return await self.store.events(key)
 
-    def _update(self, key: ThreadKey, change) -> None:  # type: ignore[no-untyped-def]
+    def _update(self, key: ThreadKey, change: Callable[..., ThreadState], *args: Any) -> None:
         # Only a cached state is updated: an uncached one is read whole from the store later.
         found = self._states.get(key)
         if found is not None:
-            self._states.put(key, change(found))
+            self._states.put(key, change(found, *args))
+
+
+# The two updates every request makes: module functions and arguments, no closure each time.
+def _touched(state: ThreadState, at: float, estimate: int | None) -> ThreadState:
+    return _evolve(state, created_at=state.created_at if state.created_at is not None else at,
+                   last_activity=max(at, state.last_activity or at),
+                   last_estimate=estimate if estimate is not None else state.last_estimate)
+
+
+def _anchored(state: ThreadState, anchor: Anchor) -> ThreadState:
+    return _evolve(state, anchors=(anchor, *state.anchors[:ANCHORS_KEPT - 1]))
 
 
 def _evolve(state: ThreadState, **changes: Any) -> ThreadState:
