@@ -40,6 +40,8 @@ class Inbound:
 def parse_json_body(body: bytes) -> dict[str, Any]:
     try:
         doc = jsonio.loads(body)
+    except jsonio.NestedTooDeep as exc:
+        raise BadRequest(f"The request body cannot be parsed: {exc}.") from None
     except ValueError as exc:
         raise BadRequest(f"The request body is not valid JSON: {exc}. "
                          "Send a JSON object with Content-Type: application/json.") from None

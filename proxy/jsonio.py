@@ -1,8 +1,9 @@
 """JSON in and out: orjson for speed, the standard library for what orjson refuses.
 
-Clients send JSON that orjson rejects and upstreams accept: lone surrogates (`"\\ud800"`) and
-integers beyond 64 bits. The proxy must carry them, not fail on them, so every parse and every
-serialization of client data goes through here.
+Clients send JSON that orjson rejects and upstreams accept (lone surrogates, `"\\ud800"`);
+the proxy must carry it, not fail on it, so every parse and every serialization of client data
+goes through here. orjson reads an integer beyond 64 bits as a float, without an error: where
+parsed client fields are written out again, `proxy.outbound` parses them exactly.
 """
 
 from __future__ import annotations
@@ -15,12 +16,20 @@ import orjson
 JSONDecodeError = ValueError  # both orjson's and the standard library's errors are ValueErrors
 
 
+class NestedTooDeep(ValueError):
+    """Valid JSON, maybe, but nested deeper than the parsers recurse (about 1,000 levels)."""
+
+
 def loads(data: bytes | str) -> Any:
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         text = data.decode("utf-8", "surrogatepass") if isinstance(data, bytes) else data
-        return json.loads(text)
+        try:
+            return json.loads(text)
+        except RecursionError:
+            raise NestedTooDeep("arrays and objects are nested too deeply "
+                                "(more than about 1,000 levels)") from None
 
 
 def dumps(value: Any, *, sort_keys: bool = False) -> bytes:

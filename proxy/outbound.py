@@ -8,6 +8,7 @@ the rest when the client sent no `stream_options`.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from proxy import jsonio
@@ -50,7 +51,7 @@ def _insert_first_field(body: bytes, field: bytes) -> bytes:
 def _reserialize(inbound: Inbound, array: bytes | None, include_usage: bool,
                  extra: dict[str, Any]) -> bytes:
     """Top-level fields change: serialize the object, but splice the array bytes back in."""
-    doc = dict(inbound.doc)
+    doc = _exact_fields(inbound)
     doc.update(extra)
     if include_usage:
         options = doc.get("stream_options")
@@ -62,3 +63,16 @@ def _reserialize(inbound: Inbound, array: bytes | None, include_usage: bool,
         return jsonio.dumps(doc)
     doc[inbound.array_key] = _SENTINEL
     return jsonio.dumps(doc).replace(jsonio.dumps(_SENTINEL), array, 1)
+
+
+def _exact_fields(inbound: Inbound) -> dict[str, Any]:
+    """The top-level fields as the client wrote them, for writing out again: orjson reads an
+    integer beyond 64 bits as a float, so the fields beside the list (the list is spliced back
+    as bytes) are parsed again by the exact parser. This path is rare: a stream whose
+    `stream_options` the proxy extends, or fields it adds."""
+    spans = inbound.spans
+    if spans is None:
+        return dict(inbound.doc)
+    rest = inbound.body[:spans.start] + b"null" + inbound.body[spans.end:]
+    fields = json.loads(rest.decode("utf-8", "surrogatepass"))
+    return fields if isinstance(fields, dict) else dict(inbound.doc)

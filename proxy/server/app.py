@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from proxy.errors import MethodNotAllowed, NotFound, PayloadTooLarge, ProxyError, error_body
+from proxy.errors import BadRequest, MethodNotAllowed, NotFound, PayloadTooLarge, ProxyError, error_body
 from proxy.server import completions, passthrough
 from proxy.server.logs import get_logger
 from proxy.server.metrics import Metrics
@@ -33,6 +33,9 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         return await handler(request)
     except ProxyError as error:
         return render_error(error)
+    except web.RequestPayloadError as exc:
+        # aiohttp could not read the body as its headers describe it (bad gzip, short body).
+        return render_error(BadRequest(f"The request body could not be read: {exc}."))
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

@@ -8,6 +8,7 @@ once, before any byte went to the client; then the pipeline records what the ans
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Mapping
 
 import aiohttp
@@ -20,14 +21,21 @@ from proxy.server.prepared import Prepared
 from proxy.server.relay import is_event_stream, relay_stream, whole_response
 from proxy.server.request_line import RequestLine
 from proxy.server.services import SERVICES, Services
-from proxy.server.upstream import read_body, upstream_path
+from proxy.server.upstream import read_body, reading_answer, upstream_path
+from proxy.settings import UpstreamSettings
 from proxy.sse import SseDecoder
-from proxy.threads import (body_thread_hint, header_thread, loggable, resolve_thread,
-                           tenant_digest)
+from proxy.threads import (
+    body_thread_hint,
+    header_thread,
+    loggable,
+    resolve_thread,
+    tenant_digest,
+)
 
 _CREDENTIALS = ("authorization", "api-key", "x-api-key")
 _LIFECYCLE = frozenset({"response.created", "response.in_progress", "response.queued"})
 _PEEK_LIMIT = 1 << 20
+_PEEK_SECONDS = 1.0
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -43,6 +51,7 @@ async def _complete(request: web.Request, api: Api) -> web.StreamResponse:
     tenant = tenant_digest(request.headers)
     with RequestLine(services.log, services.metrics, api.value, path=request.path,
                      method=request.method, tenant=tenant) as line:
+        path = upstream_path(request.raw_path)
         body = await request.read()
         line.set(bytes_in=len(body))
         threads = services.settings.threads
@@ -60,27 +69,26 @@ async def _complete(request: web.Request, api: Api) -> web.StreamResponse:
             if prepared.answer is not None:
                 line.set(status=prepared.answer.status)
                 return prepared.answer
-            outcome = await _forward(request, services, prepared, line)
+            outcome = await _forward(request, path, services, prepared, line)
             if isinstance(outcome, web.StreamResponse):
                 return outcome
             prepared = outcome
 
 
-async def _forward(request: web.Request, services: Services, prepared: Prepared,
+async def _forward(request: web.Request, path: str, services: Services, prepared: Prepared,
                    line: RequestLine) -> web.StreamResponse | Prepared:
     """Send the projection; the client's response, or the next attempt when a retry helps."""
     settings = services.settings
     headers = upstream_request_headers(
         request.headers, api_key=prepared.upstream.api_key, identity_encoding=True,
         drop=() if settings.threads.forward_headers else settings.threads.headers)
-    path = upstream_path(request.path, request.query_string)
     response = await services.upstream.send(prepared.upstream, "POST", path, headers, prepared.body)
     async with response:
         line.set(status=response.status)
         line.mark_upstream()
         out_headers = client_response_headers(response.headers, prepared.response_headers)
         if is_event_stream(response):
-            peeked, error = await _peek(response, prepared.inbound)
+            peeked, error = await _peek(response, prepared.inbound, prepared.upstream)
             if error is not None:
                 # An error event in a 200 stream is a rejection all the same.
                 again = await services.pipeline.retry(prepared, 400, error, line)
@@ -121,29 +129,48 @@ async def _recorded(recording: Awaitable[None], services: Services, line: Reques
         line.set(usage_not_recorded=type(exc).__name__)
 
 
-async def _peek(response: aiohttp.ClientResponse, inbound: Inbound) -> tuple[list[bytes], bytes | None]:
+async def _peek(response: aiohttp.ClientResponse, inbound: Inbound,
+                upstream: UpstreamSettings) -> tuple[list[bytes], bytes | None]:
     """For Responses streams: read past the lifecycle events to the first real one.
 
     Overflow and rejected private state arrive there as an `error` / `response.failed` event
     (PROTOCOL.md §6.3) after `response.created`: seen before anything is relayed, they can
-    still be retried. Returns the chunks read and that event's data when it is an error.
+    still be retried. Returns the chunks read and that event's data when it is an error. The
+    client waits meanwhile, so the peek gives up after `_PEEK_SECONDS` (those errors come at
+    once) or `_PEEK_LIMIT` bytes, and the relay goes on from there.
     """
     if inbound.api is not Api.RESPONSES:
         return [], None
     decoder, chunks, size = SseDecoder(), [], 0
-    async for chunk in response.content.iter_any():
-        chunks.append(chunk)
-        size += len(chunk)
-        for event in decoder.feed(chunk):
-            data = event.json()
-            kind = data.get("type") if isinstance(data, dict) else event.event
-            if kind in _LIFECYCLE:
-                continue
-            failed = kind in ("error", "response.failed")
-            return chunks, (event.data or "").encode() if failed else None
-        if size > _PEEK_LIMIT:
-            break
+    deadline = asyncio.get_running_loop().time() + _PEEK_SECONDS
+    with reading_answer(upstream):
+        while size <= _PEEK_LIMIT:
+            chunk = await _read_until(response, deadline)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            for event in decoder.feed(chunk):
+                data = event.json()
+                kind = data.get("type") if isinstance(data, dict) else event.event
+                if kind in _LIFECYCLE:
+                    continue
+                failed = kind in ("error", "response.failed")
+                return chunks, (event.data or "").encode() if failed else None
     return chunks, None
+
+
+async def _read_until(response: aiohttp.ClientResponse, deadline: float) -> bytes:
+    """The next chunk, or b"" at the end of the stream or when `deadline` passed (nothing is
+    lost: a chunk that comes later stays in the response's buffer for the relay)."""
+    limit = asyncio.timeout_at(deadline)
+    try:
+        async with limit:
+            return await response.content.readany()
+    except TimeoutError:
+        if limit.expired():
+            return b""
+        raise
 
 
 def _credentials(request: web.Request) -> Mapping[str, str]:

@@ -3,6 +3,11 @@
 Hop-by-hop headers (RFC 9110 §7.6.1) belong to one connection and never cross; lengths and
 encodings are recomputed by whoever writes the body. Credentials are replaced when the upstream
 has its own key.
+
+Two request headers describe how the client sent its body, which the proxy has already read:
+`Content-Encoding` (aiohttp inflates gzip/deflate bodies as it reads them, so the bytes that go
+on are plain) and `Expect: 100-continue` (answered by the proxy; forwarded, it would make the
+upstream call wait for an interim answer that some servers never send).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
     "te", "trailer", "transfer-encoding", "upgrade",
 })
-_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length"}
+_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "content-encoding", "expect"}
 _RESPONSE_DROP = HOP_BY_HOP | {"content-length", "server", "date"}
 _CREDENTIALS = ("authorization", "api-key", "x-api-key")
 

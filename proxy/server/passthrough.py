@@ -7,9 +7,9 @@ headers and encoding unchanged.
 
 from __future__ import annotations
 
-from proxy import jsonio
 from aiohttp import web
 
+from proxy import jsonio
 from proxy.server.headers import client_response_headers, upstream_request_headers
 from proxy.server.relay import PlainTap, relay_stream
 from proxy.server.request_line import RequestLine
@@ -35,6 +35,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     threads = services.settings.threads
     with RequestLine(services.log, services.metrics, "passthrough", path=request.path, method=request.method, passthrough=True,
                      tenant=tenant_digest(request.headers)) as line:
+        path = upstream_path(request.raw_path)
         body = await request.read()
         model = model_of(body, request.content_type)
         upstream = services.route(model)
@@ -43,8 +44,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
             request.headers, api_key=upstream.api_key,
             drop=() if threads.forward_headers else threads.headers)
         response = await services.upstream.send(
-            upstream, request.method, upstream_path(request.path, request.query_string),
-            headers, body or None)
+            upstream, request.method, path, headers, body or None)
         async with response:
             line.set(status=response.status)
             line.mark_upstream()

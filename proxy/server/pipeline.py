@@ -316,6 +316,8 @@ def _needs_usage_chunk(inbound: Inbound) -> bool:
     if inbound.api is not Api.CHAT or not inbound.stream:
         return False
     options = inbound.doc.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        return False  # the client's own invalid value goes up for upstream to judge
     return not (isinstance(options, dict) and options.get("include_usage") is True)
 
 

@@ -73,7 +73,9 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
     except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
         outcome.upstream_error = describe(exc) if not isinstance(exc, asyncio.TimeoutError) \
             else "upstream stopped sending (read timeout)"
-        data = tap.flush() + tap.failure_frame(
+        # What the tap still holds is an unfinished event: relayed, the error frame would
+        # continue its line and the client's SDK would miss the error or fail to parse it.
+        data = tap.failure_frame(
             f"The upstream connection failed mid-stream: {outcome.upstream_error}")
     if data:
         await out.write(data)

@@ -8,12 +8,15 @@ failures become `UpstreamUnavailable` (502) or `UpstreamTimeout` (504) here and 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from functools import lru_cache
+from urllib.parse import unquote
 
 import aiohttp
+from yarl import URL
 
-from proxy.errors import UpstreamTimeout, UpstreamUnavailable
+from proxy.errors import BadRequest, NotFound, UpstreamTimeout, UpstreamUnavailable
 from proxy.settings import UpstreamSettings
 
 
@@ -39,9 +42,11 @@ class UpstreamClient:
 
     async def send(self, upstream: UpstreamSettings, method: str, path_qs: str,
                    headers: Mapping[str, str], body: bytes | None) -> aiohttp.ClientResponse:
-        """Send a request and wait for the response head; the caller releases the response."""
+        """Send a request and wait for the response head; the caller releases the response.
+
+        `path_qs` is sent as it is (percent-encoded, never normalized): see `upstream_path`."""
         assert self._session is not None, "UpstreamClient.start() was not awaited"
-        url = upstream.base_url + path_qs
+        url = URL(_encoded_base(upstream.base_url) + path_qs, encoded=True)
         try:
             return await self._session.request(method, url, headers=headers, data=body,
                                                timeout=_timeout(upstream.connect_timeout_s, upstream.timeout_s),
@@ -61,8 +66,16 @@ def _timeout(connect_s: float, read_s: float) -> aiohttp.ClientTimeout:
 
 
 async def read_body(response: aiohttp.ClientResponse, upstream: UpstreamSettings) -> bytes:
-    try:
+    with reading_answer(upstream):
         return await response.read()
+
+
+@contextmanager
+def reading_answer(upstream: UpstreamSettings) -> Iterator[None]:
+    """An upstream that fails while the proxy reads its answer, before the client saw any of
+    it: 504 when it went silent, 502 when it broke off."""
+    try:
+        yield
     except asyncio.TimeoutError:
         raise UpstreamTimeout(f"upstream {upstream.name!r} stopped answering "
                               f"(no data for {upstream.timeout_s:g}s)") from None
@@ -77,7 +90,30 @@ def describe(exc: BaseException) -> str:
     return text if len(text) < 300 else text[:300] + "..."
 
 
-def upstream_path(request_path: str, query_string: str) -> str:
-    """`/v1/chat/completions?x=1` -> `/chat/completions?x=1` (the base URL ends in /v1)."""
-    path = request_path[3:] if request_path.startswith("/v1") else request_path
-    return path + (f"?{query_string}" if query_string else "")
+@lru_cache(maxsize=64)
+def _encoded_base(base_url: str) -> str:
+    return str(URL(base_url))
+
+
+def upstream_path(raw_path: str) -> str:
+    """The client's path below `/v1` with its query, as the client encoded it:
+    `/v1/models/org%2Fname?x=1` -> `/models/org%2Fname?x=1` (the base URL ends in /v1).
+
+    Decoding or normalizing it would change what upstream sees (`%2F` in a model id, `%23`,
+    `%3F`), and resolving `..` against the base URL would leave the upstream's base path with
+    the proxy's own key; so a path with dot segments, encoded or not, is refused instead.
+    """
+    path, mark, query = raw_path.partition("?")
+    if path != "/v1" and not path.startswith("/v1/"):
+        raise NotFound(f"Unknown path {unquote(path)}: the proxy serves /v1/*, /healthz "
+                       "and /metrics.")
+    if _has_dot_segment(path):
+        raise BadRequest("The request path contains '.' or '..' segments; the proxy forwards "
+                         "only paths below /v1 as they are.")
+    return path[3:] + mark + query
+
+
+def _has_dot_segment(path: str) -> bool:
+    # Decoded once, as an upstream would; backslashes too, which some servers treat as `/`.
+    segments = unquote(path, errors="surrogateescape").replace("\\", "/").split("/")
+    return any(segment in (".", "..") for segment in segments)

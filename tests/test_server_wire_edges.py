@@ -1,0 +1,296 @@
+"""The wire's odd corners: encoded and dotted paths, compressed bodies, `Expect`, very deep JSON,
+streams that break inside an event, Responses streams that stall before their first real event."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import http.client
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+
+import httpx
+import openai
+import pytest
+from aiohttp import web
+
+from tests.conftest import API_KEY
+from tests.harness import LoopThread
+
+USER = [{"role": "user", "content": "Say hello."}]
+CHAT = {"model": "gpt-4o", "messages": USER}
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass
+class Upstream:
+    """An upstream whose answer each test writes; it records what reached it, as sent."""
+
+    url: str
+    seen: list[tuple[str, str, dict[str, str], bytes]] = field(default_factory=list)
+
+
+@pytest.fixture
+def make_upstream(loop_thread: LoopThread) -> Iterator[Callable[[Handler], Upstream]]:
+    runners: list[web.AppRunner] = []
+
+    def make(answer: Handler) -> Upstream:
+        upstream = Upstream("")
+
+        async def record(request: web.Request) -> web.StreamResponse:
+            upstream.seen.append((request.method, request.raw_path,
+                                  {k.lower(): v for k, v in request.headers.items()},
+                                  await request.read()))
+            return await answer(request)
+
+        async def start() -> int:
+            app = web.Application()
+            app.router.add_route("*", "/{tail:.*}", record)
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            runners.append(runner)
+            return runner.addresses[0][1]
+
+        upstream.url = f"http://127.0.0.1:{loop_thread.run(start())}/tenant-a/v1"
+        return upstream
+
+    yield make
+    for runner in runners:
+        loop_thread.run(runner.cleanup())
+
+
+async def _ok(request: web.Request) -> web.StreamResponse:
+    return web.json_response({"object": "list", "data": []})
+
+
+def _raw_request(port: int, method: str, path: str, body: bytes = b"",
+                 headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    """A request whose path goes out exactly as written (HTTP clients normalize `..`)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    try:
+        connection.request(method, path, body=body or None, headers=headers or {})
+        answer = connection.getresponse()
+        return answer.status, answer.read()
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("path", [
+    "/v1/../../tenant-b/v1/models",
+    "/v1/%2e%2e/%2E%2E/admin/keys?x=1",
+    "/v1/..%2f..%2fadmin/keys",
+    "/v1/models/..%5c..%5cadmin",
+    "/v1/./models",
+    "/v1/chat/../chat/completions",
+])
+def test_dot_segments_are_refused_and_never_leave_the_base_path(make_upstream, make_proxy,
+                                                               path) -> None:
+    upstream = make_upstream(_ok)
+    proxy = make_proxy(upstream.url, upstreams={"fake": {"api_key": "sk-proxy-own-key"}})
+    status, body = _raw_request(proxy.port, "POST" if "chat" in path else "GET", path,
+                                json.dumps(CHAT).encode(), {"content-type": "application/json"})
+    assert status in (400, 404), body
+    assert set(json.loads(body)["error"]) == {"message", "type", "param", "code"}
+    assert upstream.seen == []
+
+
+@pytest.mark.parametrize("path", [
+    "/v1/models/meta-llama%2FLlama-3.1-8B",
+    "/v1/files/a%23b/content",
+    "/v1/files/%3F/content?purpose=a%20b&x=%7E&y=%2F",
+    "/v1/files/a%2541",
+    "/v1/models",
+])
+def test_paths_and_queries_reach_upstream_as_the_client_encoded_them(make_upstream, make_proxy,
+                                                                     path) -> None:
+    upstream = make_upstream(_ok)
+    proxy = make_proxy(upstream.url)
+    status, _ = _raw_request(proxy.port, "GET", path)
+    assert status == 200
+    assert upstream.seen[-1][1] == "/tenant-a" + path
+
+
+def test_the_pipeline_routes_forward_their_query_as_sent(make_upstream, make_proxy) -> None:
+    async def answer(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"id": "c", "object": "chat.completion", "created": 1,
+                                  "model": "gpt-4o", "choices": [{
+                                      "index": 0, "finish_reason": "stop",
+                                      "message": {"role": "assistant", "content": "Hi."}}]})
+
+    upstream = make_upstream(answer)
+    proxy = make_proxy(upstream.url)
+    status, _ = _raw_request(proxy.port, "POST", "/v1/chat/completions?api-version=2024%2D10",
+                             json.dumps(CHAT).encode(), {"content-type": "application/json"})
+    assert status == 200
+    assert upstream.seen[-1][1] == "/tenant-a/v1/chat/completions?api-version=2024%2D10"
+
+
+@pytest.mark.parametrize("path", ["/chat/completions", "/embeddings"])
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_a_compressed_request_body_goes_upstream_inflated_and_labelled_so(proxy, fake, path,
+                                                                          encoding) -> None:
+    plain = json.dumps({**CHAT, "input": "x"}).encode()
+    packed = gzip.compress(plain) if encoding == "gzip" else _deflate(plain)
+    answer = httpx.post(f"{proxy.base_url}{path}", content=packed, timeout=20,
+                        headers={"content-type": "application/json",
+                                 "content-encoding": encoding})
+    assert answer.status_code == 200, answer.text
+    sent = fake.last(path)
+    assert sent.body == plain
+    assert "content-encoding" not in sent.headers
+
+
+def _deflate(data: bytes) -> bytes:
+    import zlib
+    return zlib.compress(data)
+
+
+def test_a_body_that_is_not_what_its_encoding_says_is_400(proxy, fake) -> None:
+    answer = httpx.post(f"{proxy.base_url}/chat/completions", content=json.dumps(CHAT).encode(),
+                        headers={"content-type": "application/json",
+                                 "content-encoding": "gzip"}, timeout=20)
+    assert answer.status_code == 400
+    assert answer.json()["error"]["type"] == "invalid_request_error"
+    assert fake.requests == []
+
+
+def test_expect_continue_is_answered_by_the_proxy_not_forwarded(proxy, fake) -> None:
+    status, body = _raw_request(proxy.port, "POST", "/v1/chat/completions",
+                                json.dumps(CHAT).encode(),
+                                {"content-type": "application/json",
+                                 "expect": "100-continue"})
+    assert status == 200, body
+    assert "expect" not in fake.last().headers
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def test_json_nested_beyond_the_parsers_is_a_clear_400(proxy, fake) -> None:
+    body = ('{"model": "gpt-4o", "metadata": ' + _nested(5000) + ', "messages": '
+            + json.dumps(USER) + "}")
+    answer = httpx.post(f"{proxy.base_url}/chat/completions", content=body.encode(),
+                        headers={"content-type": "application/json"}, timeout=20)
+    assert answer.status_code == 400
+    assert "nested too deeply" in answer.json()["error"]["message"]
+    assert fake.requests == []
+
+
+def test_json_nested_beyond_the_parsers_is_still_forwarded_on_other_paths(make_upstream,
+                                                                          make_proxy) -> None:
+    upstream = make_upstream(_ok)
+    proxy = make_proxy(upstream.url)
+    body = ('{"model": "text-embedding-3-small", "input": ' + _nested(5000) + "}").encode()
+    answer = httpx.post(f"{proxy.base_url}/embeddings", content=body, timeout=20,
+                        headers={"content-type": "application/json"})
+    assert answer.status_code == 200
+    assert upstream.seen[-1][3] == body
+
+
+def test_an_invalid_stream_options_goes_up_as_sent(proxy, fake) -> None:
+    body = json.dumps({**CHAT, "stream": True, "stream_options": "x"}).encode()
+    with httpx.stream("POST", f"{proxy.base_url}/chat/completions", content=body, timeout=20,
+                      headers={"content-type": "application/json"}) as answer:
+        answer.read()
+    assert fake.last().body == body
+
+
+def _chunk(text: str) -> bytes:
+    return b"data: " + json.dumps({
+        "id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o",
+        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}).encode() \
+        + b"\n\n"
+
+
+@pytest.mark.parametrize("partial", [b"partial", b'data: {"id":"c","obj', b"data: {}\n"])
+def test_a_stream_cut_inside_an_event_ends_with_an_error_the_sdk_raises(make_upstream,
+                                                                        make_proxy,
+                                                                        partial) -> None:
+    async def answer(request: web.Request) -> web.StreamResponse:
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        await out.write(_chunk("Hel"))
+        await out.write(partial)
+        await asyncio.sleep(0.05)
+        assert request.transport is not None
+        request.transport.abort()
+        return out
+
+    proxy = make_proxy(make_upstream(answer).url)
+    client = openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)
+    received = []
+    with pytest.raises(openai.APIError) as caught:
+        for chunk in client.chat.completions.create(model="gpt-4o", messages=USER, stream=True):
+            received.append(chunk.choices[0].delta.content if chunk.choices else None)
+    client.close()
+    assert "mid-stream" in str(caught.value)
+    assert received == ["Hel"]
+
+
+def _event(kind: str, **fields: object) -> bytes:
+    return (f"event: {kind}\ndata: " + json.dumps({"type": kind, **fields}) + "\n\n").encode()
+
+
+def test_a_responses_stream_is_relayed_while_its_first_real_event_is_slow(make_upstream,
+                                                                          make_proxy,
+                                                                          loop_thread) -> None:
+    release = asyncio.Event()
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        await out.write(_event("response.created", sequence_number=0,
+                               response={"id": "resp_1", "status": "in_progress"}))
+        await asyncio.wait_for(release.wait(), 30)
+        await out.write(_event("response.output_text.delta", sequence_number=1, delta="Hi"))
+        return out
+
+    proxy = make_proxy(make_upstream(answer).url)
+    body = {"model": "gpt-4o", "input": "hi", "stream": True}
+    with httpx.stream("POST", f"{proxy.base_url}/responses", json=body, timeout=20) as stream:
+        lines = stream.iter_lines()
+        assert stream.status_code == 200
+        assert next(lines) == "event: response.created"  # arrives without the next event
+        loop_thread.run(_set(release))
+        rest = "\n".join(lines)
+    assert "response.output_text.delta" in rest
+
+
+async def _set(event: asyncio.Event) -> None:
+    event.set()
+
+
+def test_a_responses_stream_that_goes_silent_before_its_first_real_event_is_504(
+        make_upstream, make_proxy) -> None:
+    async def answer(request: web.Request) -> web.StreamResponse:
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        await out.write(_event("response.created", sequence_number=0,
+                               response={"id": "resp_1", "status": "in_progress"}))
+        await asyncio.sleep(5)
+        return out
+
+    proxy = make_proxy(make_upstream(answer).url, upstreams={"fake": {"timeout_s": 0.3}})
+    answer_ = httpx.post(f"{proxy.base_url}/responses", timeout=20,
+                         json={"model": "gpt-4o", "input": "hi", "stream": True})
+    assert answer_.status_code == 504
+    assert answer_.json()["error"]["code"] == "upstream_timeout"
+
+
+def test_integers_beyond_64_bits_keep_their_digits_when_fields_are_rewritten(proxy, fake) -> None:
+    # The proxy rewrites the top-level fields here (it adds include_usage to the client's
+    # stream_options); orjson alone would have turned these integers into floats.
+    body = ('{"model": "gpt-4o", "stream": true, "stream_options": {"include_obfuscation": '
+            'false}, "seed": 123456789012345678901234567890, "metadata": {"n": '
+            '18446744073709551616, "m": -9223372036854775809}, "messages": '
+            + json.dumps(USER) + "}").encode()
+    with httpx.stream("POST", f"{proxy.base_url}/chat/completions", content=body, timeout=20,
+                      headers={"content-type": "application/json"}) as answer:
+        answer.read()
+    sent = json.loads(fake.last().body)
+    assert sent["seed"] == 123456789012345678901234567890
+    assert sent["metadata"] == {"n": 18446744073709551616, "m": -9223372036854775809}
+    assert sent["stream_options"] == {"include_obfuscation": False, "include_usage": True}
