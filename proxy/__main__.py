@@ -23,6 +23,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in error.problems:
             print(f"  {problem}", file=sys.stderr)
         return 1
+    for warning in settings.warnings:
+        print(f"compaction-proxy: warning: {args.config}: {warning}", file=sys.stderr)
     return int(args.run(settings, args) or 0)
 
 

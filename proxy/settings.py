@@ -8,6 +8,7 @@ The documented reference of every key is `config/proxy.yaml`.
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,6 +30,8 @@ __all__ = ["DEFAULT_EXPLORATION_TOOLS", "DEFAULT_FILE_TOOLS", "DEFAULT_PLAN_TOOL
            "TruncateSettings", "load_settings", "parse_settings"]
 
 DEFAULT_CONFIG_PATH = "config/proxy.yaml"
+# The password of a URL's userinfo: up to the last '@' before the path, as urlsplit reads it.
+_URL_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*:)[^/?#]*@")
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,8 @@ class Settings:
     logging: LoggingSettings = field(default_factory=LoggingSettings)
     tokens: TokenSettings = field(default_factory=TokenSettings)
     compaction: CompactionSettings = field(default_factory=CompactionSettings)
+    # Things that are allowed but probably not meant, `path: text`, for the CLI to show.
+    warnings: tuple[str, ...] = ()
 
     def route(self, model: str) -> UpstreamSettings | None:
         """The upstream of the first route whose glob matches `model`."""
@@ -136,24 +141,40 @@ class Settings:
 
 
 def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Settings:
-    """Read, interpolate and validate a YAML config file; raises `ConfigError`."""
+    """Read, interpolate and validate a YAML config file; raises `ConfigError`, and nothing
+    else, for every way the file can be wrong."""
+    raw = _read_yaml(path)
+    try:
+        return parse_settings(raw, environment() if env is None else env)
+    except RecursionError:
+        raise ConfigError([f"<file>: {path} nests too deeply"]) from None
+
+
+def _read_yaml(path: str | Path) -> Any:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError([f"<file>: cannot read {path}: {exc.strerror or exc}"]) from None
+    except UnicodeDecodeError as exc:
+        where = f"byte {exc.object[exc.start]:#04x} at offset {exc.start}"
+        raise ConfigError([f"<file>: {path} is not UTF-8 text: {where}"]) from None
     try:
-        raw = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError([f"<file>: {path} is not valid YAML: {exc}"]) from None
-    return parse_settings(raw, environment() if env is None else env)
+    except RecursionError:
+        raise ConfigError([f"<file>: {path} nests too deeply"]) from None
+    except ValueError as exc:  # from PyYAML's converters: a date like 2024-13-45, a 5000-digit int
+        raise ConfigError([f"<file>: {path} has a value YAML cannot read: {exc}"]) from None
 
 
 def parse_settings(raw: Any, env: Mapping[str, str]) -> Settings:
     problems: list[str] = []
+    warnings: list[str] = []
     root = Reader(interpolate(raw or {}, env, "", problems), "", problems)
     settings = Settings(
         server=_server(root.mapping("server")),
-        upstreams=_upstreams(root.mapping("upstreams")),
+        upstreams=_upstreams(root.mapping("upstreams"), warnings),
         routes=(),
         models=_models(root.mapping("models")),
         threads=_threads(root.mapping("threads")),
@@ -161,6 +182,7 @@ def parse_settings(raw: Any, env: Mapping[str, str]) -> Settings:
         logging=_logging(root.mapping("logging")),
         tokens=_tokens(root.mapping("tokens")),
         compaction=parse_compaction(root.mapping("compaction")),
+        warnings=tuple(warnings),
     )
     settings = replace(settings, routes=_routes(root, settings.upstreams))
     _check_references(settings, problems)
@@ -183,18 +205,14 @@ def _server(r: Reader) -> ServerSettings:
     return s
 
 
-def _upstreams(r: Reader) -> dict[str, UpstreamSettings]:
+def _upstreams(r: Reader, warnings: list[str]) -> dict[str, UpstreamSettings]:
     upstreams = {}
     for name in list(r.raw):
         u = r.mapping(str(name))
-        base_url = u.string("base_url")
-        parts = urlsplit(base_url)
-        if base_url and (parts.scheme not in ("http", "https") or not parts.netloc):
-            u.problem("base_url", f"must be an http(s) URL, got {base_url!r}")
         upstreams[str(name)] = UpstreamSettings(
             name=str(name),
-            base_url=base_url.rstrip("/"),
-            api_key=u.string("api_key", None) or None,
+            base_url=_base_url(u),
+            api_key=_api_key(u, str(name), warnings),
             timeout_s=u.number("timeout_s", UpstreamSettings.timeout_s, 0.1),
             connect_timeout_s=u.number("connect_timeout_s", UpstreamSettings.connect_timeout_s, 0.1),
             api=u.string("api", "chat", choices=("chat", "responses")),
@@ -203,6 +221,36 @@ def _upstreams(r: Reader) -> dict[str, UpstreamSettings]:
     if not upstreams:
         r.problems.append("upstreams: at least one upstream is required")
     return upstreams
+
+
+def _base_url(u: Reader) -> str:
+    base_url = u.string("base_url")
+    if base_url and not _is_http_url(base_url):
+        u.problem("base_url", f"must be an http(s) URL, got {redacted_url(base_url)!r}")
+    return base_url.rstrip("/")
+
+
+def _is_http_url(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # a port that is not a number up to 65535, a bad IPv6 literal `http://[::1`
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and port != 0
+
+
+def _api_key(u: Reader, upstream: str, warnings: list[str]) -> str | None:
+    key = u.string("api_key", None)
+    if key is not None and not key.strip():
+        # Most often `${KEY}` or `${KEY:-}` with KEY empty or unset: worth a word, since
+        # it silently changes whose credential the upstream sees.
+        warnings.append(f"{u.where('api_key')}: is empty, so upstream {upstream!r} gets each "
+                        f"client's own Authorization header (omit the key to mean that)")
+        return None
+    if key is not None and ("\n" in key or "\r" in key):
+        u.problem("api_key", "contains a line break (a trailing newline from a secret file?)")
+        return None
+    return key
 
 
 def _routes(root: Reader, upstreams: Mapping[str, UpstreamSettings]) -> tuple[Route, ...]:
@@ -291,11 +339,18 @@ def _check_references(s: Settings, problems: list[str]) -> None:
         problems.append(f"compaction.summarizer.upstream: no upstream named {upstream!r}")
 
 
+def redacted_url(url: str) -> str:
+    """`url` with the password of its userinfo (`http://user:password@host`) shown as `***`."""
+    return _URL_PASSWORD.sub(r"\1***@", url)
+
+
 def masked(settings: Settings) -> dict[str, Any]:
     """The resolved settings as plain data with every secret replaced, for `check-config`."""
     from dataclasses import asdict
     data = asdict(settings)
+    del data["warnings"]
     for upstream in data["upstreams"].values():
+        upstream["base_url"] = redacted_url(upstream["base_url"])
         if upstream.get("api_key"):
             key = upstream["api_key"]
             upstream["api_key"] = f"{key[:3]}***" if len(key) > 12 else "***"

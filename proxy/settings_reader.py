@@ -6,14 +6,21 @@ check it, remember that the key was seen, and report everything wrong at once.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+import yaml
+
 T = TypeVar("T")
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# Every YAML int, float and boolean is spelled with these characters. Text with any other
+# (spaces, quotes, brackets, '#', '&', '!', a line break) is never read as YAML, so an
+# environment value cannot bring structure into the config.
+_SCALAR_CHARS = re.compile(r"[-+.:_0-9A-Za-z]+")
 _MISSING = object()
 
 
@@ -25,23 +32,53 @@ class ConfigError(Exception):
         self.problems = problems
 
 
-def interpolate(value: Any, env: Mapping[str, str], path: str, problems: list[str]) -> Any:
+class WholeReference(str):
+    """A string that was exactly one `${VAR}` (or `${VAR:-default}`) reference. Where the
+    config expects a number or a boolean it is read as YAML reads an unquoted scalar
+    (`typed_scalar`); everywhere else, secrets included, it stays the text it is."""
+
+
+def interpolate(value: Any, env: Mapping[str, str], path: str, problems: list[str],
+                _parents: frozenset[int] = frozenset()) -> Any:
     """Replace `${VAR}` and `${VAR:-default}` in every string of a parsed YAML tree."""
     if isinstance(value, str):
-        def substitute(match: re.Match[str]) -> str:
-            name, default = match.group(1), match.group(2)
-            if name in env:
-                return env[name]
-            if default is not None:
-                return default
-            problems.append(f"{path}: environment variable {name} is not set")
-            return ""
-        return _ENV_REF.sub(substitute, value)
+        return _substitute(value, env, path, problems)
+    if not isinstance(value, (Mapping, list)):
+        return value
+    if id(value) in _parents:
+        # `a: &a [*a]`: PyYAML builds a structure that contains itself.
+        problems.append(f"{path or '<root>'}: a YAML alias refers to a node that contains it")
+        return None
+    parents = _parents | {id(value)}
     if isinstance(value, Mapping):
-        return {k: interpolate(v, env, _join(path, str(k)), problems) for k, v in value.items()}
-    if isinstance(value, list):
-        return [interpolate(v, env, f"{path}[{i}]", problems) for i, v in enumerate(value)]
-    return value
+        return {k: interpolate(v, env, _join(path, str(k)), problems, parents)
+                for k, v in value.items()}
+    return [interpolate(v, env, f"{path}[{i}]", problems, parents) for i, v in enumerate(value)]
+
+
+def _substitute(text: str, env: Mapping[str, str], path: str, problems: list[str]) -> str:
+    def value_of(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in env:
+            return env[name]
+        if default is not None:
+            return default
+        problems.append(f"{path}: environment variable {name} is not set")
+        return ""
+    result = _ENV_REF.sub(value_of, text)
+    return WholeReference(result) if _ENV_REF.fullmatch(text) else result
+
+
+def typed_scalar(text: str) -> Any:
+    """`8080` -> 8080, `true` -> True, `1.5` -> 1.5, as YAML reads them unquoted. Any other
+    text (empty, a date, `null`, a list or a mapping in YAML syntax) stays a string."""
+    if not _SCALAR_CHARS.fullmatch(text):
+        return str(text)
+    try:
+        value = yaml.safe_load(text)
+    except (yaml.YAMLError, ValueError):  # ValueError: an int of more than 4300 digits
+        return str(text)
+    return value if isinstance(value, (bool, int, float)) else str(text)
 
 
 def _join(path: str, key: str) -> str:
@@ -80,6 +117,8 @@ class Reader:
     def typed(self, key: str, default: T, kind: type | tuple[type, ...], name: str,
               check: Callable[[Any], str | None] | None = None) -> T:
         value = self.get(key, default)
+        if isinstance(value, WholeReference):
+            value = typed_scalar(value)
         if value is None:
             return default
         if isinstance(value, bool) and kind is not bool and bool not in _as_tuple(kind):
@@ -105,7 +144,7 @@ class Reader:
         if choices and value not in choices:
             self.problem(key, f"must be one of {', '.join(choices)}, got {value!r}")
             return default if default is not _MISSING else ""
-        return value
+        return str(value)  # a plain str, not the `WholeReference` it may be
 
     def integer(self, key: str, default: int, minimum: int | None = None,
                 maximum: int | None = None) -> int:
@@ -129,7 +168,7 @@ class Reader:
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             self.problem(key, "expected a list of non-empty strings")
             return default
-        return tuple(value)
+        return tuple(str(v) for v in value)
 
     def mapping(self, key: str) -> Reader:
         return Reader(self.get(key, {}), self.where(key), self.problems)
@@ -146,6 +185,8 @@ def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
 
 def _bounds(minimum: float | None, maximum: float | None) -> Callable[[Any], str | None]:
     def check(value: float) -> str | None:
+        if not math.isfinite(value):
+            return f"must be a finite number, got {value}"
         if minimum is not None and value < minimum:
             return f"must be at least {minimum}, got {value}"
         if maximum is not None and value > maximum:

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
+from dataclasses import asdict, fields
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
+from proxy.settings import (ConfigError, ModelProfile, Route, Settings, UpstreamSettings,
+                            load_settings, masked, parse_settings, redacted_url)
 from proxy.testing.replies import Reply
 from tests.process import ProxyProcess, cli, write_config
 
@@ -85,3 +93,203 @@ def test_serve_flags_override_the_file(tmp_path: Path, fake) -> None:
         proxy.signal(signal.SIGTERM)
         assert proxy.wait() == 0
         proxy.kill()
+
+
+# Config loading: every bad file ends in a ConfigError, `${VAR}` typing, masking, empty keys.
+
+BASE = "upstreams:\n  u:\n    base_url: http://127.0.0.1:9/v1\n"
+
+
+def _settings(text: str, **env: str) -> Settings:
+    return parse_settings(yaml.safe_load(text), env)
+
+
+def _problems(text: str, **env: str) -> list[str]:
+    with pytest.raises(ConfigError) as error:
+        _settings(text, **env)
+    return error.value.problems
+
+
+def test_a_file_that_is_not_utf8_is_named_with_its_problem(tmp_path: Path) -> None:
+    config = tmp_path / "latin1.yaml"
+    config.write_bytes(b"\xff\xfe bad bytes\n")
+    for command in ("check-config", "serve"):
+        result = cli(command, "--config", str(config))
+        assert result.returncode == 1
+        assert f"{config} is not UTF-8 text: byte 0xff at offset 0" in result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_a_recursive_alias_is_named_not_a_traceback(tmp_path: Path) -> None:
+    config = tmp_path / "loop.yaml"
+    config.write_text(BASE + "threads:\n  headers: &h [x-a, *h]\n")
+    result = cli("check-config", "--config", str(config))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "threads.headers[1]: a YAML alias refers to a node that contains it" in result.stderr
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("a: &a [*a]\n", "a[0]: a YAML alias refers to a node that contains it"),
+    ("server: &s\n  inner: *s\n", "server.inner: a YAML alias refers to a node that contains it"),
+    ("a: " + "[" * 600 + "]" * 600 + "\n", "nests too deeply"),
+    ("server:\n  port: " + "9" * 5000 + "\n", "has a value YAML cannot read"),
+    ("state:\n  path: 2024-13-45\n", "has a value YAML cannot read: month must be in 1..12"),
+    ("upstreams:\n  u:\n    base_url: http://[::1/v1\n", "upstreams.u.base_url: must be an http"),
+    ("upstreams:\n  u:\n    base_url: http://h:port/v1\n", "upstreams.u.base_url: must be an http"),
+    (BASE + "server:\n  shutdown_grace_s: .nan\n", "server.shutdown_grace_s: must be a finite"),
+])
+def test_every_way_a_file_can_be_bad_is_a_config_error(tmp_path: Path, text: str,
+                                                       problem: str) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(text)
+    with pytest.raises(ConfigError) as error:
+        load_settings(config, {})
+    assert any(problem in line for line in error.value.problems), error.value.problems
+
+
+def _config_keys() -> list[str]:
+    def keys(value: object) -> Iterator[str]:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                yield key
+                yield from keys(inner)
+    names = set(keys(asdict(Settings())))
+    return sorted(names | {f.name for kind in (UpstreamSettings, ModelProfile, Route)
+                           for f in fields(kind)})
+
+
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12),
+                    st.sampled_from(["${N}", "${N:-}", "x${N}", "http://[::1", "http://u:p@h/v1",
+                                     "http://h:99999/v1", "Europe/Paris", "../../etc", "gpt-*"]))
+_TREES = st.recursive(_VALUES, lambda inner: st.lists(inner, max_size=3)
+                      | st.dictionaries(st.sampled_from(_config_keys()) | st.text(max_size=4),
+                                        inner, max_size=4), max_leaves=30)
+
+
+def _leaves(value: object) -> Iterator[object]:
+    if isinstance(value, dict):
+        for inner in value.values():
+            yield from _leaves(inner)
+    elif isinstance(value, (list, tuple)):
+        for inner in value:
+            yield from _leaves(inner)
+    else:
+        yield value
+
+
+@given(tree=st.dictionaries(st.sampled_from(_config_keys()), _TREES, max_size=6),
+       variable=st.text(max_size=10))
+def test_any_parsed_yaml_gives_settings_or_a_config_error(tree: dict[str, Any],
+                                                          variable: str) -> None:
+    try:
+        settings = parse_settings(tree, {"N": variable})
+    except ConfigError:
+        return
+    # What check-config prints is plain data (no `str` subclass for yaml.safe_dump to refuse).
+    plain = (str, int, float, bool, type(None))
+    assert all(type(leaf) in plain for leaf in _leaves(masked(settings)))
+
+
+def test_a_whole_env_reference_is_read_as_the_number_or_boolean_the_key_takes() -> None:
+    settings = _settings(BASE + "server:\n  port: ${PORT}\n  shutdown_grace_s: '${GRACE}'\n"
+                         "threads:\n  forward_headers: ${FORWARD}\n"
+                         "compaction:\n  enabled: ${ON:-false}\n  trigger_ratio: ${RATIO}\n",
+                         PORT="8080", GRACE="5", FORWARD="no", RATIO="0.5")
+    assert settings.server.port == 8080 and type(settings.server.port) is int
+    assert settings.server.shutdown_grace_s == 5.0
+    assert settings.threads.forward_headers is False
+    assert settings.compaction.enabled is False
+    assert settings.compaction.trigger_ratio == 0.5
+
+
+def test_check_config_reads_a_port_from_the_environment(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PROXY_TEST_PORT", "8080")
+    config = tmp_path / "env.yaml"
+    config.write_text(BASE + "server:\n  port: ${PROXY_TEST_PORT}\n")
+    result = cli("check-config", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load(result.stdout)["server"]["port"] == 8080
+
+
+def test_interpolation_inside_longer_text_stays_text() -> None:
+    problems = _problems(BASE + "server:\n  port: 80${TAIL}\n", TAIL="80")
+    assert "server.port: expected an integer, got str '8080'" in problems
+
+
+def test_text_keys_keep_a_numeric_env_value_as_text() -> None:
+    settings = _settings("upstreams:\n  u:\n    base_url: http://h/v1\n    api_key: ${KEY}\n"
+                         "compaction:\n  manual_command: ${COMMAND}\n", KEY="12345", COMMAND="true")
+    assert settings.upstreams["u"].api_key == "12345"
+    assert type(settings.upstreams["u"].api_key) is str
+    assert settings.compaction.manual_command == "true"
+
+
+@pytest.mark.parametrize("value", ["{port: 1}", "[8080]", "8080\n", " 8080", "&a 8080",
+                                   "!!int 8080", "8080 # the port", "", "null", "2024-01-01"])
+def test_an_env_value_that_is_not_a_plain_number_stays_text(value: str) -> None:
+    problems = _problems(BASE + "server:\n  port: ${PORT}\n", PORT=value)
+    assert f"server.port: expected an integer, got str {value!r}" in problems
+
+
+def test_an_env_value_never_becomes_a_list_or_a_mapping() -> None:
+    problems = _problems(BASE + "threads:\n  headers: ${HEADERS}\n", HEADERS="[x-a, x-b]")
+    assert "threads.headers: expected a list of non-empty strings" in problems
+    settings = _settings(BASE + "compaction:\n  manual_command: ${COMMAND}\n", COMMAND="{a: 1}")
+    assert settings.compaction.manual_command == "{a: 1}"
+
+
+def test_check_config_masks_a_password_in_base_url(tmp_path: Path) -> None:
+    config = tmp_path / "creds.yaml"
+    config.write_text("upstreams:\n  u:\n    base_url: http://user:pa55word@127.0.0.1:9/v1\n")
+    result = cli("check-config", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    assert "pa55word" not in result.stdout + result.stderr
+    shown = yaml.safe_load(result.stdout)["upstreams"]["u"]["base_url"]
+    assert shown == "http://user:***@127.0.0.1:9/v1"
+    assert "pa55word" in load_settings(config).upstreams["u"].base_url  # requests still carry it
+
+    config.write_text("upstreams:\n  u:\n    base_url: ftp://user:pa55word@host/v1\n")
+    result = cli("check-config", "--config", str(config))
+    assert result.returncode == 1 and "pa55word" not in result.stderr
+    assert ("upstreams.u.base_url: must be an http(s) URL, got 'ftp://user:***@host/v1'"
+            in result.stderr)
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("http://user:pa55word@h/v1", "http://user:***@h/v1"),
+    ("https://user:p@ss@h:8443/v1?k=1", "https://user:***@h:8443/v1?k=1"),
+    ("http://user@h/v1", "http://user@h/v1"),
+    ("http://h:8080/v1/a@b", "http://h:8080/v1/a@b"),
+    ("http://[::1/v1", "http://[::1/v1"),
+])
+def test_redacted_url_hides_only_the_password(url: str, shown: str) -> None:
+    assert redacted_url(url) == shown
+
+
+def test_an_empty_api_key_forwards_client_credentials_with_a_warning(tmp_path: Path) -> None:
+    config = tmp_path / "empty.yaml"
+    config.write_text("upstreams:\n  u:\n    base_url: http://h/v1\n    api_key: ${UNSET_KEY:-}\n")
+    result = cli("check-config", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    assert (f"compaction-proxy: warning: {config}: upstreams.u.api_key: is empty, so upstream 'u' "
+            "gets each client's own Authorization header") in result.stderr
+    assert yaml.safe_load(result.stdout)["upstreams"]["u"]["api_key"] is None
+
+
+def test_serve_warns_at_start_about_an_empty_api_key(tmp_path: Path, fake) -> None:
+    config = write_config(tmp_path / "p.yaml", fake.url, tmp_path / "state",
+                          upstreams={"fake": {"base_url": fake.url, "api_key": ""}})
+    proxy = ProxyProcess(config)
+    try:
+        assert b"upstreams.fake.api_key: is empty, so upstream 'fake'" in b"".join(proxy.raw)
+    finally:
+        proxy.signal(signal.SIGTERM)
+        assert proxy.wait() == 0
+        proxy.kill()
+
+
+@pytest.mark.parametrize("key", ["sk-abc\n", "sk-abc\r\nX-Injected: 1"])
+def test_an_api_key_with_a_line_break_is_rejected(key: str) -> None:
+    problems = _problems(BASE + "    api_key: ${KEY}\n", KEY=key)
+    assert ("upstreams.u.api_key: contains a line break (a trailing newline from a secret file?)"
+            in problems)
