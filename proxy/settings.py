@@ -227,6 +227,11 @@ def _base_url(u: Reader) -> str:
     base_url = u.string("base_url")
     if base_url and not _is_http_url(base_url):
         u.problem("base_url", f"must be an http(s) URL, got {redacted_url(base_url)!r}")
+    elif base_url and "@" in urlsplit(base_url).netloc:
+        # aiohttp cannot send URL credentials beside an Authorization header, and every
+        # request here carries one (the client's, or api_key's).
+        u.problem("base_url", f"must not carry credentials (user:password@), got "
+                              f"{redacted_url(base_url)!r}; set api_key instead")
     return base_url.rstrip("/")
 
 
