@@ -82,6 +82,7 @@ def test_a_stream_gains_only_the_usage_request(proxy, fake, body: dict[str, Any]
     received = fake.last("/chat/completions").body
     assert received == b'{"stream_options":{"include_usage":true},' + sent[1:]
     assert b'"choices":[]' not in received_stream, "the usage chunk the client did not ask for"
+    assert b'"usage"' not in received_stream, "nor the null usage of every other chunk"
 
 
 def test_a_client_asking_for_usage_gets_it(proxy, fake) -> None:

@@ -33,10 +33,13 @@ class ChatTap:
         out = []
         for event in events:
             kind = self.stream.feed(event) if event.complete else ChunkKind.OTHER
-            if kind is ChunkKind.USAGE_ONLY and self.hide_usage:
-                self.hidden += 1
-                continue
-            out.append(event.raw)
+            if self.hide_usage:
+                if kind is ChunkKind.USAGE_ONLY:
+                    self.hidden += 1
+                    continue
+                out.append(_without_null_usage(event.raw))
+            else:
+                out.append(event.raw)
         return b"".join(out)
 
     def failure_frame(self, message: str) -> bytes:
@@ -52,6 +55,19 @@ class ChatTap:
     @property
     def complete(self) -> bool:
         return self.stream.done and self.stream.error is None
+
+
+# With include_usage, every chunk carries `"usage": null` until the last. Inside a JSON string
+# a quote is always escaped, so these bytes can only be that key and its null.
+_NULL_USAGE = (b',"usage":null', b', "usage": null')
+
+
+def _without_null_usage(raw: bytes) -> bytes:
+    """A chunk as it would have come had the proxy not asked for usage on the client's behalf."""
+    for pattern in _NULL_USAGE:
+        if pattern in raw:
+            raw = raw.replace(pattern, b"")
+    return raw
 
 
 class ResponsesTap:
