@@ -92,7 +92,7 @@ def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 async def _run(app: web.Application, settings: Settings, log: object) -> None:
-    runner = make_runner(app, settings)
+    runner = make_runner(app)
     await runner.setup()
     site = web.TCPSite(runner, settings.server.host, settings.server.port)
     await site.start()
@@ -109,11 +109,14 @@ async def _run(app: web.Application, settings: Settings, log: object) -> None:
     log.info("stopped")  # type: ignore[attr-defined]
 
 
-def make_runner(app: web.Application, settings: Settings) -> web.AppRunner:
+def make_runner(app: web.Application) -> web.AppRunner:
+    from proxy.server.runner import ProxyRunner
+
     # Long header lines (big thread ids, tokens) are client data to handle, not parser errors.
-    return web.AppRunner(app, handler_cancellation=True, access_log=None,
-                         shutdown_timeout=settings.server.shutdown_grace_s,
-                         max_line_size=65536, max_field_size=65536)
+    # The app's drain gives in-flight requests their grace (proxy/server/drain.py); aiohttp's
+    # own shutdown wait only bounds the few handlers still running after the drain's cut.
+    return ProxyRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0,
+                       max_line_size=65536, max_field_size=65536)
 
 
 def _threads(settings: Settings, args: argparse.Namespace) -> int:

@@ -61,6 +61,13 @@ class UpstreamTimeout(ProxyError):
     code = "upstream_timeout"
 
 
+class ShuttingDown(ProxyError):
+    """The proxy is stopping and cut the request off when `server.shutdown_grace_s` ended."""
+
+    status = 503
+    code = "proxy_shutting_down"
+
+
 class CompactionInsufficient(ProxyError):
     """The projection cannot be brought under the model's window: the thread must restart."""
 

@@ -133,7 +133,7 @@ async def start_proxy(settings: Settings, logs: LogCapture | None = None) -> Run
     logs.loop = asyncio.get_running_loop()
     configure_logging(LoggingSettings(format="json", level="debug"), stream=logs)
     app = build_app(settings)
-    runner = make_runner(app, settings)
+    runner = make_runner(app)
     await runner.setup()
     site = web.TCPSite(runner, settings.server.host, settings.server.port)
     await site.start()

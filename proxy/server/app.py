@@ -1,4 +1,4 @@
-"""The aiohttp application: routes, the error middleware, and the lifecycle of shared services."""
+"""The aiohttp application: routes, the middlewares, and the lifecycle of shared services."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from proxy.errors import BadRequest, MethodNotAllowed, NotFound, PayloadTooLarge, ProxyError, error_body
+from proxy.errors import BadRequest, MethodNotAllowed, NotFound, PayloadTooLarge, ProxyError
 from proxy.server import completions, passthrough
+from proxy.server.drain import CUT_WAIT_S, Drain
 from proxy.server.logs import get_logger
 from proxy.server.metrics import Metrics
 from proxy.server.pipeline import Pipeline
@@ -33,9 +34,12 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         return await handler(request)
     except ProxyError as error:
         return render_error(error)
-    except web.RequestPayloadError as exc:
-        # aiohttp could not read the body as its headers describe it (bad gzip, short body).
-        return render_error(BadRequest(f"The request body could not be read: {exc}."))
+    except web.RequestPayloadError:
+        # aiohttp decodes the body as it is read: a body that does not match its own
+        # Content-Encoding or chunked framing is the client's error, not the proxy's.
+        return render_error(BadRequest("The request body could not be read: it does not match "
+                                       "its Content-Encoding or Transfer-Encoding.",
+                                       code="invalid_body_encoding"))
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -43,8 +47,11 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
     except Exception:
         request.app[SERVICES].log.exception("unhandled_error", path=request.path,
                                             method=request.method)
-        return json_response(500, error_body("The proxy failed to handle this request; "
-                                             "see its log.", "server_error", None, "proxy_error"))
+        return render_error(unhandled_error())
+
+
+def unhandled_error() -> ProxyError:
+    return ProxyError("The proxy failed to handle this request; see its log.", code="proxy_error")
 
 
 def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ProxyError:
@@ -68,14 +75,16 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> web.Application:
-    app = web.Application(middlewares=[error_middleware],
-                          client_max_size=settings.server.max_body_bytes)
+    log = get_logger("proxy")
     services = Services(settings=settings, upstream=UpstreamClient(settings.server.upstream_pool_size),
-                        log=get_logger("proxy"))
+                        log=log, drain=Drain(settings.server.shutdown_grace_s, log))
     services.metrics = Metrics()
     services.pipeline = pipeline or Pipeline(settings, client=services.upstream, log=services.log,
                                              metrics=services.metrics)
+    app = web.Application(middlewares=[error_middleware, services.drain.middleware],
+                          client_max_size=settings.server.max_body_bytes)
     app[SERVICES] = services
+    app.on_shutdown.append(services.drain.on_shutdown)
     app.cleanup_ctx.append(_lifecycle)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", services.metrics.handler)
@@ -92,6 +101,10 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     if start is not None:
         await start()
     yield
+    # aiohttp has force-closed connections whose handlers outlived the drain: let those
+    # handlers end before the store closes under them.
+    if not await services.drain.settle(CUT_WAIT_S):
+        services.log.warning("handlers_still_running", requests=services.drain.in_flight)
     stop = getattr(services.pipeline, "stop", None)
     if stop is not None:
         await stop()

@@ -18,6 +18,8 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from proxy.errors import ShuttingDown
+from proxy.server.drain import CUT_MESSAGE, is_cut, resume_after_cut
 from proxy.server.upstream import describe
 
 
@@ -26,7 +28,7 @@ class StreamTap(Protocol):
 
     def flush(self) -> bytes: ...
 
-    def failure_frame(self, message: str) -> bytes: ...
+    def failure_frame(self, message: str, code: str = "upstream_disconnected") -> bytes: ...
 
 
 class PlainTap:
@@ -38,7 +40,7 @@ class PlainTap:
     def flush(self) -> bytes:
         return b""
 
-    def failure_frame(self, message: str) -> bytes:
+    def failure_frame(self, message: str, code: str = "upstream_disconnected") -> bytes:
         return b""
 
 
@@ -77,6 +79,13 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
         # continue its line and the client's SDK would miss the error or fail to parse it.
         data = tap.failure_frame(
             f"The upstream connection failed mid-stream: {outcome.upstream_error}")
+    except asyncio.CancelledError as exc:
+        if not is_cut(exc):
+            raise
+        # The shutdown grace ended: the stream ends here, properly, with an error frame.
+        resume_after_cut()
+        outcome.upstream_error = "cut by shutdown: server.shutdown_grace_s ended"
+        data = tap.failure_frame(CUT_MESSAGE, ShuttingDown.code)  # as above: no unfinished event
     if data:
         await out.write(data)
         outcome.bytes_out += len(data)

@@ -1,7 +1,8 @@
 """The one log line each request ends with, whatever way it ends.
 
 Handlers add facts as they learn them; leaving the `with` block writes the line, with the status
-the client got: the upstream's, the proxy's own error status, 499 when the client went away.
+the client got: the upstream's, the proxy's own error status, 499 when the client went away,
+503 when the shutdown grace ended before the answer started.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import time
 from types import TracebackType
 from typing import Any
 
-from proxy.errors import ProxyError
+from proxy.errors import ProxyError, ShuttingDown
+from proxy.server.drain import is_cut
 
 CLIENT_CLOSED = 499
 
@@ -43,6 +45,8 @@ class RequestLine:
         if isinstance(exc, ProxyError):
             self.fields["status"] = exc.status
             self.fields["error"] = exc.code or exc.type
+        elif is_cut(exc):
+            self._cut_by_shutdown()
         elif isinstance(exc, (asyncio.CancelledError, ConnectionResetError)):
             self.fields["status"] = CLIENT_CLOSED
             self.fields["error"] = "client_disconnected"
@@ -56,3 +60,10 @@ class RequestLine:
         if self._metrics is not None:
             self._metrics.observe_request(self._kind, self.fields["status"],
                                           self.fields.get("upstream_ms"))
+
+    def _cut_by_shutdown(self) -> None:
+        # `bytes_out` is set as the answer starts going out: then the client got its status
+        # (and part of the body); before, the drain answers 503 in its place.
+        if "bytes_out" not in self.fields:
+            self.fields["status"] = ShuttingDown.status
+        self.fields["error"] = ShuttingDown.code

@@ -8,6 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy.errors import NotFound
+from proxy.server.drain import Drain
 from proxy.settings import Settings, UpstreamSettings
 from proxy.server.upstream import UpstreamClient
 
@@ -17,6 +18,7 @@ class Services:
     settings: Settings
     upstream: UpstreamClient
     log: Any
+    drain: Drain
     pipeline: Any = None  # proxy.server.pipeline.Pipeline, set at start
     metrics: Any = None  # proxy.server.metrics.Metrics
 

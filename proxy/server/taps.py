@@ -42,8 +42,8 @@ class ChatTap:
                 out.append(event.raw)
         return b"".join(out)
 
-    def failure_frame(self, message: str) -> bytes:
-        body = error_body(message, "server_error", None, "upstream_disconnected")
+    def failure_frame(self, message: str, code: str = "upstream_disconnected") -> bytes:
+        body = error_body(message, "server_error", None, code)
         return b"data: " + orjson.dumps(body) + b"\n\n"
 
     def response(self) -> Any:
@@ -91,9 +91,9 @@ class ResponsesTap:
                     self.sequence = data["sequence_number"]
         return b"".join(event.raw for event in events)
 
-    def failure_frame(self, message: str) -> bytes:
+    def failure_frame(self, message: str, code: str = "upstream_disconnected") -> bytes:
         body = {"type": "error", "sequence_number": self.sequence + 1,
-                **error_body(message, "server_error", None, "upstream_disconnected")}
+                **error_body(message, "server_error", None, code)}
         return b"event: error\ndata: " + orjson.dumps(body) + b"\n\n"
 
     def response(self) -> Any:

@@ -1,0 +1,91 @@
+"""Graceful shutdown: in-flight requests get `server.shutdown_grace_s` in all, then are cut.
+
+A middleware tracks every handler task until its response is written. On shutdown (aiohttp has
+closed the listening sockets and idle connections by then) the drain waits for those tasks; the
+ones still running when the grace ends are cancelled with the `CUT` message. A relayed stream
+takes the cut as its end and closes with the API's error frame; a request that has sent nothing
+yet is answered 503 `proxy_shutting_down`. The application's cleanup then waits (briefly) for
+every handler to end before it closes the state store, so no write is cut in half.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from proxy.errors import ShuttingDown
+
+CUT = "compaction-proxy: shutdown grace ended"
+CUT_MESSAGE = "The proxy is shutting down and cut this request off; retry it."
+# After the cut, handlers only write their last frame and record usage: this is plenty.
+CUT_WAIT_S = 2.0
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def is_cut(exc: BaseException | None) -> bool:
+    """True for the cancellation the drain sends when the grace ends (not a client leaving)."""
+    return isinstance(exc, asyncio.CancelledError) and exc.args == (CUT,)
+
+
+def resume_after_cut() -> None:
+    """Take the cut's cancellation back: the handler answers, and its later awaits run."""
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+
+
+class Drain:
+    """The handlers in flight, and the shutdown step that waits for them, then cuts them."""
+
+    def __init__(self, grace_s: float, log: Any) -> None:
+        self.grace_s = grace_s
+        self._log = log
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        task = asyncio.current_task()
+        if task is not None and task not in self._tasks:
+            self._tasks.add(task)
+            # Tracked until the task ends, i.e. after aiohttp wrote the end of the response.
+            task.add_done_callback(self._tasks.discard)
+        try:
+            return await handler(request)
+        except asyncio.CancelledError as exc:
+            if not is_cut(exc) or request.writer.output_size > 0:
+                raise  # a client that left, or a cut answer that is already under way
+            resume_after_cut()
+            raise ShuttingDown(CUT_MESSAGE, headers={"Connection": "close"}) from None
+
+    async def on_shutdown(self, app: web.Application) -> None:
+        if not self._tasks:
+            return
+        self._log.info("draining", requests=len(self._tasks), grace_s=self.grace_s)
+        if await self.settle(self.grace_s):
+            return
+        self._log.warning("requests_cut", requests=len(self._tasks))
+        for task in list(self._tasks):
+            task.cancel(CUT)
+        await self.settle(CUT_WAIT_S)
+
+    async def settle(self, timeout: float) -> bool:
+        """Wait up to `timeout` for every tracked handler to end; True when none is left.
+
+        The set is read again after each wait: a request parsed just before the sockets
+        closed may start its handler while the drain already waits."""
+        deadline = time.monotonic() + timeout
+        while self._tasks:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            await asyncio.wait(set(self._tasks), timeout=left)
+        return True

@@ -1,0 +1,89 @@
+"""The aiohttp runner the proxy serves with: aiohttp's own, with connections that answer what
+aiohttp's HTTP parser rejects in OpenAI's error shape.
+
+aiohttp answers a request it cannot parse (a header line over the limit, too many headers,
+control characters, an unsupported Content-Encoding, ...) itself, before any middleware runs,
+in plain text quoting the offending bytes. Those bytes may be a credential, so here the answer
+and the log line name the kind of problem only. The connection is closed after the answer, as
+aiohttp does.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+from aiohttp.http_exceptions import (BadStatusLine, ContentEncodingError, ContentLengthError,
+                                     HttpProcessingError, InvalidHeader, InvalidURLError,
+                                     LineTooLong, TransferEncodingError)
+
+from proxy.errors import ProxyError
+from proxy.server.app import render_error, unhandled_error
+from proxy.server.logs import get_logger
+
+_Kinds = type[BaseException] | tuple[type[BaseException], ...]
+
+# First match wins: subclasses before the classes they refine.
+_PARSE_ERRORS: tuple[tuple[_Kinds, int, str, str], ...] = (
+    (LineTooLong, 431, "request_header_too_large",
+     "A request header line (or the request line) is longer than the proxy accepts."),
+    (ContentEncodingError, 415, "unsupported_content_encoding",
+     ("The request body's Content-Encoding is not one the proxy can decode: send it "
+      "uncompressed, or as gzip or deflate.")),
+    ((TransferEncodingError, ContentLengthError), 400, "invalid_body_framing",
+     "The request body's framing (Transfer-Encoding or Content-Length) is invalid."),
+    (InvalidHeader, 400, "invalid_header", "A request header is malformed."),
+    ((BadStatusLine, InvalidURLError), 400, "invalid_request_line",
+     "The request line is malformed."),
+    (HttpProcessingError, 400, "invalid_http_request",
+     ("The request's HTTP head is malformed: for example too many headers, a repeated "
+      "Content-Length or Host, a control character or a bare CR or LF in a header.")),
+)
+
+
+def parse_error(status: int, exc: BaseException | None) -> ProxyError:
+    """The proxy's error for what aiohttp refused to hand to a handler, in its own words."""
+    for kinds, code_status, code, message in _PARSE_ERRORS:
+        if isinstance(exc, kinds):
+            error = ProxyError(message, code=code)
+            error.status, error.type = code_status, "invalid_request_error"
+            return error
+    if status >= 500:
+        return unhandled_error()
+    error = ProxyError("The request could not be handled.")
+    error.status, error.type = status, "invalid_request_error"
+    return error
+
+
+class _Connection(web.RequestHandler):
+    __slots__ = ()
+
+    def handle_error(self, request: web.BaseRequest, status: int = 500,
+                     exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        # aiohttp's `message` (and `str(exc)`) quote the request's bytes: neither is used.
+        if request.writer.output_size > 0:
+            # As aiohttp: once part of an answer went out, no error answer can follow it.
+            raise ConnectionError("the response was under way; no error answer can follow")
+        error = parse_error(status, exc)
+        if isinstance(exc, HttpProcessingError):
+            get_logger("proxy").warning("bad_http_request", status=error.status, error=error.code)
+        else:
+            self.log_exception("Error handling request", exc_info=exc)
+        response = render_error(error)
+        response.force_close()
+        return response
+
+
+class _Server(web.Server):
+    def __call__(self) -> web.RequestHandler:
+        return _Connection(self, loop=self._loop, **self._kwargs)
+
+
+class ProxyRunner(web.AppRunner):
+    __slots__ = ()
+
+    async def _make_server(self) -> web.Server:
+        # aiohttp builds the application's server; this one is the same, but for the class
+        # of the connections it makes.
+        plain = await super()._make_server()
+        return _Server(plain.request_handler, request_factory=plain.request_factory,
+                       handler_cancellation=plain.handler_cancellation, **plain._kwargs)

@@ -1,0 +1,162 @@
+"""Graceful shutdown: requests get `server.shutdown_grace_s` in all, then are cut cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from proxy.testing.replies import Reply
+from tests.harness import LoopThread, proxy_settings, start_proxy, stop_proxy
+from tests.process import ProxyProcess, assert_sound_database, cli, write_config
+
+GRACE = 2.0
+LONG = " ".join(f"word{i}" for i in range(2000))  # minutes of stream at 0.1 s a chunk
+USER = [{"role": "user", "content": "go"}]
+
+
+class StreamRead:
+    """One streamed request read to its end on a thread of its own."""
+
+    def __init__(self, url: str, body: dict[str, Any], thread: str) -> None:
+        self.url, self.body, self.thread = url, body, thread
+        self.data = b""
+        self.error: BaseException | None = None
+        self.ended = 0.0
+        self.started = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            with httpx.stream("POST", self.url, json=self.body, timeout=30,
+                              headers={"x-thread-id": self.thread,
+                                       "Authorization": "Bearer sk-x"}) as response:
+                for chunk in response.iter_bytes():
+                    self.data += chunk
+                    self.started.set()
+        except BaseException as exc:  # noqa: BLE001 - the test asserts there was none
+            self.error = exc
+        finally:
+            self.ended = time.monotonic()
+            self.started.set()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), f"{self.thread}: the stream did not end"
+
+
+def _last_event_data(stream: bytes) -> Any:
+    return orjson.loads(stream.strip().rsplit(b"\n\n", 1)[-1].split(b"data: ", 1)[1])
+
+
+def _streamed_chat(topic: str) -> dict[str, Any]:
+    return {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": topic}]}
+
+
+def _chat_by_topic(recorded: Any) -> Reply:
+    asked = recorded.json["messages"][-1]["content"]
+    return Reply.text(LONG if asked == "long" else "a short answer")
+
+
+def test_sigterm_cuts_a_long_stream_at_the_grace_and_lets_a_short_one_finish(
+        tmp_path: Path, make_fake) -> None:
+    fake = make_fake(chunk_delay=0.1)
+    fake.responder = _chat_by_topic
+    config = write_config(tmp_path / "p.yaml", fake.url, tmp_path / "state",
+                          server={"shutdown_grace_s": GRACE})
+    proxy = ProxyProcess(config)
+    try:
+        url = f"{proxy.base_url}/chat/completions"
+        long = StreamRead(url, _streamed_chat("long"), "long-thread")
+        assert long.started.wait(10)
+        short = StreamRead(url, _streamed_chat("short"), "short-thread")
+        assert short.started.wait(10)
+        signalled = time.monotonic()
+        proxy.signal(signal.SIGTERM)
+
+        short.join(GRACE + 10)
+        long.join(GRACE + 10)
+        assert proxy.wait(GRACE + 10) == 0
+        exited = time.monotonic()
+
+        assert short.error is None and short.data.endswith(b"data: [DONE]\n\n")
+        assert long.error is None, long.error  # the chunked body ended properly
+        assert b"[DONE]" not in long.data
+        frame = _last_event_data(long.data)
+        assert frame["error"]["code"] == "proxy_shutting_down"
+        assert frame["error"]["type"] == "server_error"
+        assert GRACE * 0.9 <= long.ended - signalled < GRACE + 5
+        assert exited - signalled < GRACE + 8
+
+        lines = {line["thread"]: line for line in proxy.events("request")}
+        assert lines["long-thread"]["status"] == 200
+        assert "shutdown" in lines["long-thread"]["upstream_error"]
+        assert lines["short-thread"]["status"] == 200
+        assert "upstream_error" not in lines["short-thread"]
+        assert proxy.events("requests_cut")[0]["requests"] == 1
+        assert proxy.events("stopped")
+    finally:
+        proxy.kill()
+    # The store closed after both handlers: the short stream's usage anchor was written.
+    assert_sound_database(tmp_path / "state" / "state.db")
+    shown = cli("inspect", "short-thread", "--config", str(config))
+    assert shown.returncode == 0, shown.stderr
+    assert orjson.loads(shown.stdout)["anchors"]
+
+
+def _stopping(loop_thread: LoopThread, proxy: Any) -> Future[None]:
+    """The in-process proxy's shutdown, as SIGTERM runs it, under way on its loop."""
+    return asyncio.run_coroutine_threadsafe(stop_proxy(proxy), loop_thread.loop)
+
+
+def test_a_request_still_waiting_for_upstream_at_the_grace_end_is_answered_503(
+        loop_thread: LoopThread, fake, tmp_path: Path) -> None:
+    fake.script(Reply.hang())
+    proxy = loop_thread.run(start_proxy(proxy_settings(
+        fake.url, str(tmp_path / "state"), server={"shutdown_grace_s": 0.3})))
+    answer: dict[str, httpx.Response] = {}
+
+    def ask() -> None:
+        answer["chat"] = httpx.post(f"{proxy.base_url}/chat/completions", timeout=20,
+                                    json={"model": "gpt-4o", "messages": USER})
+
+    asking = threading.Thread(target=ask)
+    asking.start()
+    while not fake.requests:
+        time.sleep(0.02)
+    stopping = _stopping(loop_thread, proxy)
+    asking.join(15)
+    stopping.result(15)
+
+    response = answer["chat"]
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "proxy_shutting_down"
+    line = proxy.requests()[-1]
+    assert (line["status"], line["error"]) == (503, "proxy_shutting_down")
+
+
+def test_a_responses_stream_cut_at_the_grace_end_gets_an_error_event(
+        loop_thread: LoopThread, make_fake, tmp_path: Path) -> None:
+    fake = make_fake(chunk_delay=0.1)
+    fake.script(Reply.text(LONG))
+    proxy = loop_thread.run(start_proxy(proxy_settings(
+        fake.url, str(tmp_path / "state"), server={"shutdown_grace_s": 0.3})))
+    stream = StreamRead(f"{proxy.base_url}/responses",
+                        {"model": "gpt-4o", "input": "go", "stream": True}, "responses-thread")
+    assert stream.started.wait(10)
+    _stopping(loop_thread, proxy).result(15)
+    stream.join(10)
+
+    assert stream.error is None
+    last = stream.data.strip().rsplit(b"\n\n", 1)[-1]
+    assert last.startswith(b"event: error\n")
+    assert _last_event_data(stream.data)["error"]["code"] == "proxy_shutting_down"
+    assert proxy.requests()[-1]["status"] == 200

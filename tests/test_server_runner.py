@@ -1,0 +1,71 @@
+"""What aiohttp's HTTP parser rejects is answered in OpenAI's error shape, quoting no header."""
+
+from __future__ import annotations
+
+import socket
+
+import orjson
+import pytest
+
+from tests.harness import RunningProxy
+
+SECRET = b"sk-SECRET-0123456789"
+BODY = b'{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}'
+
+
+def _exchange(port: int, head_lines: bytes, body: bytes = BODY) -> tuple[int, bytes]:
+    """Send one raw request; the answer's status and body (the proxy closes after it)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\n" + head_lines
+                     + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), payload
+
+
+def _openai_error(payload: bytes) -> dict[str, object]:
+    error = orjson.loads(payload)["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error"
+    return error
+
+
+@pytest.mark.parametrize("header", [
+    b"Authorization: Bearer " + SECRET + b"\x01\r\n",  # a control character
+    b"Authorization: Bearer " + SECRET + b"\x00x\r\n",  # NUL
+    b"X-Thread-Id: " + SECRET + b"\rx\r\n",  # a bare CR
+])
+def test_a_malformed_header_is_a_400_in_openai_shape_without_its_value(
+        proxy: RunningProxy, header: bytes) -> None:
+    status, payload = _exchange(proxy.port, header)
+    assert status == 400
+    assert _openai_error(payload)["code"] == "invalid_http_request"
+    assert SECRET not in payload
+    assert SECRET.decode() not in proxy.logs.text
+    assert proxy.logs.events("bad_http_request")[-1]["status"] == 400
+
+
+def test_an_over_long_header_line_is_a_431_in_openai_shape_without_its_value(
+        proxy: RunningProxy) -> None:
+    status, payload = _exchange(proxy.port, b"Authorization: Bearer " + SECRET
+                                + b"A" * 70_000 + b"\r\n")
+    assert status == 431
+    assert _openai_error(payload)["code"] == "request_header_too_large"
+    assert SECRET not in payload and b"AAAA" not in payload
+    assert SECRET.decode() not in proxy.logs.text
+
+
+def test_an_undecodable_content_encoding_is_a_415(proxy: RunningProxy) -> None:
+    status, payload = _exchange(proxy.port, b"Content-Encoding: br\r\n")
+    assert status == 415
+    assert _openai_error(payload)["code"] == "unsupported_content_encoding"
+
+
+def test_a_body_that_is_not_the_gzip_it_claims_is_a_400(proxy: RunningProxy, fake) -> None:
+    status, payload = _exchange(proxy.port, b"Content-Encoding: gzip\r\n")
+    assert status == 400
+    assert _openai_error(payload)["code"] == "invalid_body_encoding"
+    assert not fake.requests
+
