@@ -74,6 +74,17 @@ def test_private_free_leaves_no_reasoning_and_no_stand_ins() -> None:
     assert all("extra_content" not in c for m in body for c in m.get("tool_calls", []))
 
 
+def test_only_private_free_removes_litellm_provider_specific_fields() -> None:
+    extras = {"provider_specific_fields": {"citations": None}}
+    entries = chat(user("first"), assistant("old", **extras), user("second"),
+                   assistant_calls(read("b"), **extras), tool_result("b"))
+    for policy in (Policy.CHEAP, Policy.COMPACTED, Policy.COMPACTED_KEEP_LOOP):
+        assert sanitize(entries, policy).entries is entries
+    out = sanitize(entries, Policy.PRIVATE_FREE)
+    assert not any("provider_specific_fields" in m for m in wire(out.entries))
+    assert out.blobs == {"provider_specific_fields": 2}
+
+
 def test_responses_reasoning_goes_whole_with_the_ids_that_named_it() -> None:
     entries = responses(r_compaction(), r_user("first"), r_reasoning("rs_1"),
                         r_call("grep", "a", id="fc_1"), r_output("a"), r_user("second"),

@@ -15,6 +15,8 @@ current tool loop):
 | COMPACTED           | both kinds gone | blobs gone, Gemini stand-in signatures, plain kept     |
 | COMPACTED_KEEP_LOOP | both kinds gone | untouched (the retry after a missing-thinking error)   |
 | PRIVATE_FREE        | both kinds gone | both kinds gone, no stand-ins                          |
+PRIVATE_FREE also removes LiteLLM's `provider_specific_fields` everywhere: it is the policy of
+summarizer requests, history files and the retry after a strict upstream rejected such fields.
 Responses reasoning items go whole whenever they go, and the server ids (`fc_…`, `msg_…`) of
 the items that followed them go too. A Responses item's encrypted content is bound to the exact
 items before it: under CHEAP it stays only while nothing before it was changed (`changed_at`).
@@ -45,13 +47,14 @@ class Policy(StrEnum):
 
 _NOTHING = Rule(blobs=False, plain=False)
 _EVERYTHING = Rule(blobs=True, plain=True)
+_NO_PRIVATE_STATE = Rule(blobs=True, plain=True, extras=True)
 _BLOBS_WITH_STAND_INS = Rule(blobs=True, plain=False, stand_in=True)
 _LOOP_RULE = {
     Policy.TRANSPARENT: _NOTHING,
     Policy.CHEAP: _NOTHING,
     Policy.COMPACTED: _BLOBS_WITH_STAND_INS,
     Policy.COMPACTED_KEEP_LOOP: _NOTHING,
-    Policy.PRIVATE_FREE: _EVERYTHING,
+    Policy.PRIVATE_FREE: _NO_PRIVATE_STATE,
 }
 
 
@@ -83,7 +86,8 @@ def sanitize(entries: Sequence[Entry], policy: Policy, *, changed_at: int | None
     past = 0 if latest is None else latest  # entries[:past] come before the latest user message
     loop_rule = _LOOP_RULE[policy]
     tally = private.Tally()
-    stripped = _stripped(entries, past, loop_rule, tally)
+    past_rule = _NO_PRIVATE_STATE if policy is Policy.PRIVATE_FREE else _EVERYTHING
+    stripped = _stripped(entries, past, past_rule, loop_rule, tally)
     doomed = _doomed_items(stripped, past, loop_rule, policy, changed_at, tally)
     if not doomed and stripped is entries:
         return Sanitized(entries, tuple(range(len(entries))), policy)
@@ -97,14 +101,15 @@ def sanitize(entries: Sequence[Entry], policy: Policy, *, changed_at: int | None
                      tally.stand_ins, dropped.ids_removed)
 
 
-def _stripped(entries: Entries, past: int, loop_rule: Rule, tally: private.Tally) -> Entries:
+def _stripped(entries: Entries, past: int, past_rule: Rule, loop_rule: Rule,
+              tally: private.Tally) -> Entries:
     """The chat messages without the private fields their rule removes; the very same tuple
     when no message had any (`strippable` is memoized, so that is the common, cheap case)."""
     out: list[Entry] | None = None
     for i, entry in enumerate(entries):
         if entry.kind is not ASSISTANT or entry.api is not CHAT or not private.strippable(entry):
             continue  # only chat assistant messages carry private fields
-        stripped = private.strip_message(entry, _EVERYTHING if i < past else loop_rule, tally)
+        stripped = private.strip_message(entry, past_rule if i < past else loop_rule, tally)
         if stripped is not entry:
             out = list(entries) if out is None else out
             out[i] = stripped
