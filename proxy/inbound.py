@@ -32,9 +32,22 @@ class Inbound:
     reused: int = 0  # leading elements taken from the thread's previous request unparsed
 
     @property
+    def upstream_state(self) -> str | None:
+        """The field by which a Responses request keeps its state upstream, or None
+        (PROTOCOL.md §6.1): `previous_response_id` chains a stored response, a non-null
+        `conversation` names a server-side conversation. Either way calls and outputs the
+        client answers may live only upstream, so the request is not ours to rebuild."""
+        if self.api is not Api.RESPONSES:
+            return None
+        if self.doc.get("previous_response_id"):
+            return "previous_response_id"
+        if self.doc.get("conversation") is not None:
+            return "conversation"
+        return None
+
+    @property
     def stateful_upstream(self) -> bool:
-        """A Responses request chained by `previous_response_id` keeps its state upstream."""
-        return self.api is Api.RESPONSES and bool(self.doc.get("previous_response_id"))
+        return self.upstream_state is not None
 
 
 def parse_json_body(body: bytes) -> dict[str, Any]:

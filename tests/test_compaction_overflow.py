@@ -201,6 +201,21 @@ PRIVATE = {
     "openai strict additional property": (400, openai_error(
         "Additional properties are not allowed ('reasoning_content' was unexpected) - "
         "'messages.3'"), RetryAction.DROP_PLAIN_REASONING),
+    "openai strict litellm fields": (400, openai_error(
+        "Additional properties are not allowed ('provider_specific_fields', 'reasoning_content', "
+        "'reasoning_items', 'thinking_blocks' were unexpected) - 'messages.1'"),
+        RetryAction.DROP_PLAIN_REASONING),
+    "openai strict two fields": (400, openai_error(
+        "Additional properties are not allowed ('reasoning_content', 'thinking_blocks' were "
+        "unexpected) - 'messages.1'"), RetryAction.DROP_PLAIN_REASONING),
+    "openai strict vllm reasoning": (400, openai_error(
+        "Additional properties are not allowed ('reasoning' was unexpected) - 'messages.1'"),
+        RetryAction.DROP_PLAIN_REASONING),
+    "cerebras unsupported details": (400, {
+        "message": "messages.1.assistant.reasoning_details: property "
+                   "'messages.1.assistant.reasoning_details' is unsupported",
+        "type": "invalid_request_error", "param": "validation_error",
+        "code": "wrong_api_format"}, RetryAction.DROP_PLAIN_REASONING),
 }
 
 
@@ -210,6 +225,15 @@ def test_private_state_rejection_maps_to_a_retry(name: str) -> None:
     retry = private_state_rejection(status, orjson.dumps(body))
     assert retry is not None and retry.action is action, name
     assert retry.reason
+
+
+@pytest.mark.parametrize("keys", ["'id'", "'parsed', 'refusal'", "'id', 'reasoning_content'"])
+def test_unexpected_keys_that_are_not_all_private_get_no_retry(keys: str) -> None:
+    """Stripping the reasoning fields cannot make a request with another unexpected key pass."""
+    verb = "was" if "," not in keys else "were"
+    body = openai_error(f"Additional properties are not allowed ({keys} {verb} unexpected) - "
+                        "'messages.1'")
+    assert private_state_rejection(400, orjson.dumps(body)) is None
 
 
 def test_private_state_rejection_ignores_other_errors() -> None:

@@ -54,6 +54,18 @@ def test_responses_pairs_by_call_id_and_answers_custom_calls_in_kind() -> None:
     assert check_responses({"input": body}) is None
 
 
+def test_an_output_after_an_item_reference_may_answer_the_referenced_call() -> None:
+    """PROTOCOL §6.2: the referenced item is stored upstream and may be the call; repair cannot
+    see it, so it cannot prove the output orphaned and keeps it."""
+    reference = {"type": "item_reference", "id": "fc_stored123"}
+    entries = responses(r_user(), reference, r_output("call_stored"))
+    assert repair(entries).entries is entries
+    out = repair(responses(r_output("early"), r_user(), reference, r_output("call_stored"),
+                           r_output("call_stored")))
+    assert [e.answers for e in out.entries if e.kind is Kind.RESULT] == ["call_stored"]
+    assert out.dropped_results == 2  # before any reference, and a second answer
+
+
 def test_dangling_reasoning_is_dropped_with_the_ids_it_owned() -> None:
     entries = responses(r_user(), r_reasoning("rs_1"), r_user("again"), r_reasoning("rs_2"),
                         r_assistant("hi", id="msg_1"))

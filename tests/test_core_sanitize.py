@@ -74,23 +74,59 @@ def test_private_free_leaves_no_reasoning_and_no_stand_ins() -> None:
     assert all("extra_content" not in c for m in body for c in m.get("tool_calls", []))
 
 
+def test_only_private_free_removes_litellm_provider_specific_fields() -> None:
+    extras = {"provider_specific_fields": {"citations": None}}
+    entries = chat(user("first"), assistant("old", **extras), user("second"),
+                   assistant_calls(read("b"), **extras), tool_result("b"))
+    for policy in (Policy.CHEAP, Policy.COMPACTED, Policy.COMPACTED_KEEP_LOOP):
+        assert sanitize(entries, policy).entries is entries
+    out = sanitize(entries, Policy.PRIVATE_FREE)
+    assert not any("provider_specific_fields" in m for m in wire(out.entries))
+    assert out.blobs == {"provider_specific_fields": 2}
+
+
 def test_responses_reasoning_goes_whole_with_the_ids_that_named_it() -> None:
     entries = responses(r_compaction(), r_user("first"), r_reasoning("rs_1"),
                         r_call("grep", "a", id="fc_1"), r_output("a"), r_user("second"),
                         r_reasoning("rs_2", encrypted=None, summary="plan"), r_assistant("ok", id="msg_2"))
     cheap = wire(sanitize(entries, Policy.CHEAP).entries)
-    assert [i.get("type") for i in cheap] == ["message", "function_call", "function_call_output",
-                                              "message", "reasoning", "message"]
-    assert "id" not in cheap[1] and cheap[5]["id"] == "msg_2"
+    assert [i.get("type") for i in cheap] == ["compaction", "message", "function_call",
+                                              "function_call_output", "message", "reasoning", "message"]
+    assert "id" not in cheap[2] and cheap[6]["id"] == "msg_2"
     compacted = sanitize(entries, Policy.COMPACTED)
     assert [i.get("id") for i in wire(compacted.entries)] == [None, None, None, None, None]
     assert compacted.blobs == {"compaction": 1, "reasoning_item": 1}
     assert compacted.plain == {"reasoning_item": 1}
 
 
-def test_dropping_a_past_compaction_item_breaks_the_chain_of_later_blobs() -> None:
-    entries = responses(r_compaction(), r_user(), r_reasoning("rs_1"), r_assistant("ok"))
-    assert [i["type"] for i in wire(sanitize(entries, Policy.CHEAP).entries)] == ["message", "message"]
+def test_cheap_keeps_a_past_compaction_item_while_its_chain_holds() -> None:
+    """PROTOCOL §4.2: the item stands for the history before it and passes untouched; only the
+    proxy's own compaction (COMPACTED) replaces that history, and drops it."""
+    entries = responses(r_compaction(), r_user(), r_reasoning("rs_1"), r_assistant("ok"), r_user("next"))
+    for changed_at in (None, 2):
+        out = wire(sanitize(entries, Policy.CHEAP, changed_at=changed_at).entries)
+        assert [i["type"] for i in out] == ["compaction", "message", "message", "message"]
+    assert [i["type"] for i in wire(sanitize(entries, Policy.COMPACTED).entries)] == ["message"] * 3
+
+
+def test_a_compaction_item_whose_chain_changed_goes_with_the_blobs_after_it() -> None:
+    entries = responses(r_user("old"), r_compaction(), r_user(), r_reasoning("rs_1"), r_assistant("ok"))
+    out = sanitize(entries, Policy.CHEAP, changed_at=0)
+    assert [i["type"] for i in wire(out.entries)] == ["message", "message", "message"]
+    assert out.blobs == {"compaction": 1, "reasoning_item": 1}
+
+
+def test_cheap_stages_changing_old_steps_keep_the_compaction_item() -> None:
+    """Collapse rewrites old read_file steps (CHEAP); the compaction item before them stays."""
+    items = [r_compaction(), r_user("continue the task")]
+    for k in range(6):
+        items += [r_call("read_file", f"r{k}", {"path": f"f{k}.py"}), r_output(f"r{k}", "print(1)\n" * 20)]
+    items += [r_assistant("done reading"), r_user("now fix it")]
+    context = CascadeContext(CompactionSettings(), measure=measure, keep_messages=2, now=0.0,
+                             last_activity=0.0)
+    result = run_cascade(entries_of("responses", items), context)
+    assert result.sanitized.policy is Policy.CHEAP
+    assert wire(result.entries)[0] == items[0]
 
 
 def test_cheap_drops_loop_blobs_whose_chain_the_proxy_changed() -> None:

@@ -69,6 +69,48 @@ def test_truncated_arguments_parse_as_json_and_cutting_twice_is_once(value: obje
     assert cut_arguments(once, keep) == once
 
 
+_surrogates = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
+_with_lone_surrogates = st.builds(lambda head, lone, tail: head + lone + tail,
+                                  st.text(st.characters() | _surrogates, max_size=40), _surrogates,
+                                  st.text(max_size=1500))
+json_values_with_surrogates = st.recursive(
+    st.none() | st.integers() | st.text(max_size=50) | _with_lone_surrogates,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=8)
+
+
+def _strict_loads(text: str) -> object:
+    def refuse(constant: str) -> object:
+        raise ValueError(constant)
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_lone_surrogate_escape_keeps_the_arguments_valid_json() -> None:
+    args = json.dumps({"path": "a.txt", "content": "\ud800" + "y" * 500})
+    cut = cut_arguments(args, 20)
+    assert _strict_loads(cut) == {"path": "a.txt", "content": "\ud800" + "y" * 19 + MARKER.format(n=481)}
+    assert "\\ud800" in cut and cut.isascii()
+    not_json = '[NaN, "' + "n" * 3000 + '"]'
+    assert cut_arguments(not_json, 20).startswith(not_json[:20] + "…")  # cut as text, as before
+
+
+@given(json_values_with_surrogates, st.integers(0, 600), st.booleans())
+def test_valid_json_arguments_stay_valid_json_with_any_string(value: object, keep: int,
+                                                              ascii_only: bool) -> None:
+    """SPEC §4.2: whatever valid JSON came in, valid JSON (as UTF-8) goes out, keys intact."""
+    try:
+        text = json.dumps(value, ensure_ascii=ascii_only)
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(value)
+    once = cut_arguments(text, keep)
+    once.encode("utf-8")
+    parsed = _strict_loads(once)
+    if isinstance(value, dict):
+        assert isinstance(parsed, dict) and set(parsed) == set(_strict_loads(text))
+    assert cut_arguments(once, keep) == once
+
+
 @given(st.text(max_size=5000), st.integers(0, 600))
 def test_text_cut_is_idempotent(text: str, keep: int) -> None:
     once = cut_arguments(text, keep, free_form=True)

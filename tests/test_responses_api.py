@@ -157,6 +157,23 @@ def test_previous_response_id_is_passed_through(codex_setup) -> None:
     assert _main(fake)[-1].json["previous_response_id"] == first.id
 
 
+def test_a_conversation_keeps_its_state_upstream_and_tool_outputs_pass(codex_setup) -> None:
+    """The call lives in the server-side conversation; its output must reach upstream as sent."""
+    fake, _, proxy, client = codex_setup
+    fake.script(Reply.tool_calls(call("get_weather", {"city": "Paris"})))
+    first = client.responses.create(model=MODEL, input="Weather in Paris?", conversation="conv_1",
+                                     tools=TOOLS)
+    call_id = next(i.call_id for i in first.output if i.type == "function_call")
+    output = {"type": "function_call_output", "call_id": call_id, "output": "21C"}
+    fake.script(Reply.text("It is 21C."))
+    second = client.responses.create(model=MODEL, input=[output], conversation="conv_1",
+                                     tools=TOOLS)
+    assert second.output_text == "It is 21C."
+    assert _main(fake)[-1].json["input"] == [output]
+    line = proxy.requests()[-1]
+    assert line["conversation"] is True and "passed through" in line["note"]
+
+
 def test_summarizer_over_the_responses_api(make_fake, make_proxy, make_client) -> None:
     fake = make_fake(limits={"small-*": LIMIT}, always_reason=True)
     summarizer = FakeSummarizer.install(fake)

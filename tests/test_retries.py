@@ -6,6 +6,7 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 
 from proxy.testing.replies import Reply
 from proxy.testing.sessions import coding_session
@@ -63,6 +64,32 @@ def test_unsupported_reasoning_content_is_dropped_and_retried(make_fake, make_pr
     assert "reasoning_content" in first.json["messages"][1]
     assert "reasoning_content" not in second.json["messages"][1]
     assert second.json["messages"][1]["tool_calls"] == [CALL], "tool calls are never touched"
+
+
+LITELLM_FIELDS = {"reasoning_content": "I should read it.",
+                  "thinking_blocks": [{"type": "thinking", "thinking": "t", "signature": "s"}],
+                  "reasoning_items": [{"type": "reasoning", "id": "rs_1", "summary": []}],
+                  "provider_specific_fields": {"refusal": None}}
+
+
+@pytest.mark.parametrize(("dialect", "fields"), [
+    ("openai-strict", LITELLM_FIELDS),  # PROTOCOL §4.7: a LiteLLM client sends them together
+    ("openai-strict", {"reasoning": "I should read it."}),  # §4.8: vLLM's name
+    ("cerebras", {"reasoning_details": [{"type": "reasoning.text", "text": "t", "index": 0}]}),
+])
+def test_private_fields_a_strict_upstream_rejects_are_all_dropped_and_retried(
+        make_fake, make_proxy, dialect: str, fields: dict[str, Any]) -> None:
+    fake = make_fake(dialect=dialect)
+    proxy = make_proxy(fake)
+    messages = [{"role": "user", "content": "read a.py"},
+                {"role": "assistant", "content": None, **fields, "tool_calls": [CALL]},
+                {"role": "tool", "tool_call_id": "call_abc", "content": "print(1)"}]
+    answer = _chat(proxy, messages)
+    assert answer.status_code == 200, answer.text
+    first, second = _main(fake)
+    assert set(fields) <= set(first.json["messages"][1])
+    assert second.json["messages"][1] == {"role": "assistant", "content": None, "tool_calls": [CALL]}
+    assert proxy.requests()[-1]["retried"] == "reasoning fields not accepted"
 
 
 def test_a_forged_gemini_signature_gets_the_documented_stand_in(make_fake, make_proxy) -> None:

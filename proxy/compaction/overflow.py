@@ -184,15 +184,22 @@ _PRIVATE_RULES: tuple[tuple[tuple[str, ...], RetryAction, str], ...] = (
      "reasoning_content required in the tool loop"),
     (("reasoning_content is missing",), RetryAction.REASONING_PLACEHOLDERS,
      "reasoning_content required in the tool loop"),
-    (("reasoning_content", "unsupported"), RetryAction.DROP_PLAIN_REASONING,
-     "reasoning_content not accepted"),
-    (("reasoning_content' was unexpected",), RetryAction.DROP_PLAIN_REASONING,
-     "reasoning_content not accepted"),
     (("reasoning_content field is included",), RetryAction.DROP_PLAIN_REASONING,
      "reasoning_content not accepted"),
     (("unknown parameter", "reasoning_content"), RetryAction.DROP_PLAIN_REASONING,
      "reasoning_content not accepted"),
 )
+
+
+# The message fields clients replay that hold private reasoning state (PROTOCOL.md §4.1, §4.7,
+# §4.8): plain text, the lists, and LiteLLM's bag of provider extras. A strict upstream names
+# the ones it rejects: OpenAI's schema check lists every unexpected key, one or several (§2.1),
+# Cerebras names one field path (§4.1).
+_PRIVATE_FIELDS = frozenset({"reasoning_content", "reasoning", "reasoning_details",
+                             "thinking_blocks", "reasoning_items", "provider_specific_fields"})
+_UNEXPECTED = re.compile(r"additional properties are not allowed \((.*?) (?:was|were) unexpected\)")
+_QUOTED = re.compile(r"'([^']*)'")
+_UNSUPPORTED = re.compile(r"property '[^']*?\.([a-z_]+)' is unsupported")
 
 
 def private_state_rejection(status: int, body: Any) -> Retry | None:
@@ -203,7 +210,17 @@ def private_state_rejection(status: int, body: Any) -> Retry | None:
     for phrases, action, reason in _PRIVATE_RULES:
         if any(all(p in t for p in phrases) for t in texts):
             return Retry(action, reason)
+    if any(_rejects_only_private_fields(t) for t in texts):
+        return Retry(RetryAction.DROP_PLAIN_REASONING, "reasoning fields not accepted")
     return None
+
+
+def _rejects_only_private_fields(text: str) -> bool:
+    """Whether `text` rejects message fields that are all private reasoning state: stripping
+    them can make the retry pass; an unexpected key of another kind would fail it again."""
+    found = _UNEXPECTED.search(text)
+    names = _QUOTED.findall(found.group(1)) if found else _UNSUPPORTED.findall(text)
+    return bool(names) and all(name in _PRIVATE_FIELDS for name in names)
 
 
 def _is_error_event(body: Any) -> bool:

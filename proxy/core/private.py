@@ -4,7 +4,10 @@ The sanitizer's policy says what goes (`Rule`); this module knows the fields (PR
 plain text (`reasoning_content`, `reasoning`), lists that are chain-bound as soon as one element
 is signed or encrypted (`reasoning_details`, `thinking_blocks`, LiteLLM `reasoning_items`: they
 must come back unmodified, so they go whole or stay whole), Anthropic-style thinking parts in
-`content`, and Gemini `thought_signature`s on tool calls and messages.
+`content`, and Gemini `thought_signature`s on tool calls and messages. LiteLLM's
+`provider_specific_fields` (PROTOCOL.md §4.7) is a bag of whatever the provider returned: not
+reasoning the proxy can classify, so only a rule that leaves no private state at all
+(`Rule.extras`) removes it.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from proxy.conversation import Api, Entry, Kind, replaced
 GEMINI_STAND_IN = "skip_thought_signature_validator"
 PLAIN_KEYS = ("reasoning_content", "reasoning")
 LIST_KEYS = ("reasoning_details", "thinking_blocks", "reasoning_items")
+EXTRA_KEYS = ("provider_specific_fields",)
 _THINKING_PARTS = ("thinking", "redacted_thinking")
-_ALL_KEYS = (*PLAIN_KEYS, *LIST_KEYS, "extra_content")
+_ALL_KEYS = (*PLAIN_KEYS, *LIST_KEYS, *EXTRA_KEYS, "extra_content")
 _STRIPPABLE = ("private.strippable",)
 
 
@@ -28,6 +32,7 @@ class Rule:
     blobs: bool  # remove chain-bound blobs
     plain: bool  # remove plain reasoning text
     stand_in: bool = False  # put Gemini's stand-in where a signature was, instead of removing it
+    extras: bool = False  # remove LiteLLM's provider_specific_fields too
 
 
 @dataclass
@@ -75,7 +80,7 @@ def strippable(entry: Entry) -> bool:
 
 def strip_message(entry: Entry, rule: Rule, tally: Tally) -> Entry:
     """A chat message without the private state `rule` removes (the same entry if none)."""
-    if not (rule.blobs or rule.plain) or not strippable(entry):
+    if not (rule.blobs or rule.plain or rule.extras) or not strippable(entry):
         return entry
     raw = dict(entry.raw)
     touched = _strip_fields(raw, rule, tally)
@@ -110,6 +115,11 @@ def _strip_fields(raw: dict[str, Any], rule: Rule, tally: Tally) -> bool:
         if (rule.blobs if bound else rule.plain):
             del raw[key]
             (tally.blobs if bound else tally.plain)[key] += 1
+            touched = True
+    for key in EXTRA_KEYS:
+        if key in raw and rule.extras:
+            del raw[key]
+            tally.blobs[key] += 1
             touched = True
     return touched
 

@@ -6,7 +6,9 @@
   call was cancelled; it never claims an outcome.
 - A result with no call before it is dropped; in chat also one that is not in the run of tool
   messages right after its call's message (the providers pair by adjacency there). Responses
-  pairs by `call_id` anywhere later, so a later output still answers its call.
+  pairs by `call_id` anywhere later, so a later output still answers its call. An
+  `item_reference` before an output may stand for its call (stored upstream, unseen here):
+  such an output is not provably orphaned and stays.
 - A second result for the same call is dropped.
 - The parallel calls of one assistant message (of one step, in Responses) are one unit.
 - Responses: a reasoning item left without the item it produced is dropped, and the server
@@ -146,12 +148,14 @@ def _kept_outputs(entries: Entries) -> tuple[list[bool], set[str]]:
     """Which outputs answer a call made before them, first answer only; and the answered ids."""
     seen: set[str] = set()
     answered: set[str] = set()
+    referenced = False  # an item_reference came first: any call id may be behind it
     keep = [True] * len(entries)
     for i, entry in enumerate(entries):
         for call in entry.calls:
             seen.add(call.id)
+        referenced = referenced or entry.raw.get("type") == "item_reference"
         if entry.kind is Kind.RESULT:
-            keep[i] = entry.answers in seen and entry.answers not in answered
+            keep[i] = (entry.answers in seen or referenced) and entry.answers not in answered
             if keep[i]:
                 answered.add(entry.answers)  # type: ignore[arg-type]
     return keep, answered

@@ -11,10 +11,15 @@ Policies, by where an entry sits: before the latest user message ("past") or aft
 current tool loop):
 | policy              | past            | current tool loop                                      |
 | TRANSPARENT         | untouched       | untouched                                              |
-| CHEAP               | both kinds gone | untouched, except chain-bound items whose chain changed |
+| CHEAP               | both kinds gone*| untouched, except chain-bound items whose chain changed |
 | COMPACTED           | both kinds gone | blobs gone, Gemini stand-in signatures, plain kept     |
 | COMPACTED_KEEP_LOOP | both kinds gone | untouched (the retry after a missing-thinking error)   |
 | PRIVATE_FREE        | both kinds gone | both kinds gone, no stand-ins                          |
+PRIVATE_FREE also removes LiteLLM's `provider_specific_fields` everywhere: it is the policy of
+summarizer requests, history files and the retry after a strict upstream rejected such fields.
+* A Responses `compaction` item stands for all the history before it (PROTOCOL.md §4.2: opaque,
+passed through untouched); only the proxy's own compaction replaces that history. Under CHEAP it
+is treated as in the current loop: kept while its chain holds.
 Responses reasoning items go whole whenever they go, and the server ids (`fc_…`, `msg_…`) of
 the items that followed them go too. A Responses item's encrypted content is bound to the exact
 items before it: under CHEAP it stays only while nothing before it was changed (`changed_at`).
@@ -45,13 +50,14 @@ class Policy(StrEnum):
 
 _NOTHING = Rule(blobs=False, plain=False)
 _EVERYTHING = Rule(blobs=True, plain=True)
+_NO_PRIVATE_STATE = Rule(blobs=True, plain=True, extras=True)
 _BLOBS_WITH_STAND_INS = Rule(blobs=True, plain=False, stand_in=True)
 _LOOP_RULE = {
     Policy.TRANSPARENT: _NOTHING,
     Policy.CHEAP: _NOTHING,
     Policy.COMPACTED: _BLOBS_WITH_STAND_INS,
     Policy.COMPACTED_KEEP_LOOP: _NOTHING,
-    Policy.PRIVATE_FREE: _EVERYTHING,
+    Policy.PRIVATE_FREE: _NO_PRIVATE_STATE,
 }
 
 
@@ -83,7 +89,8 @@ def sanitize(entries: Sequence[Entry], policy: Policy, *, changed_at: int | None
     past = 0 if latest is None else latest  # entries[:past] come before the latest user message
     loop_rule = _LOOP_RULE[policy]
     tally = private.Tally()
-    stripped = _stripped(entries, past, loop_rule, tally)
+    past_rule = _NO_PRIVATE_STATE if policy is Policy.PRIVATE_FREE else _EVERYTHING
+    stripped = _stripped(entries, past, past_rule, loop_rule, tally)
     doomed = _doomed_items(stripped, past, loop_rule, policy, changed_at, tally)
     if not doomed and stripped is entries:
         return Sanitized(entries, tuple(range(len(entries))), policy)
@@ -97,14 +104,15 @@ def sanitize(entries: Sequence[Entry], policy: Policy, *, changed_at: int | None
                      tally.stand_ins, dropped.ids_removed)
 
 
-def _stripped(entries: Entries, past: int, loop_rule: Rule, tally: private.Tally) -> Entries:
+def _stripped(entries: Entries, past: int, past_rule: Rule, loop_rule: Rule,
+              tally: private.Tally) -> Entries:
     """The chat messages without the private fields their rule removes; the very same tuple
     when no message had any (`strippable` is memoized, so that is the common, cheap case)."""
     out: list[Entry] | None = None
     for i, entry in enumerate(entries):
         if entry.kind is not ASSISTANT or entry.api is not CHAT or not private.strippable(entry):
             continue  # only chat assistant messages carry private fields
-        stripped = private.strip_message(entry, _EVERYTHING if i < past else loop_rule, tally)
+        stripped = private.strip_message(entry, past_rule if i < past else loop_rule, tally)
         if stripped is not entry:
             out = list(entries) if out is None else out
             out[i] = stripped
@@ -119,13 +127,15 @@ def _doomed_items(entries: Entries, past: int, loop_rule: Rule, policy: Policy,
         bound = entry.api is RESPONSES and private.chain_bound_item(entry)
         if not bound and entry.kind is not REASONING:
             continue
-        rule = _EVERYTHING if i < past else loop_rule
+        compaction = bound and entry.kind is not REASONING
+        past_rule = loop_rule if compaction and policy is Policy.CHEAP else _EVERYTHING
+        rule = past_rule if i < past else loop_rule
         chain_broken = policy is Policy.CHEAP and bound and changed_at is not None and i >= changed_at
         # A reasoning item goes whole: with the blobs even when it holds only plain summaries.
         if rule.blobs or (rule.plain and not bound) or chain_broken:
             doomed.add(i)
             (tally.blobs if bound else tally.plain)[private.item_kind(entry)] += 1
-            if entry.kind is not Kind.REASONING and (changed_at is None or i < changed_at):
+            if compaction and (changed_at is None or i < changed_at):
                 changed_at = i  # a dropped compaction item changes the chain of all after it
     return doomed
 

@@ -88,9 +88,18 @@ def _loads(text: str) -> Any:
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
-        return _NOT_PARSED
+        # orjson refuses valid JSON with a lone-surrogate escape ("\ud800"); cut as text it
+        # would lose its closing quote. NaN and Infinity are not JSON: those stay text.
+        try:
+            return json.loads(text, parse_constant=_not_json)
+        except ValueError:
+            return _NOT_PARSED
     # orjson reads integers beyond 64 bits as floats; the standard parser keeps them exact.
     return json.loads(text) if _has_huge_float(value) else value
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
 def _has_huge_float(value: Any) -> bool:
@@ -106,5 +115,10 @@ def _has_huge_float(value: Any) -> bool:
 def _dumps(value: Any) -> str:
     try:
         return orjson.dumps(value).decode()
-    except TypeError:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except TypeError:  # integers beyond 64 bits, lone surrogates
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate goes back as the escape the client sent
+            return json.dumps(value, separators=(",", ":"))
+        return text

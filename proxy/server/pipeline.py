@@ -131,8 +131,8 @@ class Pipeline:
 
     def _pass_through(self, prepared: Prepared, line: RequestLine) -> Prepared:
         inbound = prepared.inbound
-        if inbound.stateful_upstream:
-            line.set(previous_response_id=True, note="state kept upstream: passed through")
+        if inbound.upstream_state is not None:  # previous_response_id=True or conversation=True
+            line.set(**{inbound.upstream_state: True}, note="state kept upstream: passed through")
         prepared.stream_tap = self._tap_factory(inbound.api, False)
         prepared.response_headers = {"x-compaction": "none"}
         return prepared

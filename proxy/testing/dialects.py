@@ -81,7 +81,10 @@ def _additional(obj: Mapping[str, Any], allowed: set[str], path: str) -> Rejecti
 
 
 def cerebras_reasoning(messages: Messages, _: Signer) -> Rejection | None:
-    """Cerebras rejects replayed reasoning fields [OBS text; flat envelope MEM]."""
+    """Cerebras rejects replayed reasoning fields [OBS text; flat envelope MEM].
+
+    PROTOCOL.md §4.1 records the rejection for `reasoning_content` only; rejecting
+    `reasoning_details` in the same form is this fake's extension [UNVERIFIED]."""
     for i, message in enumerate(messages):
         for key in ("reasoning_content", "reasoning_details"):
             if key in message:

@@ -78,6 +78,7 @@ class FakeUpstream:
         self.peer_gone: list[str] = []  # streams the client abandoned while the fake held them
         self.responder: Responder | None = None
         self.stored: dict[str, responses_endpoint.Stored] = {}
+        self.conversations: dict[str, list[Any]] = {}  # conversation id -> its items so far
         self._script: list[Reply] = []
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()

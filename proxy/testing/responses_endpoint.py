@@ -2,7 +2,9 @@
 
 Stored responses (`store` is true by default) keep their whole item chain, so a later request
 with `previous_response_id` is validated, counted and cached as the full conversation it
-continues, and its encrypted reasoning is bound to that full history.
+continues, and its encrypted reasoning is bound to that full history. A request naming a
+`conversation` (an id, or `{"id": ...}`) continues that conversation's items the same way and
+appends its input and output to it; an id the fake has not seen starts an empty conversation.
 """
 
 from __future__ import annotations
@@ -75,6 +77,13 @@ async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
     return await _answer(fake, request, body, fake.turn(body, reply, prompt, units), chain, stream)
 
 
+def conversation_id(body: dict[str, Any]) -> str | None:
+    conversation = body.get("conversation")
+    if isinstance(conversation, dict):
+        conversation = conversation.get("id")
+    return conversation if isinstance(conversation, str) else None
+
+
 async def _answer(fake: FakeUpstream, request: web.Request, body: dict[str, Any], turn: Turn,
                   chain: list[Any], stream: bool) -> web.StreamResponse:
     output = output_items(turn, chain, options_of(body), fake.signer, fake.ids)
@@ -82,6 +91,9 @@ async def _answer(fake: FakeUpstream, request: web.Request, body: dict[str, Any]
     response = response_object(turn, body, response_id, output)
     if body.get("store") is not False:
         fake.stored[response_id] = Stored([*chain, *output], response)
+    conversation = conversation_id(body)
+    if conversation is not None:
+        fake.conversations[conversation] = [*chain, *output]
     if not stream:
         return web.Response(body=orjson.dumps(response), content_type="application/json",
                             headers=request_headers(fake))
@@ -93,9 +105,13 @@ async def _answer(fake: FakeUpstream, request: web.Request, body: dict[str, Any]
 
 
 def _prior(fake: FakeUpstream, body: dict[str, Any]) -> list[Any] | Rejection:
+    # PROTOCOL.md §6.1: `previous_response_id` "cannot be used in conjunction with
+    # `conversation`", but it records no error text for the pair, so the fake invents none and
+    # accepts it (the previous response's chain wins).
     previous = body.get("previous_response_id")
     if previous is None:
-        return []
+        conversation = conversation_id(body)
+        return list(fake.conversations.get(conversation, ())) if conversation is not None else []
     stored = fake.stored.get(previous) if isinstance(previous, str) else None
     if stored is None:  # [OBS] text and code; status [MEM]
         return rejections.openai(f"Previous response with id '{previous}' not found.",
