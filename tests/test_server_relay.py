@@ -142,6 +142,8 @@ def test_body_over_the_limit_is_413_and_never_forwarded(make_proxy, fake) -> Non
     assert answer.status_code == 413
     assert answer.json()["error"]["code"] == "request_too_large"
     assert fake.requests == []
+    line = proxy.requests()[-1]
+    assert (line["status"], line["error"]) == (413, "request_too_large")
 
 
 def test_unreachable_upstream_is_502(make_proxy, make_client) -> None:

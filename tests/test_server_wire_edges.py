@@ -152,8 +152,10 @@ def test_a_body_that_is_not_what_its_encoding_says_is_400(proxy, fake) -> None:
                         headers={"content-type": "application/json",
                                  "content-encoding": "gzip"}, timeout=20)
     assert answer.status_code == 400
-    assert answer.json()["error"]["type"] == "invalid_request_error"
+    assert answer.json()["error"]["code"] == "invalid_body_encoding"
     assert fake.requests == []
+    line = proxy.requests()[-1]
+    assert (line["status"], line["error"]) == (400, "invalid_body_encoding")
 
 
 def test_expect_continue_is_answered_by_the_proxy_not_forwarded(proxy, fake) -> None:

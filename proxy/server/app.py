@@ -8,8 +8,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from proxy.errors import BadRequest, MethodNotAllowed, NotFound, PayloadTooLarge, ProxyError
+from proxy.errors import MethodNotAllowed, NotFound, ProxyError
 from proxy.server import completions, passthrough
+from proxy.server.client_body import body_too_large, unreadable_body
 from proxy.server.drain import CUT_WAIT_S, Drain
 from proxy.server.logs import get_logger
 from proxy.server.metrics import Metrics
@@ -35,11 +36,7 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
     except ProxyError as error:
         return render_error(error)
     except web.RequestPayloadError:
-        # aiohttp decodes the body as it is read: a body that does not match its own
-        # Content-Encoding or chunked framing is the client's error, not the proxy's.
-        return render_error(BadRequest("The request body could not be read: it does not match "
-                                       "its Content-Encoding or Transfer-Encoding.",
-                                       code="invalid_body_encoding"))
+        return render_error(unreadable_body())
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -56,9 +53,7 @@ def unhandled_error() -> ProxyError:
 
 def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ProxyError:
     if exc.status == 413:
-        limit = request.app[SERVICES].settings.server.max_body_mb
-        return PayloadTooLarge(f"The request body is larger than the proxy's limit of {limit} MB "
-                               "(server.max_body_mb).")
+        return body_too_large(request.app[SERVICES].settings.server.max_body_mb)
     if exc.status == 405:
         return MethodNotAllowed(f"Method {request.method} is not allowed on {request.path}.")
     if exc.status == 404:

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from proxy.conversation import Api
 from proxy.inbound import Inbound, leading_bytes
+from proxy.server.client_body import read_client_body
 from proxy.server.headers import client_response_headers, upstream_request_headers
 from proxy.server.prepared import Prepared
 from proxy.server.relay import is_event_stream, relay_stream, whole_response
@@ -52,7 +53,7 @@ async def _complete(request: web.Request, api: Api) -> web.StreamResponse:
     with RequestLine(services.log, services.metrics, api.value, path=request.path,
                      method=request.method, tenant=tenant) as line:
         path = upstream_path(request.raw_path)
-        body = await request.read()
+        body = await read_client_body(request, services.settings.server.max_body_mb)
         line.set(bytes_in=len(body))
         threads = services.settings.threads
         named = header_thread(request.headers, threads, tenant)

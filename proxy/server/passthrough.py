@@ -10,6 +10,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from proxy import jsonio
+from proxy.server.client_body import read_client_body
 from proxy.server.headers import client_response_headers, upstream_request_headers
 from proxy.server.relay import PlainTap, relay_stream
 from proxy.server.request_line import RequestLine
@@ -36,7 +37,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     with RequestLine(services.log, services.metrics, "passthrough", path=request.path, method=request.method, passthrough=True,
                      tenant=tenant_digest(request.headers)) as line:
         path = upstream_path(request.raw_path)
-        body = await request.read()
+        body = await read_client_body(request, services.settings.server.max_body_mb)
         model = model_of(body, request.content_type)
         upstream = services.route(model)
         line.set(model=model or None, upstream=upstream.name, bytes_in=len(body))
