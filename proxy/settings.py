@@ -56,6 +56,7 @@ class UpstreamSettings:
     timeout_s: float = 600.0
     connect_timeout_s: float = 10.0
     api: str = "chat"
+    stream_usage: bool = True  # ask for stream_options.include_usage (SPEC §6)
 
 
 @dataclass(frozen=True)
@@ -216,6 +217,7 @@ def _upstreams(r: Reader, warnings: list[str]) -> dict[str, UpstreamSettings]:
             timeout_s=u.number("timeout_s", UpstreamSettings.timeout_s, 0.1),
             connect_timeout_s=u.number("connect_timeout_s", UpstreamSettings.connect_timeout_s, 0.1),
             api=u.string("api", "chat", choices=("chat", "responses")),
+            stream_usage=u.boolean("stream_usage", UpstreamSettings.stream_usage),
         )
         u.finish()
     if not upstreams:

@@ -296,3 +296,17 @@ def test_integers_beyond_64_bits_keep_their_digits_when_fields_are_rewritten(pro
     assert sent["seed"] == 123456789012345678901234567890
     assert sent["metadata"] == {"n": 18446744073709551616, "m": -9223372036854775809}
     assert sent["stream_options"] == {"include_obfuscation": False, "include_usage": True}
+
+
+def test_an_upstream_that_rejects_stream_options_gets_streams_as_sent(make_fake,
+                                                                      make_proxy) -> None:
+    fake = make_fake()
+    proxy = make_proxy(fake, upstreams={"fake": {"stream_usage": False}})
+    body = json.dumps({**CHAT, "stream": True}).encode()
+    with httpx.stream("POST", f"{proxy.base_url}/chat/completions", content=body, timeout=20,
+                      headers={"content-type": "application/json",
+                               "x-thread-id": "no-usage"}) as answer:
+        frames = answer.read()
+    assert answer.status_code == 200 and b"[DONE]" in frames
+    assert fake.last().body == body
+    assert "usage_input" not in proxy.requests()[-1]

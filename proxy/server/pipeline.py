@@ -147,7 +147,7 @@ class Pipeline:
         if prepared.attempt.placeholders:
             built = replace(built, cascade=replace(
                 cascade, entries=with_reasoning_placeholders(built.projection)[0]))
-        hide_usage = _needs_usage_chunk(inbound)
+        hide_usage = prepared.upstream.stream_usage and _needs_usage_chunk(inbound)
         prepared.projection, prepared.estimate = built.projection, built.tokens
         prepared.body = build_body(inbound, built.projection, include_usage=hide_usage)
         prepared.stream_tap = self._tap_factory(inbound.api, hide_usage)
