@@ -46,7 +46,7 @@ class UpstreamClient:
 
         `path_qs` is sent as it is (percent-encoded, never normalized): see `upstream_path`."""
         assert self._session is not None, "UpstreamClient.start() was not awaited"
-        url = URL(_encoded_base(upstream.base_url) + path_qs, encoded=True)
+        url = _url(upstream.base_url, path_qs)
         try:
             return await self._session.request(method, url, headers=headers, data=body,
                                                timeout=_timeout(upstream.connect_timeout_s, upstream.timeout_s),
@@ -90,9 +90,10 @@ def describe(exc: BaseException) -> str:
     return text if len(text) < 300 else text[:300] + "..."
 
 
-@lru_cache(maxsize=64)
-def _encoded_base(base_url: str) -> str:
-    return str(URL(base_url))
+@lru_cache(maxsize=1024)
+def _url(base_url: str, path_qs: str) -> URL:
+    # encoded=True: yarl would otherwise decode and re-encode the client's escapes.
+    return URL(str(URL(base_url)) + path_qs, encoded=True)
 
 
 def upstream_path(raw_path: str) -> str:
@@ -107,7 +108,7 @@ def upstream_path(raw_path: str) -> str:
     if path != "/v1" and not path.startswith("/v1/"):
         raise NotFound(f"Unknown path {unquote(path)}: the proxy serves /v1/*, /healthz "
                        "and /metrics.")
-    if _has_dot_segment(path):
+    if ("%" in path or "/." in path or "\\" in path) and _has_dot_segment(path):
         raise BadRequest("The request path contains '.' or '..' segments; the proxy forwards "
                          "only paths below /v1 as they are.")
     return path[3:] + mark + query
