@@ -2,7 +2,9 @@
 
 Every line is a structlog event; request lines and compaction events are plain key/value facts.
 Credentials never reach a log line: the processors below drop any field whose name says it holds
-one, as a second guard behind the code that never passes them.
+one, as a second guard behind the code that never passes them. Records of the standard
+library's loggers (aiohttp's parser errors, asyncio's warnings) are written as lines of the same
+kind, their text redacted: aiohttp quotes the raw header line it refused, key and all.
 """
 
 from __future__ import annotations
@@ -10,21 +12,31 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import traceback
 from collections.abc import MutableMapping
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 import orjson
 import structlog
 
+from proxy.server.redaction import redact
 from proxy.settings import LoggingSettings
 
 _SECRET_FIELDS = frozenset({"authorization", "api_key", "api-key", "x-api-key", "password", "token"})
+_ORJSON_INTS = range(-(2**63), 2**64)
 
 
 def _drop_secrets(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     for name in [k for k in event if k.lower() in _SECRET_FIELDS]:
         event[name] = "***"
     return event
+
+
+def _redacted_traceback(exc_info: Any) -> str:
+    """The traceback structlog's `format_exc_info` writes, redacted: it is free text, and a
+    parser error quotes what it refused. (Formatted here, not in a processor of its own, so
+    lines without an exception pay nothing.)"""
+    return redact("".join(traceback.format_exception(*exc_info)).rstrip("\n"))
 
 
 class _UtcStamp:
@@ -47,11 +59,48 @@ class _UtcStamp:
 
 
 def _json_line(_: Any, __: str, event: MutableMapping[str, Any]) -> bytes:
-    return orjson.dumps(event, default=str)
+    try:
+        return orjson.dumps(event, default=str)
+    except TypeError:  # orjson's JSONEncodeError; only a line that fails pays for the repair
+        return orjson.dumps(_encodable(event), default=_valid_str)
+
+
+def _encodable(value: Any) -> Any:
+    """`value` with what orjson refuses made text: client strings with a lone surrogate (a
+    `model` of "gpt-4o\\ud800") and integers past 64 bits."""
+    if isinstance(value, str):
+        return _valid_text(value)
+    if isinstance(value, dict):
+        return {_valid_text(str(k)): _encodable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_encodable(v) for v in value]
+    if isinstance(value, int) and value not in _ORJSON_INTS:
+        return str(value)
+    return value
+
+
+def _valid_text(text: str) -> str:
+    """`text` as valid UTF-8: a lone surrogate becomes the six characters of its escape."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _valid_str(value: object) -> str:
+    return _valid_text(str(value))
+
+
+class _ConsoleLine:
+    """The console form, as UTF-8 bytes for the same sink as JSON lines. Encoded here, with
+    lone surrogates escaped, because a text stream's strict encoder would raise on one."""
+
+    def __init__(self) -> None:
+        self._render = structlog.dev.ConsoleRenderer(colors=False)
+
+    def __call__(self, logger: Any, name: str, event: MutableMapping[str, Any]) -> bytes:
+        return self._render(logger, name, event).encode("utf-8", "backslashreplace")
 
 
 class _TextSink:
-    """A text stream seen as a binary one, for a JSON logger given a stream without `buffer`."""
+    """A text stream seen as a binary one, for a logger given a stream without `buffer`."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
@@ -63,26 +112,60 @@ class _TextSink:
         self._stream.flush()
 
 
+class _StdlibRecords(logging.Handler):
+    """Hands the standard library's records to the structlog pipeline: one format and one sink
+    for every line, and the record's message and exception text redacted on the way."""
+
+    def __init__(self, log: Any, level: int) -> None:
+        super().__init__(level)
+        self._log = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # structlog knows the five standard levels only.
+        level = min(max(record.levelno // 10 * 10, logging.DEBUG), logging.CRITICAL)
+        try:
+            self._log.log(level, redact(record.getMessage()), logger=record.name,
+                          exc_info=record.exc_info)
+        except Exception:  # noqa: BLE001 - a handler reports its failures, never raises them
+            self.handleError(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        # The standard report of a failed emit prints the record's message and arguments as
+        # they came, credentials and all.
+        record.msg, record.args = "(a record that could not be written)", None
+        super().handleError(record)
+
+
 def configure_logging(settings: LoggingSettings, stream: TextIO | None = None) -> None:
     """JSON lines by default: rendered to bytes by orjson and written to the stream's binary
     buffer, one write and flush per line (every request writes one; the text layer and
     `print` cost about as much as the rendering). `console` renders text for humans."""
     level = getattr(logging, settings.level.upper())
     stream = stream or sys.stdout
+    renderer = _ConsoleLine() if settings.format == "console" else _json_line
     processors: list[Any] = [structlog.processors.add_log_level, _UtcStamp(), _drop_secrets,
-                             structlog.processors.format_exc_info]
-    factory: Any
-    if settings.format == "console":
-        processors.append(structlog.dev.ConsoleRenderer(colors=False))
-        factory = structlog.PrintLoggerFactory(file=stream)
-    else:
-        processors.append(_json_line)
-        binary = getattr(stream, "buffer", None)
-        factory = structlog.BytesLoggerFactory(file=binary if binary is not None
-                                               else _TextSink(stream))
+                             structlog.processors.ExceptionRenderer(_redacted_traceback), renderer]
     structlog.configure(processors=processors,
                         wrapper_class=structlog.make_filtering_bound_logger(level),
-                        logger_factory=factory, cache_logger_on_first_use=False)
+                        logger_factory=structlog.BytesLoggerFactory(file=_binary(stream)),
+                        cache_logger_on_first_use=False)
+    _route_stdlib_records(level)
+
+
+def _binary(stream: TextIO) -> BinaryIO | _TextSink:
+    binary = getattr(stream, "buffer", None)
+    return binary if binary is not None else _TextSink(stream)
+
+
+def _route_stdlib_records(level: int) -> None:
+    """One handler on the root logger, replacing the one an earlier configuration installed.
+    The root's own level stays the application's (the standard library's default: WARNING),
+    so what used to reach stderr now comes out here, and libraries' debug records stay off
+    unless asked for."""
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, _StdlibRecords)]:
+        root.removeHandler(handler)
+    root.addHandler(_StdlibRecords(get_logger("stdlib"), level))
 
 
 def get_logger(name: str = "proxy") -> Any:

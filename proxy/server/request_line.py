@@ -42,6 +42,14 @@ class RequestLine:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        self._settle(exc)
+        self._write()
+        if self._metrics is not None:
+            self._metrics.observe_request(self._kind, self.fields["status"],
+                                          self.fields.get("upstream_ms"))
+
+    def _settle(self, exc: BaseException | None) -> None:
+        """The status and error the client got, from how the handler ended."""
         if isinstance(exc, ProxyError):
             self.fields["status"] = exc.status
             self.fields["error"] = exc.code or exc.type
@@ -54,12 +62,17 @@ class RequestLine:
             self.fields["status"] = self.fields["status"] or 500
             self.fields["error"] = type(exc).__name__
         self.fields["duration_ms"] = round((time.perf_counter() - self._started) * 1000, 2)
+
+    def _write(self) -> None:
         enabled = getattr(self._log, "is_enabled_for", None)
-        if enabled is None or enabled(logging.INFO):  # below the level, skip building the line
+        if enabled is not None and not enabled(logging.INFO):  # below the level: skip building it
+            return
+        try:
             self._log.info("request", **{k: v for k, v in self.fields.items() if v is not None})
-        if self._metrics is not None:
-            self._metrics.observe_request(self._kind, self.fields["status"],
-                                          self.fields.get("upstream_ms"))
+        except Exception:  # noqa: BLE001 - the answer is out or on its way: a lost line must not
+            # break it. The standard library's logging reports on stderr what its sink refuses.
+            logging.getLogger("proxy").exception("request line not written (status %s)",
+                                                 self.fields["status"])
 
     def _cut_by_shutdown(self) -> None:
         # `bytes_out` is set as the answer starts going out: then the client got its status
