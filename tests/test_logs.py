@@ -146,20 +146,22 @@ def _send_raw(port: int, header: bytes) -> None:
             pass
 
 
-def test_aiohttp_parser_errors_are_logged_as_json_without_the_key(tmp_path: Path, fake) -> None:
+def test_http_parser_errors_are_logged_as_json_without_the_key(tmp_path: Path, fake) -> None:
     proxy = ProxyProcess(write_config(tmp_path / "p.yaml", fake.url, tmp_path / "state"))
     try:
         _send_raw(proxy.port, b"Authorization: Bearer sk-LEAKTEST-ctrl\x01")
         _send_raw(proxy.port, b"api-key: LEAKTEST" + b"7" * 70_000)
         _send_raw(proxy.port, b"x-api-key: LEAKTEST-nul\x00x")
-        errors = proxy.wait_for("Error handling request from 127.0.0.1", count=3)
+        # The proxy's runner answers these itself (proxy/server/runner.py) and logs the kind
+        # of problem only; whatever aiohttp's own logger says goes through the redaction too.
+        errors = proxy.wait_for("bad_http_request", count=3)
         proxy.signal(signal.SIGTERM)
         proxy.wait_for("stopped")
         assert proxy.wait() == 0
     finally:
         proxy.kill()
-    assert {e["logger"] for e in errors} == {"aiohttp.server"}
-    assert all(e["level"] == "error" and "400, message" in e["exception"] for e in errors)
+    assert sorted(e["status"] for e in errors) == [400, 400, 431]
+    assert all(e["level"] == "warning" for e in errors)
     output = b"".join(proxy.raw)  # stdout and stderr, every line JSON
     assert b"LEAKTEST" not in output and b"7" * 16 not in output
     assert all(orjson.loads(line) for line in output.splitlines())
