@@ -131,6 +131,9 @@ async def test_dialects_issue_their_private_state() -> None:
         message = (await api.chat.completions.create(model="m", messages=[user("hi")])).choices[0].message
         assert message.model_extra["reasoning"] == "The user greets."
         assert message.model_extra["reasoning_details"][0]["signature"]
+        fake.script(TOOLS_REPLY)  # Claude with thinking enabled: every answer thinks first
+        message = (await api.chat.completions.create(model="m", messages=[user("hi")])).choices[0].message
+        assert message.model_extra["reasoning_details"][0]["signature"]
 
 
 async def test_dropped_private_state_is_rejected_through_the_client() -> None:

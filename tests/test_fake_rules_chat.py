@@ -239,11 +239,46 @@ def _detail(text: str = "thinking") -> dict[str, Any]:
                                        "format": "anthropic-claude-v1", "index": 0})
 
 
-def test_openrouter_accepts_issued_details_and_their_absence() -> None:
+def test_openrouter_accepts_issued_details_and_their_absence_outside_the_loop() -> None:
     round_tripped = orjson.loads(orjson.dumps([_detail()]))
     sent = body(user("hi"), assistant_calls("c1", reasoning_details=round_tripped), tool_result("c1"))
     assert check_chat(sent, "openrouter") is None
-    assert check_chat(body(user("hi"), assistant_calls("c1"), tool_result("c1")), "openrouter") is None
+    past = body(user("hi"), assistant_calls("c1"), tool_result("c1"), assistant("ok"), user("next"))
+    assert check_chat(past, "openrouter") is None
+    earlier_step = body(user("hi"), assistant_calls("c1"), tool_result("c1"),
+                        assistant_calls("c2", reasoning_details=[_detail()]), tool_result("c2"))
+    assert check_chat(earlier_step, "openrouter") is None
+
+
+ANTHROPIC_MISSING_THINKING = (
+    "messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+    "`{found}`. When `thinking` is enabled, a final `assistant` message must start with a thinking "
+    "block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We recommend you "
+    "include thinking blocks from previous turns. To avoid this requirement, disable `thinking`. "
+    "Please consult our documentation at "
+    "https://docs.claude.com/en/docs/build-with-claude/extended-thinking")
+
+
+@pytest.mark.parametrize("details", [None, [], "absent"])
+def test_openrouter_requires_details_on_the_current_loops_last_call(details: Any) -> None:
+    extra = {} if details == "absent" else {"reasoning_details": details}
+    sent = body(system("s"), user("hi"), assistant_calls("c1", reasoning_details=[_detail()]),
+                tool_result("c1"), assistant_calls("c2", **extra), tool_result("c2"))
+    found = check_chat(sent, "openrouter")
+    assert found is not None and found.status == 400
+    assert found.body["error"]["message"] == "Provider returned error"
+    raw = orjson.loads(found.body["error"]["metadata"]["raw"])
+    assert raw == {"type": "error", "request_id": raw["request_id"], "error": {
+        "type": "invalid_request_error",
+        "message": ANTHROPIC_MISSING_THINKING.format(index=3, found="tool_use")}}
+
+
+def test_openrouter_names_a_text_block_that_comes_before_the_calls() -> None:
+    sent = body(user("hi"), assistant_calls("c1", content="Let me look."), tool_result("c1"))
+    found = check_chat(sent, "openrouter")
+    assert found is not None
+    raw = orjson.loads(found.body["error"]["metadata"]["raw"])
+    assert raw["error"]["message"] == ANTHROPIC_MISSING_THINKING.format(index=1, found="text")
 
 
 @pytest.mark.parametrize("change", ["text", "signature", "drop_signature", "foreign"])

@@ -147,18 +147,48 @@ def mistral_order(messages: Messages, _: Signer) -> Rejection | None:
 
 
 def openrouter_details(messages: Messages, signer: Signer) -> Rejection | None:
-    """`reasoning_details` sent back must be exactly what was issued (signed per detail)."""
+    """Claude with thinking enabled, through OpenRouter (PROTOCOL.md §4.3, §4.5, §8.2(e)).
+
+    `reasoning_details` sent back must be exactly what was issued (signed per detail), and the
+    last assistant message with tool calls after the latest user message (the current tool
+    loop) must carry them: Anthropic wants the final assistant turn to start with its thinking
+    block. Both rejections are Anthropic's texts [OBS], relayed in `metadata.raw` [OBS]."""
     for i, message in enumerate(messages):
         details = message.get("reasoning_details")
         if "reasoning_details" not in message or details is None:
             continue
         for j, detail in enumerate(details if isinstance(details, list) else [details]):
             if not signer.detail_valid(detail):
-                # Anthropic's text [OBS], relayed the way OpenRouter relays provider errors [OBS].
                 where = f"messages.{_native_index(messages, i)}.content.{j}"
                 raw = rejections.anthropic_body(f"{where}: Invalid `signature` in `thinking` block")
                 return rejections.openrouter_wrapped(raw)
-    return None
+    return _loop_without_thinking(messages)
+
+
+def _loop_without_thinking(messages: Messages) -> Rejection | None:
+    latest_user = _latest_user(messages)
+    loop = [i for i in range(latest_user + 1, len(messages)) if _tool_calls(messages[i])]
+    if not loop or messages[loop[-1]].get("reasoning_details"):
+        return None
+    i = loop[-1]
+    # PROTOCOL.md gives the text for a `tool_use` first block; when the message has text
+    # before its calls, the fake names `text` instead (its own substitution, unverified).
+    found = "text" if _has_text(messages[i].get("content")) else "tool_use"
+    raw = rejections.anthropic_body(
+        f"messages.{_native_index(messages, i)}.content.0.type: Expected `thinking` or "
+        f"`redacted_thinking`, but found `{found}`. When `thinking` is enabled, a final "
+        "`assistant` message must start with a thinking block (preceeding the lastmost set of "
+        "`tool_use` and `tool_result` blocks). We recommend you include thinking blocks from "
+        "previous turns. To avoid this requirement, disable `thinking`. Please consult our "
+        "documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking")
+    return rejections.openrouter_wrapped(raw)
+
+
+def _has_text(content: Any) -> bool:
+    if isinstance(content, str):
+        return bool(content)
+    return isinstance(content, list) and any(
+        isinstance(p, Mapping) and p.get("type") == "text" and p.get("text") for p in content)
 
 
 @dataclass(frozen=True)

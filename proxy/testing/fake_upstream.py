@@ -162,7 +162,7 @@ class FakeUpstream:
         if reply is None and self._script:
             reply = self._script.pop(0)
         reply = reply or Reply.text(DEFAULT_TEXT)
-        needs_reasoning = self.always_reason or self.dialect == "deepseek-thinking"
+        needs_reasoning = self.always_reason or self.dialect in ("deepseek-thinking", "openrouter")
         if needs_reasoning and not reply.reasoning and not reply.is_error:
             reply = reply.with_reasoning(DEFAULT_REASONING)
         return reply
