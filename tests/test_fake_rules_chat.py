@@ -33,7 +33,8 @@ VALID = body(system("s"), user("hi"), assistant_calls("c1", "c2"), tool_result("
              tool_result("c1"), assistant("done"), user("next"))
 
 
-@pytest.mark.parametrize("dialect", ["openai", "openai-strict", "cerebras", "mistral", "openrouter"])
+@pytest.mark.parametrize("dialect", ["openai", "openai-strict", "cerebras", "mistral", "openrouter",
+                                     "vllm"])
 def test_valid_conversation_passes_every_dialect_without_private_state(dialect: str) -> None:
     assert check_chat(VALID, dialect) is None
 
@@ -93,12 +94,35 @@ def test_arguments_must_be_a_string_with_openai_invalid_type_text() -> None:
         "code": "invalid_type"}
 
 
-@pytest.mark.parametrize("arguments", ['{"a": ', "", "{'a': 1}", '{"a": 1} trailing'])
-def test_arguments_must_be_valid_json(arguments: str) -> None:
+BROKEN_ARGUMENTS = ['{"a": ', "", "{'a': 1}", '{"a": 1} trailing']
+
+
+@pytest.mark.parametrize("arguments", BROKEN_ARGUMENTS)
+def test_openai_accepts_arguments_that_are_not_json(arguments: str) -> None:
+    # PROTOCOL §1.1: the model "does not always generate valid JSON"; no rejection is recorded.
     call = tool_call("c1", "f", arguments)
-    found = error(check_chat(body(user("hi"), assistant_calls(call), tool_result("c1"))))
-    assert found["param"] == "messages[1].tool_calls[0].function.arguments"
-    assert found["code"] == "invalid_value"
+    assert check_chat(body(user("hi"), assistant_calls(call), tool_result("c1"))) is None
+
+
+@pytest.mark.parametrize("arguments", BROKEN_ARGUMENTS)
+def test_vllm_rejects_arguments_that_are_not_json_in_the_fakes_own_words(arguments: str) -> None:
+    call = tool_call("c1", "f", arguments)
+    assert error(check_chat(body(user("hi"), assistant_calls(call), tool_result("c1")), "vllm")) == {
+        "message": "Fake upstream's own wording (no provider text is documented): "
+                   "'messages[1].tool_calls[0].function.arguments' is not valid JSON.",
+        "type": "BadRequestError", "param": None, "code": 400}
+
+
+def test_vllm_accepts_json_that_only_the_rfc_allows() -> None:
+    lone_surrogate = tool_call("c1", "f", '{"text": "\\ud800 and \\udfff"}')
+    sent = body(user("hi"), assistant_calls(lone_surrogate), tool_result("c1"))
+    assert check_chat(sent, "vllm") is None
+
+
+def test_vllm_leaves_pairing_to_the_chat_template() -> None:
+    # PROTOCOL §2.1: vLLM does no API-level adjacency validation.
+    assert check_chat(body(user("hi"), tool_result("c1")), "vllm") is None
+    assert check_chat(body(user("hi"), assistant_calls("c1")), "vllm") is None
 
 
 def test_custom_tool_input_is_free_form() -> None:
@@ -303,4 +327,4 @@ def test_openrouter_rejects_changed_details(change: str) -> None:
 
 def test_every_dialect_is_listed() -> None:
     assert set(DIALECTS) == {"openai", "openai-strict", "cerebras", "deepseek-thinking", "gemini",
-                             "mistral", "openrouter"}
+                             "mistral", "openrouter", "vllm"}

@@ -3,6 +3,7 @@
 A dialect is a wording for the shared violations (`chat_rules.WORDING`) plus two lists of extra
 rules: schema checks that run before the pairing rules (a strict upstream rejects an unknown key
 before it looks at the conversation) and semantic checks that run after them (PROTOCOL.md §8.2).
+A dialect without API-level pairing checks (vLLM, PROTOCOL.md §2.1) skips the shared rules.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy import jsonio
 from proxy.testing import rejections
 from proxy.testing.rejections import Rejection
 from proxy.testing.signing import GEMINI_BYPASS, Signer
@@ -93,6 +95,34 @@ def cerebras_reasoning(messages: Messages, _: Signer) -> Rejection | None:
                                        type_="invalid_request_error", param="validation_error",
                                        code="wrong_api_format")
     return None
+
+
+def json_arguments(messages: Messages, _: Signer) -> Rejection | None:
+    """vLLM and SGLang parse `function.arguments` and refuse what is not JSON.
+
+    PROTOCOL.md gives no provider text for this rejection: the message is THE FAKE'S OWN
+    WORDING (it says so in the text); only the envelope is vLLM's (§1.4, [3P]). JSON that
+    orjson refuses but the RFC allows (a lone surrogate escape) is accepted, as Python's
+    parser does."""
+    for i, message in enumerate(messages):
+        for j, call in enumerate(_tool_calls(message)):
+            function = call.get("function") if isinstance(call, Mapping) else None
+            arguments = function.get("arguments") if isinstance(function, Mapping) else None
+            if isinstance(arguments, str) and not _is_json(arguments):
+                path = f"messages[{i}].tool_calls[{j}].function.arguments"
+                return rejections.vllm(f"Fake upstream's own wording (no provider text is "
+                                       f"documented): '{path}' is not valid JSON.")
+    return None
+
+
+def _is_json(text: str) -> bool:
+    try:
+        jsonio.loads(text)
+    except jsonio.NestedTooDeep:
+        return True  # maybe valid; too deep to tell, so not refused
+    except jsonio.JSONDecodeError:
+        return False
+    return True
 
 
 # ---------------------------------------------------------------- semantic rules (after pairing)
@@ -196,6 +226,7 @@ class Dialect:
     wording: str = "openai"
     schema: tuple[Rule, ...] = ()
     semantic: tuple[Rule, ...] = ()
+    pairing: bool = True  # the shared `chat_rules.find_violation` checks
 
 
 DIALECTS: dict[str, Dialect] = {
@@ -206,4 +237,6 @@ DIALECTS: dict[str, Dialect] = {
     "gemini": Dialect(semantic=(gemini_signatures,)),
     "mistral": Dialect(wording="mistral", semantic=(mistral_order,)),
     "openrouter": Dialect(semantic=(openrouter_details,)),
+    # No API-level adjacency validation (PROTOCOL.md §2.1); tool-call ids `chatcmpl-tool-<hex>`.
+    "vllm": Dialect(schema=(json_arguments,), pairing=False),
 }
