@@ -76,8 +76,9 @@ def test_calls_left_unanswered_at_the_end_are_rejected() -> None:
 def test_unknown_tool_call_id_in_the_run() -> None:
     found = error(check_chat(body(user("hi"), assistant_calls("c1"), tool_result("c1"),
                                   tool_result("zz"))))
-    assert found["message"] == ("Invalid parameter: 'tool_call_id' of 'zz' not found in 'tool_calls' "
-                                "of previous message.")
+    assert found == {"message": "Invalid parameter: 'tool_call_id' of 'zz' not found in 'tool_calls' "
+                                "of previous message.", "type": "invalid_request_error",
+                     "param": "messages.[3].role", "code": None}
 
 
 def test_order_inside_the_tool_run_is_free() -> None:
@@ -143,6 +144,17 @@ def test_assistant_needs_content_or_tool_calls() -> None:
 def test_empty_tool_calls_array_is_rejected() -> None:
     found = error(check_chat(body(user("hi"), assistant("x", tool_calls=[]))))
     assert found["code"] == "empty_array"
+
+
+def test_one_string_over_a_mebibyte_is_string_above_max_length() -> None:
+    at_limit = "x" * 1_048_576
+    assert check_chat(body(system("s"), user(at_limit))) is None
+    found = check_chat(body(system("s"), user("hi"), assistant("ok"), user(at_limit + "yy")))
+    assert error(found) == {
+        "message": "Invalid 'messages[3].content': string too long. Expected a string with maximum "
+                   "length 1048576, but got a string with length 1048578 instead.",
+        "type": "invalid_request_error", "param": "messages[3].content",
+        "code": "string_above_max_length"}
 
 
 def test_schema_problems() -> None:
