@@ -98,7 +98,8 @@ def cerebras_reasoning(messages: Messages, _: Signer) -> Rejection | None:
 
 
 def json_arguments(messages: Messages, _: Signer) -> Rejection | None:
-    """vLLM and SGLang parse `function.arguments` and refuse what is not JSON.
+    """vLLM and SGLang parse `function.arguments` and refuse what is not JSON (issue reports
+    such as vllm-project/vllm#48922; PROTOCOL.md does not record the rejection).
 
     PROTOCOL.md gives no provider text for this rejection: the message is THE FAKE'S OWN
     WORDING (it says so in the text); only the envelope is vLLM's (§1.4, [3P]). JSON that
