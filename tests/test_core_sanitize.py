@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.compaction.overflow import RetryAction, private_state_rejection
 from proxy.core.cascade import CascadeContext, run_cascade
 from proxy.core.private import GEMINI_STAND_IN
 from proxy.core.sanitize import Policy, sanitize
@@ -23,7 +24,8 @@ SIGNED = {"type": "reasoning.text", "text": "t", "signature": "sig", "format": "
 REDACTED = {"type": "redacted_thinking", "data": "x"}
 SUMMARY = {"type": "reasoning.summary", "summary": "s", "format": "unknown", "index": 0}
 GEMINI = {"extra_content": {"google": {"thought_signature": "c2ln"}}}
-CHAT_DIALECTS = ("openai", "deepseek-thinking", "cerebras", "openai-strict", "gemini", "openrouter")
+CHAT_DIALECTS = ("openai", "deepseek-thinking", "cerebras", "openai-strict", "gemini", "openrouter",
+                 "vllm")
 
 
 def _history() -> tuple:
@@ -200,8 +202,15 @@ def test_projection_passes_each_chat_dialect(dialect: str, data: st.DataObject) 
     elements = data.draw(conversations("chat", messy=data.draw(st.booleans()),
                                        dialect=None if dialect == "openai" else dialect))
     policy = data.draw(st.sampled_from((None, Policy.COMPACTED, Policy.COMPACTED_KEEP_LOOP)))
-    body = _projection("chat", elements, policy, data.draw(st.integers(0, 8)), data.draw(st.booleans()))
-    assert check_chat({"messages": body}, dialect) is None
+    keep, idle = data.draw(st.integers(0, 8)), data.draw(st.booleans())
+    found = check_chat({"messages": _projection("chat", elements, policy, keep, idle)}, dialect)
+    if found is not None and dialect == "openrouter" and policy is Policy.COMPACTED:
+        # Anthropic wants the loop's thinking back (PROTOCOL §4.5): the one retry restores it.
+        retry = private_state_rejection(found.status, found.body)
+        assert retry is not None and retry.action is RetryAction.RESTORE_LOOP_BLOBS
+        found = check_chat({"messages": _projection("chat", elements, Policy.COMPACTED_KEEP_LOOP,
+                                                     keep, idle)}, dialect)
+    assert found is None
 
 
 @given(conversations("responses", messy=True),

@@ -186,6 +186,19 @@ async def test_requests_are_recorded(fake: FakeUpstream) -> None:
     assert recorded.json == chat(user("hi")) and orjson.loads(recorded.body) == recorded.json
 
 
+@pytest.mark.parametrize("path", ["/chat/completions", "/responses"])
+async def test_json_that_only_the_rfc_allows_is_accepted(fake: FakeUpstream, path: str) -> None:
+    # A lone surrogate escape: valid JSON that orjson refuses and real upstreams take.
+    text = '"see \\ud800 here"'
+    if path == "/responses":
+        raw = b'{"model": "gpt-4o", "instructions": ' + text.encode() + b', "input": ' + text.encode() + b"}"
+    else:
+        raw = b'{"model": "gpt-4o", "messages": [{"role": "user", "content": ' + text.encode() + b"}]}"
+    status, answer = await post(fake, raw, path=path)
+    assert status == 200, answer
+    assert fake.last(path).json is not None
+
+
 async def test_bad_json_and_missing_model(fake: FakeUpstream) -> None:
     status, raw = await post(fake, b"{nope")
     assert status == 400 and orjson.loads(raw)["error"]["message"].startswith(

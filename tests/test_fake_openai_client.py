@@ -93,7 +93,7 @@ async def accumulate(stream: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("dialect", ["openai", "deepseek-thinking", "openrouter", "gemini",
-                                     "cerebras", "openai-strict", "mistral"])
+                                     "cerebras", "openai-strict", "mistral", "vllm"])
 @pytest.mark.parametrize("stream", [False, True])
 async def test_exact_echo_passes_every_dialect(dialect: str, stream: bool) -> None:
     async with FakeUpstream(dialect=dialect) as fake, client(fake) as api:
@@ -131,6 +131,13 @@ async def test_dialects_issue_their_private_state() -> None:
         message = (await api.chat.completions.create(model="m", messages=[user("hi")])).choices[0].message
         assert message.model_extra["reasoning"] == "The user greets."
         assert message.model_extra["reasoning_details"][0]["signature"]
+        fake.script(TOOLS_REPLY)  # Claude with thinking enabled: every answer thinks first
+        message = (await api.chat.completions.create(model="m", messages=[user("hi")])).choices[0].message
+        assert message.model_extra["reasoning_details"][0]["signature"]
+    async with FakeUpstream(dialect="vllm") as fake, client(fake) as api:
+        fake.script(TOOLS_REPLY)
+        message = (await api.chat.completions.create(model="m", messages=[user("hi")])).choices[0].message
+        assert all(c.id.startswith("chatcmpl-tool-") for c in message.tool_calls or ())
 
 
 async def test_dropped_private_state_is_rejected_through_the_client() -> None:

@@ -33,7 +33,8 @@ VALID = body(system("s"), user("hi"), assistant_calls("c1", "c2"), tool_result("
              tool_result("c1"), assistant("done"), user("next"))
 
 
-@pytest.mark.parametrize("dialect", ["openai", "openai-strict", "cerebras", "mistral", "openrouter"])
+@pytest.mark.parametrize("dialect", ["openai", "openai-strict", "cerebras", "mistral", "openrouter",
+                                     "vllm"])
 def test_valid_conversation_passes_every_dialect_without_private_state(dialect: str) -> None:
     assert check_chat(VALID, dialect) is None
 
@@ -75,8 +76,9 @@ def test_calls_left_unanswered_at_the_end_are_rejected() -> None:
 def test_unknown_tool_call_id_in_the_run() -> None:
     found = error(check_chat(body(user("hi"), assistant_calls("c1"), tool_result("c1"),
                                   tool_result("zz"))))
-    assert found["message"] == ("Invalid parameter: 'tool_call_id' of 'zz' not found in 'tool_calls' "
-                                "of previous message.")
+    assert found == {"message": "Invalid parameter: 'tool_call_id' of 'zz' not found in 'tool_calls' "
+                                "of previous message.", "type": "invalid_request_error",
+                     "param": "messages.[3].role", "code": None}
 
 
 def test_order_inside_the_tool_run_is_free() -> None:
@@ -93,12 +95,35 @@ def test_arguments_must_be_a_string_with_openai_invalid_type_text() -> None:
         "code": "invalid_type"}
 
 
-@pytest.mark.parametrize("arguments", ['{"a": ', "", "{'a': 1}", '{"a": 1} trailing'])
-def test_arguments_must_be_valid_json(arguments: str) -> None:
+BROKEN_ARGUMENTS = ['{"a": ', "", "{'a': 1}", '{"a": 1} trailing']
+
+
+@pytest.mark.parametrize("arguments", BROKEN_ARGUMENTS)
+def test_openai_accepts_arguments_that_are_not_json(arguments: str) -> None:
+    # PROTOCOL §1.1: the model "does not always generate valid JSON"; no rejection is recorded.
     call = tool_call("c1", "f", arguments)
-    found = error(check_chat(body(user("hi"), assistant_calls(call), tool_result("c1"))))
-    assert found["param"] == "messages[1].tool_calls[0].function.arguments"
-    assert found["code"] == "invalid_value"
+    assert check_chat(body(user("hi"), assistant_calls(call), tool_result("c1"))) is None
+
+
+@pytest.mark.parametrize("arguments", BROKEN_ARGUMENTS)
+def test_vllm_rejects_arguments_that_are_not_json_in_the_fakes_own_words(arguments: str) -> None:
+    call = tool_call("c1", "f", arguments)
+    assert error(check_chat(body(user("hi"), assistant_calls(call), tool_result("c1")), "vllm")) == {
+        "message": "Fake upstream's own wording (no provider text is documented): "
+                   "'messages[1].tool_calls[0].function.arguments' is not valid JSON.",
+        "type": "BadRequestError", "param": None, "code": 400}
+
+
+def test_vllm_accepts_json_that_only_the_rfc_allows() -> None:
+    lone_surrogate = tool_call("c1", "f", '{"text": "\\ud800 and \\udfff"}')
+    sent = body(user("hi"), assistant_calls(lone_surrogate), tool_result("c1"))
+    assert check_chat(sent, "vllm") is None
+
+
+def test_vllm_leaves_pairing_to_the_chat_template() -> None:
+    # PROTOCOL §2.1: vLLM does no API-level adjacency validation.
+    assert check_chat(body(user("hi"), tool_result("c1")), "vllm") is None
+    assert check_chat(body(user("hi"), assistant_calls("c1")), "vllm") is None
 
 
 def test_custom_tool_input_is_free_form() -> None:
@@ -119,6 +144,17 @@ def test_assistant_needs_content_or_tool_calls() -> None:
 def test_empty_tool_calls_array_is_rejected() -> None:
     found = error(check_chat(body(user("hi"), assistant("x", tool_calls=[]))))
     assert found["code"] == "empty_array"
+
+
+def test_one_string_over_a_mebibyte_is_string_above_max_length() -> None:
+    at_limit = "x" * 1_048_576
+    assert check_chat(body(system("s"), user(at_limit))) is None
+    found = check_chat(body(system("s"), user("hi"), assistant("ok"), user(at_limit + "yy")))
+    assert error(found) == {
+        "message": "Invalid 'messages[3].content': string too long. Expected a string with maximum "
+                   "length 1048576, but got a string with length 1048578 instead.",
+        "type": "invalid_request_error", "param": "messages[3].content",
+        "code": "string_above_max_length"}
 
 
 def test_schema_problems() -> None:
@@ -239,11 +275,46 @@ def _detail(text: str = "thinking") -> dict[str, Any]:
                                        "format": "anthropic-claude-v1", "index": 0})
 
 
-def test_openrouter_accepts_issued_details_and_their_absence() -> None:
+def test_openrouter_accepts_issued_details_and_their_absence_outside_the_loop() -> None:
     round_tripped = orjson.loads(orjson.dumps([_detail()]))
     sent = body(user("hi"), assistant_calls("c1", reasoning_details=round_tripped), tool_result("c1"))
     assert check_chat(sent, "openrouter") is None
-    assert check_chat(body(user("hi"), assistant_calls("c1"), tool_result("c1")), "openrouter") is None
+    past = body(user("hi"), assistant_calls("c1"), tool_result("c1"), assistant("ok"), user("next"))
+    assert check_chat(past, "openrouter") is None
+    earlier_step = body(user("hi"), assistant_calls("c1"), tool_result("c1"),
+                        assistant_calls("c2", reasoning_details=[_detail()]), tool_result("c2"))
+    assert check_chat(earlier_step, "openrouter") is None
+
+
+ANTHROPIC_MISSING_THINKING = (
+    "messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+    "`{found}`. When `thinking` is enabled, a final `assistant` message must start with a thinking "
+    "block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We recommend you "
+    "include thinking blocks from previous turns. To avoid this requirement, disable `thinking`. "
+    "Please consult our documentation at "
+    "https://docs.claude.com/en/docs/build-with-claude/extended-thinking")
+
+
+@pytest.mark.parametrize("details", [None, [], "absent"])
+def test_openrouter_requires_details_on_the_current_loops_last_call(details: Any) -> None:
+    extra = {} if details == "absent" else {"reasoning_details": details}
+    sent = body(system("s"), user("hi"), assistant_calls("c1", reasoning_details=[_detail()]),
+                tool_result("c1"), assistant_calls("c2", **extra), tool_result("c2"))
+    found = check_chat(sent, "openrouter")
+    assert found is not None and found.status == 400
+    assert found.body["error"]["message"] == "Provider returned error"
+    raw = orjson.loads(found.body["error"]["metadata"]["raw"])
+    assert raw == {"type": "error", "request_id": raw["request_id"], "error": {
+        "type": "invalid_request_error",
+        "message": ANTHROPIC_MISSING_THINKING.format(index=3, found="tool_use")}}
+
+
+def test_openrouter_names_a_text_block_that_comes_before_the_calls() -> None:
+    sent = body(user("hi"), assistant_calls("c1", content="Let me look."), tool_result("c1"))
+    found = check_chat(sent, "openrouter")
+    assert found is not None
+    raw = orjson.loads(found.body["error"]["metadata"]["raw"])
+    assert raw["error"]["message"] == ANTHROPIC_MISSING_THINKING.format(index=1, found="text")
 
 
 @pytest.mark.parametrize("change", ["text", "signature", "drop_signature", "foreign"])
@@ -268,4 +339,4 @@ def test_openrouter_rejects_changed_details(change: str) -> None:
 
 def test_every_dialect_is_listed() -> None:
     assert set(DIALECTS) == {"openai", "openai-strict", "cerebras", "deepseek-thinking", "gemini",
-                             "mistral", "openrouter"}
+                             "mistral", "openrouter", "vllm"}

@@ -205,3 +205,12 @@ def test_without_a_verifier_encrypted_content_is_not_checked() -> None:
     sent = body(item_user("x"), {**reasoning(), "encrypted_content": "gAAAAABzzz"}, reasoned_call(),
                 item_output("call_1"))
     assert check_responses(sent) is None
+
+
+def test_a_function_call_id_must_begin_with_fc() -> None:
+    chat_style = {**item_call("call_1"), "id": "call_1"}
+    assert error(check_responses(body(item_user("hi"), chat_style, item_output("call_1")))) == {
+        "message": "Expected an ID that begins with 'fc'", "type": "invalid_request_error",
+        "param": "input", "code": None}
+    issued = {**item_call("call_1"), "id": "fc_0123"}
+    assert check_responses(body(item_user("hi"), issued, item_output("call_1"))) is None

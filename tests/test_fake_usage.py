@@ -18,7 +18,7 @@ from proxy.testing.reference_tokens import (
     responses_prompt_tokens,
 )
 from proxy.testing.replies import Reply
-from proxy.testing.usage import Counts, PromptCache, chat_usage
+from proxy.testing.usage import Counts, PromptCache, chat_usage, responses_usage
 
 LONG = system("You are a careful coding agent. " + " ".join(f"rule{i} applies." for i in range(700)))
 
@@ -147,3 +147,10 @@ async def test_openrouter_streams_always_end_with_usage() -> None:
                                 json={**chat(user("hi")), "stream": True}) as response:
             frames = [f for f in (await response.read()).decode().split("\n\n") if f.strip()]
     assert orjson.loads(frames[-2][6:])["usage"]["cost"] > 0
+
+
+def test_responses_usage_has_the_spec_shape() -> None:
+    # PROTOCOL §5.2 (spec example): cache reads and writes in input_tokens_details.
+    assert responses_usage(Counts(2000, 11, 3, cached=1024, cache_write=896)) == {
+        "input_tokens": 2000, "input_tokens_details": {"cached_tokens": 1024, "cache_write_tokens": 896},
+        "output_tokens": 11, "output_tokens_details": {"reasoning_tokens": 3}, "total_tokens": 2011}

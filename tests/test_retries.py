@@ -8,8 +8,10 @@ import httpx
 import orjson
 import pytest
 
+from proxy.testing.reference_tokens import chat_prompt_tokens
 from proxy.testing.replies import Reply
 from proxy.testing.sessions import coding_session
+from proxy.testing.signing import DEFAULT_SIGNER
 from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request
 from tests.conftest import API_KEY
 
@@ -150,3 +152,35 @@ def test_overflow_inside_a_responses_stream_is_retried_before_relaying(make_fake
     assert len(_main(fake, "/responses")) == 2
     events = [orjson.loads(line[6:]) for line in frames.split(b"\n") if line.startswith(b"data: ")]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
+
+
+def test_thinking_stripped_by_compaction_is_restored_for_anthropic_via_openrouter(
+        make_fake, make_proxy) -> None:
+    # Compaction strips chain-bound blobs from the current loop (SPEC §7.2); Claude with
+    # thinking wants them back (PROTOCOL §4.5), so the one retry sends the loop as the client did.
+    fake = make_fake(dialect="openrouter", limits={"small-*": 24_000})
+    summarizer = FakeSummarizer.install(fake)
+    proxy = make_proxy(fake, models={"small-*": {"max_input_tokens": 24_000}},
+                       compaction={"collapse": {"enabled": False}, "truncate": {"enabled": False}})
+    session = coding_session(60, seed=7)
+    cut = min(k for k, m in enumerate(session)  # past the trigger (18,000), under the window
+              if m["role"] == "user" and chat_prompt_tokens({"messages": session[:k]}) > 18_000)
+    detail = DEFAULT_SIGNER.sign_detail({"type": "reasoning.text", "text": "Run them first.",
+                                         "format": "anthropic-claude-v1", "index": 0})
+    loop = [{"role": "user", "content": "Run the tests now."},
+            {"role": "assistant", "content": None, "reasoning": "Run them first.",
+             "reasoning_details": [detail], "tool_calls": [CALL]},
+            {"role": "tool", "tool_call_id": "call_abc", "content": "4 passed"}]
+    fake.script(Reply.text("All green."))
+    answer = httpx.post(f"{proxy.base_url}/chat/completions", timeout=60,
+                        headers={"authorization": f"Bearer {API_KEY}", "x-thread-id": "thinking"},
+                        json={"model": "small-coder", "messages": session[:cut] + loop})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["choices"][0]["message"]["content"] == "All green."
+    assert summarizer.calls >= 1
+    first, second = _main(fake)
+    assert "reasoning_details" not in first.json["messages"][-2]
+    assert second.json["messages"][-3:] == loop
+    line = proxy.requests()[-1]
+    assert line["retried"] == "Anthropic requires the loop's thinking blocks"
+    assert line["first_status"] == 400

@@ -13,12 +13,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from proxy.testing import rejections
 from proxy.testing.rejections import Rejection
 
 ROLES = ("system", "assistant", "user", "function", "tool", "developer")
+MAX_STRING = 1_048_576  # characters in one string (PROTOCOL.md §2.1)
 
 
 @dataclass(frozen=True)
@@ -63,6 +62,9 @@ def find_violation(messages: Any) -> Violation | None:
         return found
     run: _Run | None = None
     for i, message in enumerate(messages):
+        content = message.get("content")
+        if isinstance(content, str) and len(content) > MAX_STRING:
+            return Violation("string_too_long", i, value=len(content))
         if message["role"] == "tool":
             found = _tool(i, message, run, messages)
             if found is not None:
@@ -136,10 +138,8 @@ def _call(i: int, j: int, call: Any) -> Violation | None:
     arguments = function.get("arguments")
     if not isinstance(arguments, str):
         return Violation("arguments_type", i, call=j, value=arguments)
-    try:
-        orjson.loads(arguments)
-    except orjson.JSONDecodeError:
-        return Violation("arguments_json", i, call=j)
+    # Unparsable arguments are accepted: PROTOCOL.md §1.1 says the model "does not always
+    # generate valid JSON" and records no OpenAI rejection (`dialects.json_arguments`: vLLM).
     return None
 
 
@@ -169,19 +169,18 @@ def openai_text(v: Violation) -> Rejection:
             "An assistant message with 'tool_calls' must be followed by tool messages responding to "
             "each 'tool_call_id'. The following tool_call_ids did not have response messages: "
             + ", ".join(v.ids), param=f"messages.[{i}].role")
-    if v.kind == "unknown_call_id":  # [OBS] text; param [MEM]
+    if v.kind == "unknown_call_id":  # [OBS] text; param as PROTOCOL.md §8.1 says for pairing errors
         return rejections.openai(f"Invalid parameter: 'tool_call_id' of '{v.ids[0]}' not found in "
-                                 "'tool_calls' of previous message.", param=f"messages.[{i}].tool_call_id")
+                                 "'tool_calls' of previous message.", param=f"messages.[{i}].role")
     if v.kind == "arguments_type":  # [OBS] invalid_type text and code
         path = f"messages[{i}].tool_calls[{v.call}].function.arguments"
         return rejections.openai(f"Invalid type for '{path}': expected a string, but got "
                                  f"{_type_name(v.value)} instead.", param=path, code="invalid_type")
-    if v.kind == "arguments_json":
-        # UNVERIFIED: no real OpenAI text for unparsable arguments was found; modelled on its
-        # "Invalid value for '<path>': ..." family.
-        path = f"messages[{i}].tool_calls[{v.call}].function.arguments"
-        return rejections.openai(f"Invalid value for '{path}': the value is not valid JSON.",
-                                 param=path, code="invalid_value")
+    if v.kind == "string_too_long":  # [3P] text and code; param [MEM]
+        return rejections.openai(f"Invalid 'messages[{i}].content': string too long. Expected a "
+                                 f"string with maximum length {MAX_STRING}, but got a string with "
+                                 f"length {v.value} instead.", param=f"messages[{i}].content",
+                                 code="string_above_max_length")
     if v.kind == "null_content":  # [OBS] as relayed by a gateway
         return rejections.openai("Invalid value for 'content': expected a string, got null.",
                                  param=f"messages.[{i}].content")

@@ -3,6 +3,7 @@
 A dialect is a wording for the shared violations (`chat_rules.WORDING`) plus two lists of extra
 rules: schema checks that run before the pairing rules (a strict upstream rejects an unknown key
 before it looks at the conversation) and semantic checks that run after them (PROTOCOL.md §8.2).
+A dialect without API-level pairing checks (vLLM, PROTOCOL.md §2.1) skips the shared rules.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy import jsonio
 from proxy.testing import rejections
 from proxy.testing.rejections import Rejection
 from proxy.testing.signing import GEMINI_BYPASS, Signer
@@ -95,6 +97,35 @@ def cerebras_reasoning(messages: Messages, _: Signer) -> Rejection | None:
     return None
 
 
+def json_arguments(messages: Messages, _: Signer) -> Rejection | None:
+    """vLLM and SGLang parse `function.arguments` and refuse what is not JSON (issue reports
+    such as vllm-project/vllm#48922; PROTOCOL.md does not record the rejection).
+
+    PROTOCOL.md gives no provider text for this rejection: the message is THE FAKE'S OWN
+    WORDING (it says so in the text); only the envelope is vLLM's (§1.4, [3P]). JSON that
+    orjson refuses but the RFC allows (a lone surrogate escape) is accepted, as Python's
+    parser does."""
+    for i, message in enumerate(messages):
+        for j, call in enumerate(_tool_calls(message)):
+            function = call.get("function") if isinstance(call, Mapping) else None
+            arguments = function.get("arguments") if isinstance(function, Mapping) else None
+            if isinstance(arguments, str) and not _is_json(arguments):
+                path = f"messages[{i}].tool_calls[{j}].function.arguments"
+                return rejections.vllm(f"Fake upstream's own wording (no provider text is "
+                                       f"documented): '{path}' is not valid JSON.")
+    return None
+
+
+def _is_json(text: str) -> bool:
+    try:
+        jsonio.loads(text)
+    except jsonio.NestedTooDeep:
+        return True  # maybe valid; too deep to tell, so not refused
+    except jsonio.JSONDecodeError:
+        return False
+    return True
+
+
 # ---------------------------------------------------------------- semantic rules (after pairing)
 
 def deepseek_reasoning(messages: Messages, _: Signer) -> Rejection | None:
@@ -147,18 +178,48 @@ def mistral_order(messages: Messages, _: Signer) -> Rejection | None:
 
 
 def openrouter_details(messages: Messages, signer: Signer) -> Rejection | None:
-    """`reasoning_details` sent back must be exactly what was issued (signed per detail)."""
+    """Claude with thinking enabled, through OpenRouter (PROTOCOL.md §4.3, §4.5, §8.2(e)).
+
+    `reasoning_details` sent back must be exactly what was issued (signed per detail), and the
+    last assistant message with tool calls after the latest user message (the current tool
+    loop) must carry them: Anthropic wants the final assistant turn to start with its thinking
+    block. Both rejections are Anthropic's texts [OBS], relayed in `metadata.raw` [OBS]."""
     for i, message in enumerate(messages):
         details = message.get("reasoning_details")
         if "reasoning_details" not in message or details is None:
             continue
         for j, detail in enumerate(details if isinstance(details, list) else [details]):
             if not signer.detail_valid(detail):
-                # Anthropic's text [OBS], relayed the way OpenRouter relays provider errors [OBS].
                 where = f"messages.{_native_index(messages, i)}.content.{j}"
                 raw = rejections.anthropic_body(f"{where}: Invalid `signature` in `thinking` block")
                 return rejections.openrouter_wrapped(raw)
-    return None
+    return _loop_without_thinking(messages)
+
+
+def _loop_without_thinking(messages: Messages) -> Rejection | None:
+    latest_user = _latest_user(messages)
+    loop = [i for i in range(latest_user + 1, len(messages)) if _tool_calls(messages[i])]
+    if not loop or messages[loop[-1]].get("reasoning_details"):
+        return None
+    i = loop[-1]
+    # PROTOCOL.md gives the text for a `tool_use` first block; when the message has text
+    # before its calls, the fake names `text` instead (its own substitution, unverified).
+    found = "text" if _has_text(messages[i].get("content")) else "tool_use"
+    raw = rejections.anthropic_body(
+        f"messages.{_native_index(messages, i)}.content.0.type: Expected `thinking` or "
+        f"`redacted_thinking`, but found `{found}`. When `thinking` is enabled, a final "
+        "`assistant` message must start with a thinking block (preceeding the lastmost set of "
+        "`tool_use` and `tool_result` blocks). We recommend you include thinking blocks from "
+        "previous turns. To avoid this requirement, disable `thinking`. Please consult our "
+        "documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking")
+    return rejections.openrouter_wrapped(raw)
+
+
+def _has_text(content: Any) -> bool:
+    if isinstance(content, str):
+        return bool(content)
+    return isinstance(content, list) and any(
+        isinstance(p, Mapping) and p.get("type") == "text" and p.get("text") for p in content)
 
 
 @dataclass(frozen=True)
@@ -166,6 +227,7 @@ class Dialect:
     wording: str = "openai"
     schema: tuple[Rule, ...] = ()
     semantic: tuple[Rule, ...] = ()
+    pairing: bool = True  # the shared `chat_rules.find_violation` checks
 
 
 DIALECTS: dict[str, Dialect] = {
@@ -176,4 +238,6 @@ DIALECTS: dict[str, Dialect] = {
     "gemini": Dialect(semantic=(gemini_signatures,)),
     "mistral": Dialect(wording="mistral", semantic=(mistral_order,)),
     "openrouter": Dialect(semantic=(openrouter_details,)),
+    # No API-level adjacency validation (PROTOCOL.md §2.1); tool-call ids `chatcmpl-tool-<hex>`.
+    "vllm": Dialect(schema=(json_arguments,), pairing=False),
 }

@@ -19,9 +19,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from aiohttp import web
 
+from proxy import jsonio
 from proxy.testing import chat_endpoint, misc_endpoints, responses_endpoint
 from proxy.testing.dialects import DIALECTS
 from proxy.testing.overflow import OVERFLOW_STYLES
@@ -162,7 +162,7 @@ class FakeUpstream:
         if reply is None and self._script:
             reply = self._script.pop(0)
         reply = reply or Reply.text(DEFAULT_TEXT)
-        needs_reasoning = self.always_reason or self.dialect == "deepseek-thinking"
+        needs_reasoning = self.always_reason or self.dialect in ("deepseek-thinking", "openrouter")
         if needs_reasoning and not reply.reasoning and not reply.is_error:
             reply = reply.with_reasoning(DEFAULT_REASONING)
         return reply
@@ -208,8 +208,8 @@ def _require(value: str, known: Any, what: str) -> None:
 async def _record(request: web.Request) -> Recorded:
     body = await request.read()
     try:
-        parsed = orjson.loads(body) if body else None
-    except orjson.JSONDecodeError:
+        parsed = jsonio.loads(body) if body else None  # also what only the RFC allows
+    except jsonio.JSONDecodeError:
         parsed = None
     return Recorded(request.method, request.path, dict(request.query),
                     {k.lower(): v for k, v in request.headers.items()}, body, parsed)

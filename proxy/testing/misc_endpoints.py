@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
+from proxy import jsonio
 from proxy.testing import rejections
 from proxy.testing.reference_tokens import count_text
 from proxy.testing.rejections import Rejection
@@ -105,7 +106,7 @@ def _embedding_inputs(value: Any) -> list[str] | None:
     if isinstance(value, str):
         return [value]
     if isinstance(value, list) and value:
-        return [v if isinstance(v, str) else orjson.dumps(v).decode() for v in value]
+        return [v if isinstance(v, str) else jsonio.dumps_text(v) for v in value]
     return None
 
 

@@ -13,8 +13,7 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import orjson
-
+from proxy import jsonio
 from proxy.lru import LRU
 from proxy.testing.reference_tokens import (
     REPLY_PRIMING,
@@ -57,7 +56,7 @@ class PromptUnits:
         return [self._unit(b"tools", tools, tools_tokens)] if tools else []
 
     def _unit(self, kind: bytes, value: Any, count: Callable[[Any], int]) -> Unit:
-        digest = hashlib.blake2b(kind + orjson.dumps(value, option=orjson.OPT_SORT_KEYS),
+        digest = hashlib.blake2b(kind + jsonio.dumps(value, sort_keys=True),
                                  digest_size=16).digest()
         tokens = self._tokens.get(digest)
         if tokens is None:

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
-import orjson
 import tiktoken
 
+from proxy import jsonio
 from proxy.tokens.images import image_tokens
 
 TOKENS_PER_MESSAGE = 3
@@ -33,7 +33,7 @@ def count_text(text: str) -> int:
 
 
 def _value_text(value: Any) -> str:
-    return value if isinstance(value, str) else orjson.dumps(value).decode()
+    return value if isinstance(value, str) else jsonio.dumps_text(value)
 
 
 def count_parts(content: Any) -> int:
@@ -109,7 +109,7 @@ def tools_tokens(tools: Iterable[Any] | None) -> int:
                 total += count_text(f"{key}:{prop.get('type', '')}:{desc}")
                 nested = {k: v for k, v in prop.items() if k not in ("type", "description", "enum")}
                 if nested:
-                    total += count_text(orjson.dumps(nested).decode())
+                    total += count_text(jsonio.dumps_text(nested))
     return total + 12
 
 

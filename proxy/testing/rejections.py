@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
+from proxy import jsonio
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class Rejection:
     body: Any  # the exact JSON body: a dict, or a list for Gemini
 
     def to_bytes(self) -> bytes:
-        return orjson.dumps(self.body)
+        return jsonio.dumps(self.body)  # the texts may quote the client's strings
 
 
 def openai(message: str, *, param: str | None = None, code: str | int | None = None,
@@ -31,6 +31,11 @@ def openai(message: str, *, param: str | None = None, code: str | int | None = N
 
 def deepseek(message: str) -> Rejection:
     return openai(message, code="invalid_request_error")
+
+
+def vllm(message: str) -> Rejection:
+    """vLLM's envelope: the exception class as `type`, the status as `code` (PROTOCOL.md §1.4 [3P])."""
+    return openai(message, type_="BadRequestError", code=400)
 
 
 def flat(message: str, *, type_: str, param: str | None = None, code: str | None = None,
@@ -56,6 +61,6 @@ def anthropic(message: str) -> Rejection:
 
 def openrouter_wrapped(raw_body: Any, provider: str = "Anthropic") -> Rejection:
     """OpenRouter relays a provider's rejection as a string inside `metadata.raw`."""
-    raw = orjson.dumps(raw_body).decode()
+    raw = jsonio.dumps_text(raw_body)
     return Rejection(400, {"error": {"message": "Provider returned error", "code": 400,
                                      "metadata": {"raw": raw, "provider_name": provider}}})

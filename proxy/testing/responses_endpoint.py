@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from aiohttp import web
 
+from proxy import jsonio
 from proxy.testing import rejections
 from proxy.testing.misc_endpoints import parse_body, request_headers
 from proxy.testing.overflow import responses_overflow
@@ -95,7 +95,7 @@ async def _answer(fake: FakeUpstream, request: web.Request, body: dict[str, Any]
     if conversation is not None:
         fake.conversations[conversation] = [*chain, *output]
     if not stream:
-        return web.Response(body=orjson.dumps(response), content_type="application/json",
+        return web.Response(body=jsonio.dumps(response), content_type="application/json",
                             headers=request_headers(fake))
     frames = [event_frame(kind, data) for kind, data in events(turn, body, response_id, output, fake.ids)]
     reply = turn.reply
@@ -140,4 +140,4 @@ async def retrieve(fake: FakeUpstream, request: web.Request) -> web.Response:
     if stored is None:
         return reject(rejections.openai(f"Response with id '{response_id}' not found.",
                                         status=404))
-    return web.Response(body=orjson.dumps(stored.response), content_type="application/json")
+    return web.Response(body=jsonio.dumps(stored.response), content_type="application/json")

@@ -67,6 +67,10 @@ def _item_rule(i: int, item: Any) -> Rejection | None:
         return rejections.openai("Invalid value: 'tool'. Supported values are: 'assistant', "
                                  "'system', 'developer', and 'user'.", param=f"input[{i}].role",
                                  code="invalid_value")
+    item_id = item.get("id")
+    if kind == "function_call" and isinstance(item_id, str) and not item_id.startswith("fc"):
+        # [OBS] text; param and code as the other input errors of PROTOCOL.md §2.3
+        return rejections.openai("Expected an ID that begins with 'fc'", param="input")
     known = _KNOWN_KEYS.get(kind)
     unknown = [k for k in item if known is not None and k not in known]
     if unknown:  # [OBS]

@@ -35,7 +35,7 @@ def check_chat(body: dict[str, Any], dialect: str = "openai", *,
         found = rule(messages, signer)
         if found is not None:
             return found
-    violation = find_violation(messages)
+    violation = find_violation(messages) if spec.pairing else None
     if violation is not None:
         return wording(violation)
     for rule in spec.semantic:

@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import orjson
+from proxy import jsonio
 
 DEFAULT_KEY = b"compaction-proxy fake upstream signing key v1"
 # Gemini's documented stand-ins for calls that have no real signature (PROTOCOL.md §4.6).
@@ -136,7 +136,7 @@ def _text_of(value: Any) -> str | None:
 
 
 def _canonical(value: Any) -> bytes:
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    return jsonio.dumps(value, sort_keys=True)
 
 
 def _b64decode(text: str, *, urlsafe: bool) -> bytes | None:

@@ -11,9 +11,9 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
 from aiohttp import web
 
+from proxy import jsonio
 from proxy.testing.rejections import Rejection
 from proxy.testing.replies import Reply
 
@@ -22,7 +22,7 @@ DONE = b"data: [DONE]\n\n"
 
 
 def data_frame(payload: Any) -> bytes:
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
+    return b"data: " + jsonio.dumps(payload) + b"\n\n"
 
 
 def event_frame(kind: str, payload: Mapping[str, Any]) -> bytes:

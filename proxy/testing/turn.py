@@ -66,7 +66,10 @@ def call_ids(reply: Reply, ids: Ids, dialect: str) -> tuple[str, ...]:
 
 
 def _fresh_call_id(ids: Ids, dialect: str) -> str:
-    # Mistral issues 9-character alphanumeric ids [MEM]; OpenAI `call_` + 24.
+    # Mistral issues 9-character alphanumeric ids [MEM]; vLLM `chatcmpl-tool-<hex>` [OBS];
+    # OpenAI `call_` + 24.
+    if dialect == "vllm":
+        return "chatcmpl-tool-" + ids.hex(32)
     return ids.alnum(9) if dialect == "mistral" else "call_" + ids.alnum(24)
 
 

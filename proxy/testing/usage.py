@@ -94,7 +94,8 @@ def chat_usage(counts: Counts, style: str) -> dict[str, Any]:
 
 def responses_usage(counts: Counts) -> dict[str, Any]:
     return {"input_tokens": counts.prompt,
-            "input_tokens_details": {"cached_tokens": counts.cached},
+            "input_tokens_details": {"cached_tokens": counts.cached,
+                                     "cache_write_tokens": counts.cache_write},
             "output_tokens": counts.completion,
             "output_tokens_details": {"reasoning_tokens": counts.reasoning},
             "total_tokens": counts.total}
