@@ -123,6 +123,41 @@ def test_branch_that_drops_summarized_messages_gets_none() -> None:
     assert rebuild(branched, ids_of(branched), done.event) is None
 
 
+def test_rewind_to_exactly_the_cutoff_gets_none() -> None:
+    elements = long_chat()
+    entries, ids, cutoff, done = compacted(elements)
+    rewound = conv(Api.CHAT, elements[:cutoff.index])
+    assert rebuild(rewound, ids_of(rewound), done.event) is None
+    lost_id = CompactionEvent(**{**done.event.to_data(), "cutoff_message_id": "gone#0"})
+    assert rebuild(rewound, ids_of(rewound), lost_id) is None, "nor by the index"
+    one_more = conv(Api.CHAT, elements[:cutoff.index + 1])
+    assert rebuild(one_more, ids_of(one_more), done.event) is not None
+
+
+@given(sessions, st.integers(0, 2000), st.sampled_from([PARTIAL, FULL]), st.booleans(),
+       st.data())
+def test_a_rebuilt_projection_ends_with_the_clients_last_entry(case, keep, strategy, lost_id,
+                                                               data) -> None:
+    api, leading, plan = case
+    elements = session(api, leading, plan)
+    made_on = conv(api, elements[:data.draw(st.integers(1, len(elements)), "made on")])
+    th = Thresholds(10**9, 10**9, keep, None, True)
+    cutoff = choose_cutoff(made_on, [measure(e) for e in made_on], th, strategy)
+    assume(cutoff is not None)
+    event = build_event(made_on, ids_of(made_on), cutoff, "S",
+                        collect(made_on, cutoff, RestoreSettings(), count), strategy=strategy,
+                        tokens_before=1, created_at=0.0, model="m", summarizer_model="m")
+    if lost_id:
+        event = CompactionEvent(**{**event.to_data(), "cutoff_message_id": None})
+    # Any later request: a rewind (to the cut itself, or before), a retry, a longer list.
+    sent = data.draw(st.just(cutoff.index) | st.integers(0, len(elements)), "sent")
+    client = conv(api, elements[:sent])
+    rebuilt = rebuild(client, ids_of(client), roundtrip(event))
+    if rebuilt is not None:
+        assert rebuilt.projection[-1].to_bytes() == client[-1].to_bytes()
+        assert serialize(rebuilt.projection[rebuilt.head:]) == serialize(client[rebuilt.cut:])
+
+
 def test_falls_back_to_index_and_checks_the_tool_result_again() -> None:
     elements = long_chat()
     entries, ids, cutoff, done = compacted(elements)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import httpx
 import orjson
 import pytest
 
 from proxy.testing.reference_tokens import chat_prompt_tokens
+from proxy.testing.replies import Reply
 from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request
 from tests.compaction_session import (LIMIT, MODEL, common_suffix, elements, planted_session,
                                       replay, summary_of)
+from tests.conftest import API_KEY
 
 MODELS = {"small-*": {"max_input_tokens": LIMIT}}
 
@@ -111,6 +114,25 @@ def test_an_edited_summarized_message_gets_no_stale_summary(small) -> None:
     assert b"A different first task entirely." in received or summarizer.calls > before
     if summarizer.calls == before:
         assert summary_of(received) is None, "the stale summary was applied to an edited prefix"
+
+
+def test_a_rewind_to_the_cutoff_sends_the_clients_latest_message(small) -> None:
+    fake, summarizer, proxy = small
+    messages, _ = planted_session(200)
+    replay(proxy.base_url, fake, messages, "rewind",
+           stop=lambda k: bool(proxy.logs.events("compaction_completed")))
+    cut = proxy.logs.events("compaction_completed")[0]["cutoff_index"]
+    # The client goes back to the turn whose answer is the first message the checkpoint kept.
+    fake.script(Reply.text("again"))
+    body = orjson.dumps({"model": MODEL, "messages": messages[:cut]})
+    answer = httpx.post(f"{proxy.base_url}/chat/completions", content=body, timeout=60,
+                        headers={"content-type": "application/json", "x-thread-id": "rewind",
+                                 "authorization": f"Bearer {API_KEY}"})
+    assert answer.status_code == 200, answer.text
+    received = [r for r in fake.requests if not is_summarizer_request(r.json)][-1].body
+    assert elements(received)[-1] == elements(body)[-1], "the client's latest message is missing"
+    assert proxy.requests()[-1].get("checkpoint") != 1, \
+        "the checkpoint was applied to a list that ends at its cut"
 
 
 def test_two_tenants_with_one_thread_id_share_no_summary(small) -> None:

@@ -6,7 +6,10 @@ projection = leading system/developer entries + summary + restored messages + th
 files, then the plan, are given up when they alone break the limit). `rebuild` is run on every
 later request: it finds the boundary by `cutoff_message_id`, else by `cutoff_index`, checks
 again that the boundary is a safe cut, and checks the digest of the summarized raw prefix: a
-client that edited or branched that part gets None (the stale summary is not applied).
+client that edited or branched that part gets None (the stale summary is not applied). So does
+a list that ends at or before the boundary (a rewind or a regenerate): the checkpoint only
+extends a list that goes on past its summarized prefix, and its projection always ends with the
+client's own latest entry, never with the summary standing in for it.
 
 Made entries carry canonical bytes (sorted keys), so the same event on the same raw prefix
 gives the same bytes on every request, also after the event went through a store: provider
@@ -163,7 +166,7 @@ def rebuild(entries: Sequence[Entry], ids: Sequence[str],
         return None
     cut, found_by = found
     lead = leading_instructions(entries)
-    if cut <= lead or not is_safe_cut(entries, cut):
+    if cut <= lead or cut >= len(entries) or not is_safe_cut(entries, cut):
         return None
     if prefix_digest(ids, lead, cut) != event.prefix_digest:
         return None
@@ -176,7 +179,7 @@ def _find_cut(ids: Sequence[str], event: CompactionEvent) -> tuple[int, str] | N
             return ids.index(event.cutoff_message_id), "id"
         except ValueError:
             pass
-    if 0 <= event.cutoff_index <= len(ids):
+    if 0 <= event.cutoff_index < len(ids):
         return event.cutoff_index, "index"
     return None
 
