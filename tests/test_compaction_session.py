@@ -10,7 +10,7 @@ from proxy.testing.reference_tokens import chat_prompt_tokens
 from proxy.testing.replies import Reply
 from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request
 from tests.compaction_session import (LIMIT, MODEL, common_suffix, elements, planted_session,
-                                      replay, summary_of)
+                                      replay, summary_of, task_then_loop)
 from tests.conftest import API_KEY
 
 MODELS = {"small-*": {"max_input_tokens": LIMIT}}
@@ -133,6 +133,23 @@ def test_a_rewind_to_the_cutoff_sends_the_clients_latest_message(small) -> None:
     assert elements(received)[-1] == elements(body)[-1], "the client's latest message is missing"
     assert proxy.requests()[-1].get("checkpoint") != 1, \
         "the checkpoint was applied to a list that ends at its cut"
+
+
+def test_the_latest_user_message_comes_back_whole_after_compaction(small) -> None:
+    fake, summarizer, proxy = small
+    messages = task_then_loop(task_lines=450, steps=8)  # a task of about 4,500 tokens
+    fake.script(Reply.text("next"))
+    body = orjson.dumps({"model": MODEL, "messages": messages})
+    answer = httpx.post(f"{proxy.base_url}/chat/completions", content=body, timeout=60,
+                        headers={"content-type": "application/json", "x-thread-id": "task",
+                                 "authorization": f"Bearer {API_KEY}"})
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-compaction"] == "compacted"
+    received = orjson.loads([r for r in fake.requests if not is_summarizer_request(r.json)][-1].body)
+    task = messages[1]["content"]
+    assert task not in [m.get("content") for m in received["messages"]], "it was summarized"
+    assert any(task in str(m.get("content")) for m in received["messages"]), \
+        "the latest user message was cut"
 
 
 def test_two_tenants_with_one_thread_id_share_no_summary(small) -> None:

@@ -96,34 +96,36 @@ class Finished:
 
 def finish(entries: Sequence[Entry], ids: Sequence[str], cutoff: Cutoff, summary: str,
            restored: Restored, *, estimate: Estimate, measure: Measure, trigger: int,
-           tokens_before: int, strategy: str, created_at: float, model: str,
+           limit: int, tokens_before: int, strategy: str, created_at: float, model: str,
            summarizer_model: str) -> Finished:
     """The event and projection for `summary`, post-checked against `trigger`.
 
     `estimate` measures a whole projection the way the trigger was measured (tools and the
-    cheap stages included, as the server sees fit); `measure` sizes single entries.
+    cheap stages included, as the server sees fit); `measure` sizes single entries; `limit`
+    (the model's usable input) only goes into a failure's text.
     """
     levels = _restore_levels(restored)
     for attempt in levels:
         event = build_event(entries, ids, cutoff, summary, attempt, strategy=strategy,
                             tokens_before=tokens_before, created_at=created_at, model=model,
                             summarizer_model=summarizer_model)
-        done = _checked(entries, cutoff, event, attempt, estimate, measure, trigger)
+        done = _checked(entries, cutoff, event, attempt, estimate, measure, trigger, limit)
         if done.verdict.ok or done.verdict.stage != postcheck.RESTORE or attempt is levels[-1]:
             return done
     raise AssertionError("unreachable: the last restore level always returns")
 
 
 def _checked(entries: Sequence[Entry], cutoff: Cutoff, event: CompactionEvent,
-             restored: Restored, estimate: Estimate, measure: Measure, trigger: int) -> Finished:
+             restored: Restored, estimate: Estimate, measure: Measure, trigger: int,
+             limit: int) -> Finished:
     projection = project(entries, cutoff.lead, cutoff.index, event)
     after = estimate(projection)
     made = projection[cutoff.lead:cutoff.lead + 1 + len(restored.messages)]
     summary_tokens, restore_tokens = measure(made[0]), sum(measure(e) for e in made[1:])
     verdict = postcheck.check_projection(
-        tokens_before=event.tokens_before, tokens_after=after, trigger=trigger,
+        tokens_before=event.tokens_before, tokens_after=after, trigger=trigger, limit=limit,
         summary_tokens=summary_tokens, restore_tokens=restore_tokens,
-        tail_sizes=[measure(e) for e in entries[cutoff.index:]])
+        tail_sizes=[measure(e) for e in entries[cutoff.index:]], restored=restored.what)
     if not verdict.ok:
         return Finished(verdict, None, None, restored, after, summary_tokens, restore_tokens)
     return Finished(verdict, replace(event, tokens_after=after), projection, restored, after,

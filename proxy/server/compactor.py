@@ -144,7 +144,7 @@ class Compactor:
         finished = apply.finish(
             job.entries, job.ids, cutoff, outcome.text, restored, estimate=job.estimate,
             measure=job.estimator.entry_tokens, trigger=job.thresholds.trigger,
-            tokens_before=job.tokens_before, strategy=job.strategy, created_at=self.clock(),
+            limit=job.thresholds.limit, tokens_before=job.tokens_before, strategy=job.strategy, created_at=self.clock(),
             model=job.model, summarizer_model=summary_model)
         if not finished.verdict.ok or finished.event is None:
             raise self._failed(job, "post_check", finished.verdict.reason, finished.verdict)
