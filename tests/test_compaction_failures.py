@@ -161,6 +161,28 @@ def test_latest_user_message_too_long_to_restore_is_a_400_not_a_cut(make_fake, m
     assert not _main_requests(fake)
     failed = proxy.logs.events("compaction_failed")
     assert [f["stage"] for f in failed] == ["post_check"]
+    assert proxy.requests()[-1]["compaction_failed"] == "post_check"
+
+
+def test_nothing_left_to_compact_is_a_recorded_post_check_failure(make_fake, make_proxy) -> None:
+    fake = make_fake(limits={"small-*": LIMIT})
+    summarizer = FakeSummarizer.install(fake)
+    proxy = make_proxy(fake, models=MODELS)
+    task = {"role": "user", "content": "".join(f"requirement {i:04d}: keep this line\n"
+                                               for i in range(1700))}  # over the model's limit
+    answer = _post(proxy, [{"role": "system", "content": "You are a coding agent."}, task],
+                   "one-big-task")
+    assert answer.status_code == 400 and summarizer.calls == 0
+    error = answer.json()["error"]
+    assert error["code"] == "context_compaction_insufficient"
+    assert "nothing more can be compacted" in error["message"]
+    assert f"limit: {LIMIT:,} tokens" in error["message"] and "new thread" in error["message"]
+    failed = proxy.logs.events("compaction_failed")
+    assert [(f["stage"], f["degraded"]) for f in failed] == [("post_check", False)]
+    assert proxy.requests()[-1]["compaction_failed"] == "post_check"
+    metrics = httpx.get(f"{proxy.url}/metrics").text
+    assert 'outcome="failed_post_check",strategy="partial"} 1.0' in metrics
+    assert not _main_requests(fake)
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -82,11 +82,15 @@ class CompactionFlow:
         except NothingToCompact:
             if fits:
                 return built
-            raise postcheck.insufficient(
-                "nothing more can be compacted: the system prompt and the recent messages "
-                "kept verbatim are over the model's input limit", built.tokens, th.trigger,
-                th.limit) from None
+            over = ("the model rejected it as too long" if prepared.attempt.forced else
+                    "they are over the model's input limit")
+            reason = (f"nothing more can be compacted: the system prompt and the recent "
+                      f"messages kept verbatim remain, and {over}")
+            self.compactor.refused(job, reason)
+            line.set(compaction_failed="post_check")
+            raise postcheck.insufficient(reason, built.tokens, th.trigger, th.limit) from None
         except CompactionFailed as failed:
+            line.set(compaction_failed=failed.stage)
             if failed.stage == "post_check":
                 raise failed.verdict.error() from None  # type: ignore[attr-defined]
             return self._degrade(prepared, built, fits, failed.stage, failed.reason, line, None,
@@ -131,6 +135,7 @@ class CompactionFlow:
 
     def _failed_line(self, line: RequestLine, prepared: Prepared, stage: str, reason: str,
                      degraded: bool, retry_after: float | None = None) -> None:
+        line.set(compaction_failed=stage)
         if self.log is not None:
             self.log.warning("compaction_failed", thread=loggable(prepared.identity.thread),
                              stage=stage, error=reason, degraded=degraded,
@@ -152,6 +157,7 @@ class CompactionFlow:
                 text = manual.nothing_text(built.tokens)
                 compaction = "none"
             except CompactionFailed as failed:
+                line.set(compaction_failed=failed.stage)
                 if failed.stage == "post_check":
                     raise failed.verdict.error() from None  # type: ignore[attr-defined]
                 raise CompactionUnavailable(f"Compaction failed: {failed.reason}. The "

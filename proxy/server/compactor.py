@@ -170,6 +170,11 @@ class Compactor:
                              error=reason, degraded=True)
             return None, reason
 
+    def refused(self, job: Job, reason: str) -> None:
+        """Record a compaction that was needed but had nothing left to summarize: a failed
+        post-check like any other (SPEC §5: a recent message alone that cannot fit)."""
+        self._failed(job, "post_check", reason)
+
     def _failed(self, job: Job, stage: str, reason: str, verdict: Any = None) -> CompactionFailed:
         self.log.warning("compaction_failed", thread=job.thread, stage=stage, error=reason,
                          degraded=stage != "post_check", strategy=job.strategy)
