@@ -62,8 +62,8 @@ def test_a_long_session_stays_under_the_limit_and_keeps_its_facts(small) -> None
         # too, or, when the summary covers it, verbatim in the restored user messages.
         assert line["protected"] >= 1
         window = model[len(model) - line["protected"]:]
-        raw = [e for e in window if not _made_by_proxy(e)]
-        assert common_suffix(client, model) >= len(raw)
+        assert not any(_made_by_proxy(e) for e in window), "`protected` counts only the client's"
+        assert common_suffix(client, model) >= len(window)
         last_user = max(i for i, e in enumerate(client) if orjson.loads(e)["role"] == "user")
         if client[last_user] not in model:
             words = orjson.loads(client[last_user])["content"]
