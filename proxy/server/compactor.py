@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo
 
 from proxy.compaction import apply, breaker, restore, summarizer
 from proxy.compaction.cutoff import Cutoff, Previous, choose_cutoff
-from proxy.compaction.trigger import Thresholds
+from proxy.compaction.trigger import Thresholds, thresholds
 from proxy.conversation import Api, Entries
 from proxy.core.sanitize import Policy, sanitize
 from proxy.records import CompactionEvent, ThreadKey
@@ -204,10 +204,11 @@ class Compactor:
         return moment if zone else moment.astimezone()
 
     def _window(self, model: str) -> int:
-        profile = self.settings.profile(model)
-        if profile is not None and (profile.max_input_tokens or profile.context_window):
-            return int(profile.max_input_tokens or profile.context_window or 0)
-        return self.settings.compaction.fallback_trigger_tokens
+        """The summarizer's usable input, measured as the main model's is: its own output
+        reservation comes off a total `context_window` only, never off `max_input_tokens`."""
+        compaction = self.settings.compaction
+        return thresholds(compaction, self.settings.profile(model),
+                          compaction.summarizer.max_output_tokens).limit
 
 
 # Restored material may take at most these shares of the trigger: configured budgets are
