@@ -243,8 +243,8 @@ def test_check_reply_failures() -> None:
 
 def test_check_projection_names_the_stage() -> None:
     def check(**kw):
-        args = dict(tokens_before=10_000, tokens_after=900, trigger=1000, limit=1333, summary_tokens=100,
-                    restore_tokens=200, tail_sizes=[50, 60])
+        args = dict(tokens_before=10_000, tokens_after=900, trigger=1000, limit=1333,
+                    summary_tokens=100, restore_tokens=200, tail_sizes=[50, 60])
         args.update(kw)
         return postcheck.check_projection(**args)
 

@@ -145,7 +145,8 @@ def test_the_latest_user_message_comes_back_whole_after_compaction(small) -> Non
                                  "authorization": f"Bearer {API_KEY}"})
     assert answer.status_code == 200, answer.text
     assert answer.headers["x-compaction"] == "compacted"
-    received = orjson.loads([r for r in fake.requests if not is_summarizer_request(r.json)][-1].body)
+    main = [r for r in fake.requests if not is_summarizer_request(r.json)]
+    received = orjson.loads(main[-1].body)
     task = messages[1]["content"]
     assert task not in [m.get("content") for m in received["messages"]], "it was summarized"
     assert any(task in str(m.get("content")) for m in received["messages"]), \

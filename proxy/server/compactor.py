@@ -144,8 +144,8 @@ class Compactor:
         finished = apply.finish(
             job.entries, job.ids, cutoff, outcome.text, restored, estimate=job.estimate,
             measure=job.estimator.entry_tokens, trigger=job.thresholds.trigger,
-            limit=job.thresholds.limit, tokens_before=job.tokens_before, strategy=job.strategy, created_at=self.clock(),
-            model=job.model, summarizer_model=summary_model)
+            limit=job.thresholds.limit, tokens_before=job.tokens_before, strategy=job.strategy,
+            created_at=self.clock(), model=job.model, summarizer_model=summary_model)
         if not finished.verdict.ok or finished.event is None:
             raise self._failed(job, "post_check", finished.verdict.reason, finished.verdict)
         event = await self._checkpoint(job, cutoff, finished.event)
