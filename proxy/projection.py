@@ -79,6 +79,20 @@ class Built:
     def event(self) -> CompactionEvent | None:
         return self.rebuilt.event if self.rebuilt else None
 
+    @property
+    def protected(self) -> int:
+        """How many entries at the projection's end are the client's, inside the protected
+        window. The summary and restore messages are not counted even when the window covers
+        them (a short tail after a compaction): they stay byte-identical until the next
+        compaction, so prefix-stability checks must treat them as part of the stable head."""
+        cascade = self.cascade
+        start = cascade.window_start
+        if self.rebuilt is not None:
+            head, origins = self.rebuilt.head, cascade.origins
+            while start < len(origins) and origins[start] is not None and origins[start] < head:
+                start += 1
+        return len(cascade.entries) - start
+
 
 @dataclass(frozen=True)
 class Situation:

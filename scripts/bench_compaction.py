@@ -114,12 +114,14 @@ def run(proxy, fake: FakeUpstream, args: argparse.Namespace) -> None:  # type: i
     print(f"projection after compaction: p50 {statistics.median(after):.1%} of the window, "
           f"max {max(after):.1%}; summary p50 {statistics.median(summary):.1%}; "
           f"{within}/{len(done)} within keep 10% + summary + restore budget (23% of the trigger)")
-    stable = total = 0
+    stable = total = checked = 0
     for per_thread, thread_lines in zip(bodies, by_conversation(lines, bodies)):
         pairs = stability(per_thread, thread_lines)
-        stable, total = stable + pairs[0], total + pairs[1]
+        stable, total, checked = stable + pairs[0], total + pairs[1], checked + pairs[2]
     print(f"prefix stability between compactions: {stable / total if total else 1.0:.1%} of "
-          "consecutive requests extend the previous projection byte for byte")
+          f"{total} consecutive requests extend the previous projection byte for byte (the "
+          f"previous minus its protected tail: {checked / total if total else 0:.1f} messages "
+          "on average)")
 
 
 def replay(client: httpx.Client, base_url: str, fake: FakeUpstream,
@@ -160,20 +162,22 @@ def report_replay(lines: list[dict], bodies: list[list[bytes]]) -> None:
           f"usage anchor used on {anchored}/{len(later)}, delta parse on {delta}/{len(later)}")
 
 
-def stability(bodies: list[bytes], lines: list[dict]) -> tuple[int, int]:
-    """(stable, compared) over one thread's consecutive requests."""
-    stable = total = 0
+def stability(bodies: list[bytes], lines: list[dict]) -> tuple[int, int, int]:
+    """(stable, compared, messages checked) over one thread's consecutive requests."""
+    stable = total = checked = 0
     for n in range(1, len(bodies)):
         if lines[n].get("compaction") == "compacted" or lines[n - 1].get("compaction") == "compacted":
             continue
         previous = orjson.loads(bodies[n - 1])["messages"]
         current = orjson.loads(bodies[n])["messages"]
         total += 1
-        # The previous projection minus its protected window must be a prefix of this one.
+        # The previous projection minus its protected window (the client's messages at its end
+        # that a cheap stage may still change) must be a prefix of this one.
         keep = lines[n - 1].get("protected", 0)
         head = previous[:len(previous) - keep]
         stable += current[:len(head)] == head
-    return stable, total
+        checked += len(head)
+    return stable, total, checked
 
 
 if __name__ == "__main__":

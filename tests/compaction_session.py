@@ -88,3 +88,19 @@ def summary_of(body: bytes) -> str | None:
         if isinstance(content, str) and content.startswith(SUMMARY_HEADER):
             return content
     return None
+
+
+def task_then_loop(task_lines: int, steps: int) -> list[dict[str, Any]]:
+    """One long task statement, then a tool loop: the latest user message is the first one.
+
+    A request of the whole list ends inside the loop, so a compaction summarizes the task."""
+    task = "".join(f"requirement {i:04d}: keep this line\n" for i in range(task_lines))
+    out: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."},
+                                 {"role": "user", "content": task}]
+    for i in range(steps):
+        call = {"id": f"call_{i}", "type": "function",
+                "function": {"name": "run", "arguments": f'{{"cmd": "make step{i}"}}'}}
+        out += [{"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": f"call_{i}",
+                 "content": "".join(f"step {i} output line {j}\n" for j in range(150))}]
+    return out

@@ -28,7 +28,7 @@ def compacted(elements, api=Api.CHAT, strategy=PARTIAL, th=TH, summary="THE SUMM
     assert cutoff is not None
     restored = collect(entries, cutoff, RestoreSettings(), count)
     done = finish(entries, ids, cutoff, summary, restored, estimate=estimate, measure=measure,
-                  trigger=th.trigger, tokens_before=estimate(entries) + 100_000,
+                  trigger=th.trigger, limit=th.limit, tokens_before=estimate(entries) + 100_000,
                   strategy=strategy, created_at=1700000000.0, model="m",
                   summarizer_model="s")
     assert done.verdict.ok and done.event is not None and done.projection is not None
@@ -123,6 +123,41 @@ def test_branch_that_drops_summarized_messages_gets_none() -> None:
     assert rebuild(branched, ids_of(branched), done.event) is None
 
 
+def test_rewind_to_exactly_the_cutoff_gets_none() -> None:
+    elements = long_chat()
+    entries, ids, cutoff, done = compacted(elements)
+    rewound = conv(Api.CHAT, elements[:cutoff.index])
+    assert rebuild(rewound, ids_of(rewound), done.event) is None
+    lost_id = CompactionEvent(**{**done.event.to_data(), "cutoff_message_id": "gone#0"})
+    assert rebuild(rewound, ids_of(rewound), lost_id) is None, "nor by the index"
+    one_more = conv(Api.CHAT, elements[:cutoff.index + 1])
+    assert rebuild(one_more, ids_of(one_more), done.event) is not None
+
+
+@given(sessions, st.integers(0, 2000), st.sampled_from([PARTIAL, FULL]), st.booleans(),
+       st.data())
+def test_a_rebuilt_projection_ends_with_the_clients_last_entry(case, keep, strategy, lost_id,
+                                                               data) -> None:
+    api, leading, plan = case
+    elements = session(api, leading, plan)
+    made_on = conv(api, elements[:data.draw(st.integers(1, len(elements)), "made on")])
+    th = Thresholds(10**9, 10**9, keep, None, True)
+    cutoff = choose_cutoff(made_on, [measure(e) for e in made_on], th, strategy)
+    assume(cutoff is not None)
+    event = build_event(made_on, ids_of(made_on), cutoff, "S",
+                        collect(made_on, cutoff, RestoreSettings(), count), strategy=strategy,
+                        tokens_before=1, created_at=0.0, model="m", summarizer_model="m")
+    if lost_id:
+        event = CompactionEvent(**{**event.to_data(), "cutoff_message_id": None})
+    # Any later request: a rewind (to the cut itself, or before), a retry, a longer list.
+    sent = data.draw(st.just(cutoff.index) | st.integers(0, len(elements)), "sent")
+    client = conv(api, elements[:sent])
+    rebuilt = rebuild(client, ids_of(client), roundtrip(event))
+    if rebuilt is not None:
+        assert rebuilt.projection[-1].to_bytes() == client[-1].to_bytes()
+        assert serialize(rebuilt.projection[rebuilt.head:]) == serialize(client[rebuilt.cut:])
+
+
 def test_falls_back_to_index_and_checks_the_tool_result_again() -> None:
     elements = long_chat()
     entries, ids, cutoff, done = compacted(elements)
@@ -146,17 +181,42 @@ def test_finish_gives_up_restored_files_before_failing() -> None:
                                                         total_tokens=5000), count)
     assert restored.files
     done = finish(entries, ids, cutoff, "S", restored, estimate=estimate, measure=measure,
-                  trigger=400, tokens_before=5000, strategy="partial", created_at=0.0,
+                  trigger=400, limit=500, tokens_before=5000, strategy="partial", created_at=0.0,
                   model="m", summarizer_model="m")
     assert done.verdict.ok and done.restored.files == () and done.restored.users
     assert done.event.restore_messages == done.restored.messages
+
+
+def test_latest_user_message_is_restored_whole_or_the_post_check_fails() -> None:
+    latest = "requirement " * 600  # about 1800 tokens
+    entries = conv(Api.CHAT, [user(latest), assistant("a" * 20_000), user("tail")])
+    cutoff = Cutoff(index=2, lead=0, start=0, strategy=PARTIAL)
+    restored = collect(entries, cutoff, RestoreSettings(user_messages_tokens=100), count)
+
+    def finished(trigger: int):
+        return finish(entries, ids_of(entries), cutoff, "S", restored, estimate=estimate,
+                      measure=measure, trigger=trigger, limit=trigger * 4 // 3,
+                      tokens_before=estimate(entries), strategy="partial", created_at=0.0,
+                      model="m", summarizer_model="m")
+
+    fits = finished(3000)
+    assert fits.verdict.ok
+    assert latest in content_text(fits.projection[len(fits.event.restore_messages)])
+    too_long = finished(1500)
+    assert not too_long.verdict.ok and too_long.event is None
+    assert too_long.verdict.stage == postcheck.RESTORE
+    assert "the latest one whole" in too_long.verdict.reason
+    message = too_long.verdict.error().body()["error"]["message"]
+    assert f"about {too_long.tokens_after:,} tokens" in message
+    assert "trigger: 1,500 tokens" in message and "limit: 2,000 tokens" in message
+    assert "new thread" in message
 
 
 def test_finish_reports_a_summary_that_does_not_shrink() -> None:
     entries = conv(Api.CHAT, [user("a"), assistant("b"), user("c")])
     cutoff = Cutoff(index=2, lead=0, start=0, strategy=PARTIAL)
     done = finish(entries, ids_of(entries), cutoff, "long " * 500, Restored(),
-                  estimate=estimate, measure=measure, trigger=10_000,
+                  estimate=estimate, measure=measure, trigger=10_000, limit=20_000,
                   tokens_before=estimate(entries), strategy="manual", created_at=0.0,
                   model="m", summarizer_model="m")
     assert not done.verdict.ok and done.verdict.stage == postcheck.SUMMARY
@@ -183,8 +243,8 @@ def test_check_reply_failures() -> None:
 
 def test_check_projection_names_the_stage() -> None:
     def check(**kw):
-        args = dict(tokens_before=10_000, tokens_after=900, trigger=1000, summary_tokens=100,
-                    restore_tokens=200, tail_sizes=[50, 60])
+        args = dict(tokens_before=10_000, tokens_after=900, trigger=1000, limit=1333,
+                    summary_tokens=100, restore_tokens=200, tail_sizes=[50, 60])
         args.update(kw)
         return postcheck.check_projection(**args)
 
@@ -199,9 +259,21 @@ def test_check_projection_names_the_stage() -> None:
 
 def test_insufficient_error_is_the_openai_shape_and_asks_for_a_new_thread() -> None:
     verdict = postcheck.check_projection(tokens_before=5000, tokens_after=2000, trigger=1000,
+                                         limit=1333,
                                          summary_tokens=10, restore_tokens=0,
                                          tail_sizes=[1500])
     error = verdict.error()
     body = error.body()["error"]
     assert error.status == 400 and body["code"] == "context_compaction_insufficient"
     assert body["type"] == "invalid_request_error" and "new thread" in body["message"]
+
+
+def test_insufficient_error_says_what_was_measured_against_what() -> None:
+    verdict = postcheck.check_projection(tokens_before=5000, tokens_after=3070, trigger=3000,
+                                         limit=4000, summary_tokens=50, restore_tokens=822,
+                                         tail_sizes=[400])
+    message = verdict.error().body()["error"]["message"]
+    assert "about 3,070 tokens" in message and "trigger: 3,000 tokens" in message
+    assert "the model's input limit: 4,000 tokens" in message
+    assert "limit of 3,000" not in message, "the trigger is not the model's limit"
+    assert "restore:" in message and "new thread" in message

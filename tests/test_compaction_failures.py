@@ -12,7 +12,7 @@ import pytest
 from proxy.compaction.manual import MARKER
 from proxy.testing.replies import Reply
 from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request
-from tests.compaction_session import LIMIT, MODEL, planted_session, summary_of
+from tests.compaction_session import LIMIT, MODEL, planted_session, summary_of, task_then_loop
 from tests.conftest import API_KEY
 
 MODELS = {"small-*": {"max_input_tokens": LIMIT}}
@@ -143,6 +143,46 @@ def test_post_check_failure_is_a_400_asking_for_a_new_thread(make_fake, make_pro
     assert not _main_requests(fake)
     failed = proxy.logs.events("compaction_failed")
     assert failed and failed[-1]["stage"] in ("post_check", "hysteresis")
+
+
+def test_latest_user_message_too_long_to_restore_is_a_400_not_a_cut(make_fake, make_proxy) -> None:
+    fake = make_fake(limits={"small-*": LIMIT})
+    FakeSummarizer.install(fake)
+    proxy = make_proxy(fake, models=MODELS)
+    request = task_then_loop(task_lines=1100, steps=4)  # a task of about 11,000 tokens
+    answer = _post(proxy, request, "long-task")
+    assert answer.status_code == 400, "the latest user message was cut to fit"
+    error = answer.json()["error"]
+    assert error["code"] == "context_compaction_insufficient"
+    assert "the latest one whole" in error["message"] and "new thread" in error["message"]
+    trigger = int(LIMIT * 0.75)
+    assert f"trigger: {trigger:,} tokens" in error["message"]
+    assert f"limit: {LIMIT:,} tokens" in error["message"]
+    assert not _main_requests(fake)
+    failed = proxy.logs.events("compaction_failed")
+    assert [f["stage"] for f in failed] == ["post_check"]
+    assert proxy.requests()[-1]["compaction_failed"] == "post_check"
+
+
+def test_nothing_left_to_compact_is_a_recorded_post_check_failure(make_fake, make_proxy) -> None:
+    fake = make_fake(limits={"small-*": LIMIT})
+    summarizer = FakeSummarizer.install(fake)
+    proxy = make_proxy(fake, models=MODELS)
+    task = {"role": "user", "content": "".join(f"requirement {i:04d}: keep this line\n"
+                                               for i in range(1700))}  # over the model's limit
+    answer = _post(proxy, [{"role": "system", "content": "You are a coding agent."}, task],
+                   "one-big-task")
+    assert answer.status_code == 400 and summarizer.calls == 0
+    error = answer.json()["error"]
+    assert error["code"] == "context_compaction_insufficient"
+    assert "nothing more can be compacted" in error["message"]
+    assert f"limit: {LIMIT:,} tokens" in error["message"] and "new thread" in error["message"]
+    failed = proxy.logs.events("compaction_failed")
+    assert [(f["stage"], f["degraded"]) for f in failed] == [("post_check", False)]
+    assert proxy.requests()[-1]["compaction_failed"] == "post_check"
+    metrics = httpx.get(f"{proxy.url}/metrics").text
+    assert 'outcome="failed_post_check",strategy="partial"} 1.0' in metrics
+    assert not _main_requests(fake)
 
 
 @pytest.mark.parametrize("stream", [False, True])

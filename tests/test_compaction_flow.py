@@ -52,7 +52,7 @@ def compact(entries: Entries, event: CompactionEvent | None,
         assert postcheck.check_reply(reply).ok
         summary = reply.text
     done = apply.finish(entries, ids, cutoff, summary, restored, estimate=estimate,
-                        measure=measure, trigger=th.trigger, tokens_before=before,
+                        measure=measure, trigger=th.trigger, limit=th.limit, tokens_before=before,
                         strategy=strategy, created_at=1.0, model="m", summarizer_model="m")
     assert done.verdict.ok, done.verdict
     return done.event, done.projection

@@ -127,13 +127,15 @@ def test_user_messages_verbatim_newest_first_within_budget() -> None:
     assert "X" * 100 not in text and "1 other message(s)" in text
 
 
-def test_enormous_latest_user_message_keeps_head_and_tail() -> None:
-    elements = [user("START " + "y" * 50_000 + " END"), user("tail")]
+def test_enormous_latest_user_message_is_restored_whole() -> None:
+    latest = "START " + "y z " * 50_000 + " END"
+    elements = [user("older: use tabs"), assistant("ok"), user(latest), user("tail")]
     entries = conv(Api.CHAT, elements)
     restored = collect(entries, cut_before_last(entries), SETTINGS, count)
     text = restored.users[0]["content"]
-    assert "START" in text and "END" in text and "characters omitted" in text
-    assert count(text) <= 4 * SETTINGS.user_messages_tokens + 100
+    assert latest in text and "omitted" not in text
+    assert "older: use tabs" not in text, "older messages still keep to the budget"
+    assert restored.user_messages == 1
 
 
 def test_responses_restore_uses_input_items() -> None:
@@ -188,9 +190,8 @@ def test_restore_respects_budgets_and_never_restores_binary(
     latest_said = said[-1]
     quoted = restored.users[0]["content"]
     body_tokens = count(quoted) - count(quoted.split("\n\n--- user message", 1)[0])
-    if count(latest_said) <= 4 * user_budget:
-        assert latest_said in quoted
-        assert body_tokens <= max(user_budget, count(latest_said)) + 40 * restored.user_messages
+    assert latest_said in quoted, "the latest user message is restored whole, however long"
+    assert body_tokens <= max(user_budget, count(latest_said)) + 40 * restored.user_messages
     assert content_text(conv(Api.CHAT, [make_user(Api.CHAT, quoted).raw])[0]) == quoted
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import httpx
 import orjson
 import pytest
 
 from proxy.testing.reference_tokens import chat_prompt_tokens
+from proxy.testing.replies import Reply
 from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request
 from tests.compaction_session import (LIMIT, MODEL, common_suffix, elements, planted_session,
-                                      replay, summary_of)
+                                      replay, summary_of, task_then_loop)
+from tests.conftest import API_KEY
 
 MODELS = {"small-*": {"max_input_tokens": LIMIT}}
 
@@ -59,8 +62,8 @@ def test_a_long_session_stays_under_the_limit_and_keeps_its_facts(small) -> None
         # too, or, when the summary covers it, verbatim in the restored user messages.
         assert line["protected"] >= 1
         window = model[len(model) - line["protected"]:]
-        raw = [e for e in window if not _made_by_proxy(e)]
-        assert common_suffix(client, model) >= len(raw)
+        assert not any(_made_by_proxy(e) for e in window), "`protected` counts only the client's"
+        assert common_suffix(client, model) >= len(window)
         last_user = max(i for i, e in enumerate(client) if orjson.loads(e)["role"] == "user")
         if client[last_user] not in model:
             words = orjson.loads(client[last_user])["content"]
@@ -111,6 +114,43 @@ def test_an_edited_summarized_message_gets_no_stale_summary(small) -> None:
     assert b"A different first task entirely." in received or summarizer.calls > before
     if summarizer.calls == before:
         assert summary_of(received) is None, "the stale summary was applied to an edited prefix"
+
+
+def test_a_rewind_to_the_cutoff_sends_the_clients_latest_message(small) -> None:
+    fake, summarizer, proxy = small
+    messages, _ = planted_session(200)
+    replay(proxy.base_url, fake, messages, "rewind",
+           stop=lambda k: bool(proxy.logs.events("compaction_completed")))
+    cut = proxy.logs.events("compaction_completed")[0]["cutoff_index"]
+    # The client goes back to the turn whose answer is the first message the checkpoint kept.
+    fake.script(Reply.text("again"))
+    body = orjson.dumps({"model": MODEL, "messages": messages[:cut]})
+    answer = httpx.post(f"{proxy.base_url}/chat/completions", content=body, timeout=60,
+                        headers={"content-type": "application/json", "x-thread-id": "rewind",
+                                 "authorization": f"Bearer {API_KEY}"})
+    assert answer.status_code == 200, answer.text
+    received = [r for r in fake.requests if not is_summarizer_request(r.json)][-1].body
+    assert elements(received)[-1] == elements(body)[-1], "the client's latest message is missing"
+    assert proxy.requests()[-1].get("checkpoint") != 1, \
+        "the checkpoint was applied to a list that ends at its cut"
+
+
+def test_the_latest_user_message_comes_back_whole_after_compaction(small) -> None:
+    fake, summarizer, proxy = small
+    messages = task_then_loop(task_lines=450, steps=8)  # a task of about 4,500 tokens
+    fake.script(Reply.text("next"))
+    body = orjson.dumps({"model": MODEL, "messages": messages})
+    answer = httpx.post(f"{proxy.base_url}/chat/completions", content=body, timeout=60,
+                        headers={"content-type": "application/json", "x-thread-id": "task",
+                                 "authorization": f"Bearer {API_KEY}"})
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-compaction"] == "compacted"
+    main = [r for r in fake.requests if not is_summarizer_request(r.json)]
+    received = orjson.loads(main[-1].body)
+    task = messages[1]["content"]
+    assert task not in [m.get("content") for m in received["messages"]], "it was summarized"
+    assert any(task in str(m.get("content")) for m in received["messages"]), \
+        "the latest user message was cut"
 
 
 def test_two_tenants_with_one_thread_id_share_no_summary(small) -> None:

@@ -114,6 +114,36 @@ def test_large_prefix_is_planned_in_rolling_chunks() -> None:
     assert all(f"step {i}:" in joined for i in range(40))
 
 
+def test_chunks_fill_the_input_window_less_the_carried_summary() -> None:
+    elements = [user(f"step {i}: " + "detail " * 300) for i in range(40)] + [user("tail")]
+    entries = conv(Api.CHAT, elements)
+    prefix = sum(measure(e) for e in entries[:40])
+    settings = SummarizerSettings(max_output_tokens=4096)
+    plan = plan_for(entries, Cutoff(index=40, lead=0, start=0, strategy=PARTIAL),
+                    window=8_000, settings=settings)
+    # The answer needs no room in an input window; only the carried summary does. Reserving
+    # both left 512-token chunks here: one summarizer call per ~500 tokens of transcript.
+    assert plan.steps <= prefix // 2000 + 1
+    for step in range(plan.steps):
+        body = plan.request(step, "x" * 4 * 4096)
+        assert sum(count(m["content"]) for m in body["messages"]) <= 8_000
+
+
+def test_the_summarizers_window_loses_its_output_only_from_a_total_context_window(
+        tmp_path) -> None:
+    from proxy.server.compactor import Compactor
+    from tests.harness import proxy_settings
+    settings = proxy_settings("http://127.0.0.1:9", str(tmp_path), models={
+        "in-*": {"max_input_tokens": 8000}, "total-*": {"context_window": 8000},
+        "both-*": {"max_input_tokens": 8000, "context_window": 10_000}},
+        compaction={"summarizer": {"max_output_tokens": 3000}})
+    compactor = Compactor(settings, None, None, None, None, None)  # type: ignore[arg-type]
+    assert compactor._window("in-1") == 8000
+    assert compactor._window("total-1") == 5000
+    assert compactor._window("both-1") == 7000
+    assert compactor._window("unknown") == settings.compaction.fallback_trigger_tokens
+
+
 def test_one_huge_message_is_cut_in_the_middle() -> None:
     entries = conv(Api.CHAT, [user("HEAD " + "x" * 200_000 + " TAIL"), user("tail")])
     plan = plan_for(entries, Cutoff(index=1, lead=0, start=0, strategy=PARTIAL), window=8_000)

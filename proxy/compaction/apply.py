@@ -6,7 +6,10 @@ projection = leading system/developer entries + summary + restored messages + th
 files, then the plan, are given up when they alone break the limit). `rebuild` is run on every
 later request: it finds the boundary by `cutoff_message_id`, else by `cutoff_index`, checks
 again that the boundary is a safe cut, and checks the digest of the summarized raw prefix: a
-client that edited or branched that part gets None (the stale summary is not applied).
+client that edited or branched that part gets None (the stale summary is not applied). So does
+a list that ends at or before the boundary (a rewind or a regenerate): the checkpoint only
+extends a list that goes on past its summarized prefix, and its projection always ends with the
+client's own latest entry, never with the summary standing in for it.
 
 Made entries carry canonical bytes (sorted keys), so the same event on the same raw prefix
 gives the same bytes on every request, also after the event went through a store: provider
@@ -93,34 +96,36 @@ class Finished:
 
 def finish(entries: Sequence[Entry], ids: Sequence[str], cutoff: Cutoff, summary: str,
            restored: Restored, *, estimate: Estimate, measure: Measure, trigger: int,
-           tokens_before: int, strategy: str, created_at: float, model: str,
+           limit: int, tokens_before: int, strategy: str, created_at: float, model: str,
            summarizer_model: str) -> Finished:
     """The event and projection for `summary`, post-checked against `trigger`.
 
     `estimate` measures a whole projection the way the trigger was measured (tools and the
-    cheap stages included, as the server sees fit); `measure` sizes single entries.
+    cheap stages included, as the server sees fit); `measure` sizes single entries; `limit`
+    (the model's usable input) only goes into a failure's text.
     """
     levels = _restore_levels(restored)
     for attempt in levels:
         event = build_event(entries, ids, cutoff, summary, attempt, strategy=strategy,
                             tokens_before=tokens_before, created_at=created_at, model=model,
                             summarizer_model=summarizer_model)
-        done = _checked(entries, cutoff, event, attempt, estimate, measure, trigger)
+        done = _checked(entries, cutoff, event, attempt, estimate, measure, trigger, limit)
         if done.verdict.ok or done.verdict.stage != postcheck.RESTORE or attempt is levels[-1]:
             return done
     raise AssertionError("unreachable: the last restore level always returns")
 
 
 def _checked(entries: Sequence[Entry], cutoff: Cutoff, event: CompactionEvent,
-             restored: Restored, estimate: Estimate, measure: Measure, trigger: int) -> Finished:
+             restored: Restored, estimate: Estimate, measure: Measure, trigger: int,
+             limit: int) -> Finished:
     projection = project(entries, cutoff.lead, cutoff.index, event)
     after = estimate(projection)
     made = projection[cutoff.lead:cutoff.lead + 1 + len(restored.messages)]
     summary_tokens, restore_tokens = measure(made[0]), sum(measure(e) for e in made[1:])
     verdict = postcheck.check_projection(
-        tokens_before=event.tokens_before, tokens_after=after, trigger=trigger,
+        tokens_before=event.tokens_before, tokens_after=after, trigger=trigger, limit=limit,
         summary_tokens=summary_tokens, restore_tokens=restore_tokens,
-        tail_sizes=[measure(e) for e in entries[cutoff.index:]])
+        tail_sizes=[measure(e) for e in entries[cutoff.index:]], restored=restored.what)
     if not verdict.ok:
         return Finished(verdict, None, None, restored, after, summary_tokens, restore_tokens)
     return Finished(verdict, replace(event, tokens_after=after), projection, restored, after,
@@ -163,7 +168,7 @@ def rebuild(entries: Sequence[Entry], ids: Sequence[str],
         return None
     cut, found_by = found
     lead = leading_instructions(entries)
-    if cut <= lead or not is_safe_cut(entries, cut):
+    if cut <= lead or cut >= len(entries) or not is_safe_cut(entries, cut):
         return None
     if prefix_digest(ids, lead, cut) != event.prefix_digest:
         return None
@@ -176,7 +181,7 @@ def _find_cut(ids: Sequence[str], event: CompactionEvent) -> tuple[int, str] | N
             return ids.index(event.cutoff_message_id), "id"
         except ValueError:
             pass
-    if 0 <= event.cutoff_index <= len(ids):
+    if 0 <= event.cutoff_index < len(ids):
         return event.cutoff_index, "index"
     return None
 

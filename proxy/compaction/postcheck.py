@@ -4,9 +4,11 @@ Two checks, both pure: `check_reply` on each summarizer answer (empty, cut short
 `finish_reason: length`, or unusable), and `check_projection` on the new projection's estimate,
 re-measured from content. A failure names its stage so the log and the error say what broke:
 `summary` (empty, truncated, too large alone, or not making the projection smaller), `restore`
-(the restored files/plan/messages are what pushes it over), `message` (one kept message alone
-cannot fit), `projection` (summary plus the kept tail still above the trigger).
-A failed projection becomes HTTP 400 `context_compaction_insufficient` asking for a new thread.
+(the restored files/plan/messages are what pushes it over; the user's latest message among
+them is never cut, so one that cannot fit beside the summary ends here), `message` (one kept
+message alone cannot fit), `projection` (summary plus the kept tail still above the trigger).
+A failed projection becomes HTTP 400 `context_compaction_insufficient` asking for a new thread;
+its text gives the estimate, the trigger it was checked against and the model's limit.
 """
 
 from __future__ import annotations
@@ -28,15 +30,34 @@ class Verdict:
     ok: bool
     stage: str | None = None
     reason: str = ""
+    # What a failed projection was measured against, for the error text.
+    tokens: int | None = None  # the projection's estimate after compaction
+    trigger: int | None = None
+    limit: int | None = None  # the model's usable input
 
     def error(self) -> CompactionInsufficient:
-        return CompactionInsufficient(
-            "This conversation is too long for the model even after context compaction "
-            f"({self.stage}: {self.reason}). Please start a new thread to continue; "
-            "you can paste a short recap of where you are.")
+        return insufficient(f"{self.stage}: {self.reason}", self.tokens, self.trigger, self.limit)
 
 
 OK = Verdict(True)
+
+
+def insufficient(why: str, tokens: int | None, trigger: int | None,
+                 limit: int | None) -> CompactionInsufficient:
+    """The clear error: what failed, what was measured against what, and a new thread.
+
+    A projection must come under the *trigger* (SPEC §5), which is below the model's limit:
+    the text says both, so a refusal of a request that would have fit the model is not
+    mistaken for the model's own limit."""
+    measured = ""
+    if tokens is not None and trigger is not None:
+        measured = (f" Estimated size: about {tokens:,} tokens; compaction trigger: "
+                    f"{trigger:,} tokens")
+        measured += f"; the model's input limit: {limit:,} tokens." if limit else "."
+    return CompactionInsufficient(
+        f"Context compaction could not make this conversation small enough ({why})."
+        f"{measured} Please start a new thread to continue; you can paste a short recap of "
+        "where you are.")
 
 
 def check_reply(reply: SummaryReply) -> Verdict:
@@ -49,29 +70,30 @@ def check_reply(reply: SummaryReply) -> Verdict:
     return OK
 
 
-def check_projection(*, tokens_before: int, tokens_after: int, trigger: int,
-                     summary_tokens: int, restore_tokens: int,
-                     tail_sizes: Sequence[int]) -> Verdict:
+def check_projection(*, tokens_before: int, tokens_after: int, trigger: int, limit: int,
+                     summary_tokens: int, restore_tokens: int, tail_sizes: Sequence[int],
+                     restored: str = "the restored files and messages") -> Verdict:
+    """`restored` names what the restore messages hold, for the reason."""
+    def failed(stage: str, reason: str) -> Verdict:
+        return Verdict(False, stage, reason, tokens_after, trigger, limit)
+
     if tokens_after >= tokens_before:
         if restore_tokens and tokens_after - restore_tokens < tokens_before:
-            return Verdict(False, RESTORE, f"the restored files and messages ({restore_tokens} "
-                                           f"tokens) leave the context no smaller "
-                                           f"({tokens_before} -> {tokens_after} tokens)")
-        return Verdict(False, SUMMARY, f"it did not make the context smaller "
-                                       f"({tokens_before} -> {tokens_after} tokens)")
+            return failed(RESTORE, f"{restored} ({restore_tokens:,} tokens) leave the context "
+                                   f"no smaller ({tokens_before:,} -> {tokens_after:,} tokens)")
+        return failed(SUMMARY, f"it did not make the context smaller ({tokens_before:,} -> "
+                               f"{tokens_after:,} tokens)")
     if tokens_after <= trigger:
         return OK
     largest = max(tail_sizes, default=0)
     if largest > trigger:
-        return Verdict(False, MESSAGE, f"one recent message alone has about {largest} tokens, "
-                                       f"over the limit of {trigger}")
+        return failed(MESSAGE, f"one recent message alone has about {largest:,} tokens, more "
+                               "than the trigger")
     if summary_tokens > trigger:
-        return Verdict(False, SUMMARY, f"the summary alone has about {summary_tokens} tokens, "
-                                       f"over the limit of {trigger}")
+        return failed(SUMMARY, f"the summary alone has about {summary_tokens:,} tokens, more "
+                               "than the trigger")
     if restore_tokens and tokens_after - restore_tokens <= trigger:
-        return Verdict(False, RESTORE, f"the restored files and messages ({restore_tokens} "
-                                       f"tokens) push the context to {tokens_after} tokens, "
-                                       f"over the limit of {trigger}")
-    return Verdict(False, PROJECTION, f"the summary and the kept recent messages still come "
-                                      f"to about {tokens_after} tokens, over the limit of "
-                                      f"{trigger}")
+        return failed(RESTORE, f"{restored} ({restore_tokens:,} tokens) push the context over "
+                               "the trigger")
+    return failed(PROJECTION, "the summary and the recent messages kept verbatim are still "
+                              "over the trigger")

@@ -10,9 +10,8 @@ From the summarized part only:
   has a newer one.
 - the user's own messages, verbatim, chosen newest first within `user_messages_tokens` (a
   message that does not fit is skipped, older short ones may still fit); the latest one always,
-  even over budget. An enormous latest message (over `latest_cap`, by default four times the
-  budget) keeps its head and tail with a marker saying how much of the middle is only in the
-  summary: restoring a pasted log whole could itself overflow the window.
+  whole, however long (SPEC §4, §5: the latest user message is never cut). When it cannot fit
+  the window beside the summary, the post-check fails the compaction with the clear error.
 
 Each becomes a user message that says plainly what it is; the server counts their tokens in
 the post-check, which may drop the files (then the plan) when they alone break the window.
@@ -62,6 +61,13 @@ class Restored:
     def messages(self) -> tuple[dict[str, Any], ...]:
         return self.files + self.plan + self.users
 
+    @property
+    def what(self) -> str:
+        """What the messages hold, as a failed post-check names it."""
+        if self.files or self.plan:
+            return "the restored files, plan and user messages"
+        return "the user's own messages restored verbatim, the latest one whole"
+
     def without_files(self) -> Restored:
         return Restored((), self.plan, self.users, (), self.user_messages, self.notes)
 
@@ -79,15 +85,14 @@ class _Read:
 
 
 def collect(entries: Sequence[Entry], cutoff: Cutoff, settings: RestoreSettings, count: Count,
-            latest_cap: int | None = None, measure: Measure | None = None) -> Restored:
+            measure: Measure | None = None) -> Restored:
     """`measure` (an entry's tokens, cached) lets a file that needs no cut skip its count:
     its message is its result's text under a header, so the result's size bounds it."""
     api = entries[0].api if entries else Api.CHAT
     span = cutoff.summarized
     files, paths, notes = _files(entries, span, cutoff.index, settings, count, measure)
     plan = _plan(entries, span, cutoff.index, settings, count)
-    cap = latest_cap if latest_cap is not None else 4 * settings.user_messages_tokens
-    users, quoted = _users(entries, span, settings.user_messages_tokens, cap, count)
+    users, quoted = _users(entries, span, settings.user_messages_tokens, count)
     return Restored(tuple(_message(api, t) for t, _ in files),
                     tuple(_message(api, t) for t in plan),
                     tuple(_message(api, t) for t in users), tuple(paths), quoted, tuple(notes),
@@ -254,22 +259,16 @@ def _plan(entries: Sequence[Entry], span: range, tail_start: int, settings: Rest
 
 # ---------------------------------------------------------------- the user's own messages
 
-def _users(entries: Sequence[Entry], span: range, budget: int, latest_cap: int,
+def _users(entries: Sequence[Entry], span: range, budget: int,
            count: Count) -> tuple[list[str], int]:
     texts = [(i, _user_text(entries[i])) for i in reversed(span) if entries[i].kind is Kind.USER]
     if not texts:
         return [], 0
-    chosen: list[tuple[int, str]] = []
-    used = 0
-    for n, (i, text) in enumerate(texts):
+    chosen = [texts[0]]  # the latest: always, whole
+    used = count(texts[0][1])
+    for i, text in texts[1:]:
         tokens = count(text)
-        if n == 0:
-            if tokens > latest_cap:
-                text = middle_cut(text, latest_cap / tokens)
-                tokens = count(text)
-            chosen.append((i, text))
-            used += tokens
-        elif used + tokens <= budget:
+        if used + tokens <= budget:
             chosen.append((i, text))
             used += tokens
     chosen.sort()

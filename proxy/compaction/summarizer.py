@@ -77,8 +77,9 @@ def plan_summary(entries: Sequence[Entry], cutoff: Cutoff, *, api: Api, model: s
                  client_doc: Mapping[str, Any] | None = None) -> SummaryPlan:
     """What to send the summarizer for `cutoff`.
 
-    `window` is the summarizer's input window (its profile's, else the fallback trigger);
-    `count` tokenizes text, `measure` is the estimator's per-entry count.
+    `window` is the summarizer's usable input (its profile's, with the output reservation
+    already taken off a total context window; else the fallback trigger); `count` tokenizes
+    text, `measure` is the estimator's per-entry count.
     """
     clock = prompts.clock_line(now, zone_name)
     budget = _chunk_budget(window, settings.max_output_tokens, clock, focus,
@@ -94,10 +95,13 @@ def plan_summary(entries: Sequence[Entry], cutoff: Cutoff, *, api: Api, model: s
 
 def _chunk_budget(window: int, max_output: int, clock: str, focus: str | None,
                   previous: str | None, count: Count) -> int:
+    """Transcript tokens per step: the input window less the prompt and the carried summary
+    (any step's carried summary may be as long as an answer can be). The answer itself needs
+    no room here: `window` is input only."""
     frame = count(prompts.system_prompt(Direction.LATEST, rolling=True))
     frame += count(prompts.user_message("", clock, focus, None, (0, 2)))
     carried = max(max_output, count(previous) if previous else 0)
-    return max(_MIN_CHUNK_TOKENS, int(window * _WINDOW_SHARE) - max_output - carried - frame)
+    return max(_MIN_CHUNK_TOKENS, int(window * _WINDOW_SHARE) - carried - frame)
 
 
 def _output_key(api: Api, client_doc: Mapping[str, Any] | None) -> str:

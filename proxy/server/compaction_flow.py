@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from proxy.compaction import manual
-from proxy.compaction.trigger import Action, decide
+from proxy.compaction import manual, postcheck
+from proxy.compaction.trigger import Action, Thresholds, decide
 from proxy.conversation import leading_instructions
 from proxy.errors import CompactionInsufficient, CompactionUnavailable
 from proxy.projection import Built, Situation, View, build, measure_projection
@@ -46,12 +46,12 @@ class CompactionFlow:
         if decision.action is Action.REFUSE:
             self._failed_line(line, prepared, "hysteresis", "the context did not shrink enough "
                               "since the last compaction", degraded=False)
-            raise CompactionInsufficient(
-                f"This conversation stays at about {built.tokens:,} tokens even after context "
-                f"compaction, over the model's limit of {th.limit:,}. Please start a new thread "
-                "to continue.")
+            raise postcheck.insufficient(
+                "hysteresis: it is over the model's input limit, and it has not grown enough "
+                "since the last compaction for another one to help", built.tokens, th.trigger,
+                th.limit)
         if prepared.key is None:
-            return self._stateless(built, th.fits(built.tokens), line)
+            return self._stateless(built, th, line)
         if not prepared.attempt.forced:
             allowed, wait = self.compactor.breaker_allows(prepared.inbound.model, prepared.upstream)
             if not allowed:
@@ -82,11 +82,15 @@ class CompactionFlow:
         except NothingToCompact:
             if fits:
                 return built
-            raise CompactionInsufficient(
-                f"This conversation is about {built.tokens:,} tokens and nothing more can be "
-                f"compacted (the recent messages alone are over the limit of {th.limit:,}). "
-                "Please start a new thread to continue.") from None
+            over = ("the model rejected it as too long" if prepared.attempt.forced else
+                    "they are over the model's input limit")
+            reason = (f"nothing more can be compacted: the system prompt and the recent "
+                      f"messages kept verbatim remain, and {over}")
+            self.compactor.refused(job, reason)
+            line.set(compaction_failed="post_check")
+            raise postcheck.insufficient(reason, built.tokens, th.trigger, th.limit) from None
         except CompactionFailed as failed:
+            line.set(compaction_failed=failed.stage)
             if failed.stage == "post_check":
                 raise failed.verdict.error() from None  # type: ignore[attr-defined]
             return self._degrade(prepared, built, fits, failed.stage, failed.reason, line, None,
@@ -120,17 +124,18 @@ class CompactionFlow:
             f"it is unavailable right now ({reason}). Retry later, or start a new thread.",
             headers=headers)
 
-    def _stateless(self, built: Built, fits: bool, line: RequestLine) -> Built:
+    def _stateless(self, built: Built, th: Thresholds, line: RequestLine) -> Built:
         line.set(compaction_skipped="no thread id")
-        if fits:
+        if th.fits(built.tokens):
             return built
         raise CompactionInsufficient(
-            f"This conversation (about {built.tokens:,} tokens) is over the model's limit and "
-            "the proxy cannot compact it without a thread id: send an `x-thread-id` header or "
-            "`prompt_cache_key`, or start a new thread.")
+            f"This conversation (about {built.tokens:,} tokens) is over the model's input limit "
+            f"of {th.limit:,} tokens and the proxy cannot compact it without a thread id: send "
+            "an `x-thread-id` header or `prompt_cache_key`, or start a new thread.")
 
     def _failed_line(self, line: RequestLine, prepared: Prepared, stage: str, reason: str,
                      degraded: bool, retry_after: float | None = None) -> None:
+        line.set(compaction_failed=stage)
         if self.log is not None:
             self.log.warning("compaction_failed", thread=loggable(prepared.identity.thread),
                              stage=stage, error=reason, degraded=degraded,
@@ -152,6 +157,7 @@ class CompactionFlow:
                 text = manual.nothing_text(built.tokens)
                 compaction = "none"
             except CompactionFailed as failed:
+                line.set(compaction_failed=failed.stage)
                 if failed.stage == "post_check":
                     raise failed.verdict.error() from None  # type: ignore[attr-defined]
                 raise CompactionUnavailable(f"Compaction failed: {failed.reason}. The "

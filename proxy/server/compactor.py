@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo
 
 from proxy.compaction import apply, breaker, restore, summarizer
 from proxy.compaction.cutoff import Cutoff, Previous, choose_cutoff
-from proxy.compaction.trigger import Thresholds
+from proxy.compaction.trigger import Thresholds, thresholds
 from proxy.conversation import Api, Entries
 from proxy.core.sanitize import Policy, sanitize
 from proxy.records import CompactionEvent, ThreadKey
@@ -144,8 +144,8 @@ class Compactor:
         finished = apply.finish(
             job.entries, job.ids, cutoff, outcome.text, restored, estimate=job.estimate,
             measure=job.estimator.entry_tokens, trigger=job.thresholds.trigger,
-            tokens_before=job.tokens_before, strategy=job.strategy, created_at=self.clock(),
-            model=job.model, summarizer_model=summary_model)
+            limit=job.thresholds.limit, tokens_before=job.tokens_before, strategy=job.strategy,
+            created_at=self.clock(), model=job.model, summarizer_model=summary_model)
         if not finished.verdict.ok or finished.event is None:
             raise self._failed(job, "post_check", finished.verdict.reason, finished.verdict)
         event = await self._checkpoint(job, cutoff, finished.event)
@@ -169,6 +169,11 @@ class Compactor:
             self.log.warning("compaction_failed", thread=job.thread, stage="offload",
                              error=reason, degraded=True)
             return None, reason
+
+    def refused(self, job: Job, reason: str) -> None:
+        """Record a compaction that was needed but had nothing left to summarize: a failed
+        post-check like any other (SPEC §5: a recent message alone that cannot fit)."""
+        self._failed(job, "post_check", reason)
 
     def _failed(self, job: Job, stage: str, reason: str, verdict: Any = None) -> CompactionFailed:
         self.log.warning("compaction_failed", thread=job.thread, stage=stage, error=reason,
@@ -199,10 +204,11 @@ class Compactor:
         return moment if zone else moment.astimezone()
 
     def _window(self, model: str) -> int:
-        profile = self.settings.profile(model)
-        if profile is not None and (profile.max_input_tokens or profile.context_window):
-            return int(profile.max_input_tokens or profile.context_window or 0)
-        return self.settings.compaction.fallback_trigger_tokens
+        """The summarizer's usable input, measured as the main model's is: its own output
+        reservation comes off a total `context_window` only, never off `max_input_tokens`."""
+        compaction = self.settings.compaction
+        return thresholds(compaction, self.settings.profile(model),
+                          compaction.summarizer.max_output_tokens).limit
 
 
 # Restored material may take at most these shares of the trigger: configured budgets are

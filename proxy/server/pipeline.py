@@ -161,7 +161,7 @@ class Pipeline:
                  anchor_used=built.anchor is not None,
                  tokenizer=prepared.estimator.tokenizer.describe() if prepared.estimator else None,
                  compaction=compaction, checkpoint=built.event.seq if built.event else None,
-                 protected=len(built.projection) - cascade.window_start,
+                 protected=built.protected,
                  **_stage_fields(built))
         return prepared
 
