@@ -110,7 +110,7 @@ def upstream_path(raw_path: str) -> str:
                        "and /metrics.")
     if ("%" in path or "/." in path or "\\" in path) and _has_dot_segment(path):
         raise BadRequest("The request path contains '.' or '..' segments; the proxy forwards "
-                         "only paths below /v1 as they are.")
+                         "only paths below /v1 as they are.", code="invalid_path")
     return path[3:] + mark + query
 
 
