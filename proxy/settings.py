@@ -357,7 +357,6 @@ def masked(settings: Settings) -> dict[str, Any]:
     data = asdict(settings)
     del data["warnings"]
     for upstream in data["upstreams"].values():
-        upstream["base_url"] = redacted_url(upstream["base_url"])
         if upstream.get("api_key"):
             key = upstream["api_key"]
             upstream["api_key"] = f"{key[:3]}***" if len(key) > 12 else "***"

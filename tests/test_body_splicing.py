@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 

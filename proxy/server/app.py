@@ -10,7 +10,6 @@ from aiohttp import web
 
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError
 from proxy.server import completions, passthrough
-from proxy.server.client_body import body_too_large, unreadable_body
 from proxy.server.drain import CUT_WAIT_S, Drain
 from proxy.server.logs import get_logger
 from proxy.server.metrics import Metrics
@@ -35,8 +34,6 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         return await handler(request)
     except ProxyError as error:
         return render_error(error)
-    except web.RequestPayloadError:
-        return render_error(unreadable_body())
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -52,8 +49,6 @@ def unhandled_error() -> ProxyError:
 
 
 def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ProxyError:
-    if exc.status == 413:
-        return body_too_large(request.app[SERVICES].settings.server.max_body_mb)
     if exc.status == 405:
         return MethodNotAllowed(f"Method {request.method} is not allowed on {request.path}.")
     if exc.status == 404:

@@ -16,16 +16,9 @@ async def read_client_body(request: web.Request, max_body_mb: float) -> bytes:
     try:
         return await request.read()
     except web.RequestPayloadError:
-        raise unreadable_body() from None
+        raise BadRequest("The request body could not be read: it does not match its "
+                         "Content-Encoding or Transfer-Encoding.",
+                         code="invalid_body_encoding") from None
     except web.HTTPRequestEntityTooLarge:
-        raise body_too_large(max_body_mb) from None
-
-
-def unreadable_body() -> BadRequest:
-    return BadRequest("The request body could not be read: it does not match its "
-                      "Content-Encoding or Transfer-Encoding.", code="invalid_body_encoding")
-
-
-def body_too_large(max_body_mb: float) -> PayloadTooLarge:
-    return PayloadTooLarge(f"The request body is larger than the proxy's limit of {max_body_mb:g} "
-                           "MB (server.max_body_mb).")
+        raise PayloadTooLarge(f"The request body is larger than the proxy's limit of "
+                              f"{max_body_mb:g} MB (server.max_body_mb).") from None

@@ -25,13 +25,8 @@ from proxy.server.services import SERVICES, Services
 from proxy.server.upstream import read_body, reading_answer, upstream_path
 from proxy.settings import UpstreamSettings
 from proxy.sse import SseDecoder
-from proxy.threads import (
-    body_thread_hint,
-    header_thread,
-    loggable,
-    resolve_thread,
-    tenant_digest,
-)
+from proxy.threads import (body_thread_hint, header_thread, loggable, resolve_thread,
+                           tenant_digest)
 
 _CREDENTIALS = ("authorization", "api-key", "x-api-key")
 _LIFECYCLE = frozenset({"response.created", "response.in_progress", "response.queued"})
