@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import threading
 import time
 from concurrent.futures import Future
@@ -13,6 +14,7 @@ from typing import Any
 import httpx
 import orjson
 
+from proxy.server.services import SERVICES
 from proxy.testing.replies import Reply
 from tests.harness import LoopThread, proxy_settings, start_proxy, stop_proxy
 from tests.process import ProxyProcess, assert_sound_database, cli, write_config
@@ -160,3 +162,39 @@ def test_a_responses_stream_cut_at_the_grace_end_gets_an_error_event(
     assert last.startswith(b"event: error\n")
     assert _last_event_data(stream.data)["error"]["code"] == "proxy_shutting_down"
     assert proxy.requests()[-1]["status"] == 200
+
+
+def test_a_request_whose_body_is_still_arriving_at_sigterm_is_answered(
+        loop_thread: LoopThread, fake, tmp_path: Path) -> None:
+    fake.script(Reply.text("answered after the shutdown began"))
+    proxy = loop_thread.run(start_proxy(proxy_settings(
+        fake.url, str(tmp_path / "state"), server={"shutdown_grace_s": 5.0})))
+    body = orjson.dumps({"model": "gpt-4o", "messages": USER})
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\nContent-Type: "
+            f"application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=20) as client:
+        client.sendall(head + body[:10])
+        deadline = time.monotonic() + 10
+        while proxy.app[SERVICES].drain.in_flight == 0:  # the handler waits for the rest
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        stopping = _stopping(loop_thread, proxy)
+        time.sleep(0.3)
+        started = time.monotonic()
+        client.sendall(body[10:])
+        answer = _read_http_answer(client)
+        waited = time.monotonic() - started
+        stopping.result(15)
+
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    assert b"answered after the shutdown began" in answer
+    assert waited < 3.0, "the body's end was only read when the grace ran out"
+    assert proxy.requests()[-1]["status"] == 200
+
+
+def _read_http_answer(sock: socket.socket) -> bytes:
+    """Everything the proxy sends until it closes the connection (it closes after a shutdown)."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data

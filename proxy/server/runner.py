@@ -1,5 +1,6 @@
 """The aiohttp runner the proxy serves with: aiohttp's own, with connections that answer what
-aiohttp's HTTP parser rejects in OpenAI's error shape.
+aiohttp's HTTP parser rejects in OpenAI's error shape, and that let a request finish
+reading its body after the shutdown began.
 
 aiohttp answers a request it cannot parse (a header line over the limit, too many headers,
 control characters, an unsupported Content-Encoding, ...) itself, before any middleware runs,
@@ -76,6 +77,16 @@ class _Connection(web.RequestHandler):
 class _Server(web.Server):
     def __call__(self) -> web.RequestHandler:
         return _Connection(self, loop=self._loop, **self._kwargs)
+
+    def pre_shutdown(self) -> None:
+        # aiohttp closes every connection here, and a closed connection drops the bytes that
+        # arrive next: a request whose body was still coming in would wait out the grace and
+        # get a 503. Such a connection only stops being kept alive; the idle ones close.
+        for connection in self._connections:
+            if getattr(connection, "_request_in_progress", False):
+                connection.keep_alive(False)
+            else:
+                connection.close()
 
 
 class ProxyRunner(web.AppRunner):
