@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 
@@ -12,6 +13,7 @@ import yaml
 from aiohttp import web
 
 from proxy.settings import DEFAULT_CONFIG_PATH, ConfigError, Settings, load_settings, masked
+from proxy.store.base import StoreError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="run the proxy")
     serve.add_argument("--host", help="listen address (overrides server.host)")
-    serve.add_argument("--port", type=int, help="listen port (overrides server.port)")
+    serve.add_argument("--port", type=_port, help="listen port (overrides server.port)")
     serve.set_defaults(run=_serve)
 
     check = commands.add_parser("check-config", help="validate the config and print it, secrets masked")
@@ -53,6 +55,16 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--config", default=DEFAULT_CONFIG_PATH,
                              help=f"YAML config file (default {DEFAULT_CONFIG_PATH})")
     return parser
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 65535, got {port}")
+    return port
 
 
 def _check_config(settings: Settings, args: argparse.Namespace) -> int:
@@ -74,12 +86,21 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
 
     settings = settings.with_overrides(args.host, args.port)
     configure_logging(settings.logging)
+    log = get_logger("proxy")
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-            runner.run(_run(build_app(settings), settings, get_logger("proxy")))
+            runner.run(_run(build_app(settings), settings, log))
     except KeyboardInterrupt:
         pass
+    except StartupFailed as failed:
+        log.error("startup_failed", error=str(failed))
+        print(f"compaction-proxy: {failed}", file=sys.stderr)
+        return 1
     return 0
+
+
+class StartupFailed(Exception):
+    """The proxy could not open its state or listen: one line for the operator, no traceback."""
 
 
 def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -93,9 +114,19 @@ def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 async def _run(app: web.Application, settings: Settings, log: object) -> None:
     runner = make_runner(app)
-    await runner.setup()
+    try:
+        await runner.setup()  # opens the state store
+    except (OSError, sqlite3.Error, StoreError) as exc:
+        await runner.cleanup()
+        raise StartupFailed(f"cannot open the state in {settings.state.path}: "
+                            f"{_described(exc)}") from None
     site = web.TCPSite(runner, settings.server.host, settings.server.port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise StartupFailed(f"cannot listen on {settings.server.host}:{settings.server.port}: "
+                            f"{_described(exc)}") from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -107,6 +138,13 @@ async def _run(app: web.Application, settings: Settings, log: object) -> None:
     log.info("shutting_down", grace_s=settings.server.shutdown_grace_s)  # type: ignore[attr-defined]
     await runner.cleanup()
     log.info("stopped")  # type: ignore[attr-defined]
+
+
+def _described(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    return str(exc) or type(exc).__name__
 
 
 def make_runner(app: web.Application) -> web.AppRunner:

@@ -32,6 +32,7 @@ __all__ = ["DEFAULT_EXPLORATION_TOOLS", "DEFAULT_FILE_TOOLS", "DEFAULT_PLAN_TOOL
 DEFAULT_CONFIG_PATH = "config/proxy.yaml"
 # The password of a URL's userinfo: up to the last '@' before the path, as urlsplit reads it.
 _URL_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*:)[^/?#]*@")
+_QUERY_VALUE = re.compile(r"((?:^|&)[^=&]*=)[^&]*")
 
 
 @dataclass(frozen=True)
@@ -347,8 +348,14 @@ def _check_references(s: Settings, problems: list[str]) -> None:
 
 
 def redacted_url(url: str) -> str:
-    """`url` with the password of its userinfo (`http://user:password@host`) shown as `***`."""
-    return _URL_PASSWORD.sub(r"\1***@", url)
+    """`url` with the password of its userinfo (`http://user:password@host`) and every query
+    value shown as `***`: some endpoints take their key in the query (`?key=...`)."""
+    url = _URL_PASSWORD.sub(r"\1***@", url)
+    base, mark, rest = url.partition("?")
+    if not mark:
+        return url
+    query, hash_mark, fragment = rest.partition("#")
+    return base + mark + _QUERY_VALUE.sub(r"\1***", query) + hash_mark + fragment
 
 
 def masked(settings: Settings) -> dict[str, Any]:
@@ -357,6 +364,7 @@ def masked(settings: Settings) -> dict[str, Any]:
     data = asdict(settings)
     del data["warnings"]
     for upstream in data["upstreams"].values():
+        upstream["base_url"] = redacted_url(upstream["base_url"])
         if upstream.get("api_key"):
             key = upstream["api_key"]
             upstream["api_key"] = f"{key[:3]}***" if len(key) > 12 else "***"

@@ -103,7 +103,11 @@ class Reader:
         return _join(self.path, key)
 
     def problem(self, key: str, text: str) -> None:
-        self.problems.append(f"{self.where(key)}: {text}")
+        where = f"{self.where(key)}: "
+        # One problem a key: an unset `${VAR}` is reported where it is read, and the empty
+        # text it leaves would otherwise be reported again as the wrong type.
+        if not any(p.startswith(where) for p in self.problems):
+            self.problems.append(where + text)
 
     def get(self, key: str, default: Any = _MISSING) -> Any:
         self.seen.add(key)

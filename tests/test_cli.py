@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import asdict, fields
@@ -257,13 +258,30 @@ def test_credentials_in_base_url_are_refused_without_showing_the_password(tmp_pa
 
 @pytest.mark.parametrize("url, shown", [
     ("http://user:pa55word@h/v1", "http://user:***@h/v1"),
-    ("https://user:p@ss@h:8443/v1?k=1", "https://user:***@h:8443/v1?k=1"),
+    ("https://user:p@ss@h:8443/v1?k=1", "https://user:***@h:8443/v1?k=***"),
     ("http://user@h/v1", "http://user@h/v1"),
     ("http://h:8080/v1/a@b", "http://h:8080/v1/a@b"),
     ("http://[::1/v1", "http://[::1/v1"),
+    ("https://h/v1beta/openai?key=AIzaSECRET", "https://h/v1beta/openai?key=***"),
+    ("https://h/v1?api-version=1&api-key=S3CRET#top", "https://h/v1?api-version=***&api-key=***#top"),
+    ("https://h/v1?flag&k=", "https://h/v1?flag&k=***"),
 ])
-def test_redacted_url_hides_only_the_password(url: str, shown: str) -> None:
+def test_redacted_url_hides_the_password_and_query_values(url: str, shown: str) -> None:
     assert redacted_url(url) == shown
+
+
+def test_check_config_masks_a_key_carried_in_the_base_url_query(tmp_path: Path) -> None:
+    config = tmp_path / "query.yaml"
+    config.write_text("upstreams:\n  g:\n    base_url: https://h.invalid/v1?key=QUERYSECRET123\n")
+    result = cli("check-config", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    assert "QUERYSECRET123" not in result.stdout
+    assert yaml.safe_load(result.stdout)["upstreams"]["g"]["base_url"] == "https://h.invalid/v1?key=***"
+
+
+def test_an_unset_variable_is_one_problem_not_two() -> None:
+    assert _problems(BASE + "server:\n  port: ${UNSET_PORT}\n") == [
+        "server.port: environment variable UNSET_PORT is not set"]
 
 
 def test_an_empty_api_key_forwards_client_credentials_with_a_warning(tmp_path: Path) -> None:
@@ -293,3 +311,45 @@ def test_an_api_key_with_a_line_break_is_rejected(key: str) -> None:
     problems = _problems(BASE + "    api_key: ${KEY}\n", KEY=key)
     assert ("upstreams.u.api_key: contains a line break (a trailing newline from a secret file?)"
             in problems)
+
+
+def _startup_failure(result: Any) -> str:
+    """The one stderr line of a start that failed, after checking that it is one line."""
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert "Traceback" not in result.stderr and "Logging error" not in result.stderr, result.stderr
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_a_port_in_use_is_one_line_naming_the_address(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = write_config(tmp_path / "p.yaml", "http://127.0.0.1:9/v1", tmp_path / "state")
+        line = _startup_failure(cli("serve", "--config", str(config), "--port", str(port)))
+    assert line.startswith(f"compaction-proxy: cannot listen on 127.0.0.1:{port}: "), line
+
+
+@pytest.mark.parametrize("make_state, fragment", [
+    (lambda d: d.write_text("a file, not a directory"), "Not a directory"),
+    (lambda d: (d.mkdir(), (d / "state.db").write_bytes(b"garbage" * 1000)),
+     "file is not a database"),
+])
+def test_a_state_that_cannot_be_opened_is_one_line_naming_it(tmp_path: Path, make_state: Any,
+                                                              fragment: str) -> None:
+    state = tmp_path / "state"
+    make_state(state)
+    config = write_config(tmp_path / "p.yaml", "http://127.0.0.1:9/v1", state)
+    line = _startup_failure(cli("serve", "--config", str(config)))
+    assert line.startswith(f"compaction-proxy: cannot open the state in {state}: "), line
+    assert fragment in line
+
+
+@pytest.mark.parametrize("port", ["99999", "-5", "http"])
+def test_a_bad_port_flag_is_refused_before_anything_starts(tmp_path: Path, port: str) -> None:
+    config = write_config(tmp_path / "p.yaml", "http://127.0.0.1:9/v1", tmp_path / "state")
+    result = cli("serve", "--config", str(config), "--port", port)
+    assert result.returncode == 2 and "argument --port" in result.stderr, result.stderr
+    assert not (tmp_path / "state").exists()

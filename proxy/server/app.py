@@ -88,8 +88,12 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     services = app[SERVICES]
     await services.upstream.start()
     start = getattr(services.pipeline, "start", None)
-    if start is not None:
-        await start()
+    try:
+        if start is not None:
+            await start()
+    except BaseException:
+        await services.upstream.close()  # the state did not open: nothing else will close it
+        raise
     yield
     # aiohttp has force-closed connections whose handlers outlived the drain: let those
     # handlers end before the store closes under them.
