@@ -67,6 +67,11 @@ class SseDecoder:
             events.append(self._spill())
         return events
 
+    @property
+    def inside_line(self) -> bool:
+        """The bytes so far end in the middle of a line: a stream that ends here was cut."""
+        return self._in_line or (bool(self._buf) and self._buf[-1] not in b"\r\n")
+
     def flush(self) -> list[SseEvent]:
         """At the end of the stream: the last event even without its blank line."""
         events = self._drain(final=True)

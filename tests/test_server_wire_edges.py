@@ -312,3 +312,89 @@ def test_an_upstream_that_rejects_stream_options_gets_streams_as_sent(make_fake,
     assert answer.status_code == 200 and b"[DONE]" in frames
     assert fake.last().body == body
     assert "usage_input" not in proxy.requests()[-1]
+
+
+def _usage_chunk() -> bytes:
+    return (b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"gpt-4o",'
+            b'"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}'
+            b"\n\n")
+
+
+@pytest.mark.parametrize("media", ["Text/Event-Stream", "TEXT/EVENT-STREAM; charset=utf-8"])
+def test_an_event_stream_in_any_case_is_relayed_as_it_comes_with_usage_hidden(
+        make_upstream, make_proxy, loop_thread, media) -> None:
+    release = asyncio.Event()
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        assert json.loads(await request.read())["stream_options"] == {"include_usage": True}
+        out = web.StreamResponse(headers={"Content-Type": media})
+        await out.prepare(request)
+        await out.write(_chunk("Hel"))
+        await asyncio.wait_for(release.wait(), 30)
+        await out.write(_chunk("lo") + _usage_chunk() + b"data: [DONE]\n\n")
+        return out
+
+    proxy = make_proxy(make_upstream(answer).url)
+    with httpx.stream("POST", f"{proxy.base_url}/chat/completions", timeout=20,
+                      json={**CHAT, "stream": True}) as stream:
+        lines = stream.iter_lines()
+        first = next(lines)  # arrives while the upstream still holds the rest
+        loop_thread.run(_set(release))
+        rest = "\n".join(lines)
+    assert '"Hel"' in first and '"lo"' in rest and rest.strip().endswith("data: [DONE]")
+    assert "usage" not in first + rest
+
+
+def test_a_null_usage_that_comes_first_in_a_chunk_is_hidden_too(make_upstream,
+                                                                 make_proxy) -> None:
+    chunk = (b'data: {"usage":null,"id":"c","object":"chat.completion.chunk","created":1,'
+             b'"model":"gpt-4o","choices":[{"index":0,"delta":{"content":"Hi"},'
+             b'"finish_reason":null}]}\n\n')
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        await out.write(chunk + _usage_chunk() + b"data: [DONE]\n\n")
+        return out
+
+    proxy = make_proxy(make_upstream(answer).url)
+    with httpx.stream("POST", f"{proxy.base_url}/chat/completions", timeout=20,
+                      json={**CHAT, "stream": True}) as stream:
+        received = stream.read()
+    assert received == chunk.replace(b'"usage":null,', b"") + b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize("partial", [b'data: {"id":"c","obj', b"data: {}", b"event: mess"])
+def test_a_stream_that_ends_cleanly_inside_an_event_ends_with_an_error_the_sdk_raises(
+        make_upstream, make_proxy, partial) -> None:
+    async def answer(request: web.Request) -> web.StreamResponse:
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        await out.write(_chunk("Hel") + partial)
+        return out  # the chunked body ends properly: no connection error to see
+
+    proxy = make_proxy(make_upstream(answer).url)
+    client = openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)
+    received = []
+    with pytest.raises(openai.APIError) as caught:
+        for chunk in client.chat.completions.create(model="gpt-4o", messages=USER, stream=True):
+            received.append(chunk.choices[0].delta.content if chunk.choices else None)
+    client.close()
+    assert "mid-stream" in str(caught.value) and received == ["Hel"]
+    assert proxy.requests()[-1]["upstream_error"] == "upstream ended the stream inside an event"
+
+
+def test_a_last_event_without_its_blank_line_is_not_taken_for_a_cut(make_upstream,
+                                                                     make_proxy) -> None:
+    async def answer(request: web.Request) -> web.StreamResponse:
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        await out.write(_chunk("Hel") + b"data: [DONE]\n")
+        return out
+
+    proxy = make_proxy(make_upstream(answer).url)
+    client = openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)
+    chunks = list(client.chat.completions.create(model="gpt-4o", messages=USER, stream=True))
+    client.close()
+    assert [c.choices[0].delta.content for c in chunks] == ["Hel"]
+    assert "upstream_error" not in proxy.requests()[-1]

@@ -30,6 +30,8 @@ class StreamTap(Protocol):
 
     def failure_frame(self, message: str, code: str = "upstream_disconnected") -> bytes: ...
 
+    def cut_inside_line(self) -> bool: ...
+
 
 class PlainTap:
     """Forwards every byte as it comes; knows no event format (used for pass-through)."""
@@ -43,6 +45,9 @@ class PlainTap:
     def failure_frame(self, message: str, code: str = "upstream_disconnected") -> bytes:
         return b""
 
+    def cut_inside_line(self) -> bool:
+        return False
+
 
 @dataclass
 class RelayOutcome:
@@ -53,7 +58,9 @@ class RelayOutcome:
 
 
 def is_event_stream(response: aiohttp.ClientResponse) -> bool:
-    return response.headers.get("Content-Type", "").startswith("text/event-stream")
+    # A media type is case-insensitive (RFC 9110 §8.3.1): `Text/Event-Stream` streams too.
+    media = response.headers.get("Content-Type", "").partition(";")[0]
+    return media.strip().lower() == "text/event-stream"
 
 
 async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
@@ -71,7 +78,14 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
             await _write(out, tap.feed(chunk), outcome, started)
         async for chunk in upstream.content.iter_any():
             await _write(out, tap.feed(chunk), outcome, started)
-        data = tap.flush()
+        if tap.cut_inside_line():
+            # A body that ended cleanly, but inside an event: the answer is cut short all the
+            # same, and an SDK would take the events before the cut for the whole answer.
+            outcome.upstream_error = "upstream ended the stream inside an event"
+            data = tap.failure_frame("The upstream ended the stream mid-stream, inside an "
+                                     "event: the answer is incomplete.")
+        else:
+            data = tap.flush()
     except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
         outcome.upstream_error = describe(exc) if not isinstance(exc, asyncio.TimeoutError) \
             else "upstream stopped sending (read timeout)"

@@ -46,6 +46,9 @@ class ChatTap:
         body = error_body(message, "server_error", None, code)
         return b"data: " + orjson.dumps(body) + b"\n\n"
 
+    def cut_inside_line(self) -> bool:
+        return self.decoder.inside_line and not self.complete
+
     def response(self) -> Any:
         return self.stream.message()
 
@@ -57,9 +60,10 @@ class ChatTap:
         return self.stream.done and self.stream.error is None
 
 
-# With include_usage, every chunk carries `"usage": null` until the last. Inside a JSON string
-# a quote is always escaped, so these bytes can only be that key and its null.
-_NULL_USAGE = (b',"usage":null', b', "usage": null')
+# With include_usage, every chunk carries `"usage": null` until the last, usually as its last
+# key, first on some servers. Inside a JSON string a quote is always escaped, so these bytes
+# can only be that key and its null.
+_NULL_USAGE = (b',"usage":null', b', "usage": null', b'"usage":null,', b'"usage": null, ')
 
 
 def _without_null_usage(raw: bytes) -> bytes:
@@ -95,6 +99,9 @@ class ResponsesTap:
         body = {"type": "error", "sequence_number": self.sequence + 1,
                 **error_body(message, "server_error", None, code)}
         return b"event: error\ndata: " + orjson.dumps(body) + b"\n\n"
+
+    def cut_inside_line(self) -> bool:
+        return self.decoder.inside_line and not self.complete
 
     def response(self) -> Any:
         return self.stream.output()
