@@ -78,6 +78,7 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
     headers = upstream_request_headers(
         request.headers, api_key=prepared.upstream.api_key, identity_encoding=True,
         drop=() if settings.threads.forward_headers else settings.threads.headers)
+    line.calling_upstream()
     response = await services.upstream.send(prepared.upstream, "POST", path, headers, prepared.body)
     async with response:
         line.set(status=response.status)

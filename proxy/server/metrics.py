@@ -24,9 +24,10 @@ class Metrics:
         self.compactions = Counter("proxy_compactions",
                                    "LLM compactions, by strategy and outcome.",
                                    ["strategy", "outcome"], registry=self.registry)
-        self.tokens_saved = Counter("proxy_tokens_saved",
-                                    "Estimated prompt tokens removed from projections, by stage.",
-                                    ["stage"], registry=self.registry)
+        self.tokens_saved = Counter(
+            "proxy_tokens_saved", "Estimated prompt tokens removed from the projections sent "
+            "upstream, by stage: a cheap stage counts on every request it shortened, `llm` "
+            "once per summary (tokens before minus after).", ["stage"], registry=self.registry)
         self.retries = Counter("proxy_upstream_retries",
                                "Requests retried once after an upstream rejection, by reason.",
                                ["reason"], registry=self.registry)
@@ -34,6 +35,7 @@ class Metrics:
         # Labelled children, looked up once: `labels()` validates and locks on every call.
         self._request_counts: dict[tuple[str, int], Any] = {}
         self._latencies: dict[str, Any] = {}
+        self._stages: dict[str, Any] = {}
 
     def observe_request(self, kind: str, status: int | None, upstream_ms: float | None) -> None:
         counter = self._request_counts.get((kind, status or 0))
@@ -46,6 +48,14 @@ class Metrics:
             if latency is None:
                 latency = self._latencies[kind] = self.upstream_latency.labels(kind)
             latency.observe(upstream_ms / 1000)
+
+    def observe_saved(self, stage: str, tokens: int) -> None:
+        if tokens <= 0:
+            return
+        counter = self._stages.get(stage)
+        if counter is None:
+            counter = self._stages[stage] = self.tokens_saved.labels(stage)
+        counter.inc(tokens)
 
     async def handler(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.registry),

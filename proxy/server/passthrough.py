@@ -44,6 +44,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         headers = upstream_request_headers(
             request.headers, api_key=upstream.api_key,
             drop=() if threads.forward_headers else threads.headers)
+        line.calling_upstream()
         response = await services.upstream.send(
             upstream, request.method, path, headers, body or None)
         async with response:

@@ -157,6 +157,9 @@ class Pipeline:
                                      "x-compaction": compaction}
         if key is not None:
             await self.store.record_request(key, self.clock(), built.tokens)
+        if self.metrics is not None and cascade.changed:
+            for report in cascade.reports:
+                self.metrics.observe_saved(report.name, report.tokens_saved)
         line.set(elements_reused=inbound.reused or None, tokens_estimate=built.tokens,
                  anchor_used=built.anchor is not None,
                  tokenizer=prepared.estimator.tokenizer.describe() if prepared.estimator else None,

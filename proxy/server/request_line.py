@@ -24,7 +24,7 @@ class RequestLine:
         self._log = log
         self._metrics = metrics
         self._kind = kind
-        self._started = time.perf_counter()
+        self._started = self._upstream_started = time.perf_counter()
         self.fields: dict[str, Any] = {"status": None, **fields}
 
     @property
@@ -34,8 +34,13 @@ class RequestLine:
     def set(self, **fields: Any) -> None:
         self.fields.update(fields)
 
+    def calling_upstream(self) -> None:
+        """The upstream call starts now: what came before (reading, compacting) is the proxy's."""
+        self._upstream_started = time.perf_counter()
+
     def mark_upstream(self) -> None:
-        self.fields["upstream_ms"] = round((time.perf_counter() - self._started) * 1000, 2)
+        """The upstream's response head arrived: `upstream_ms` is the wait since the call."""
+        self.fields["upstream_ms"] = round((time.perf_counter() - self._upstream_started) * 1000, 2)
 
     def __enter__(self) -> RequestLine:
         return self
