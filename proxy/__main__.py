@@ -42,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     check.set_defaults(run=_check_config)
 
     threads = commands.add_parser("threads", help="list the threads the proxy keeps state for")
-    threads.add_argument("--limit", type=int, default=100)
+    threads.add_argument("--limit", type=_positive_int, default=100,
+                         help="how many threads, most recently active first (default 100)")
     threads.set_defaults(run=_threads)
 
     inspect = commands.add_parser("inspect", help="print one thread's state as JSON")
@@ -53,6 +54,16 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--config", default=DEFAULT_CONFIG_PATH,
                              help=f"YAML config file (default {DEFAULT_CONFIG_PATH})")
     return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _check_config(settings: Settings, args: argparse.Namespace) -> int:
