@@ -87,8 +87,11 @@ class StateDb:
                 yield
                 self.conn.execute("COMMIT")
             except BaseException:
-                self.conn.execute("ROLLBACK")
                 self._known = LRU(_KNOWN_THREADS)  # it may name a row the rollback removed
+                # A failed COMMIT (a full disk) may have rolled back already: a ROLLBACK then
+                # fails too, and its error would hide the one that matters.
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
                 raise
         finally:
             if durable:
