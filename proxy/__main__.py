@@ -44,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     check.set_defaults(run=_check_config)
 
     threads = commands.add_parser("threads", help="list the threads the proxy keeps state for")
-    threads.add_argument("--limit", type=int, default=100)
+    threads.add_argument("--limit", type=_positive_int, default=100,
+                         help="how many threads, most recently active first (default 100)")
     threads.set_defaults(run=_threads)
 
     inspect = commands.add_parser("inspect", help="print one thread's state as JSON")
@@ -65,6 +66,16 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"must be between 0 and 65535, got {port}")
     return port
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _check_config(settings: Settings, args: argparse.Namespace) -> int:

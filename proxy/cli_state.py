@@ -1,47 +1,65 @@
 """`compaction-proxy threads` and `inspect`: the operator's view of the stored state.
 
-Both open the state database read-side while the proxy may be running (SQLite WAL allows
-concurrent readers) and print; they never write.
+Both open the state database read-only (`proxy.store.open_read_only`): they create nothing,
+never write, and read alongside a running proxy. A problem is one line on stderr and exit 1.
+`threads` prints every id whole, as stored, so any id it lists can be given to `inspect`.
 """
 
 from __future__ import annotations
 
-import asyncio
+import sqlite3
 import sys
 import time
+from collections.abc import Callable
+from contextlib import closing
 from dataclasses import asdict
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import orjson
 
 from proxy.records import ThreadState
 from proxy.settings import Settings
-from proxy.store import create_store, thread_key_text
+from proxy.store import StateDb, StoreError, ThreadSummary, open_read_only, thread_key_text
+
+T = TypeVar("T")
+HEADER = ("LAST ACTIVITY", "EVENTS", "LAST ESTIMATE", "TENANT", "THREAD")
 
 
 def list_threads(settings: Settings, limit: int) -> int:
-    summaries = asyncio.run(_with_store(settings, lambda store: store.list_threads(limit)))
+    summaries = _read(settings, lambda db: db.list_threads(limit))
+    if summaries is None:
+        return 1
     if not summaries:
         print(f"no threads in {settings.state.path}")
         return 0
-    rows = [("THREAD", "TENANT", "LAST ACTIVITY", "EVENTS", "LAST ESTIMATE")]
-    for s in summaries:
-        rows.append((_short(s.thread), s.tenant[:12], _when(s.last_activity), str(s.event_count),
-                     "-" if s.last_estimate is None else str(s.last_estimate)))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    for line in threads_table(summaries):
+        print(line)
     return 0
 
 
+def threads_table(summaries: list[ThreadSummary]) -> list[str]:
+    """The thread id is the last column, whole: a stored id is at most 256 printable
+    characters (or `~` and a digest), and it is what `inspect` takes. Only the tenant digest
+    is shortened; `inspect` shows every tenant of an id."""
+    rows = [HEADER] + [(_when(s.last_activity), str(s.event_count),
+                        "-" if s.last_estimate is None else str(s.last_estimate), s.tenant[:12],
+                        s.thread) for s in summaries]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER) - 1)]
+    # No strip at the end: an id may end with a space.
+    return ["  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[-1]]) for row in rows]
+
+
 def inspect_thread(settings: Settings, thread_id: str) -> int:
-    states = asyncio.run(_with_store(settings, lambda store: store.find(thread_key_text(thread_id))))
+    """Prints a JSON list, one state per tenant that has the id (most often one)."""
+    states = _read(settings, lambda db: db.find(thread_key_text(thread_id)))
+    if states is None:
+        return 1
     if not states:
-        print(f"no thread {thread_id!r} in {settings.state.path}", file=sys.stderr)
+        _error(f"no thread {thread_id!r} in {settings.state.path}")
         return 1
     out = [state_as_data(state) for state in states]
-    sys.stdout.write(orjson.dumps(out if len(out) > 1 else out[0],
-                                  option=orjson.OPT_INDENT_2).decode() + "\n")
+    sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
     return 0
 
 
@@ -52,17 +70,20 @@ def state_as_data(state: ThreadState) -> dict[str, Any]:
     return data
 
 
-async def _with_store(settings: Settings, action: Any) -> Any:
-    store = create_store(settings.state)
-    await store.open()
+def _read(settings: Settings, action: Callable[[StateDb], T]) -> T | None:
+    """The action's result, or None after reporting why the database could not be read."""
     try:
-        return await action(store)
-    finally:
-        await store.close()
+        with closing(open_read_only(Path(settings.state.path))) as db:
+            return action(db)
+    except StoreError as error:
+        _error(str(error))
+    except (sqlite3.Error, OSError) as error:
+        _error(f"cannot read the state in {settings.state.path}: {error}")
+    return None
 
 
-def _short(thread: str) -> str:
-    return thread if len(thread) <= 40 else thread[:37] + "..."
+def _error(message: str) -> None:
+    print(f"compaction-proxy: {message}", file=sys.stderr)
 
 
 def _when(at: float | None) -> str:

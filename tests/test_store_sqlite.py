@@ -172,7 +172,7 @@ async def test_hostile_thread_ids_round_trip_without_collisions(store: SqliteSto
     assert len(listed) == len(HOSTILE_IDS)
     assert all(0 < len(s.thread) <= 256 and s.thread.isprintable() for s in listed)
     assert sorted(p.name for p in store.root.iterdir()) == ["state.db", "state.db-shm",
-                                                            "state.db-wal"]
+                                                            "state.db-wal", "state.lock"]
 
 
 async def test_list_threads_most_recent_first_with_summary_fields(store: SqliteStore) -> None:

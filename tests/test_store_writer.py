@@ -45,3 +45,21 @@ def test_a_failing_write_is_counted_and_the_others_still_apply() -> None:
 def test_draining_an_empty_queue_does_nothing() -> None:
     sink = Sink()
     assert BackgroundWriter(sink.apply).drain() == 0 and sink.batches == []
+
+
+def test_the_failures_of_a_batch_are_told_once_with_their_count_and_last_error() -> None:
+    sink = Sink()
+    told: list[tuple[int, str]] = []
+    writer = BackgroundWriter(sink.apply, lambda count, error: told.append((count, str(error))))
+
+    def broken(n: int) -> Write:
+        def write() -> None:
+            raise ValueError(f"bad row {n}")
+        return write
+
+    for write in (broken(1), lambda: "a", broken(2)):
+        writer.put(write)
+    writer.drain()
+    writer.put(lambda: "b")
+    writer.drain()
+    assert told == [(2, "bad row 2")] and writer.failed == 2 and sink.batches == [["a"], ["b"]]

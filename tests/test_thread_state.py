@@ -176,15 +176,16 @@ def test_restart_after_sigkill_keeps_state_and_anchors(tmp_path: Path, make_fake
     assert listed.returncode == 0 and "k1" in listed.stdout
     inspected = cli("inspect", "k1", "--config", str(config))
     assert inspected.returncode == 0, inspected.stderr
-    state = json.loads(inspected.stdout)
+    [state] = json.loads(inspected.stdout)
     assert state["key"]["thread"] == "k1" and len(state["anchors"]) == 2
     assert API_KEY not in inspected.stdout and API_KEY not in listed.stdout
 
 
-def test_inspect_unknown_thread_exits_1(tmp_path: Path, fake) -> None:
-    config = write_config(tmp_path / "p.yaml", fake.url, tmp_path / "state")
+def test_inspect_unknown_thread_exits_1(proxy) -> None:
+    config = write_config(Path(proxy.settings.state.path).parent / "p.yaml", "http://127.0.0.1:9/v1",
+                          Path(proxy.settings.state.path))
     result = cli("inspect", "nope", "--config", str(config))
-    assert result.returncode == 1 and "no thread" in result.stderr
+    assert result.returncode == 1 and "no thread 'nope'" in result.stderr
 
 
 async def test_concurrent_threads_keep_their_own_anchors(proxy, fake) -> None:

@@ -2,6 +2,7 @@
 
 The composition root calls `create_store(settings.state)` (then `await store.open()`) and
 `create_history(settings.state)`; everything above sees only `StateStore` and `HistoryFiles`.
+The read-only CLI opens the database with `open_read_only(path)` instead: a `StateDb` to read.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ from proxy.settings import StateSettings
 from proxy.store.base import ANCHORS_KEPT, StateStore, StoreError, ThreadSummary
 from proxy.store.history import HistoryContents, HistoryFiles
 from proxy.store.keys import thread_key_text
+from proxy.store.reader import open_read_only
 from proxy.store.sqlite import SqliteStore
+from proxy.store.sqlite_db import StateDb
 
-__all__ = ["ANCHORS_KEPT", "HistoryContents", "HistoryFiles", "SqliteStore", "StateStore",
-           "StoreError", "ThreadSummary", "create_history", "create_store", "thread_key_text"]
+__all__ = ["ANCHORS_KEPT", "HistoryContents", "HistoryFiles", "SqliteStore", "StateDb",
+           "StateStore", "StoreError", "ThreadSummary", "create_history", "create_store",
+           "open_read_only", "thread_key_text"]
 
 
 def create_store(settings: StateSettings) -> StateStore:

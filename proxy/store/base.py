@@ -23,7 +23,8 @@ ANCHORS_KEPT = 16
 
 
 class StoreError(Exception):
-    """The store cannot serve: not open, closed, or a database newer than this code."""
+    """The store cannot serve: not open, closed, its directory owned by another process, or a
+    database newer than this code."""
 
 
 @dataclass(frozen=True)

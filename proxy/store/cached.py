@@ -4,12 +4,18 @@ Loading a thread's state on every request would cost a round trip to the store's
 thread; with this cache a known thread costs a dictionary lookup. Every write goes to the
 store as before (queued or awaited, with the same guarantees) and updates the cached state in
 the same step, so what the proxy reads next is what it wrote. It assumes, as the SQLite backend
-does, that one proxy process owns the state; `list_threads`, `find` and `events` go to the
-store itself.
+does (and enforces), that one proxy process owns the state; `list_threads`, `find` and `events`
+go to the store itself.
+
+Activity is the exception to write-through: a thread's touch (last activity and estimate) is
+persisted at most every `TOUCH_INTERVAL_S`. The latest touch held back is written with the
+thread's next request once the interval has passed, and every held-back touch by `flush` and
+`close`, so a clean stop leaves each thread's real last activity and estimate on disk.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -19,24 +25,32 @@ from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, 
 from proxy.store.base import ANCHORS_KEPT, StateStore, ThreadSummary
 
 DEFAULT_THREADS = 8192
-# Activity is persisted at most this often per thread (the cache always has it exactly): after a
-# restart an idle time may read this much longer, nothing that matters at hours of idleness.
+# Activity is persisted at most this often per thread (a touch per request would be most of the
+# store's writes; the cache always has it exactly). Only a kill loses the held-back touches: after
+# it an idle time may read this much longer, nothing that matters at hours of idleness.
 TOUCH_INTERVAL_S = 30.0
+HeldTouch = tuple[float, int | None]
 
 
 class CachedStore:
     def __init__(self, store: StateStore, max_threads: int = DEFAULT_THREADS) -> None:
         self.store = store
         self._states: LRU[ThreadKey, ThreadState] = LRU(max_threads)
-        self._touched: LRU[ThreadKey, float] = LRU(max_threads)
+        self._touched: LRU[ThreadKey, float] = LRU(max_threads)  # when activity was persisted
+        # The latest touch of each thread that the interval held back, oldest first; bounded:
+        # past `max_threads` the oldest is written out, never dropped.
+        self._held: OrderedDict[ThreadKey, HeldTouch] = OrderedDict()
+        self._max_held = max_threads
 
     async def open(self) -> None:
         await self.store.open()
 
     async def close(self) -> None:
+        await self._write_held()
         await self.store.close()
 
     async def flush(self) -> None:
+        await self._write_held()
         await self.store.flush()
 
     async def load(self, key: ThreadKey) -> ThreadState:
@@ -47,10 +61,14 @@ class CachedStore:
         return found
 
     async def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
+        latest, latest_estimate = _merged(self._held.pop(key, None), at, estimate)
         persisted = self._touched.get(key)
         if persisted is None or at - persisted >= TOUCH_INTERVAL_S:
-            await self.store.record_request(key, at, estimate)
-            self._touched.put(key, at)
+            await self._persist(key, latest, latest_estimate)
+        else:
+            self._held[key] = (latest, latest_estimate)
+            if len(self._held) > self._max_held:
+                await self._persist(*_oldest(self._held))
         self._update(key, _touched, at, estimate)
 
     async def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
@@ -75,11 +93,33 @@ class CachedStore:
     async def events(self, key: ThreadKey) -> list[CompactionEvent]:
         return await self.store.events(key)
 
+    async def _persist(self, key: ThreadKey, at: float, estimate: int | None) -> None:
+        await self.store.record_request(key, at, estimate)
+        self._touched.put(key, at)
+
+    async def _write_held(self) -> None:
+        held, self._held = self._held, OrderedDict()
+        for key, (at, estimate) in held.items():
+            await self._persist(key, at, estimate)
+
     def _update(self, key: ThreadKey, change: Callable[..., ThreadState], *args: Any) -> None:
         # Only a cached state is updated: an uncached one is read whole from the store later.
         found = self._states.get(key)
         if found is not None:
             self._states.put(key, change(found, *args))
+
+
+def _merged(held: HeldTouch | None, at: float, estimate: int | None) -> HeldTouch:
+    """A new touch over the one held back: the later time, the newest estimate given (a
+    touch without one keeps the last known, as the store does)."""
+    if held is None:
+        return at, estimate
+    return max(at, held[0]), estimate if estimate is not None else held[1]
+
+
+def _oldest(held: OrderedDict[ThreadKey, HeldTouch]) -> tuple[ThreadKey, float, int | None]:
+    key, (at, estimate) = held.popitem(last=False)
+    return key, at, estimate
 
 
 # The two updates every request makes: module functions and arguments, no closure each time.

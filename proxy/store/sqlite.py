@@ -4,11 +4,16 @@ Every SQLite call runs on a single dedicated thread (a one-worker executor) that
 connection; the event loop only submits jobs and awaits their futures. Jobs run in
 submission order and each starts by draining the background writer, so the store reads its
 own writes. See `proxy/store/base.py` for the guarantees of each method.
+
+An open store owns its directory: it holds `proxy.store.lock.StateLock` until it closes, and
+a second store (another proxy) on the same directory fails to open. Queued writes that fail
+are logged as `state_write_failed` (rate-limited, see `proxy/store/failures.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -16,10 +21,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+import structlog
+
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
 from proxy.store.base import ANCHORS_KEPT, StoreError, ThreadSummary
+from proxy.store.failures import WriteFailures
 from proxy.store.keys import storable_key, thread_key_text
-from proxy.store.sqlite_db import DB_FILE, AnchorWrite, StateDb
+from proxy.store.lock import StateLock
+from proxy.store.sqlite_db import DB_FILE, AnchorWrite, StateDb, make_state_dir
 from proxy.store.writer import BackgroundWriter, Write
 
 T = TypeVar("T")
@@ -31,15 +40,20 @@ WRITE_DELAY_S = 0.01
 
 class SqliteStore:
     def __init__(self, root: str | Path, *, anchors_kept: int = ANCHORS_KEPT,
-                 write_delay_s: float = WRITE_DELAY_S) -> None:
+                 write_delay_s: float = WRITE_DELAY_S, log: Any = None) -> None:
         self.root = Path(root)
         self.path = self.root / DB_FILE
         self._anchors_kept = anchors_kept
         self._executor: ThreadPoolExecutor | None = None
         self._db: StateDb | None = None
+        self._lock: StateLock | None = None
         self._closing = False
-        self.writer = BackgroundWriter(self._apply_batch)
+        self.writer = BackgroundWriter(self._apply_batch, self._write_failed)
         self._write_delay_s = write_delay_s
+        # structlog's lazy logger: it binds the configuration in force when a line is written
+        # (the store is built before logging is configured in some paths, and logs rarely).
+        self._log = log if log is not None else structlog.get_logger("proxy")
+        self._failures = WriteFailures()
 
     async def open(self) -> None:
         if self._executor is not None:
@@ -47,7 +61,7 @@ class SqliteStore:
         self._closing = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="state-store")
         try:
-            self._db = await self._run(StateDb.connect, self.root, self._anchors_kept)
+            self._lock, self._db = await self._run(self._open_owned)
         except BaseException:
             self._executor.shutdown(wait=False)
             self._executor = None
@@ -58,7 +72,7 @@ class SqliteStore:
         if executor is None or db is None or self._closing:
             return
         self._closing = True  # from here on, new calls fail instead of racing the close
-        await asyncio.wrap_future(executor.submit(self._after_drain, db.close))
+        await asyncio.wrap_future(executor.submit(self._after_drain, self._close_owned, db))
         self._executor = self._db = None
         executor.shutdown(wait=False)  # its last job is done: nothing left to wait for
 
@@ -97,6 +111,36 @@ class SqliteStore:
         return await self._run(self._require_db().integrity_check)
 
     # -- the worker ---------------------------------------------------------------------
+
+    def _open_owned(self) -> tuple[StateLock, StateDb]:
+        make_state_dir(self.root)
+        lock = StateLock.acquire(self.root)  # before any write: a second proxy changes nothing
+        try:
+            return lock, StateDb.connect(self.root, self._anchors_kept)
+        except BaseException:
+            lock.release()
+            raise
+
+    def _close_owned(self, db: StateDb) -> None:
+        try:
+            self._report(self._failures.take())
+            db.close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+                self._lock = None
+
+    def _write_failed(self, count: int, error: Exception) -> None:
+        self._report(self._failures.record(count, error, time.monotonic()))
+
+    def _report(self, fields: dict[str, Any] | None) -> None:
+        if fields is None:
+            return
+        try:
+            self._log.warning("state_write_failed", **fields, failed_total=self.writer.failed,
+                              path=str(self.path))
+        except Exception:  # noqa: BLE001 - a line that cannot be written must not fail the
+            pass           # read or close whose drain found the failure
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         job = partial(self._after_drain, fn, *args, **kwargs)

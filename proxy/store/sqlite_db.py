@@ -87,8 +87,11 @@ class StateDb:
                 yield
                 self.conn.execute("COMMIT")
             except BaseException:
-                self.conn.execute("ROLLBACK")
                 self._known = LRU(_KNOWN_THREADS)  # it may name a row the rollback removed
+                # A failed COMMIT (a full disk) may have rolled back already: a ROLLBACK then
+                # fails too, and its error would hide the one that matters.
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
                 raise
         finally:
             if durable:
@@ -217,12 +220,16 @@ def key_args(key: ThreadKey) -> tuple[str, str]:
     return key.tenant, key.thread
 
 
-def _prepare(root: Path) -> Path:
+def make_state_dir(root: Path) -> None:
     try:
         root.mkdir(mode=0o700, parents=True)
         os.chmod(root, 0o700)  # mkdir's mode is filtered by the umask
     except FileExistsError:
         pass
+
+
+def _prepare(root: Path) -> Path:
+    make_state_dir(root)
     path = root / DB_FILE
     # SQLite gives the -wal and -shm files the database file's mode: create it 0600 first.
     os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))

@@ -1,0 +1,47 @@
+"""What the log hears of failed background writes: counts and error types, rate-limited.
+
+A full disk fails every batch the writer drains, one every few milliseconds under load: one
+`state_write_failed` line per `REPORT_INTERVAL_S` says how many writes were lost since the
+previous line. Only the error's type and SQLite code are kept, never its text or the write's
+data (a write carries client-derived values). Pure: the caller passes the clock and logs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+REPORT_INTERVAL_S = 10.0
+
+
+class WriteFailures:
+    def __init__(self, interval_s: float = REPORT_INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        self._unreported = 0
+        self._error: dict[str, Any] = {}
+        self._reported_at: float | None = None
+
+    def record(self, count: int, error: Exception, now: float) -> dict[str, Any] | None:
+        """Note `count` lost writes; the fields of a line to log now, or None (rate limit)."""
+        self._unreported += count
+        self._error = _describe(error)
+        if self._reported_at is not None and now - self._reported_at < self.interval_s:
+            return None
+        self._reported_at = now
+        return self.take()
+
+    def take(self) -> dict[str, Any] | None:
+        """The failures not yet reported, as log fields, and forget them (for a last line at
+        close); None when there are none."""
+        if not self._unreported:
+            return None
+        fields = {"failed": self._unreported, **self._error}
+        self._unreported = 0
+        return fields
+
+
+def _describe(error: Exception) -> dict[str, Any]:
+    described: dict[str, Any] = {"error": type(error).__name__}
+    code = getattr(error, "sqlite_errorname", None)  # "SQLITE_FULL": a code, not a message
+    if code:
+        described["sqlite_error"] = code
+    return described

@@ -1,0 +1,75 @@
+"""The read-only view of a state directory, for the `threads` and `inspect` commands.
+
+The database is opened with SQLite's `mode=ro`: nothing is created (a mistyped `state.path`
+is an error, not an empty store), nothing migrated, the journal mode left as it is, and the
+owner's lock (`proxy/store/lock.py`) not taken, so it reads alongside a running proxy (WAL
+gives a reader every commit).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from proxy.store.base import StoreError
+from proxy.store.schema import MIGRATIONS, current_version
+from proxy.store.sqlite_db import DB_FILE, StateDb
+
+
+def open_read_only(root: Path) -> StateDb:
+    """`root/state.db` for reading, or StoreError with a one-line reason naming the path."""
+    path = root / DB_FILE
+    if not root.is_dir():
+        raise StoreError(f"no state directory at {root} (check state.path)")
+    if not path.is_file():
+        raise StoreError(f"no state database at {path} (check state.path)")
+    try:
+        conn = _connect(path)
+    except sqlite3.Error as error:
+        raise StoreError(f"cannot read {path}: {error}") from None
+    try:
+        _check_version(conn, path)
+    except BaseException:
+        conn.close()
+        raise
+    return StateDb(conn)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+    try:
+        _probe(conn)  # the open is lazy: the first read is where it fails
+        return conn
+    except sqlite3.OperationalError as error:
+        conn.close()
+        if error.sqlite_errorname != "SQLITE_CANTOPEN":
+            raise
+    # A WAL database needs its -shm file, which a read-only connection still creates when it
+    # is missing (a clean stop removes it): on a read-only directory that fails. `immutable=1`
+    # reads the database file alone, without the -shm and the -wal. That is what such a
+    # directory holds after a clean stop; a proxy that still writes there (one whose dir is
+    # read-only to us only) has commits in its -wal this view cannot see.
+    conn = sqlite3.connect(path.resolve().as_uri() + "?immutable=1", uri=True)
+    try:
+        _probe(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _probe(conn: sqlite3.Connection) -> None:
+    conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+
+
+def _check_version(conn: sqlite3.Connection, path: Path) -> None:
+    try:
+        found = current_version(conn)
+    except sqlite3.Error:
+        raise StoreError(f"{path} is not a compaction-proxy state database") from None
+    if found < len(MIGRATIONS):
+        raise StoreError(f"{path} is at schema version {found}, older than this proxy "
+                         f"({len(MIGRATIONS)}); start the proxy once to migrate it")
+    if found > len(MIGRATIONS):
+        raise StoreError(f"{path} is at schema version {found}, newer than this proxy "
+                         f"({len(MIGRATIONS)}); use a proxy that knows it")

@@ -1,0 +1,101 @@
+"""The cached store in front of SQLite: activity writes are rate-limited, never left behind."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.records import ThreadKey
+from proxy.store import SqliteStore
+from proxy.store.cached import TOUCH_INTERVAL_S, CachedStore
+
+KEY = ThreadKey("tenant-a", "thread-1")
+
+
+@pytest.fixture
+async def cached(tmp_path: Path) -> AsyncIterator[CachedStore]:
+    store = CachedStore(SqliteStore(tmp_path))
+    await store.open()
+    yield store
+    await store.close()
+
+
+async def persisted(root: Path, key: ThreadKey = KEY) -> tuple[Any, Any]:
+    store = SqliteStore(root)
+    await store.open()
+    try:
+        state = await store.load(key)
+    finally:
+        await store.close()
+    return state.last_activity, state.last_estimate
+
+
+async def test_close_writes_each_threads_latest_activity_and_estimate(tmp_path: Path) -> None:
+    store = CachedStore(SqliteStore(tmp_path))
+    await store.open()
+    other = ThreadKey("tenant-a", "thread-2")
+    for at, estimate in ((1000.0, 237), (1005.0, 500), (1010.0, 812), (1012.0, None)):
+        await store.record_request(KEY, at, estimate)
+    await store.record_request(other, 1001.0, 9)
+    await store.record_request(other, 1002.0, 10)
+    await store.close()
+    assert await persisted(tmp_path) == (1012.0, 812)
+    assert await persisted(tmp_path, other) == (1002.0, 10)
+
+
+async def test_flush_writes_the_held_back_activity(cached: CachedStore) -> None:
+    await cached.record_request(KEY, 1000.0, 237)
+    await cached.record_request(KEY, 1010.0, 812)
+    await cached.flush()
+    state = await cached.store.load(KEY)
+    assert (state.last_activity, state.last_estimate) == (1010.0, 812)
+
+
+async def test_the_next_request_after_the_interval_writes_the_held_estimate_too(
+        cached: CachedStore) -> None:
+    await cached.record_request(KEY, 1000.0, 237)
+    await cached.record_request(KEY, 1010.0, 812)  # held back
+    await cached.record_request(KEY, 1000.0 + TOUCH_INTERVAL_S, None)  # no estimate of its own
+    state = await cached.store.load(KEY)
+    assert (state.last_activity, state.last_estimate) == (1000.0 + TOUCH_INTERVAL_S, 812)
+
+
+class CountingStore:
+    """Records `record_request` calls; enough of a store for the activity path."""
+
+    def __init__(self) -> None:
+        self.touches: list[tuple[ThreadKey, float, int | None]] = []
+
+    async def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
+        self.touches.append((key, at, estimate))
+
+    async def flush(self) -> None:
+        pass
+
+
+async def test_activity_is_written_at_most_once_per_interval_per_thread() -> None:
+    counting = CountingStore()
+    store = CachedStore(counting)  # type: ignore[arg-type]
+    for n in range(100):  # 100 requests in 29.7 s
+        await store.record_request(KEY, 1000.0 + n * 0.3, n)
+    assert counting.touches == [(KEY, 1000.0, 0)]
+    await store.record_request(KEY, 1000.0 + TOUCH_INTERVAL_S, None)
+    assert counting.touches[-1] == (KEY, 1000.0 + TOUCH_INTERVAL_S, 99)
+    await store.flush()
+    assert len(counting.touches) == 2  # nothing held back any more
+
+
+async def test_held_back_touches_stay_bounded_and_are_written_not_dropped() -> None:
+    counting = CountingStore()
+    store = CachedStore(counting, max_threads=2)  # type: ignore[arg-type]
+    keys = [ThreadKey("t", f"th{n}") for n in range(3)]
+    for key in keys:
+        await store.record_request(key, 1000.0, 1)
+        await store.record_request(key, 1001.0, 2)  # held back
+    assert counting.touches[-1] == (keys[0], 1001.0, 2)  # the third: the oldest written out
+    await store.flush()
+    assert sorted(t for t in counting.touches if t[1] == 1001.0) == [
+        (key, 1001.0, 2) for key in keys]
