@@ -77,8 +77,10 @@ async def test_a_second_proxy_on_the_same_state_path_does_not_start(tmp_path: Pa
             capture_output=True, text=True, timeout=30, env={**os.environ, "PYTHONPATH": _root()})
     finally:
         await owner.close()
-    assert second.returncode != 0
-    assert "another proxy process" in second.stdout + second.stderr
+    assert second.returncode == 1
+    assert second.stderr.count("\n") == 1 and "Traceback" not in second.stderr, second.stderr
+    assert second.stderr.startswith(f"compaction-proxy: cannot open the state in {tmp_path / 'state'}")
+    assert "another proxy process" in second.stderr
 
 
 async def test_the_read_only_cli_works_while_the_owner_holds_the_directory(
