@@ -17,6 +17,7 @@ from typing import Any
 
 from proxy.lru import LRU
 from proxy.settings import ThreadSettings
+from proxy.store.keys import thread_key_text
 
 ANONYMOUS = "anonymous"
 _CREDENTIAL_HEADERS = ("authorization", "api-key", "x-api-key")
@@ -141,8 +142,7 @@ def _dotted(body: Mapping[str, Any], path: str) -> Any:
 
 
 def loggable(thread: str | None) -> str | None:
-    """Thread ids are client data: keep log lines short and printable."""
-    if thread is None:
-        return None
-    printable = thread.isprintable() and len(thread) <= 128
-    return thread if printable else repr(thread[:64])[1:-1] + f"...({len(thread)} chars)"
+    """A thread id as the state keeps it, the form `threads` lists and `inspect` accepts: the
+    client's own id when it is printable text of up to 256 characters, else `~` and a digest
+    (thread ids are client data: a log line never carries control characters or a huge id)."""
+    return None if thread is None else thread_key_text(thread)

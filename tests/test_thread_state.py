@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import orjson
 
+from proxy.server.services import SERVICES
 from proxy.testing.replies import Reply, call
 from tests.conftest import API_KEY
 from tests.process import ProxyProcess, assert_sound_database, cli, write_config
@@ -248,3 +249,18 @@ def test_a_responses_thread_named_by_prompt_cache_key_is_parsed_as_a_delta(proxy
     assert lines[1]["thread"] == "conv-7" and lines[1]["thread_source"] == "body:prompt_cache_key"
     assert lines[1]["elements_reused"] == 1
     assert fake.last("/responses").json["input"] == items
+
+
+def test_the_log_names_a_long_thread_as_threads_and_inspect_do(proxy, fake, loop_thread,
+                                                               tmp_path: Path) -> None:
+    thread = "t" * 300 + "-long"
+    fake.script(Reply.text("ok"))
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+    assert _post(proxy.base_url, body, thread).status_code == 200
+    logged = proxy.requests()[-1]["thread"]
+    assert logged.startswith("~") and len(logged) < 100
+    config = write_config(tmp_path / "cli.yaml", fake.url, Path(proxy.settings.state.path))
+    loop_thread.run(proxy.app[SERVICES].pipeline.store.flush())
+    assert logged in cli("threads", "--config", str(config)).stdout
+    shown = cli("inspect", logged, "--config", str(config))
+    assert shown.returncode == 0, shown.stderr
