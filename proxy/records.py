@@ -82,6 +82,9 @@ class CompactionEvent:
     summarizer_model: str = ""
     api: str = "chat"
     offload_error: str | None = None
+    # The trigger the compaction aimed under: a request with a lower one (a smaller model) is
+    # not held back by the hysteresis. 0: not recorded (an event stored before it was).
+    trigger: int = 0
     seq: int = 0
 
     def to_data(self) -> dict[str, Any]:

@@ -3,8 +3,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.compaction.breaker import (CLOSED, BreakerState, Status, allow, breaker_key,
-                                      record_failure, record_success, retry_after, status)
+from proxy.compaction.breaker import (CLOSED, BreakerState, Status, abandon, allow, blocked,
+                                      breaker_key, record_failure, record_success, retry_after,
+                                      status)
 from proxy.settings import BreakerSettings
 
 SETTINGS = BreakerSettings(failures=3, base_cooldown_s=60.0, max_cooldown_s=200.0)
@@ -58,6 +59,33 @@ def test_a_lost_trial_stops_blocking_after_its_timeout() -> None:
 def test_late_failure_while_open_without_trial_changes_nothing() -> None:
     state = fail(fail(fail(CLOSED, 0), 0), 0)
     assert fail(state, 5) == state
+
+
+def test_an_abandoned_trial_lets_the_next_request_try_at_once() -> None:
+    state = fail(fail(fail(CLOSED, 0), 0), 0)
+    _, trial = allow(state, 60)
+    assert not allow(trial, 61)[0]
+    freed = abandon(trial, trial.trial_started_at)
+    assert allow(freed, 61)[0] and freed.cooldown_s == state.cooldown_s
+
+
+def test_only_the_trial_itself_can_abandon_it() -> None:
+    _, trial = allow(fail(fail(fail(CLOSED, 0), 0), 0), 60)
+    assert abandon(trial, None) == trial
+    assert abandon(trial, 59.0) == trial
+    assert abandon(CLOSED, None) == CLOSED
+
+
+def test_blocked_always_says_to_wait_at_least_a_second() -> None:
+    state = fail(fail(fail(CLOSED, 0), 0), 0)
+    assert blocked(CLOSED, 0) is None and blocked(state, 60) is None
+    cooling = blocked(state, 59.7)
+    assert cooling is not None and cooling.retry_after == 1 and "open for another 1s" in cooling.reason
+    assert blocked(state, 1.5).retry_after == 59
+    _, trial = allow(state, 60)
+    running = blocked(trial, 200)
+    assert running is not None and running.retry_after == 1
+    assert "trial summary is running" in running.reason and "0.0" not in running.reason
 
 
 def test_breaker_key_separates_model_and_upstream() -> None:

@@ -7,10 +7,10 @@ from proxy.settings import CompactionSettings, ModelProfile
 SETTINGS = CompactionSettings()
 
 
-def event(tokens_after: int) -> CompactionEvent:
+def event(tokens_after: int, trigger: int = 0) -> CompactionEvent:
     return CompactionEvent(cutoff_index=3, cutoff_message_id="a#0", prefix_digest="v1:x",
                            summary_message={"role": "user", "content": "s"},
-                           tokens_after=tokens_after)
+                           tokens_after=tokens_after, trigger=trigger)
 
 
 def test_profile_ratios_from_settings() -> None:
@@ -75,3 +75,23 @@ def test_not_rearmed_and_over_the_window_is_refused_not_summarized() -> None:
 def test_forced_compaction_ignores_hysteresis() -> None:
     th = thresholds(SETTINGS, ModelProfile("m", max_input_tokens=1000))
     assert decide(100, th, event(740), 0.05, forced=True).action is Action.COMPACT
+
+
+def test_a_checkpoint_made_for_a_larger_window_does_not_hold_a_smaller_one_back() -> None:
+    small = thresholds(SETTINGS, ModelProfile("m", max_input_tokens=1000))  # trigger 750
+    made_for_big = event(tokens_after=1050, trigger=2250)
+    assert decide(1060, small, made_for_big, 0.05).action is Action.COMPACT
+    assert decide(1060, small, event(1050, trigger=750), 0.05).action is Action.REFUSE
+
+
+def test_a_checkpoint_made_for_a_smaller_window_still_holds() -> None:
+    big = thresholds(SETTINGS, ModelProfile("m", max_input_tokens=1000))  # trigger 750
+    assert decide(760, big, event(740, trigger=600), 0.05).action is Action.HOLD
+
+
+def test_an_event_stored_without_its_trigger_keeps_the_hysteresis() -> None:
+    th = thresholds(SETTINGS, ModelProfile("m", max_input_tokens=1000))
+    stored = {k: v for k, v in event(740, trigger=2250).to_data().items() if k != "trigger"}
+    old = CompactionEvent.from_data(stored)
+    assert old.trigger == 0
+    assert decide(760, th, old, 0.05).action is Action.HOLD

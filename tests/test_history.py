@@ -117,3 +117,53 @@ async def test_async_wrappers_run_off_the_loop(tmp_path: Path) -> None:
     contents = await history.read_async(path)
     assert [r["seq"] for r in contents.records] == [1, 2, 3]
     assert threads and threading.get_ident() not in threads
+
+
+def test_retract_takes_an_append_back_and_numbering_goes_on(history: HistoryFiles) -> None:
+    path = history.append(KEY, [message(1)], at=1.0)
+    size = Path(path).stat().st_size
+    appended = history.offload(KEY, [message(2), message(3)], at=2.0)
+    assert history.retract(appended)
+    assert Path(path).stat().st_size == size
+    history.append(KEY, [message(4)], at=3.0)
+    assert [(r["seq"], r["record"]) for r in history.read(path).records] == [
+        (1, message(1)), (2, message(4))]
+
+
+def test_retract_leaves_lines_appended_after_it(history: HistoryFiles) -> None:
+    appended = history.offload(KEY, [message(1)])
+    history.append(KEY, [message(2)])
+    assert not history.retract(appended)
+    assert len(history.read(appended.path).records) == 2
+
+
+def test_retract_after_a_torn_line_keeps_the_file_readable(history: HistoryFiles) -> None:
+    path = Path(history.append(KEY, [message(1)]))
+    with path.open("ab") as f:
+        f.write(b'{"seq": 2, "at": 1, "rec')
+    appended = HistoryFiles(history.root).offload(KEY, [message(3)])
+    assert history.retract(appended)
+    history.append(KEY, [message(4)])
+    contents = history.read(path)
+    assert [r["record"] for r in contents.records] == [message(1), message(4)]
+    assert contents.damaged_lines == (2,)
+
+
+def test_a_write_that_fails_half_way_is_cut_off(history: HistoryFiles,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import proxy.store.history as module
+    path = Path(history.append(KEY, [message(1)]))
+    size = path.stat().st_size
+
+    def disk_full(fd: int, data: bytes) -> None:
+        module.os.write(fd, data[:7])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(module, "_write_all", disk_full)
+    with pytest.raises(OSError):
+        history.append(KEY, [message(2)])
+    monkeypatch.undo()
+    assert path.stat().st_size == size
+    history.append(KEY, [message(3)])
+    contents = history.read(path)
+    assert not contents.torn and [r["seq"] for r in contents.records] == [1, 2]

@@ -4,14 +4,17 @@ closed --`failures` consecutive failures--> open (cooldown = base * 2**(trips - 
 open --cooldown elapsed, `allow`--> half-open: exactly one trial summary may run
 half-open --success--> closed (counters reset) | --failure--> open, the cooldown doubled
 
-`now` is passed in (seconds, any monotonic clock). A trial that never reports back (its request
-was cancelled) stops blocking after `trial_timeout_s`, so the breaker cannot stay half-open
-forever. The server keeps one `BreakerState` per `breaker_key` and replaces it with what
-these functions return.
+`now` is passed in (seconds, any monotonic clock). Every trial is settled: a success, a failure,
+or `abandon` (its request was cancelled, or it ended before asking the summarizer), after which
+the next request may try at once. A trial that never reports back all the same (a bug) stops
+blocking after `trial_timeout_s`, so the breaker cannot stay half-open forever. The server
+keeps one `BreakerState` per `breaker_key` and replaces it with what these functions return.
+`blocked` says, for a refused request, how long to wait and why.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -34,6 +37,23 @@ class BreakerState:
 
 
 CLOSED = BreakerState()
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """Why no summary may be attempted now, and for how long (SPEC §9)."""
+
+    wait_s: float  # the cooldown left; while a trial runs, the wait is unknown: a guess
+    reason: str
+
+    @property
+    def retry_after(self) -> int:
+        """Whole seconds for a `Retry-After` header: never 0, which would invite a busy loop."""
+        return max(1, math.ceil(self.wait_s))
+
+
+# While a trial runs its outcome is unknown; a short wait lets a client see it soon.
+_TRIAL_WAIT_S = 1.0
 
 
 def breaker_key(model: str, upstream: str) -> str:
@@ -59,6 +79,26 @@ def allow(state: BreakerState, now: float,
     if trial is not None and now < trial + trial_timeout_s:
         return False, state
     return True, replace(state, trial_started_at=now)
+
+
+def blocked(state: BreakerState, now: float, trial_timeout_s: float = 300.0) -> Blocked | None:
+    """None when `allow` would let a summary run now; else the wait and its reason."""
+    if allow(state, now, trial_timeout_s)[0]:
+        return None
+    wait = retry_after(state, now)
+    if wait > 0:
+        return Blocked(wait, f"the summarizer's circuit breaker is open for another "
+                             f"{math.ceil(wait)}s after repeated failures")
+    return Blocked(_TRIAL_WAIT_S, "the summarizer failed repeatedly and a trial summary is "
+                                  "running now")
+
+
+def abandon(state: BreakerState, trial_started_at: float | None) -> BreakerState:
+    """An attempt that ended without a verdict on the summarizer: if it was the running trial,
+    the next request may try at once (no cooldown: nothing new was learnt)."""
+    if trial_started_at is None or state.trial_started_at != trial_started_at:
+        return state
+    return replace(state, trial_started_at=None)
 
 
 def record_success(state: BreakerState) -> BreakerState:

@@ -8,7 +8,11 @@ profile: `fallback_trigger_tokens`, and the last `fallback_keep_messages` messag
 
 Hysteresis: after a compaction, the next one waits until the projection has grown
 `rearm_ratio * trigger` beyond the event's `tokens_after`, so an irreducible context near the
-trigger does not call the summarizer on every request.
+trigger does not call the summarizer on every request. It holds only for a checkpoint made
+under the same trigger or a lower one: a checkpoint made for a larger window (the thread moved
+to a smaller model, or the request reserves more output) kept a larger tail, and a compaction
+for this window may well shrink it. One made for a smaller window kept a smaller tail than a
+compaction now would, so waiting for growth still holds.
 """
 
 from __future__ import annotations
@@ -92,7 +96,7 @@ def _ratio(profile: ModelProfile | None, name: str, default: float) -> float:
 
 
 def rearm_at(event: CompactionEvent | None, th: Thresholds, rearm_ratio: float) -> int | None:
-    if event is None:
+    if event is None or event.trigger > th.trigger:
         return None
     return event.tokens_after + math.ceil(rearm_ratio * th.trigger)
 

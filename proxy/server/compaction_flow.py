@@ -1,24 +1,30 @@
 """LLM compaction inside a request: when to summarize, what to do when it fails, `/compact`.
 
 `auto` runs after the cheap cascade: below the trigger nothing happens; above it, one summary
-per thread at a time (a request that waited reuses the checkpoint another one wrote), with the
-breaker, the hysteresis and the fallbacks of SPEC §9: forward with the cheap stages only while
-the projection fits, else a clear error. `manual` answers `/compact` (SPEC §8) itself.
+per thread at a time (a request that waited reuses the checkpoint another one wrote, and asks
+the breaker again: the one before it may have just opened it), with the breaker, the
+hysteresis and the fallbacks of SPEC §9: forward with the cheap stages only while the
+projection fits, else a clear error (a 503 always says when to retry). `manual` answers
+`/compact` (SPEC §8) itself. `overflow_retry_failed` records the forced compaction an upstream
+overflow bought that did not help.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from typing import Any
 
 from proxy.compaction import manual, postcheck
+from proxy.compaction.breaker import Blocked
 from proxy.compaction.trigger import Action, Thresholds, decide
 from proxy.conversation import leading_instructions
-from proxy.errors import CompactionInsufficient, CompactionUnavailable
+from proxy.errors import CompactionInsufficient, CompactionUnavailable, ProxyError
 from proxy.projection import Built, Situation, View, build, measure_projection
 from proxy.records import ThreadState
 from proxy.server import manual_answer
-from proxy.server.compactor import CompactionFailed, Compactor, Job, NothingToCompact
+from proxy.server.compactor import (BreakerOpen, CompactionFailed, Compactor, Job,
+                                    NothingToCompact)
 from proxy.server.prepared import Prepared
 from proxy.server.request_line import RequestLine
 from proxy.settings import Settings
@@ -53,11 +59,11 @@ class CompactionFlow:
         if prepared.key is None:
             return self._stateless(built, th, line)
         if not prepared.attempt.forced:
-            allowed, wait = self.compactor.breaker_allows(prepared.inbound.model, prepared.upstream)
-            if not allowed:
+            # Only a look: waiting for the lock is pointless while the breaker is open.
+            blocked = self.compactor.breaker_blocked(prepared.inbound.model, prepared.upstream)
+            if blocked is not None:
                 return self._degrade(prepared, built, th.fits(built.tokens), "breaker_open",
-                                     f"the summarizer's circuit breaker is open for {wait:.1f}s",
-                                     line, wait)
+                                     blocked.reason, line, blocked)
         async with self.compactor.lock(prepared.key):
             return await self._compact_locked(prepared, view, situation, state, built, line)
 
@@ -79,6 +85,12 @@ class CompactionFlow:
         fits = th.fits(built.tokens) and not prepared.attempt.forced
         try:
             event = await self.compactor.compact(job)
+        except BreakerOpen as refused:
+            return self._degrade(prepared, built, fits, "breaker_open", refused.blocked.reason,
+                                 line, refused.blocked)
+        except asyncio.CancelledError:
+            line.set(compaction_failed="cancelled")
+            raise
         except NothingToCompact:
             if fits:
                 return built
@@ -93,8 +105,8 @@ class CompactionFlow:
             line.set(compaction_failed=failed.stage)
             if failed.stage == "post_check":
                 raise failed.verdict.error() from None  # type: ignore[attr-defined]
-            return self._degrade(prepared, built, fits, failed.stage, failed.reason, line, None,
-                                 logged=True)
+            return self._degrade(prepared, built, fits, failed.stage, failed.reason, line,
+                                 self._breaker_after(prepared), logged=True)
         line.set(compacted=True)
         return build(view, event, replace(situation, anchors=()))
 
@@ -112,17 +124,33 @@ class CompactionFlow:
                    forced=prepared.attempt.forced)
 
     def _degrade(self, prepared: Prepared, built: Built, fits: bool, stage: str, reason: str,
-                 line: RequestLine, retry_after: float | None, logged: bool = False) -> Built:
+                 line: RequestLine, blocked: Blocked | None, logged: bool = False) -> Built:
+        """Forward with the cheap stages only when it fits; else a 503 that says when to retry
+        (`blocked`: the breaker's wait, None when it is closed)."""
         if not logged:
-            self._failed_line(line, prepared, stage, reason, degraded=fits, retry_after=retry_after)
+            self._failed_line(line, prepared, stage, reason, degraded=fits,
+                              retry_after=blocked.wait_s if blocked else None)
         line.set(compaction_degraded=stage)
         if fits:
             return built
-        headers = {"Retry-After": str(max(1, int(retry_after)))} if retry_after else None
+        if blocked is not None and blocked.reason != reason:
+            reason = f"{reason}; {blocked.reason}"
         raise CompactionUnavailable(
             f"This conversation (about {built.tokens:,} tokens) needs context compaction, but "
             f"it is unavailable right now ({reason}). Retry later, or start a new thread.",
-            headers=headers)
+            headers=_retry_after(blocked))
+
+    def _breaker_after(self, prepared: Prepared) -> Blocked | None:
+        """The breaker after a failure: this very failure may have opened it."""
+        return self.compactor.breaker_blocked(prepared.inbound.model, prepared.upstream)
+
+    def overflow_retry_failed(self, prepared: Prepared, line: RequestLine,
+                              error: ProxyError) -> None:
+        """The compaction an upstream overflow bought did not help: the client gets the
+        upstream's own error, and the log says why (`cause`: the stage that failed)."""
+        cause = line.fields.get("compaction_failed")
+        self._failed_line(line, prepared, "overflow_retry", error.message, degraded=False,
+                          cause=cause)
 
     def _stateless(self, built: Built, th: Thresholds, line: RequestLine) -> Built:
         line.set(compaction_skipped="no thread id")
@@ -134,12 +162,13 @@ class CompactionFlow:
             "an `x-thread-id` header or `prompt_cache_key`, or start a new thread.")
 
     def _failed_line(self, line: RequestLine, prepared: Prepared, stage: str, reason: str,
-                     degraded: bool, retry_after: float | None = None) -> None:
+                     degraded: bool, retry_after: float | None = None, **extra: Any) -> None:
         line.set(compaction_failed=stage)
         if self.log is not None:
             self.log.warning("compaction_failed", thread=loggable(prepared.identity.thread),
                              stage=stage, error=reason, degraded=degraded,
-                             retry_after_s=None if retry_after is None else round(retry_after, 3))
+                             retry_after_s=None if retry_after is None else round(retry_after, 3),
+                             **extra)
 
     async def manual_compact(self, prepared: Prepared, view: View, situation: Situation,
                       state: ThreadState | None, command: manual.ManualCommand,
@@ -156,12 +185,23 @@ class CompactionFlow:
             except NothingToCompact:
                 text = manual.nothing_text(built.tokens)
                 compaction = "none"
+            except BreakerOpen as refused:
+                blocked = refused.blocked
+                self._failed_line(line, prepared, "breaker_open", blocked.reason, degraded=False,
+                                  retry_after=blocked.wait_s)
+                raise CompactionUnavailable(
+                    f"Compaction is unavailable right now: {blocked.reason}. The conversation "
+                    "is unchanged; try again later.", headers=_retry_after(blocked)) from None
+            except asyncio.CancelledError:
+                line.set(compaction_failed="cancelled")
+                raise
             except CompactionFailed as failed:
                 line.set(compaction_failed=failed.stage)
                 if failed.stage == "post_check":
                     raise failed.verdict.error() from None  # type: ignore[attr-defined]
-                raise CompactionUnavailable(f"Compaction failed: {failed.reason}. The "
-                                            "conversation is unchanged; try again later.") from None
+                raise CompactionUnavailable(
+                    f"Compaction failed: {failed.reason}. The conversation is unchanged; try "
+                    "again later.", headers=_retry_after(self._breaker_after(prepared))) from None
             else:
                 lead = leading_instructions(view.entries)
                 text = manual.compacted_text(event.cutoff_index - lead,
@@ -173,6 +213,11 @@ class CompactionFlow:
         prepared.answer = manual_answer.answer(prepared.inbound, text, seed, headers)
         line.set(compaction=compaction, tokens_estimate=built.tokens)
         return prepared
+
+
+def _retry_after(blocked: Blocked | None) -> dict[str, str]:
+    # A failure that left the breaker closed may be retried at once; 1 s keeps it from spinning.
+    return {"Retry-After": str(blocked.retry_after if blocked is not None else 1)}
 
 
 def _seq(state: ThreadState | None) -> int:

@@ -3,7 +3,11 @@
 The pure halves live in `proxy/compaction`; this module does what they cannot: the summarizer's
 HTTP calls, the history file, the atomic event write, the per-summarizer circuit breaker, the
 per-thread lock, and the `compaction_*` log events. Failure is a value the pipeline acts on
-(`CompactionFailed`), never a warning followed by the original over-long request.
+(`CompactionFailed`, `BreakerOpen`), never a warning followed by the original over-long request.
+
+Every `compaction_started` is followed by one `compaction_completed` or `compaction_failed`,
+a cancelled request included (stage `cancelled`), and every attempt the breaker let run settles
+it: success, failure, or abandoned.
 """
 
 from __future__ import annotations
@@ -11,23 +15,27 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
 from proxy.compaction import apply, breaker, restore, summarizer
 from proxy.compaction.cutoff import Cutoff, Previous, choose_cutoff
+from proxy.compaction.summarizer import SummaryPlan
 from proxy.compaction.trigger import Thresholds, thresholds
 from proxy.conversation import Api, Entries
 from proxy.core.sanitize import Policy, sanitize
 from proxy.records import CompactionEvent, ThreadKey
-from proxy.server.summarizer_client import run_summary
+from proxy.server.summarizer_client import SummaryOutcome, run_summary
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import RestoreSettings, Settings, UpstreamSettings
 from proxy.store import HistoryFiles, StateStore
+from proxy.store.history import Appended
 from proxy.tokens.estimate import TokenEstimator
+
+T = TypeVar("T")
 
 
 class CompactionFailed(Exception):
@@ -39,6 +47,15 @@ class CompactionFailed(Exception):
 
 class NothingToCompact(Exception):
     """No safe cutoff leaves anything new to summarize."""
+
+
+class BreakerOpen(Exception):
+    """The summarizer's breaker refused this attempt (it opened, or a trial began, while the
+    request waited for the thread's lock)."""
+
+    def __init__(self, blocked: breaker.Blocked) -> None:
+        super().__init__(blocked.reason)
+        self.blocked = blocked
 
 
 @dataclass(frozen=True)
@@ -90,29 +107,50 @@ class Compactor:
         chosen = self.settings.upstreams[config.upstream] if config.upstream else upstream
         return config.model or model, chosen
 
-    def breaker_allows(self, model: str, upstream: UpstreamSettings) -> tuple[bool, float]:
-        """Whether a summary may run now; else seconds until it may."""
-        key = breaker.breaker_key(*self._summarizer_key(model, upstream))
-        state = self._breakers.get(key, breaker.CLOSED)
-        allowed, state = breaker.allow(state, time.monotonic())
-        self._breakers[key] = state
-        return allowed, breaker.retry_after(state, time.monotonic())
+    def breaker_blocked(self, model: str, upstream: UpstreamSettings) -> breaker.Blocked | None:
+        """None when a summary may be tried now; else how long to wait, and why. Only looks:
+        the trial, if any, is claimed by `compact` once the request holds the thread's lock."""
+        state = self._breakers.get(self._breaker_key(model, upstream), breaker.CLOSED)
+        return breaker.blocked(state, time.monotonic())
 
-    def _summarizer_key(self, model: str, upstream: UpstreamSettings) -> tuple[str, str]:
+    def _breaker_key(self, model: str, upstream: UpstreamSettings) -> str:
         summarizer_model, chosen = self.summarizer_of(model, upstream)
-        return summarizer_model, chosen.name
+        return breaker.breaker_key(summarizer_model, chosen.name)
 
-    def _record(self, model: str, upstream: UpstreamSettings, ok: bool) -> None:
-        key = breaker.breaker_key(*self._summarizer_key(model, upstream))
+    def _claim(self, job: Job) -> float | None:
+        """Let the breaker decide on this attempt; returns the trial's stamp when it is the
+        half-open trial. A forced compaction (an upstream overflow) bypasses it (SPEC §9)."""
+        if job.forced:
+            return None
+        key = self._breaker_key(job.model, job.upstream)
         state = self._breakers.get(key, breaker.CLOSED)
-        self._breakers[key] = (breaker.record_success(state) if ok else
-                               breaker.record_failure(state, time.monotonic(),
-                                                      self.settings.compaction.breaker))
+        now = time.monotonic()
+        blocked = breaker.blocked(state, now)
+        if blocked is not None:
+            raise BreakerOpen(blocked)
+        claimed = breaker.allow(state, now)[1]
+        self._breakers[key] = claimed
+        return claimed.trial_started_at
+
+    def _settle(self, job: Job, trial: float | None, healthy: bool | None) -> None:
+        """`healthy`: the summarizer worked and its summary was kept (True), it failed or the
+        checkpoint could not be kept (False), or no verdict (None: cancelled, or a bug)."""
+        key = self._breaker_key(job.model, job.upstream)
+        state = self._breakers.get(key, breaker.CLOSED)
+        if healthy is None:
+            state = breaker.abandon(state, trial)
+        elif healthy:
+            state = breaker.record_success(state)
+        else:
+            state = breaker.record_failure(state, time.monotonic(),
+                                           self.settings.compaction.breaker)
+        self._breakers[key] = state
 
     # ---------------------------------------------------------------- the compaction
 
     async def compact(self, job: Job) -> CompactionEvent:
-        """Summarize, check, offload and checkpoint; raises CompactionFailed / NothingToCompact."""
+        """Summarize, check, offload and checkpoint; raises CompactionFailed, NothingToCompact
+        or BreakerOpen (before anything is logged)."""
         started = time.perf_counter()
         sizes = job.estimator.sizes(job.entries)
         cutoff = choose_cutoff(job.entries, sizes, job.thresholds,
@@ -132,40 +170,79 @@ class Compactor:
             window=self._window(summary_model), count=job.estimator.text_tokens,
             measure=job.estimator.entry_tokens, zone_name=self.settings.compaction.timezone,
             focus=job.focus, client_doc=job.client_doc)
-        self.log.info("compaction_started", thread=job.thread, strategy=job.strategy,
-                      tokens_before=job.tokens_before, cutoff_index=cutoff.index,
-                      summarized_messages=len(cutoff.new_entries), summarizer_calls=plan.steps,
-                      summarizer_model=summary_model, forced=job.forced)
-        outcome = await run_summary(plan, summary_upstream, self.client, job.credentials,
-                                    self.settings.compaction.summarizer.timeout_s)
-        self._record(job.model, job.upstream, outcome.text is not None)
-        if outcome.text is None:
-            raise self._failed(job, "summarize", outcome.error)
+        trial = self._claim(job)
+        healthy: bool | None = None
+        try:
+            self.log.info("compaction_started", thread=job.thread, strategy=job.strategy,
+                          tokens_before=job.tokens_before, cutoff_index=cutoff.index,
+                          summarized_messages=len(cutoff.new_entries),
+                          summarizer_calls=plan.steps, summarizer_model=summary_model,
+                          forced=job.forced)
+            outcome = await self._summarize(job, plan, summary_upstream)
+            healthy = outcome.text is not None
+            if outcome.text is None:
+                raise self._failed(job, "summarize", outcome.error)
+            finished = self._finish(job, cutoff, outcome.text, restored, summary_model)
+            healthy = None  # until the write says
+            written, cancelled = await _to_the_end(self._checkpoint(job, cutoff, finished.event))
+            healthy = written.exception() is None
+            if healthy:
+                self._completed(job, written.result(), finished, started, outcome.duration_ms)
+            if cancelled:
+                raise asyncio.CancelledError()
+            return written.result()
+        finally:
+            self._settle(job, trial, healthy)
+
+    def _finish(self, job: Job, cutoff: Cutoff, summary: str, restored: restore.Restored,
+                summary_model: str) -> apply.Finished:
+        """The summary spliced in and post-checked; raises CompactionFailed("post_check")."""
         finished = apply.finish(
-            job.entries, job.ids, cutoff, outcome.text, restored, estimate=job.estimate,
+            job.entries, job.ids, cutoff, summary, restored, estimate=job.estimate,
             measure=job.estimator.entry_tokens, trigger=job.thresholds.trigger,
             limit=job.thresholds.limit, tokens_before=job.tokens_before, strategy=job.strategy,
             created_at=self.clock(), model=job.model, summarizer_model=summary_model)
         if not finished.verdict.ok or finished.event is None:
             raise self._failed(job, "post_check", finished.verdict.reason, finished.verdict)
-        event = await self._checkpoint(job, cutoff, finished.event)
-        self._completed(job, event, finished, started, outcome.duration_ms)
-        return event
+        return finished
+
+    async def _summarize(self, job: Job, plan: SummaryPlan,
+                         upstream: UpstreamSettings) -> SummaryOutcome:
+        try:
+            return await run_summary(plan, upstream, self.client, job.credentials,
+                                     self.settings.compaction.summarizer.timeout_s)
+        except asyncio.CancelledError:
+            self._failed(job, "cancelled", "the request was cancelled while the summarizer "
+                         "worked (the client went away, or the shutdown grace ended); nothing "
+                         "was written", degraded=False)
+            raise
 
     async def _checkpoint(self, job: Job, cutoff: Cutoff, event: CompactionEvent) -> CompactionEvent:
-        path, error = await self._offload(job, cutoff)
-        event = replace(event, history_file=path, offload_error=error, api=job.api.value)
-        return await self.store.add_event(job.key, event)
+        """Offload, then write the event; a checkpoint that cannot be written takes its history
+        lines back, so the next attempt does not offload them a second time."""
+        appended, error = await self._offload(job, cutoff)
+        event = replace(event, history_file=appended.path if appended else None,
+                        offload_error=error, api=job.api.value, trigger=job.thresholds.trigger)
+        try:
+            return await self.store.add_event(job.key, event)
+        except Exception as exc:  # whatever the store raised, the summary is lost
+            reason = f"the checkpoint could not be written: {_describe(exc)}"
+            if appended is not None:
+                try:
+                    await self.history.retract_async(appended)
+                except OSError as undo:
+                    reason += f"; its history lines stay in the file ({_describe(undo)})"
+            raise self._failed(job, "checkpoint", reason) from exc
 
-    async def _offload(self, job: Job, cutoff: Cutoff) -> tuple[str | None, str | None]:
+    async def _offload(self, job: Job, cutoff: Cutoff) -> tuple[Appended | None, str | None]:
         indexes = list(cutoff.new_entries)
         clean = sanitize([job.entries[i] for i in indexes], Policy.PRIVATE_FREE)
         records = [{"id": job.ids[indexes[k]], "index": indexes[k], "message": entry.raw}
                    for k, entry in zip(clean.kept, clean.entries)]
         try:
-            return await self.history.append_async(job.key, records, self.clock()), None
+            return await self.history.offload_async(job.key, records, self.clock()), None
         except OSError as exc:
-            reason = f"{type(exc).__name__}: {exc.strerror or exc}"
+            reason = _describe(exc)
             self.log.warning("compaction_failed", thread=job.thread, stage="offload",
                              error=reason, degraded=True)
             return None, reason
@@ -175,9 +252,11 @@ class Compactor:
         post-check like any other (SPEC §5: a recent message alone that cannot fit)."""
         self._failed(job, "post_check", reason)
 
-    def _failed(self, job: Job, stage: str, reason: str, verdict: Any = None) -> CompactionFailed:
+    def _failed(self, job: Job, stage: str, reason: str, verdict: Any = None,
+                degraded: bool | None = None) -> CompactionFailed:
         self.log.warning("compaction_failed", thread=job.thread, stage=stage, error=reason,
-                         degraded=stage != "post_check", strategy=job.strategy)
+                         degraded=stage != "post_check" if degraded is None else degraded,
+                         strategy=job.strategy)
         if self.metrics is not None:
             self.metrics.compactions.labels(job.strategy, f"failed_{stage}").inc()
         failed = CompactionFailed(stage, reason)
@@ -209,6 +288,25 @@ class Compactor:
         compaction = self.settings.compaction
         return thresholds(compaction, self.settings.profile(model),
                           compaction.summarizer.max_output_tokens).limit
+
+
+async def _to_the_end(work: Coroutine[Any, Any, T]) -> tuple[asyncio.Future[T], bool]:
+    """Run `work` to its end even when the caller is cancelled meanwhile; returns the finished
+    future and whether a cancellation came. For the local writes of a checkpoint: a cancelled
+    await would not stop them (they run on worker threads), it would only lose their outcome."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait([task])
+        except asyncio.CancelledError:
+            cancelled = True
+    return task, cancelled
+
+
+def _describe(exc: BaseException) -> str:
+    detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+    return f"{type(exc).__name__}: {detail}"
 
 
 # Restored material may take at most these shares of the trigger: configured budgets are

@@ -203,10 +203,11 @@ class Pipeline:
         try:
             return await self.prepare(prepared.inbound, prepared.identity, prepared.upstream,
                                       line, prepared.credentials, attempt)
-        except (CompactionInsufficient, CompactionUnavailable):
-            if attempt.forced:
-                return None  # the upstream's own overflow error tells the client best
-            raise
+        except (CompactionInsufficient, CompactionUnavailable) as failed:
+            if not attempt.forced:
+                raise
+            self.flow.overflow_retry_failed(prepared, line, failed)
+            return None  # the upstream's own overflow error tells the client best
 
     # ---------------------------------------------------------------- after the upstream call
 

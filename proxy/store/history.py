@@ -3,8 +3,10 @@
 A file's name is a digest of (tenant, normalized thread id), never the id itself. Each line is
 `{"seq": n, "at": unix_time, "record": {...}}` with `seq` the line number. Appends are
 fsynced (and a new file's directory entry too); a crash can leave at most a torn last line,
-which `read` skips and reports. The methods block: from the event loop use the `*_async`
-wrappers, which run them on a worker thread.
+which `read` skips and reports. A write that fails half-way (a full disk) is cut back off, and
+`retract` takes back a whole append whose checkpoint could not be written, so a retried
+compaction does not offload the same messages twice. The methods block: from the event loop
+use the `*_async` wrappers, which run them on a worker thread.
 """
 
 from __future__ import annotations
@@ -38,6 +40,20 @@ class HistoryContents:
         return bool(self.damaged_lines)
 
 
+@dataclass(frozen=True)
+class Appended:
+    """Where one append's lines sit in their file: enough to take them back."""
+
+    path: str
+    start: int  # the file's size before the append
+    end: int  # and after it
+    lines_before: int | None  # the line count before, when the file then ended whole
+
+
+# A tail entry no file size matches: the next append scans the file again.
+_UNKNOWN_TAIL = (-1, 0)
+
+
 class HistoryFiles:
     def __init__(self, root: str | Path) -> None:
         """`root` is the directory the files go in (`<state.path>/history`)."""
@@ -57,6 +73,11 @@ class HistoryFiles:
     def append(self, key: ThreadKey, records: Iterable[dict[str, Any]],
                at: float | None = None) -> str:
         """Append records as lines, fsynced; returns the file's path."""
+        return self.offload(key, records, at).path
+
+    def offload(self, key: ThreadKey, records: Iterable[dict[str, Any]],
+                at: float | None = None) -> Appended:
+        """Append records as lines, fsynced; returns where they went, for `retract`."""
         path = self.path_for(key)
         stamp = time.time() if at is None else at
         with self._lock:
@@ -64,12 +85,30 @@ class HistoryFiles:
             fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
             try:
                 known = self._tails.get(path)
-                self._tails.put(path, _append_lines(fd, records, stamp, known))
+                appended, lines = _append_lines(fd, records, stamp, known, str(path))
+                self._tails.put(path, (appended.end, lines))
             finally:
                 os.close(fd)
             if known is None:
                 _fsync_dir(self.root)  # a new file's name must survive a crash too
-        return str(path)
+        return appended
+
+    def retract(self, appended: Appended) -> bool:
+        """Cut `appended`'s lines off again, if nothing was appended after them; returns
+        whether it did. Only the thread's compaction appends, one at a time, so nothing is."""
+        path = self._inside(Path(appended.path))
+        with self._lock:
+            fd = os.open(path, os.O_RDWR)
+            try:
+                if os.fstat(fd).st_size != appended.end:
+                    return False
+                os.ftruncate(fd, appended.start)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            before = appended.lines_before
+            self._tails.put(path, _UNKNOWN_TAIL if before is None else (appended.start, before))
+        return True
 
     def read(self, path: str | Path) -> HistoryContents:
         """Read a history file; a torn line (a crash mid-append) is skipped and reported."""
@@ -78,6 +117,13 @@ class HistoryFiles:
     async def append_async(self, key: ThreadKey, records: Iterable[dict[str, Any]],
                            at: float | None = None) -> str:
         return await asyncio.to_thread(self.append, key, list(records), at)
+
+    async def offload_async(self, key: ThreadKey, records: Iterable[dict[str, Any]],
+                            at: float | None = None) -> Appended:
+        return await asyncio.to_thread(self.offload, key, list(records), at)
+
+    async def retract_async(self, appended: Appended) -> bool:
+        return await asyncio.to_thread(self.retract, appended)
 
     async def read_async(self, path: str | Path) -> HistoryContents:
         return await asyncio.to_thread(self.read, path)
@@ -115,20 +161,32 @@ def parse_lines(data: bytes) -> HistoryContents:
 
 
 def _append_lines(fd: int, records: Iterable[dict[str, Any]], at: float,
-                  known: tuple[int, int] | None) -> tuple[int, int]:
-    """Write the lines and fsync; returns the file's (size, line count) after the append."""
+                  known: tuple[int, int] | None, path: str) -> tuple[Appended, int]:
+    """Write the lines and fsync; returns where they went and the file's line count after.
+    A failed write is cut back off before its error goes on."""
     size = os.fstat(fd).st_size
-    lines, whole = (known[1], True) if known and known[0] == size else _scan(fd, size)
+    before, whole = (known[1], True) if known and known[0] == size else _scan(fd, size)
     # A torn last line from a crash gets its own line end, so it cannot swallow ours.
     chunks = [] if whole else [b"\n"]
-    lines += len(chunks)
+    lines = before + len(chunks)
     for record in records:
         lines += 1
         chunks.append(jsoncodec.dumps({"seq": lines, "at": at, "record": record}) + b"\n")
     data = b"".join(chunks)
-    _write_all(fd, data)
-    os.fsync(fd)
-    return size + len(data), lines
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    except OSError:
+        _cut_quietly(fd, size)
+        raise
+    return Appended(path, size, size + len(data), before if whole else None), lines
+
+
+def _cut_quietly(fd: int, size: int) -> None:
+    try:
+        os.ftruncate(fd, size)
+    except OSError:
+        pass  # the first error is the one to report; a torn line is skipped on read
 
 
 def _scan(fd: int, size: int) -> tuple[int, bool]:
