@@ -264,23 +264,6 @@ def test_a_client_gone_while_the_checkpoint_is_written_leaves_it_whole(make_fake
     assert ids and len(ids) == len(set(ids))
 
 
-# ------------------------------------------------------------------ the overflow retry
-
-
-def test_a_failed_overflow_retry_is_logged_with_its_cause(make_fake, make_proxy) -> None:
-    fake = make_fake(limits={"small-*": 9_000})  # the model is smaller than its profile says
-    FakeSummarizer.install(fake, fail=100)
-    proxy = make_proxy(fake, models=MODELS, compaction=NO_CHEAP)
-    messages, _ = planted_session(200)
-    answer = post(proxy, _prefix(messages, 9_300, 11_300), "overflow-fail")
-    assert answer.status_code == 400
-    assert answer.json()["error"]["code"] == "context_length_exceeded"
-    failed = proxy.logs.events("compaction_failed")
-    assert [f["stage"] for f in failed] == ["summarize", "overflow_retry"]
-    assert failed[-1]["cause"] == "summarize" and "summarizer" in failed[-1]["error"]
-    assert proxy.requests()[-1]["compaction_failed"] == "overflow_retry"
-
-
 # ------------------------------------------------------------------ another model's window
 
 

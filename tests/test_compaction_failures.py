@@ -126,6 +126,10 @@ def test_overflow_that_compaction_cannot_fix_reaches_the_client(make_fake, make_
     assert answer.status_code == 400
     assert answer.json()["error"]["code"] == "context_length_exceeded"
     assert len(_main_requests(fake)) == 1, "one attempt, no second forward"
+    failed = proxy.logs.events("compaction_failed")  # the overflow's retry says why it failed
+    assert [f["stage"] for f in failed] == ["summarize", "overflow_retry"]
+    assert failed[-1]["cause"] == "summarize" and "summarizer" in failed[-1]["error"]
+    assert proxy.requests()[-1]["compaction_failed"] == "overflow_retry"
 
 
 def test_post_check_failure_is_a_400_asking_for_a_new_thread(make_fake, make_proxy) -> None:

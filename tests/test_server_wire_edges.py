@@ -223,15 +223,20 @@ def test_a_stream_cut_inside_an_event_ends_with_an_error_the_sdk_raises(make_ups
         request.transport.abort()
         return out
 
-    proxy = make_proxy(make_upstream(answer).url)
+    received, error = _streamed_until_error(make_proxy(make_upstream(answer).url))
+    assert "mid-stream" in str(error)
+    assert received == ["Hel"]
+
+
+def _streamed_until_error(proxy) -> tuple[list[str | None], openai.APIError]:
+    """What the SDK yielded of a chat stream before it raised, and what it raised."""
     client = openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)
     received = []
     with pytest.raises(openai.APIError) as caught:
         for chunk in client.chat.completions.create(model="gpt-4o", messages=USER, stream=True):
             received.append(chunk.choices[0].delta.content if chunk.choices else None)
     client.close()
-    assert "mid-stream" in str(caught.value)
-    assert received == ["Hel"]
+    return received, caught.value
 
 
 def _event(kind: str, **fields: object) -> bytes:
@@ -374,13 +379,8 @@ def test_a_stream_that_ends_cleanly_inside_an_event_ends_with_an_error_the_sdk_r
         return out  # the chunked body ends properly: no connection error to see
 
     proxy = make_proxy(make_upstream(answer).url)
-    client = openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)
-    received = []
-    with pytest.raises(openai.APIError) as caught:
-        for chunk in client.chat.completions.create(model="gpt-4o", messages=USER, stream=True):
-            received.append(chunk.choices[0].delta.content if chunk.choices else None)
-    client.close()
-    assert "mid-stream" in str(caught.value) and received == ["Hel"]
+    received, error = _streamed_until_error(proxy)
+    assert "mid-stream" in str(error) and received == ["Hel"]
     assert proxy.requests()[-1]["upstream_error"] == "upstream ended the stream inside an event"
 
 
