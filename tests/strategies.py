@@ -280,6 +280,13 @@ def conversations(draw: st.DrawFn, api: str = "chat", messy: bool = False,
 
 
 @st.composite
+def conversation_of(draw: st.DrawFn, api: str, turns: list[dict[str, Any]]) -> list[Wire]:
+    """The wire list of given abstract turns (see `_turns` for their shape)."""
+    elements = draw(_chat(turns, None) if api == "chat" else _responses(turns, None))
+    return sign_encrypted(elements) if api == "responses" else elements
+
+
+@st.composite
 def interrupted(draw: st.DrawFn, api: str = "chat", max_turns: int = 4) -> list[Wire]:
     """A valid conversation with each tool result lost at even odds: parallel groups that
     lack several answers at once, the case where the order of made results shows."""
@@ -331,5 +338,5 @@ def request_points(elements: list[Wire]) -> list[int]:
     return points
 
 
-__all__ = ["SIGNER", "cascade_contexts", "conversations", "interrupted", "request_points",
+__all__ = ["SIGNER", "cascade_contexts", "conversation_of", "conversations", "interrupted", "request_points",
            "sign_encrypted"]
