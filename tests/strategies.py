@@ -279,6 +279,53 @@ def conversations(draw: st.DrawFn, api: str = "chat", messy: bool = False,
     return sign_encrypted(elements) if api == "responses" else elements
 
 
+@st.composite
+def conversation_of(draw: st.DrawFn, api: str, turns: list[dict[str, Any]]) -> list[Wire]:
+    """The wire list of given abstract turns (see `_turns` for their shape)."""
+    elements = draw(_chat(turns, None) if api == "chat" else _responses(turns, None))
+    return sign_encrypted(elements) if api == "responses" else elements
+
+
+@st.composite
+def interrupted(draw: st.DrawFn, api: str = "chat", max_turns: int = 4) -> list[Wire]:
+    """A valid conversation with each tool result lost at even odds: parallel groups that
+    lack several answers at once, the case where the order of made results shows."""
+    elements = draw(conversations(api, max_turns=max_turns))
+    return [e for e in elements if not (_is_result(e) and draw(st.booleans()))]
+
+
+@st.composite
+def cascade_contexts(draw: st.DrawFn, n: int, compaction: bool = False) -> Any:
+    """A `CascadeContext` for a list of `n` client entries. With `compaction`, also a
+    compacted projection, the keep-loop retry, message ids (the stored microcompact mark is
+    then found by id) and a last activity anywhere; without, what the first tests drew."""
+    from proxy.core.cascade import CascadeContext
+    from proxy.records import MicrocompactMark
+    from proxy.settings import CompactionSettings, TruncateSettings
+    from tests.factories import measure
+
+    by_tokens = draw(st.booleans())
+    mark = draw(st.none() | st.integers(0, max(n - 1, 0)).map(lambda i: MicrocompactMark(None, i)))
+    settings = CompactionSettings(truncate=TruncateSettings(max_arg_chars=draw(st.sampled_from((100, 2000))),
+                                                            keep_chars=draw(st.sampled_from((0, 50)))))
+    context = CascadeContext(settings, measure=measure,
+                             keep_tokens=draw(st.integers(0, 3000)) if by_tokens else None,
+                             keep_messages=None if by_tokens else draw(st.integers(0, 8)),
+                             window_step=draw(st.none() | st.integers(1, 2000)),
+                             now=draw(st.sampled_from((0.0, 1e9))), last_activity=0.0, mark=mark)
+    if not compaction:
+        return context
+    ids = [f"msg-{i}" for i in range(n)] if draw(st.booleans()) else None
+    if ids is not None and mark is not None and draw(st.booleans()):
+        # Found by id at another index than the stored one: the client list moved under it.
+        mark = MicrocompactMark(ids[mark.through_index], draw(st.integers(0, max(n - 1, 0))))
+    return CascadeContext(settings, measure=measure, keep_tokens=context.keep_tokens,
+                          keep_messages=context.keep_messages, window_step=context.window_step,
+                          message_ids=ids, now=context.now,
+                          last_activity=draw(st.sampled_from((0.0, 1e9 - 60.0, 1e9))), mark=mark,
+                          compacted=draw(st.booleans()), keep_loop=draw(st.booleans()))
+
+
 def request_points(elements: list[Wire]) -> list[int]:
     """Prefix lengths at which a client sends a request: after a user message, or after the
     last result of a tool step."""
@@ -291,4 +338,5 @@ def request_points(elements: list[Wire]) -> list[int]:
     return points
 
 
-__all__ = ["SIGNER", "conversations", "request_points", "sign_encrypted"]
+__all__ = ["SIGNER", "cascade_contexts", "conversation_of", "conversations", "interrupted", "request_points",
+           "sign_encrypted"]

@@ -15,11 +15,10 @@ from proxy.core.cascade import STAGES, CascadeContext, CascadeResult, Stage, run
 from proxy.core.exploration import HEADER
 from proxy.core.repair import CANCELLED_TEXT, repair
 from proxy.core.sanitize import Policy
-from proxy.records import MicrocompactMark
 from proxy.settings import CollapseSettings, CompactionSettings, MicrocompactSettings, TruncateSettings
 from proxy.testing.rules import check_chat, check_responses
 from tests.factories import entries_of, measure, stage_context, wire
-from tests.strategies import conversations, request_points
+from tests.strategies import cascade_contexts, conversations, request_points
 
 RECORD_OPENING = HEADER.split("{")[0]
 apis = st.sampled_from(("chat", "responses"))
@@ -32,17 +31,7 @@ def cases(draw: st.DrawFn, messy: bool | None = None) -> tuple[str, list, Cascad
     return api, elements, draw(contexts(len(elements)))
 
 
-@st.composite
-def contexts(draw: st.DrawFn, n: int) -> CascadeContext:
-    by_tokens = draw(st.booleans())
-    mark = draw(st.none() | st.integers(0, max(n - 1, 0)).map(lambda i: MicrocompactMark(None, i)))
-    settings = CompactionSettings(truncate=TruncateSettings(max_arg_chars=draw(st.sampled_from((100, 2000))),
-                                                            keep_chars=draw(st.sampled_from((0, 50)))))
-    return CascadeContext(settings, measure=measure,
-                          keep_tokens=draw(st.integers(0, 3000)) if by_tokens else None,
-                          keep_messages=None if by_tokens else draw(st.integers(0, 8)),
-                          window_step=draw(st.none() | st.integers(1, 2000)),
-                          now=draw(st.sampled_from((0.0, 1e9))), last_activity=0.0, mark=mark)
+contexts = cascade_contexts  # the existing draw: compaction flags off
 
 
 def _run(api: str, elements: list, context: CascadeContext) -> tuple[Entries, CascadeResult]:
