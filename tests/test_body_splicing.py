@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from proxy.conversation import Api, entry_from_chat, make_user
@@ -68,7 +68,12 @@ def test_hints_from_an_earlier_request_find_the_same_elements(
     assert again is not None and again.elements == spans.elements
 
 
+_BEYOND_64_BITS = (b'{"model":"m","messages":[{"role":"system","content":""},'
+                   b'{"role":"user","content":"","extra":-9223372036854775809}]}')
+
+
 @given(bodies(), st.integers(0, 7))
+@example((json.loads(_BEYOND_64_BITS), _BEYOND_64_BITS), 0)
 def test_a_new_list_changes_only_the_list(case: tuple[dict[str, Any], bytes], drop: int) -> None:
     doc, body = case
     inbound = with_entries(parse_inbound(Api.CHAT, body))
@@ -78,7 +83,9 @@ def test_a_new_list_changes_only_the_list(case: tuple[dict[str, Any], bytes], dr
     entries.append(make_user(Api.CHAT, "added by the proxy"))
     out = build_body(inbound, tuple(entries), include_usage=False)
     parsed = json.loads(out)
-    assert parsed["messages"] == [e.raw for e in entries]
+    # Each message as its bytes say (a client's untouched message keeps an integer beyond 64
+    # bits that orjson's parse, `e.raw`, would have turned into a float).
+    assert parsed["messages"] == [json.loads(e.to_bytes()) for e in entries]
     assert {k: v for k, v in parsed.items() if k != "messages"} == \
         {k: v for k, v in doc.items() if k != "messages"}
     spans = inbound.spans
