@@ -37,14 +37,14 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="run the proxy")
     serve.add_argument("--host", help="listen address (overrides server.host)")
-    serve.add_argument("--port", type=_port, help="listen port (overrides server.port)")
+    serve.add_argument("--port", type=_int_in(0, 65535), help="listen port (overrides server.port)")
     serve.set_defaults(run=_serve)
 
     check = commands.add_parser("check-config", help="validate the config and print it, secrets masked")
     check.set_defaults(run=_check_config)
 
     threads = commands.add_parser("threads", help="list the threads the proxy keeps state for")
-    threads.add_argument("--limit", type=_positive_int, default=100,
+    threads.add_argument("--limit", type=_int_in(1), default=100,
                          help="how many threads, most recently active first (default 100)")
     threads.set_defaults(run=_threads)
 
@@ -58,24 +58,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 65535, got {port}")
-    return port
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _int_in(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer from `low` to `high` (no upper bound when None)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            span = f"between {low} and {high}" if high is not None else f"at least {low}"
+            raise argparse.ArgumentTypeError(f"must be {span}, got {value}")
+        return value
+    return parse
 
 
 def _check_config(settings: Settings, args: argparse.Namespace) -> int:

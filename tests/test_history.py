@@ -13,6 +13,7 @@ import pytest
 
 from proxy.records import ThreadKey
 from proxy.store import HistoryFiles
+from proxy.store.history import Appended
 from proxy.store.keys import thread_key_text
 
 KEY = ThreadKey("tenant-a", "thread-1")
@@ -107,13 +108,13 @@ async def test_async_wrappers_run_off_the_loop(tmp_path: Path) -> None:
     threads: list[int] = []
 
     class Recording(HistoryFiles):
-        def append(self, key: ThreadKey, records: Iterable[dict[str, Any]],
-                   at: float | None = None) -> str:
+        def offload(self, key: ThreadKey, records: Iterable[dict[str, Any]],
+                    at: float | None = None) -> Appended:
             threads.append(threading.get_ident())
-            return super().append(key, records, at)
+            return super().offload(key, records, at)
 
     history = Recording(tmp_path)
-    path = await history.append_async(KEY, (message(n) for n in range(3)))
+    path = (await history.offload_async(KEY, (message(n) for n in range(3)))).path
     contents = await history.read_async(path)
     assert [r["seq"] for r in contents.records] == [1, 2, 3]
     assert threads and threading.get_ident() not in threads

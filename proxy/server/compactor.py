@@ -275,7 +275,7 @@ class Compactor:
                       offload_error=event.offload_error, seq=event.seq, forced=job.forced)
         if self.metrics is not None:
             self.metrics.compactions.labels(event.strategy, "completed").inc()
-            self.metrics.tokens_saved.labels("llm").inc(max(0, event.tokens_before - event.tokens_after))
+            self.metrics.observe_saved("llm", event.tokens_before - event.tokens_after)
 
     def _now(self) -> datetime:
         zone = self.settings.compaction.timezone

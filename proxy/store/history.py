@@ -114,10 +114,6 @@ class HistoryFiles:
         """Read a history file; a torn line (a crash mid-append) is skipped and reported."""
         return parse_lines(self._inside(Path(path)).read_bytes())
 
-    async def append_async(self, key: ThreadKey, records: Iterable[dict[str, Any]],
-                           at: float | None = None) -> str:
-        return await asyncio.to_thread(self.append, key, list(records), at)
-
     async def offload_async(self, key: ThreadKey, records: Iterable[dict[str, Any]],
                             at: float | None = None) -> Appended:
         return await asyncio.to_thread(self.offload, key, list(records), at)
