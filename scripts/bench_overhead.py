@@ -184,14 +184,19 @@ def start_servers(upstream_kind: str, state_dir: str, baseline: Path | None = No
 def _start_proxy(upstream: str, port: int, home: Path, root: Path) -> subprocess.Popen[bytes]:
     home.mkdir(parents=True, exist_ok=True)
     config = home / "proxy.yaml"
-    config.write_text(orjson.dumps({
+    config.write_text(proxy_config(upstream, port, home))
+    return _spawn(["-m", "proxy", "serve", "--config", str(config)], root=root)
+
+
+def proxy_config(upstream: str, port: int, home: Path) -> str:
+    """The benchmarks' proxy: one upstream, state under `home`, no request lines logged."""
+    return orjson.dumps({
         "server": {"host": "127.0.0.1", "port": port},
         "upstreams": {"up": {"base_url": upstream}},
         "models": {"bench*": {"max_input_tokens": 1_000_000}},
         "state": {"path": str(home / "state")},
         "logging": {"level": "warning"},
-    }).decode())
-    return _spawn(["-m", "proxy", "serve", "--config", str(config)], root=root)
+    }).decode()
 
 
 # ---------------------------------------------------------------- the load
@@ -263,7 +268,7 @@ def percentile(values: list[float], p: float) -> float:
     if not values:
         return float("nan")
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def main() -> None:
