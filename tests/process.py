@@ -39,11 +39,16 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
+_RUN_MAIN = "\nimport sys\nfrom proxy.__main__ import main\nsys.exit(main(sys.argv[1:]))\n"
+
+
 class ProxyProcess:
     """`compaction-proxy serve` in a child process; its JSON log lines are collected."""
 
-    def __init__(self, config: Path, *args: str) -> None:
-        self.process = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--config",
+    def __init__(self, config: Path, *args: str, prelude: str | None = None) -> None:
+        """`prelude`: Python run in the child before the command (a test's patch), if any."""
+        command = ["-m", "proxy"] if prelude is None else ["-c", prelude + _RUN_MAIN]
+        self.process = subprocess.Popen([sys.executable, *command, "serve", "--config",
                                          str(config), *args], stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, env=_env())
         self.lines: list[dict[str, Any]] = []

@@ -326,6 +326,34 @@ def cascade_contexts(draw: st.DrawFn, n: int, compaction: bool = False) -> Any:
                           compacted=draw(st.booleans()), keep_loop=draw(st.booleans()))
 
 
+# ---------------------------------------------------------------- finding private state by text
+
+# Plain reasoning text is drawn as random words, which the visible text may also contain:
+# `marked` replaces every plain reasoning value by `MARK`, so that any reasoning that leaks
+# shows up by substring, as the blobs and signatures (fixed texts, or under fixed keys) do.
+MARK = "PRIVATE-REASONING"
+SECRETS = (MARK, "EpYBCkgIBRAB", "gAAAAAB", "sig-abc", "cmVkYWN0ZWQ=", "thinking…", "plain thought",
+           "I read the file.", "unsigned", "thought_signature", "encrypted_content", "reasoning_details",
+           "thinking_blocks", "reasoning_content")
+
+
+def marked(element: Any) -> Any:
+    """The element with every plain reasoning value replaced by `MARK`."""
+    if isinstance(element, list):
+        return [marked(e) for e in element]
+    if not isinstance(element, dict):
+        return element
+    out = {k: marked(v) for k, v in element.items()}
+    for key in ("reasoning_content", "reasoning"):
+        if isinstance(out.get(key), str):
+            out[key] = MARK
+    if out.get("type") == "summary_text":
+        out["text"] = MARK
+    if out.get("type") == "thinking":
+        out["thinking"] = MARK
+    return out
+
+
 def request_points(elements: list[Wire]) -> list[int]:
     """Prefix lengths at which a client sends a request: after a user message, or after the
     last result of a tool step."""
@@ -338,5 +366,5 @@ def request_points(elements: list[Wire]) -> list[int]:
     return points
 
 
-__all__ = ["SIGNER", "cascade_contexts", "conversation_of", "conversations", "interrupted", "request_points",
-           "sign_encrypted"]
+__all__ = ["MARK", "SECRETS", "SIGNER", "cascade_contexts", "conversation_of", "conversations", "interrupted",
+           "marked", "request_points", "sign_encrypted"]

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from proxy.records import ThreadKey
+from proxy.records import CompactionEvent, ThreadKey
+from proxy.server.compactor import committed_end
 from proxy.store import HistoryFiles
-from proxy.store.history import Appended
+from proxy.store.history import Appended, Discarded
 from proxy.store.keys import thread_key_text
 
 KEY = ThreadKey("tenant-a", "thread-1")
@@ -168,3 +169,97 @@ def test_a_write_that_fails_half_way_is_cut_off(history: HistoryFiles,
     history.append(KEY, [message(3)])
     contents = history.read(path)
     assert not contents.torn and [r["seq"] for r in contents.records] == [1, 2]
+
+
+
+# ------------------------------------------------------- lines no committed checkpoint accounts for
+
+
+def _size(path: str | Path) -> int:
+    return Path(path).stat().st_size
+
+
+def test_discard_tail_cuts_what_lies_past_the_committed_end(history: HistoryFiles) -> None:
+    path = history.append(KEY, [message(1), message(2)])
+    end = _size(path)
+    history.append(KEY, [message(3), message(4)])  # a kill came before its checkpoint
+    longer = _size(path)
+    assert history.discard_tail(KEY, end) == Discarded(end, longer - end, 2)
+    assert _size(path) == end
+    history.append(KEY, [message(5)])
+    assert [(r["seq"], r["record"]) for r in history.read(path).records] == [
+        (1, message(1)), (2, message(2)), (3, message(5))]
+
+
+def test_discard_tail_to_zero_empties_the_file(history: HistoryFiles) -> None:
+    path = history.append(KEY, [message(1)])  # a thread without a checkpoint: all left over
+    size = _size(path)
+    assert history.discard_tail(KEY, 0) == Discarded(0, size, 1)
+    assert _size(path) == 0
+    HistoryFiles(history.root).append(KEY, [message(2)])
+    assert [(r["seq"], r["record"]) for r in history.read(path).records] == [(1, message(2))]
+
+
+def test_discard_tail_leaves_a_file_at_or_before_the_end_untouched(history: HistoryFiles) -> None:
+    path = history.append(KEY, [message(1), message(2)])
+    data = Path(path).read_bytes()
+    assert history.discard_tail(KEY, len(data)) == Discarded(len(data))
+    assert history.discard_tail(KEY, len(data) + 100) == Discarded(len(data))
+    assert Path(path).read_bytes() == data
+    history.append(KEY, [message(3)])
+    assert [r["seq"] for r in history.read(path).records] == [1, 2, 3]
+
+
+def test_discard_tail_cuts_a_torn_last_line(history: HistoryFiles) -> None:
+    path = Path(history.append(KEY, [message(1)]))
+    end = _size(path)
+    history.append(KEY, [message(2)])
+    with path.open("ab") as f:
+        f.write(b'{"seq": 3, "at": 1.0, "record": {"role": "us')  # the kill came mid-append
+    found = HistoryFiles(history.root).discard_tail(KEY, end)
+    assert (found.size, found.lines) == (end, 2)  # one whole line and the torn one
+    contents = history.read(path)
+    assert not contents.torn and [r["record"] for r in contents.records] == [message(1)]
+
+
+def test_discard_tail_on_a_missing_file_creates_nothing(history: HistoryFiles) -> None:
+    assert history.discard_tail(KEY, 0) == Discarded(0)
+    assert history.discard_tail(KEY, 500) == Discarded(0)
+    assert not history.path_for(KEY).exists()
+
+
+def test_the_cut_is_on_disk_before_the_next_append(history: HistoryFiles,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import proxy.store.history as module
+    path = history.append(KEY, [message(1)])
+    end = _size(path)
+    history.append(KEY, [message(2)])
+    calls: list[str] = []
+    for name in ("ftruncate", "fsync", "write"):
+        real = getattr(module.os, name)
+        monkeypatch.setattr(module.os, name, lambda *a, _n=name, _f=real: calls.append(_n) or _f(*a))
+    history.discard_tail(KEY, end)
+    history.append(KEY, [message(3)])
+    monkeypatch.undo()
+    assert calls[:3] == ["ftruncate", "fsync", "write"]
+
+
+async def test_discard_tail_async_runs_off_the_loop(history: HistoryFiles) -> None:
+    path = history.append(KEY, [message(1)])
+    end = _size(path)
+    history.append(KEY, [message(2)])
+    assert (await history.discard_tail_async(KEY, end)).lines == 1
+    assert _size(path) == end
+
+
+def test_the_committed_end_of_a_thread() -> None:
+    def event(end: int | None) -> CompactionEvent:
+        return CompactionEvent(cutoff_index=1, cutoff_message_id=None, prefix_digest="d",
+                               summary_message={}, history_end=end)
+
+    assert committed_end(None) == 0  # no checkpoint: every line is left over
+    assert committed_end(event(1234)) == 1234
+    assert committed_end(event(0)) == 0
+    assert committed_end(event(None)) is None  # stored before it was recorded: cut nothing
+    old = {k: v for k, v in event(7).to_data().items() if k != "history_end"}
+    assert CompactionEvent.from_data(old).history_end is None

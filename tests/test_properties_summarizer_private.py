@@ -1,15 +1,13 @@
 """Summarizer requests carry no private state (SPEC §7.1), for messy conversations of both APIs
 with every reasoning kind.
 
-Plain reasoning text is drawn as random words, which the visible text may also contain; here
-every plain reasoning value is first replaced by a marker, so that any reasoning reaching the
-request shows up by substring, as the blobs and signatures do.
+Every plain reasoning value is first replaced by a marker (`tests.strategies.marked`), so that
+any reasoning reaching the request shows up by substring, as the blobs and signatures do.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 import orjson
 from hypothesis import given
@@ -20,38 +18,15 @@ from proxy.compaction.summarizer import plan_summary
 from proxy.conversation import Api, leading_instructions
 from proxy.settings import SummarizerSettings
 from tests.factories import entries_of
-from tests.strategies import conversations
+from tests.strategies import SECRETS, conversations, marked
 from tests.test_compaction_support import count, measure
-
-MARK = "PRIVATE-REASONING"
-# The blobs, signatures and fixed reasoning texts the strategy draws (tests/strategies.py).
-SECRETS = (MARK, "EpYBCkgIBRAB", "gAAAAAB", "sig-abc", "cmVkYWN0ZWQ=", "thinking…", "plain thought",
-           "I read the file.", "unsigned", "thought_signature", "encrypted_content", "reasoning_details",
-           "thinking_blocks", "reasoning_content")
-
-
-def _marked(element: Any) -> Any:
-    """The element with every plain reasoning value replaced by `MARK`."""
-    if isinstance(element, list):
-        return [_marked(e) for e in element]
-    if not isinstance(element, dict):
-        return element
-    out = {k: _marked(v) for k, v in element.items()}
-    for key in ("reasoning_content", "reasoning"):
-        if isinstance(out.get(key), str):
-            out[key] = MARK
-    if out.get("type") == "summary_text":
-        out["text"] = MARK
-    if out.get("type") == "thinking":
-        out["thinking"] = MARK
-    return out
 
 
 @given(st.sampled_from(("chat", "responses")).flatmap(
     lambda api: st.tuples(st.just(api), conversations(api, messy=True))))
 def test_no_summarizer_request_carries_reasoning_or_blobs(drawn: tuple[str, list]) -> None:
     api, elements = drawn
-    entries = entries_of(api, [_marked(e) for e in elements])
+    entries = entries_of(api, [marked(e) for e in elements])
     lead = leading_instructions(entries)
     cutoff = Cutoff(index=len(entries), lead=lead, start=lead, strategy=FULL)
     plan = plan_summary(entries, cutoff, api=Api(api), model="m", now=datetime(2026, 1, 1, tzinfo=UTC),

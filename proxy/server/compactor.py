@@ -219,9 +219,11 @@ class Compactor:
 
     async def _checkpoint(self, job: Job, cutoff: Cutoff, event: CompactionEvent) -> CompactionEvent:
         """Offload, then write the event; a checkpoint that cannot be written takes its history
-        lines back, so the next attempt does not offload them a second time."""
-        appended, error = await self._offload(job, cutoff)
-        event = replace(event, history_file=appended.path if appended else None,
+        lines back, so the next attempt does not offload them a second time. A kill in between
+        leaves them in: the next attempt cuts them off first (`_offload`)."""
+        committed = await self._committed_end(job)
+        appended, error, end = await self._offload(job, cutoff, committed)
+        event = replace(event, history_file=appended.path if appended else None, history_end=end,
                         offload_error=error, api=job.api.value, trigger=job.thresholds.trigger)
         try:
             return await self.store.add_event(job.key, event)
@@ -234,18 +236,41 @@ class Compactor:
                     reason += f"; its history lines stay in the file ({_describe(undo)})"
             raise self._failed(job, "checkpoint", reason) from exc
 
-    async def _offload(self, job: Job, cutoff: Cutoff) -> tuple[Appended | None, str | None]:
+    async def _committed_end(self, job: Job) -> int | None:
+        try:
+            latest = (await self.store.load(job.key)).event
+        except Exception as exc:  # nothing is written yet: this attempt fails whole
+            raise self._failed(job, "checkpoint", "the thread's last checkpoint could not be "
+                               f"read: {_describe(exc)}") from exc
+        return committed_end(latest)
+
+    async def _offload(self, job: Job, cutoff: Cutoff,
+                       committed: int | None) -> tuple[Appended | None, str | None, int | None]:
+        """Cut off what no committed checkpoint accounts for, then append the summarized
+        messages; returns where they went, the error if they did not, and the file size the
+        new checkpoint accounts for (`history_end`)."""
         indexes = list(cutoff.new_entries)
         clean = sanitize([job.entries[i] for i in indexes], Policy.PRIVATE_FREE)
         records = [{"id": job.ids[indexes[k]], "index": indexes[k], "message": entry.raw}
                    for k, entry in zip(clean.kept, clean.entries)]
+        end = committed
         try:
-            return await self.history.offload_async(job.key, records, self.clock()), None
+            if end is not None:
+                end = await self._discard_tail(job, end)
+            appended = await self.history.offload_async(job.key, records, self.clock())
+            return appended, None, appended.end
         except OSError as exc:
             reason = _describe(exc)
             self.log.warning("compaction_failed", thread=job.thread, stage="offload",
                              error=reason, degraded=True)
-            return None, reason
+            return None, reason, end  # anything ours left lies past it, for the next cut
+
+    async def _discard_tail(self, job: Job, end: int) -> int:
+        discarded = await self.history.discard_tail_async(job.key, end)
+        if discarded.bytes:
+            self.log.warning("history_tail_discarded", thread=job.thread,
+                             bytes=discarded.bytes, lines=discarded.lines, kept_bytes=end)
+        return discarded.size
 
     def refused(self, job: Job, reason: str) -> None:
         """Record a compaction that was needed but had nothing left to summarize: a failed
@@ -302,6 +327,18 @@ async def _to_the_end(work: Coroutine[Any, Any, T]) -> tuple[asyncio.Future[T], 
         except asyncio.CancelledError:
             cancelled = True
     return task, cancelled
+
+
+def committed_end(latest: CompactionEvent | None) -> int | None:
+    """The history file size the thread's committed checkpoints account for (None: unknown, cut
+    nothing). Without a checkpoint it is 0: only a compaction appends, and one whose checkpoint
+    failed takes its lines back, so any line there was left by a kill. A checkpoint stored
+    before `history_end` was recorded accounts for lines somewhere in the file and nothing says
+    where they end: the file stays as it is, since a copy left by one kill costs less than a
+    committed line lost; the next checkpoint records its end again."""
+    if latest is None:
+        return 0
+    return latest.history_end
 
 
 def _describe(exc: BaseException) -> str:

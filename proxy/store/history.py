@@ -5,8 +5,11 @@ A file's name is a digest of (tenant, normalized thread id), never the id itself
 fsynced (and a new file's directory entry too); a crash can leave at most a torn last line,
 which `read` skips and reports. A write that fails half-way (a full disk) is cut back off, and
 `retract` takes back a whole append whose checkpoint could not be written, so a retried
-compaction does not offload the same messages twice. The methods block: from the event loop
-use the `*_async` wrappers, which run them on a worker thread.
+compaction does not offload the same messages twice. A kill between an append and its
+checkpoint leaves lines no checkpoint accounts for: each checkpoint records the file's size
+with its lines in (`history_end`), and `discard_tail` cuts the file back to that before the
+next append. The methods block: from the event loop use the `*_async` wrappers, which run them
+on a worker thread.
 """
 
 from __future__ import annotations
@@ -48,6 +51,15 @@ class Appended:
     start: int  # the file's size before the append
     end: int  # and after it
     lines_before: int | None  # the line count before, when the file then ended whole
+
+
+@dataclass(frozen=True)
+class Discarded:
+    """What `discard_tail` found: the file's size after it, and what it cut."""
+
+    size: int  # 0 for a missing file
+    bytes: int = 0
+    lines: int = 0  # a torn last line counts as one
 
 
 # A tail entry no file size matches: the next append scans the file again.
@@ -110,6 +122,28 @@ class HistoryFiles:
             self._tails.put(path, _UNKNOWN_TAIL if before is None else (appended.start, before))
         return True
 
+    def discard_tail(self, key: ThreadKey, end: int) -> Discarded:
+        """Cut the thread's file back to `end` bytes when it is longer, fsynced: what lies past
+        the size the last committed checkpoint recorded came from an attempt whose checkpoint
+        never committed (a kill in between). A shorter or missing file is left as it is."""
+        path = self.path_for(key)
+        with self._lock:
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except FileNotFoundError:
+                return Discarded(0)
+            try:
+                size = os.fstat(fd).st_size
+                if size <= end:
+                    return Discarded(size)
+                count, whole = _scan(fd, size, end)
+                os.ftruncate(fd, end)
+                os.fsync(fd)  # the cut is on disk before anything is appended after it
+            finally:
+                os.close(fd)
+            self._tails.put(path, _UNKNOWN_TAIL)  # the next append counts the lines again
+        return Discarded(end, size - end, count + (0 if whole else 1))
+
     def read(self, path: str | Path) -> HistoryContents:
         """Read a history file; a torn line (a crash mid-append) is skipped and reported."""
         return parse_lines(self._inside(Path(path)).read_bytes())
@@ -120,6 +154,9 @@ class HistoryFiles:
 
     async def retract_async(self, appended: Appended) -> bool:
         return await asyncio.to_thread(self.retract, appended)
+
+    async def discard_tail_async(self, key: ThreadKey, end: int) -> Discarded:
+        return await asyncio.to_thread(self.discard_tail, key, end)
 
     async def read_async(self, path: str | Path) -> HistoryContents:
         return await asyncio.to_thread(self.read, path)
@@ -185,10 +222,11 @@ def _cut_quietly(fd: int, size: int) -> None:
         pass  # the first error is the one to report; a torn line is skipped on read
 
 
-def _scan(fd: int, size: int) -> tuple[int, bool]:
-    """(count of line ends, whether the file ends with one) without reading it whole."""
+def _scan(fd: int, size: int, start: int = 0) -> tuple[int, bool]:
+    """(count of line ends from `start` on, whether the file ends with one) without reading it
+    whole."""
     count, last = 0, b"\n"
-    for offset in range(0, size, _CHUNK):
+    for offset in range(start, size, _CHUNK):
         chunk = os.pread(fd, _CHUNK, offset)
         count += chunk.count(b"\n")
         last = chunk[-1:] or last
