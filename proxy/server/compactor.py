@@ -280,7 +280,7 @@ class Compactor:
     def _failed(self, job: Job, stage: str, reason: str, verdict: Any = None,
                 degraded: bool | None = None) -> CompactionFailed:
         self.log.warning("compaction_failed", thread=job.thread, stage=stage, error=reason,
-                         degraded=stage != "post_check" if degraded is None else degraded,
+                         degraded=_forwarded_anyway(job, stage) if degraded is None else degraded,
                          strategy=job.strategy)
         if self.metrics is not None:
             self.metrics.compactions.labels(job.strategy, f"failed_{stage}").inc()
@@ -327,6 +327,16 @@ async def _to_the_end(work: Coroutine[Any, Any, T]) -> tuple[asyncio.Future[T], 
         except asyncio.CancelledError:
             cancelled = True
     return task, cancelled
+
+
+def _forwarded_anyway(job: Job, stage: str) -> bool:
+    """Whether the request goes on without this compaction (`degraded`), as the flow decides:
+    an automatic one whose projection still fits is forwarded with the cheap stages only; a
+    failed post-check, `/compact`, or a projection over the limit (or one an upstream overflow
+    already refused) ends with an error instead."""
+    if stage == "post_check" or job.strategy == "manual" or job.forced:
+        return False
+    return job.thresholds.fits(job.tokens_before)
 
 
 def committed_end(latest: CompactionEvent | None) -> int | None:
