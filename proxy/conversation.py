@@ -77,6 +77,9 @@ class Entry:
 Entries = tuple[Entry, ...]
 
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
+# Anthropic-style reasoning inside a chat message's `content` (PROTOCOL.md §4): private state,
+# not what the message says.
+THINKING_PARTS = frozenset({"thinking", "redacted_thinking"})
 
 
 # ---------------------------------------------------------------- reading the wire form

@@ -2,10 +2,11 @@
 
 A message's digest is taken over its canonical form: role, normalized content, tool calls as
 id/name/arguments, tool_call_id, name; no nulls, no key-order effect, no provider-private
-reasoning fields. So the client's echo of a response message has the digest of the message the
-proxy relayed, whether keys were reordered, nulls dropped, `content` sent as a string or as one
-text part, or reasoning fields kept or dropped. Responses items that carry an `id` use it.
-Repeats of the same canonical message are told apart by an occurrence counter (`ids`).
+reasoning fields or thinking parts. So the client's echo of a response message has the digest
+of the message the proxy relayed, whether keys were reordered, nulls dropped, `content` sent as
+a string or as one text part, or reasoning fields and thinking parts kept or dropped. Responses
+items that carry an `id` use it. Repeats of the same canonical message are told apart by an
+occurrence counter (`ids`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from proxy import jsonio
 
-from proxy.conversation import Api, Entry
+from proxy.conversation import THINKING_PARTS, Api, Entry
 from proxy.lru import LRU
 
 _TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
@@ -64,6 +65,8 @@ def _content(content: Any) -> Any:
         return content
     parts: list[Any] = []
     for part in content:
+        if isinstance(part, Mapping) and part.get("type") in THINKING_PARTS:
+            continue  # a client may drop it from its echo, and the sanitizer does
         if isinstance(part, Mapping) and part.get("type") in _TEXT_PARTS and isinstance(part.get("text"), str):
             parts.append(part["text"])
         elif isinstance(part, Mapping):

@@ -54,9 +54,18 @@ def test_mark_is_found_by_message_id_before_index() -> None:
     out = microcompact(entries, stage_context(entries, tail=1, mark=MicrocompactMark("m4", 12, 0.0),
                                               message_ids=ids))
     assert _cleared(out.entries) == [2, 4]
-    by_index = microcompact(entries, stage_context(entries, tail=1, mark=MicrocompactMark("gone", 4, 0.0),
+    by_index = microcompact(entries, stage_context(entries, tail=1, mark=MicrocompactMark(None, 4, 0.0),
                                                    message_ids=ids))
     assert _cleared(by_index.entries) == [2, 4]
+
+
+def test_a_mark_whose_message_is_gone_clears_nothing() -> None:
+    """Summarized by a compaction (or edited away): its index counted another list's entries."""
+    entries = _reads(8)
+    ids = [f"m{i}" for i in range(len(entries))]
+    out = microcompact(entries, stage_context(entries, tail=1, mark=MicrocompactMark("gone", 4, 0.0),
+                                              message_ids=ids))
+    assert _cleared(out.entries) == []
 
 
 def test_window_and_unlisted_tools_are_never_cleared() -> None:

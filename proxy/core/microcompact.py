@@ -50,13 +50,19 @@ def is_idle(ctx: StageContext) -> bool:
 
 
 def stored_reach(mark: MicrocompactMark | None, message_ids: Sequence[str] | None) -> int | None:
-    """The client-list index a stored mark reaches: found by message id, else its index."""
+    """The index a stored mark reaches in this list: found by message id, else its index.
+
+    A mark whose message is gone reaches nothing: a compaction summarized it (and every
+    result before it), or the client edited it away. Its index counted entries of another
+    list, so falling back to it would clear results no idle time ever touched.
+    """
     if mark is None:
         return None
     if mark.through_message_id is not None and message_ids is not None:
         for i, message_id in enumerate(message_ids):
             if message_id == mark.through_message_id:
                 return i
+        return None
     return mark.through_index
 
 
@@ -103,7 +109,7 @@ def _furthest(cleared: Sequence[int], ctx: StageContext, reach: int | None) -> M
     if not cleared:
         return None
     through = max(_origin(ctx, i) for i in cleared)
-    if reach is not None and through <= reach:
-        return None
+    if through < 0 or (reach is not None and through <= reach):
+        return None  # only entries the proxy made: nothing of the client's list to name
     message_id = ctx.message_ids[through] if ctx.message_ids is not None else None
     return MicrocompactMark(message_id, through, ctx.now)

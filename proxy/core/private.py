@@ -16,13 +16,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.conversation import Api, Entry, Kind, replaced
+from proxy.conversation import THINKING_PARTS, Api, Entry, Kind, replaced
 
 GEMINI_STAND_IN = "skip_thought_signature_validator"
 PLAIN_KEYS = ("reasoning_content", "reasoning")
 LIST_KEYS = ("reasoning_details", "thinking_blocks", "reasoning_items")
 EXTRA_KEYS = ("provider_specific_fields",)
-_THINKING_PARTS = ("thinking", "redacted_thinking")
 _ALL_KEYS = (*PLAIN_KEYS, *LIST_KEYS, *EXTRA_KEYS, "extra_content")
 _STRIPPABLE = ("private.strippable",)
 
@@ -94,7 +93,7 @@ def _has_private(entry: Entry) -> bool:
     if any(key in raw for key in _ALL_KEYS):
         return True
     content = raw.get("content")
-    if isinstance(content, list) and any(isinstance(p, dict) and p.get("type") in _THINKING_PARTS
+    if isinstance(content, list) and any(isinstance(p, dict) and p.get("type") in THINKING_PARTS
                                          for p in content):
         return True
     calls = raw.get("tool_calls")
@@ -130,7 +129,7 @@ def _strip_thinking_parts(raw: dict[str, Any], rule: Rule, tally: Tally) -> bool
         return False
     kept = []
     for part in content:
-        if isinstance(part, dict) and part.get("type") in _THINKING_PARTS:
+        if isinstance(part, dict) and part.get("type") in THINKING_PARTS:
             bound = is_blob("thinking_blocks", part)
             if (rule.blobs if bound else rule.plain):
                 (tally.blobs if bound else tally.plain)["thinking_part"] += 1
