@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -287,11 +286,6 @@ def test_ids_are_distinct_stable_as_the_list_grows_and_the_same_for_its_echo(
     assert Identities().ids([entry_from(api, e, orjson.dumps(e)) for e in echoes]) == ids
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "proxy/identity.py `_content` keeps an Anthropic-style thinking part of a chat message's "
-    "content in the canonical form, so dropping it (PROTOCOL.md §4: an Anthropic client may drop "
-    "earlier turns' thinking; the proxy's own sanitizer drops it) changes the message id: SPEC §3 "
-    "says no provider-private reasoning in the id"))
 def test_dropping_a_thinking_part_keeps_the_id() -> None:
     relayed = {"role": "assistant", "content": [{"type": "thinking", "thinking": "hmm", "signature": "sig"},
                                                 {"type": "text", "text": "Done."}]}

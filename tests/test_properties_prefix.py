@@ -13,7 +13,7 @@ compacts starts a new projection (SPEC §5) and is not compared with the one bef
 The one other change SPEC allows in that prefix is microcompact's (SPEC §4.3): after an idle
 time longer than `idle_seconds`, an old tool result may become the cleared marker, and then it
 stays cleared ("sticky") on the requests that follow. So a result is cleared only by an idle
-request; that one fails past a compaction (the strict xfail at the end).
+request, before a compaction or after it.
 
 The sessions carry no provider reasoning: SPEC §7.2's drop of the previous tool loop's plain
 reasoning once a new user message arrives is a change this file does not model.
@@ -25,7 +25,6 @@ from itertools import pairwise
 from typing import Any
 
 import orjson
-import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -126,18 +125,15 @@ def _cleared(api: str, sent: Sent) -> set[str]:
     return {c for c in map(_cleared_result, body_elements(api, sent.main)) if c is not None}
 
 
-def newly_cleared_without_idle(api: str, sent: list[Sent], idle: set[int],
-                               until_compacted_after_idle: bool = False) -> list[tuple[int, set[str]]]:
+def newly_cleared_without_idle(api: str, sent: list[Sent],
+                               idle: set[int]) -> list[tuple[int, set[str]]]:
     """(request, call ids) where a request that came without an idle time cleared a result
-    no earlier request had cleared. With `until_compacted_after_idle`, requests after a
-    compaction that followed a clearing idle request are not looked at."""
+    no earlier request had cleared."""
     found = []
     ever: set[str] = set()
     for t, one in enumerate(sent):
         if one.status != 200 or one.main is None:
             continue
-        if until_compacted_after_idle and ever and one.compaction == "compacted":
-            break
         cleared = _cleared(api, one)
         if t not in idle and cleared - ever:
             found.append((t, cleared - ever))
@@ -149,12 +145,11 @@ def newly_cleared_without_idle(api: str, sent: list[Sent], idle: set[int],
 @given(case=replays(idle_share=5))
 def test_microcompact_clears_a_result_only_on_an_idle_request(loop_thread, case) -> None:
     """SPEC §4.3: results are cleared when the thread was idle; later requests only keep them
-    cleared. Checked up to the first compaction after a clearing idle request: past it the
-    proxy clears new results without idle time (the strict xfail below)."""
+    cleared, compactions included."""
     sent = replay(loop_thread, case)
     event("an idle request cleared results" if any(_cleared(case["api"], s) for s in sent
                                                    if s.main is not None) else "nothing cleared")
-    assert newly_cleared_without_idle(case["api"], sent, case["idle"], until_compacted_after_idle=True) == []
+    assert newly_cleared_without_idle(case["api"], sent, case["idle"]) == []
 
 
 def _tool_loop(steps: int, lines: int) -> list[dict[str, Any]]:
@@ -169,12 +164,6 @@ def _tool_loop(steps: int, lines: int) -> list[dict[str, Any]]:
     return [*out, {"role": "assistant", "content": "Done."}]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "proxy/core/microcompact.py stores how far it cleared as a MicrocompactMark whose "
-    "through_index counts entries of the projection it ran on; once a later compaction "
-    "summarizes the marked result, the mark's message id is no longer found and "
-    "`stored_reach` falls back to that index in the new, differently laid out projection, "
-    "so results made after the idle request are cleared without any idle time (SPEC §4.3)"))
 def test_after_an_idle_request_and_a_compaction_no_new_result_is_cleared(loop_thread) -> None:
     """One tool loop of 12 steps in a 4,000-token window: the 8th request comes after an idle
     night and clears the two oldest results; the 10th compacts; the 11th, 30 s later, clears
