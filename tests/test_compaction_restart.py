@@ -7,7 +7,9 @@ import sqlite3
 import stat
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -42,35 +44,47 @@ def _events(state: Path) -> list[dict]:
         database.close()
 
 
-def test_kills_during_a_summary_and_between_turns(tmp_path: Path, make_fake) -> None:
+def _session(tmp_path: Path, make_fake, **summarizer: Any):  # type: ignore[no-untyped-def]
+    """A fake upstream with the fake summarizer, a proxy config on `tmp_path/state`, and a
+    planted session with its turn points."""
     fake = make_fake(limits={"small-*": LIMIT})
-    summarizer = FakeSummarizer.install(fake, hang=1)
+    installed = FakeSummarizer.install(fake, **summarizer)
     state = tmp_path / "state"
     config = write_config(tmp_path / "p.yaml", fake.url, state,
                           models={"small-*": {"max_input_tokens": LIMIT}})
     messages, _ = planted_session(200)
-    points = _turn_points(messages)
+    return fake, installed, state, config, messages, _turn_points(messages)
+
+
+def _kill_when(proxy: ProxyProcess, fake, messages: list[dict[str, Any]], points: list[int],
+               reached: Callable[[], bool], settle_s: float = 0.0) -> int:
+    """Send turns, each from a thread, until `reached` while one is in flight; SIGKILL the
+    proxy then (after `settle_s`) and return the index of the turn that was cut."""
+    for n, k in enumerate(points):
+        worker = threading.Thread(target=_try, args=(
+            lambda k=k: _send(proxy.base_url, fake, messages, k),))
+        worker.start()
+        deadline = time.monotonic() + 30
+        while worker.is_alive() and not reached() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if reached():
+            time.sleep(settle_s)
+            proxy.kill()
+            worker.join(30)
+            return n
+        worker.join(30)
+    raise AssertionError("the session never compacted")
+
+
+def test_kills_during_a_summary_and_between_turns(tmp_path: Path, make_fake) -> None:
+    fake, summarizer, state, config, messages, points = _session(tmp_path, make_fake, hang=1)
 
     # 1. Kill the proxy while its summarizer call is in flight.
     proxy = ProxyProcess(config)
-    outcome: dict[str, object] = {}
     try:
-        for n, k in enumerate(points):
-            worker = threading.Thread(target=lambda k=k: outcome.update(
-                {"answer": _try(lambda: _send(proxy.base_url, fake, messages, k))}))
-            worker.start()
-            deadline = time.monotonic() + 30
-            while worker.is_alive() and summarizer.calls == 0 and time.monotonic() < deadline:
-                time.sleep(0.01)
-            if summarizer.calls:
-                time.sleep(0.2)
-                proxy.kill()  # SIGKILL, mid-summary
-                worker.join(30)
-                stopped_at = n
-                break
-            worker.join(30)
-        else:
-            raise AssertionError("the session never compacted")
+        # SIGKILL, mid-summary.
+        stopped_at = _kill_when(proxy, fake, messages, points, lambda: summarizer.calls > 0,
+                                settle_s=0.2)
     finally:
         proxy.kill()
     assert _events(state) == [], "no checkpoint from a summary that never finished"
@@ -158,31 +172,13 @@ def _compact(proxy: ProxyProcess, fake, messages: list[dict], points: list[int],
 
 def test_a_kill_between_the_offload_and_the_checkpoint_leaves_no_duplicate_lines(
         tmp_path: Path, make_fake) -> None:
-    fake = make_fake(limits={"small-*": LIMIT})
-    FakeSummarizer.install(fake)
-    state = tmp_path / "state"
-    config = write_config(tmp_path / "p.yaml", fake.url, state,
-                          models={"small-*": {"max_input_tokens": LIMIT}})
-    messages, _ = planted_session(200)
-    points = _turn_points(messages)
+    fake, _, state, config, messages, points = _session(tmp_path, make_fake)
 
     # 1. The first compaction offloads, and the process is killed before its checkpoint.
     proxy = ProxyProcess(config, prelude=STOP_AFTER_OFFLOAD)
     try:
-        for n, k in enumerate(points):
-            worker = threading.Thread(target=_try, args=(
-                lambda k=k: _send(proxy.base_url, fake, messages, k),))
-            worker.start()
-            while worker.is_alive() and not proxy.events("test_offloaded"):
-                time.sleep(0.01)
-            if proxy.events("test_offloaded"):
-                proxy.kill()
-                worker.join(30)
-                stopped_at = n
-                break
-            worker.join(30)
-        else:
-            raise AssertionError("the session never compacted")
+        stopped_at = _kill_when(proxy, fake, messages, points,
+                                lambda: bool(proxy.events("test_offloaded")))
     finally:
         proxy.kill()
     assert _events(state) == [], "no checkpoint: the kill came before it"
@@ -216,13 +212,7 @@ def test_a_kill_between_the_offload_and_the_checkpoint_leaves_no_duplicate_lines
 
 def test_a_checkpoint_stored_without_its_history_end_still_loads_and_cuts_nothing(
         tmp_path: Path, make_fake) -> None:
-    fake = make_fake(limits={"small-*": LIMIT})
-    summarizer = FakeSummarizer.install(fake)
-    state = tmp_path / "state"
-    config = write_config(tmp_path / "p.yaml", fake.url, state,
-                          models={"small-*": {"max_input_tokens": LIMIT}})
-    messages, _ = planted_session(200)
-    points = _turn_points(messages)
+    fake, summarizer, state, config, messages, points = _session(tmp_path, make_fake)
     proxy = ProxyProcess(config)
     try:
         sent = _compact(proxy, fake, messages, points)
