@@ -8,24 +8,28 @@ produced: status, the `x-context-tokens` / `x-compaction` headers, every upstrea
 caused (summarizer calls included, in order) and its request log line.
 
 The pipeline's clock is the rig's, so idle time (microcompact, SPEC §4.3) is whatever the test
-says. Only one rig may run at a time: the proxy's log goes to the rig started last.
+says. `restart` replaces the proxy with a new one on the same state. Only one rig may run at a
+time: the proxy's log goes to the proxy started last.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Self
 
 import httpx
 import orjson
 
 from proxy.jsonspan import locate_array
+from proxy.records import CompactionEvent, ThreadKey, ThreadState
 from proxy.server.services import SERVICES
 from proxy.testing.fake_upstream import FakeUpstream, Recorded
 from proxy.testing.replies import Reply, call
 from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request
+from proxy.testing.usage import PromptCache
 from tests.harness import LoopThread, RunningProxy, proxy_settings, start_proxy, stop_proxy
 
 MODEL = "small-coder"
@@ -92,22 +96,70 @@ def body_elements(api: str, body: bytes) -> tuple[bytes, ...]:
     return spans.elements
 
 
+class Upstream(FakeUpstream):
+    """The fake upstream with a prompt cache per credential, as providers keep one per
+    organization (the fake's own is shared by every caller: one tenant's requests would warm
+    another's `cached_tokens`). With `counts_more`, its tokenizer counts a quarter more than
+    the proxy estimates (a model the proxy has no tokenizer for): its usage, stored as
+    anchors, then decides the estimate (SPEC §6) instead of the proxy's conservative count,
+    which otherwise always comes out higher."""
+
+    def __init__(self, counts_more: bool, **options: Any) -> None:
+        super().__init__(**options)
+        self.counts_more = counts_more
+        self._caches: dict[str | None, PromptCache] = {}
+
+    def turn(self, body: Mapping[str, Any], reply: Reply, prompt: int, units: list[Any]) -> Any:
+        # Requests come one at a time: the latest recorded is the one being answered.
+        self.cache = self._caches.setdefault(self.requests[-1].headers.get("authorization"), PromptCache())
+        return super().turn(body, reply, prompt * 5 // 4 if self.counts_more else prompt, units)
+
+
 class Rig:
-    def __init__(self, loop: LoopThread, limit: int, **sections: Any) -> None:
+    def __init__(self, loop: LoopThread, limit: int, counts_more: bool = False, **sections: Any) -> None:
         self.loop = loop
         self.clock = Clock()
         self.reply: Reply | None = None
-        self.fake = FakeUpstream(limits={"small-*": limit})
+        self.fake = Upstream(counts_more, limits={"small-*": limit})
         self._state = tempfile.TemporaryDirectory(prefix="rig-")
         loop.run(self.fake.start())
         self.fake.responder = lambda recorded: self.reply
         FakeSummarizer.install(self.fake)  # answers summarizer requests before the responder
-        settings = proxy_settings(self.fake.url, self._state.name,
-                                  models={"small-*": {"max_input_tokens": limit}}, **sections)
-        self.proxy: RunningProxy = loop.run(start_proxy(settings))
-        pipeline = self.proxy.app[SERVICES].pipeline
-        pipeline.clock = pipeline.compactor.clock = self.clock
+        self.settings = proxy_settings(self.fake.url, self._state.name,
+                                       models={"small-*": {"max_input_tokens": limit}}, **sections)
+        self.proxy = self._start()
         self.http = httpx.Client(timeout=60)
+
+    def _start(self) -> RunningProxy:
+        proxy = self.loop.run(start_proxy(self.settings))
+        pipeline = proxy.app[SERVICES].pipeline
+        # `build_app` takes no clock; these two are the only readers of the time that decide.
+        pipeline.clock = pipeline.compactor.clock = self.clock
+        return proxy
+
+    def restart(self) -> None:
+        """A new proxy process, as far as state goes: what it knows comes from the store."""
+        self.loop.run(stop_proxy(self.proxy))
+        self.proxy = self._start()
+
+    def stored(self, tenant: str, thread: str) -> tuple[ThreadState, list[CompactionEvent], bytes]:
+        """What the state holds for (tenant, thread) as a restarted proxy reads it back: the
+        thread's state, its checkpoints and its history file (SPEC §1, §5)."""
+        self.restart()
+        pipeline = self.proxy.app[SERVICES].pipeline
+        key = ThreadKey(tenant, thread)
+        state = self.loop.run(pipeline.store.load(key))
+        events = [self._relative(e) for e in self.loop.run(pipeline.store.events(key))]
+        path = pipeline.history.path_for(key)
+        state = replace(state, event=self._relative(state.event) if state.event else None)
+        return state, events, path.read_bytes() if path.exists() else b""
+
+    def _relative(self, event: CompactionEvent) -> CompactionEvent:
+        """The event with its history file's path inside the state directory, which is a
+        temporary directory of its own for each rig."""
+        if event.history_file is None:
+            return event
+        return replace(event, history_file=os.path.relpath(event.history_file, self._state.name))
 
     def send(self, api: str, elements: Sequence[Wire], k: int, headers: Mapping[str, str],
              at: float, body: Mapping[str, Any] | None = None) -> Sent:
