@@ -81,8 +81,7 @@ class CompactionFlow:
                 return built
         job = self._job(prepared, view, situation, built, strategy=self.settings.compaction.strategy)
         th = situation.thresholds
-        # After an upstream overflow the same projection must not go up again.
-        fits = th.fits(built.tokens) and not prepared.attempt.forced
+        fits = job.fits_without_compaction
         try:
             event = await self.compactor.compact(job)
         except BreakerOpen as refused:

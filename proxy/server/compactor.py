@@ -78,6 +78,12 @@ class Job:
     focus: str | None = None
     forced: bool = False  # an upstream overflow bought this compaction
 
+    @property
+    def fits_without_compaction(self) -> bool:
+        """Whether a failed compaction still lets the request go on with the cheap stages.
+        After an upstream overflow the same projection must not go up again."""
+        return self.thresholds.fits(self.tokens_before) and not self.forced
+
 
 class Compactor:
     def __init__(self, settings: Settings, client: UpstreamClient, store: StateStore,
@@ -331,12 +337,8 @@ async def _to_the_end(work: Coroutine[Any, Any, T]) -> tuple[asyncio.Future[T], 
 
 def _forwarded_anyway(job: Job, stage: str) -> bool:
     """Whether the request goes on without this compaction (`degraded`), as the flow decides:
-    an automatic one whose projection still fits is forwarded with the cheap stages only; a
-    failed post-check, `/compact`, or a projection over the limit (or one an upstream overflow
-    already refused) ends with an error instead."""
-    if stage == "post_check" or job.strategy == "manual" or job.forced:
-        return False
-    return job.thresholds.fits(job.tokens_before)
+    a failed post-check and `/compact` end with an error whatever the size."""
+    return stage != "post_check" and job.strategy != "manual" and job.fits_without_compaction
 
 
 def committed_end(latest: CompactionEvent | None) -> int | None:
