@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import signal
 import sqlite3
 import sys
@@ -132,6 +133,9 @@ async def _run(app: web.Application, settings: Settings, log: object) -> None:
         await runner.cleanup()
         raise StartupFailed(f"cannot listen on {settings.server.host}:{settings.server.port}: "
                             f"{_described(exc)}") from None
+    # What startup built (modules, settings, tokenizers) lives as long as the process: kept out
+    # of the collector's scans, the garbage each request makes costs it far less to collect.
+    gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
