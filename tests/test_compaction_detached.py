@@ -174,6 +174,26 @@ def test_a_manual_compact_whose_client_left_still_writes_its_checkpoint(
     assert summarizer.calls == started["summarizer_calls"]
 
 
+def test_a_detached_compaction_that_breaks_is_logged_not_lost(
+        loop_thread: LoopThread, gated: GatedFake, make_proxy) -> None:
+    FakeSummarizer.install(gated)
+    proxy = make_proxy(gated, models=MODELS, compaction=COMPACTION)
+    compactor = proxy.app[SERVICES].pipeline.compactor
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug after the summary")
+
+    compactor._finish = broken
+    ask_and_leave(proxy.base_url, over_the_limit(), "broken")
+    wait_for(lambda: noticed(proxy.logs.events))
+    open_gate(loop_thread, gated)
+    wait_for(lambda: any(r.get("thread") == "broken" for r in proxy.requests()))
+    [error] = proxy.logs.events("unhandled_error")
+    assert (error["thread"], error["detached"]) == ("broken", True)
+    assert "a bug after the summary" in error["exception"]
+    assert line_of(proxy, "broken")["status"] == 499
+
+
 # ------------------------------------------------------------------ SIGTERM
 
 
