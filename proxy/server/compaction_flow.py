@@ -6,7 +6,9 @@ the breaker again: the one before it may have just opened it), with the breaker,
 hysteresis and the fallbacks of SPEC §9: forward with the cheap stages only while the
 projection fits, else a clear error (a 503 always says when to retry). `manual` answers
 `/compact` (SPEC §8) itself. `overflow_retry_failed` records the forced compaction an upstream
-overflow bought that did not help.
+overflow bought that did not help. Both run a started compaction to its end when the client
+leaves (its retry waits on the thread's lock and reuses the checkpoint); the request's line,
+a 499, says so (`compaction_detached`) once it has ended.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from proxy.errors import CompactionInsufficient, CompactionUnavailable, ProxyErr
 from proxy.projection import Built, Situation, View, build, measure_projection
 from proxy.records import ThreadState
 from proxy.server import manual_answer
-from proxy.server.compactor import (BreakerOpen, CompactionFailed, Compactor, Job,
+from proxy.server.compactor import (BreakerOpen, ClientLeft, CompactionFailed, Compactor, Job,
                                     NothingToCompact)
 from proxy.server.prepared import Prepared
 from proxy.server.request_line import RequestLine
@@ -83,10 +85,13 @@ class CompactionFlow:
         th = situation.thresholds
         fits = job.fits_without_compaction
         try:
-            event = await self.compactor.compact(job)
+            event = await self.compactor.compact_past_client(job)
         except BreakerOpen as refused:
             return self._degrade(prepared, built, fits, "breaker_open", refused.blocked.reason,
                                  line, refused.blocked)
+        except ClientLeft as left:
+            _detached_line(line, left)
+            raise
         except asyncio.CancelledError:
             line.set(compaction_failed="cancelled")
             raise
@@ -180,7 +185,7 @@ class CompactionFlow:
             job = self._job(prepared, view, situation, built, strategy="manual",
                             focus=command.focus)
             try:
-                event = await self.compactor.compact(job)
+                event = await self.compactor.compact_past_client(job)
             except NothingToCompact:
                 text = manual.nothing_text(built.tokens)
                 compaction = "none"
@@ -191,6 +196,9 @@ class CompactionFlow:
                 raise CompactionUnavailable(
                     f"Compaction is unavailable right now: {blocked.reason}. The conversation "
                     "is unchanged; try again later.", headers=_retry_after(blocked)) from None
+            except ClientLeft as left:
+                _detached_line(line, left)
+                raise
             except asyncio.CancelledError:
                 line.set(compaction_failed="cancelled")
                 raise
@@ -217,6 +225,11 @@ class CompactionFlow:
 def _retry_after(blocked: Blocked | None) -> dict[str, str]:
     # A failure that left the breaker closed may be retried at once; 1 s keeps it from spinning.
     return {"Retry-After": str(blocked.retry_after if blocked is not None else 1)}
+
+
+def _detached_line(line: RequestLine, left: ClientLeft) -> None:
+    line.set(compaction_detached=True, compaction_failed=left.stage,
+             compacted=True if left.event is not None else None)
 
 
 def _seq(state: ThreadState | None) -> int:

@@ -6,8 +6,10 @@ per-thread lock, and the `compaction_*` log events. Failure is a value the pipel
 (`CompactionFailed`, `BreakerOpen`), never a warning followed by the original over-long request.
 
 Every `compaction_started` is followed by one `compaction_completed` or `compaction_failed`,
-a cancelled request included (stage `cancelled`), and every attempt the breaker let run settles
-it: success, failure, or abandoned.
+a cancelled one included (stage `cancelled`), and every attempt the breaker let run settles
+it: success, failure, or abandoned. A compaction whose client leaves goes on to its end
+(`compact_past_client`): summarizer tokens already spent are not thrown away, and the client's
+retry, queued on the thread's lock, finds the checkpoint. Only the shutdown's cut cancels it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from proxy.compaction.trigger import Thresholds, thresholds
 from proxy.conversation import Api, Entries
 from proxy.core.sanitize import Policy, sanitize
 from proxy.records import CompactionEvent, ThreadKey
+from proxy.server.detach import outlive_client
 from proxy.server.summarizer_client import SummaryOutcome, run_summary
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import RestoreSettings, Settings, UpstreamSettings
@@ -47,6 +50,16 @@ class CompactionFailed(Exception):
 
 class NothingToCompact(Exception):
     """No safe cutoff leaves anything new to summarize."""
+
+
+class ClientLeft(asyncio.CancelledError):
+    """The client went away while its compaction ran; raised once that compaction, which went
+    on without it, has ended. A cancellation: the request ends as one its client cancelled."""
+
+    def __init__(self, event: CompactionEvent | None, stage: str | None) -> None:
+        super().__init__("the client went away; its compaction ran on")
+        self.event = event  # the checkpoint written, if any
+        self.stage = stage  # the stage that failed, if one did
 
 
 class BreakerOpen(Exception):
@@ -98,6 +111,7 @@ class Compactor:
         self.clock = clock
         self._breakers: dict[str, breaker.BreakerState] = {}
         self._locks: weakref.WeakValueDictionary[ThreadKey, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._detached: set[asyncio.Task[CompactionEvent]] = set()  # clients gone, still running
 
     # ---------------------------------------------------------------- guards
 
@@ -153,6 +167,39 @@ class Compactor:
         self._breakers[key] = state
 
     # ---------------------------------------------------------------- the compaction
+
+    async def compact_past_client(self, job: Job) -> CompactionEvent:
+        """`compact`, run to its end even when the client leaves meanwhile: then, once it has
+        ended, `ClientLeft`. The caller (with the thread's lock it holds) waits until then."""
+        finished, left = await outlive_client(self.compact(job),
+                                              lambda task: self._detach(job, task))
+        if left:
+            raise self._left(job, finished)
+        return finished.result()
+
+    def _detach(self, job: Job, task: asyncio.Task[CompactionEvent]) -> None:
+        self._detached.add(task)
+        task.add_done_callback(self._detached.discard)
+        self.log.info("compaction_detached", thread=job.thread, strategy=job.strategy)
+
+    def _left(self, job: Job, finished: asyncio.Task[CompactionEvent]) -> ClientLeft:
+        """How the compaction of a client that left ended, for its request's line. The
+        compaction logged its own outcome, but for an error no stage names: with no handler
+        left to raise it to, that one is logged here."""
+        if finished.cancelled():
+            return ClientLeft(None, "cancelled")
+        error = finished.exception()
+        if error is None:
+            return ClientLeft(finished.result(), None)
+        if isinstance(error, CompactionFailed):
+            return ClientLeft(None, error.stage)
+        if not isinstance(error, (NothingToCompact, BreakerOpen)):
+            self.log.error("unhandled_error", thread=job.thread, detached=True, exc_info=error)
+        return ClientLeft(None, None)
+
+    def _detached_field(self) -> dict[str, bool]:
+        """`detached=true` on the events of a compaction whose client has left."""
+        return {"detached": True} if asyncio.current_task() in self._detached else {}
 
     async def compact(self, job: Job) -> CompactionEvent:
         """Summarize, check, offload and checkpoint; raises CompactionFailed, NothingToCompact
@@ -218,9 +265,8 @@ class Compactor:
             return await run_summary(plan, upstream, self.client, job.credentials,
                                      self.settings.compaction.summarizer.timeout_s)
         except asyncio.CancelledError:
-            self._failed(job, "cancelled", "the request was cancelled while the summarizer "
-                         "worked (the client went away, or the shutdown grace ended); nothing "
-                         "was written", degraded=False)
+            self._failed(job, "cancelled", "the compaction was cancelled while the summarizer "
+                         "worked (the shutdown grace ended); nothing was written", degraded=False)
             raise
 
     async def _checkpoint(self, job: Job, cutoff: Cutoff, event: CompactionEvent) -> CompactionEvent:
@@ -268,7 +314,7 @@ class Compactor:
         except OSError as exc:
             reason = _describe(exc)
             self.log.warning("compaction_failed", thread=job.thread, stage="offload",
-                             error=reason, degraded=True)
+                             error=reason, degraded=True, **self._detached_field())
             return None, reason, end  # anything ours left lies past it, for the next cut
 
     async def _discard_tail(self, job: Job, end: int) -> int:
@@ -287,7 +333,7 @@ class Compactor:
                 degraded: bool | None = None) -> CompactionFailed:
         self.log.warning("compaction_failed", thread=job.thread, stage=stage, error=reason,
                          degraded=_forwarded_anyway(job, stage) if degraded is None else degraded,
-                         strategy=job.strategy)
+                         strategy=job.strategy, **self._detached_field())
         if self.metrics is not None:
             self.metrics.compactions.labels(job.strategy, f"failed_{stage}").inc()
         failed = CompactionFailed(stage, reason)
@@ -303,7 +349,8 @@ class Compactor:
                       restore_tokens=finished.restore_tokens,
                       duration_ms=round((time.perf_counter() - started) * 1000, 2),
                       summarizer_ms=summarizer_ms, history_file=event.history_file,
-                      offload_error=event.offload_error, seq=event.seq, forced=job.forced)
+                      offload_error=event.offload_error, seq=event.seq, forced=job.forced,
+                      **self._detached_field())
         if self.metrics is not None:
             self.metrics.compactions.labels(event.strategy, "completed").inc()
             self.metrics.observe_saved("llm", event.tokens_before - event.tokens_after)

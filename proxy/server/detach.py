@@ -1,0 +1,41 @@
+"""Work that outlives the client that asked for it: a compaction goes on when its request's
+client goes away, and only the shutdown's cut stops it.
+
+aiohttp cancels a handler whose client disconnects. The work runs as a task of its own that
+the handler keeps waiting for, whatever cancellation comes: so the handler (tracked by the
+drain, holding the thread's lock) ends only after the work, and the shutdown's grace and cut
+apply to it as to any request in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from proxy.server.drain import CUT, is_cut
+
+T = TypeVar("T")
+
+
+async def outlive_client(work: Coroutine[Any, Any, T], on_leave: Callable[[asyncio.Task[T]], None]
+                         ) -> tuple[asyncio.Task[T], bool]:
+    """Run `work` to its end; returns its finished task and whether the client left meanwhile
+    (`on_leave` is called when it does). The shutdown's cut cancels `work`, and is raised once
+    `work` has ended, unless the client had left: its request ends as a client's anyway."""
+    task = asyncio.ensure_future(work)
+    left = False
+    cut: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait([task])
+        except asyncio.CancelledError as exc:
+            if is_cut(exc):
+                cut = exc
+                task.cancel(CUT)
+            elif not left:
+                left = True
+                on_leave(task)
+    if cut is not None and not left:
+        raise cut
+    return task, left
