@@ -8,7 +8,7 @@ any store can keep it as one document.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 R = TypeVar("R")
 
@@ -50,6 +50,13 @@ class Anchor:
     reasoning_tokens: int = 0
     model: str = ""
     created_at: float = 0.0
+    # The length a list needs to hold the echo: an estimate tests it for every kept anchor,
+    # so each anchor works it out once. Derived: `ClassVar` keeps it out of the fields (the
+    # stored form, `==`, `asdict`); `__post_init__` sets each anchor's own.
+    echo_end: ClassVar[int]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "echo_end", self.position + len(self.response_digests))
 
     def to_data(self) -> dict[str, Any]:
         # Written for every answer: `asdict`'s deep copy costs more than the insert.
