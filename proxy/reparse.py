@@ -22,7 +22,7 @@ from typing import Any
 from proxy import jsonio
 from proxy.conversation import Api, Entries, entries_from
 from proxy.errors import BadRequest
-from proxy.inbound import Inbound, checked_inbound
+from proxy.inbound import Inbound, checked_fields
 from proxy.jsonspan import ArraySpans, following_elements, scan_elements, skip_ws
 
 _COMMA, _CLOSE = ord(","), ord("]")
@@ -69,7 +69,7 @@ def reparse(api: Api, body: bytes, known: Known) -> Inbound | None:
     if spans is None or body.find(b'"' + key.encode() + b'"', spans[1]) >= 0:
         return None  # a later copy of the key is the list a parser keeps: the slow path decides
     try:
-        cut = checked_inbound(api, body, doc)  # the model, stream, and the new elements
+        model, stream, _ = checked_fields(api, doc)  # the new elements are checked too
     except BadRequest:
         return None
     elements = known.elements[:reused] + tuple(fresh)
@@ -79,8 +79,7 @@ def reparse(api: Api, body: bytes, known: Known) -> Inbound | None:
     # Past an edited element the old entries may line up again: `entries_from` reuses those.
     entries = known.entries[:reused] + entries_from(api, fresh, sources,
                                                     known.entries[reused:])
-    return Inbound(api, body, doc, cut.model, cut.stream, key, entries, located, elements,
-                   reused)
+    return Inbound(api, body, doc, model, stream, key, entries, located, elements, reused)
 
 
 def _repeated(body: bytes, at: int, sources: Sequence[bytes]) -> tuple[int, int]:
