@@ -16,8 +16,7 @@ not fit returns None, and the caller parses the whole body as usual.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from proxy import jsonio
 from proxy.conversation import Api, Entries, entries_from
@@ -28,9 +27,11 @@ from proxy.jsonspan import ArraySpans, following_elements, scan_elements, skip_w
 _COMMA, _CLOSE = ord(","), ord("]")
 
 
-@dataclass(frozen=True, slots=True)
-class Known:
-    """What a thread's previous request leaves for parsing the next one."""
+class Known(NamedTuple):
+    """What a thread's previous request leaves for parsing the next one.
+
+    A named tuple, not a frozen dataclass: one is made for every request, and a tuple is
+    built in C."""
 
     api: Api
     lead: bytes  # the body up to and including its list's `[`
