@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import compress
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from proxy import jsonio
@@ -103,13 +105,10 @@ def echoed(entries: Sequence[Entry], anchor: Anchor, digest: Digest) -> list[int
 
 
 def estimate(entries: Sequence[Entry], sizes: Sequence[int], context: bytes,
-             anchors: Iterable[Anchor], conservative_total: int, digest: Digest,
+             anchors: Sequence[Anchor], conservative_total: int, digest: Digest,
              margin: float = 0.0) -> AnchoredEstimate:
     """The estimate used for decisions; `anchors` latest first, `sizes` per entry, no margin."""
-    count = len(entries)
-    for anchor in anchors:
-        if anchor.echo_end > count:
-            continue  # the list is too short to hold its echo (a retried or edited turn)
+    for anchor in _fitting(anchors, len(entries)):
         response = echoed(entries, anchor, digest)
         if response is None:
             continue
@@ -118,6 +117,15 @@ def estimate(entries: Sequence[Entry], sizes: Sequence[int], context: bytes,
         return AnchoredEstimate(max(_anchored(anchor, response, sizes, margin),
                                     conservative_total), anchor)
     return AnchoredEstimate(conservative_total, None)
+
+
+_ECHO_END = attrgetter("echo_end")
+
+
+def _fitting(anchors: Sequence[Anchor], count: int) -> Iterator[Anchor]:
+    """The anchors whose echo fits in a list of `count` entries, in order; the others (a
+    retried or edited turn) are skipped in C: a list holds the echo of few of the kept ones."""
+    return compress(anchors, map(count.__ge__, map(_ECHO_END, anchors)))
 
 
 def _anchored(anchor: Anchor, response: list[int], sizes: Sequence[int], margin: float) -> int:

@@ -124,6 +124,8 @@ def _first(*values: Any) -> int | None:
 
 
 def _int(value: Any) -> int | None:
+    if type(value) is int:  # what parsed JSON has: the checks below are for anything else
+        return value if value >= 0 else None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     if isinstance(value, float) and not math.isfinite(value):
