@@ -136,7 +136,8 @@ def _int(value: Any) -> int | None:
 def _estimate(api: Api | str, response: Any, count: Count | None) -> int:
     if count is None or response is None:
         return 0
-    return sum(count(text) for text in reasoning_texts(api, response))
+    texts = reasoning_texts(api, response)
+    return sum(map(count, texts)) if texts else 0  # most answers carry none
 
 
 _REASONING_KEYS = ("reasoning_content", "reasoning", "reasoning_details", "thinking_blocks")
