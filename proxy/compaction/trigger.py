@@ -62,10 +62,12 @@ class Decision:
 
 def requested_output_tokens(doc: Mapping[str, Any]) -> int:
     """The largest output reservation the request makes, 0 when it makes none."""
+    if doc.keys().isdisjoint(_OUTPUT_KEYS):
+        return 0
     largest = 0
     for key in _OUTPUT_KEYS:
         value = doc.get(key)
-        # Most requests set none of them: the type checks only for a value that is there.
+        # The type checks only for a value that is there.
         if value is not None and isinstance(value, int) and not isinstance(value, bool):
             largest = max(largest, value)
     return largest
