@@ -71,7 +71,8 @@ def _content(content: Any) -> Any:
     for part in content:
         if isinstance(part, _MAPPING) and part.get("type") in THINKING_PARTS:
             continue  # a client may drop it from its echo, and the sanitizer does
-        if isinstance(part, _MAPPING) and part.get("type") in _TEXT_PARTS and isinstance(part.get("text"), str):
+        if (isinstance(part, _MAPPING) and part.get("type") in _TEXT_PARTS
+                and isinstance(part.get("text"), str)):
             parts.append(part["text"])
         elif isinstance(part, _MAPPING):
             parts.append(_strip(part))

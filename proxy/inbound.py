@@ -76,7 +76,8 @@ def checked_inbound(api: Api, body: bytes, doc: dict[str, Any]) -> Inbound:
     return Inbound(api, body, doc, model, stream, key, None, None, elements)
 
 
-def checked_fields(api: Api, doc: dict[str, Any]) -> tuple[str, bool, tuple[dict[str, Any], ...] | None]:
+def checked_fields(api: Api,
+                   doc: dict[str, Any]) -> tuple[str, bool, tuple[dict[str, Any], ...] | None]:
     """The model, `stream` and the list's elements (None without a non-empty list) of `doc`;
     a 400 for what the proxy cannot work with."""
     model = doc.get("model")

@@ -89,8 +89,10 @@ def _breakdown(usage: Mapping[str, Any]) -> tuple[int | None, int, int]:
     Each provider's names are looked up directly (a nested details object once), in the
     order of preference: the first valid count wins."""
     get = usage.get
-    prompt_details, input_details = _details(get("prompt_tokens_details")), _details(get("input_tokens_details"))
-    completion_details, output_details = _details(get("completion_tokens_details")), _details(get("output_tokens_details"))
+    prompt_details = _details(get("prompt_tokens_details"))
+    input_details = _details(get("input_tokens_details"))
+    completion_details = _details(get("completion_tokens_details"))
+    output_details = _details(get("output_tokens_details"))
     reasoning = _first(completion_details.get("reasoning_tokens"),
                        output_details.get("reasoning_tokens"), get("reasoning_tokens"))
     cached = _first(prompt_details.get("cached_tokens"), input_details.get("cached_tokens"),
