@@ -25,6 +25,8 @@ from proxy.inbound import Inbound, checked_fields
 from proxy.jsonspan import ArraySpans, following_elements, scan_elements, skip_ws
 
 _COMMA, _CLOSE = ord(","), ord("]")
+# The list's key, and as it reads in the body.
+_LIST_KEYS = {Api.CHAT: ("messages", b'"messages"'), Api.RESPONSES: ("input", b'"input"')}
 
 
 class Known(NamedTuple):
@@ -62,12 +64,12 @@ def reparse(api: Api, body: bytes, known: Known) -> Inbound | None:
         return None  # the whole-body parse words the error
     if not isinstance(doc, dict):
         return None
-    key = "messages" if api is Api.CHAT else "input"
+    key, quoted_key = _LIST_KEYS[api]
     fresh = doc.get(key)
     if not isinstance(fresh, list):
         return None
     spans = _fresh_spans(body, at, fresh)
-    if spans is None or body.find(b'"' + key.encode() + b'"', spans[1]) >= 0:
+    if spans is None or body.find(quoted_key, spans[1]) >= 0:
         return None  # a later copy of the key is the list a parser keeps: the slow path decides
     try:
         model, stream, _ = checked_fields(api, doc)  # the new elements are checked too
