@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import compress
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from proxy import jsonio
 
 from proxy.conversation import Api, Entry, Kind, entry_from_chat, entry_from_responses
+from proxy.identity import Identities, canonical_chat, digest_of
 from proxy.records import Anchor
 from proxy.usage import Usage
 
@@ -59,9 +62,25 @@ def response_entries(api: Api | str, response: Any) -> tuple[Entry, ...]:
 
 def make_anchor(projection: Sequence[Entry], context: bytes, response: Iterable[Entry],
                 usage: Usage, digest: Digest, model: str = "", created_at: float = 0.0) -> Anchor:
-    """The anchor for a response to `projection`; `digest` is `Identities.digest`."""
+    """The anchor for a response to `projection`; `digest` is `Identities.content_digest`."""
     # Reasoning items are left out: clients may drop them from the echo.
     digests = tuple(digest(e) for e in response if e.kind is not Kind.REASONING)
+    return anchor_for(projection, context, digests, usage, model, created_at)
+
+
+def response_digests(api: Api | str, response: Any, identities: Identities) -> tuple[str, ...]:
+    """What `make_anchor` takes of `response_entries(api, response)` with `content_digest`."""
+    if api == Api.CHAT and type(response) is dict:
+        # One message, never a reasoning item, without client bytes: its digest is that of
+        # its canonical form, and no entry needs building for it.
+        return (digest_of(canonical_chat(response)),)
+    return tuple(identities.content_digest(e) for e in response_entries(api, response)
+                 if e.kind is not Kind.REASONING)
+
+
+def anchor_for(projection: Sequence[Entry], context: bytes, digests: tuple[str, ...],
+               usage: Usage, model: str = "", created_at: float = 0.0) -> Anchor:
+    """The anchor for a response to `projection` whose echo has `digests`."""
     return Anchor(response_digests=digests, position=len(projection),
                   prefix_digest=projection_digest(projection, context),
                   input_tokens=usage.input, output_tokens=usage.visible_output,
@@ -86,12 +105,10 @@ def echoed(entries: Sequence[Entry], anchor: Anchor, digest: Digest) -> list[int
 
 
 def estimate(entries: Sequence[Entry], sizes: Sequence[int], context: bytes,
-             anchors: Iterable[Anchor], conservative_total: int, digest: Digest,
+             anchors: Sequence[Anchor], conservative_total: int, digest: Digest,
              margin: float = 0.0) -> AnchoredEstimate:
     """The estimate used for decisions; `anchors` latest first, `sizes` per entry, no margin."""
-    for anchor in anchors:
-        if anchor.position + len(anchor.response_digests) > len(entries):
-            continue  # the list is too short to hold its echo (a retried or edited turn)
+    for anchor in _fitting(anchors, len(entries)):
         response = echoed(entries, anchor, digest)
         if response is None:
             continue
@@ -100,6 +117,15 @@ def estimate(entries: Sequence[Entry], sizes: Sequence[int], context: bytes,
         return AnchoredEstimate(max(_anchored(anchor, response, sizes, margin),
                                     conservative_total), anchor)
     return AnchoredEstimate(conservative_total, None)
+
+
+_ECHO_END = attrgetter("echo_end")
+
+
+def _fitting(anchors: Sequence[Anchor], count: int) -> Iterator[Anchor]:
+    """The anchors whose echo fits in a list of `count` entries, in order; the others (a
+    retried or edited turn) are skipped in C: a list holds the echo of few of the kept ones."""
+    return compress(anchors, map(count.__ge__, map(_ECHO_END, anchors)))
 
 
 def _anchored(anchor: Anchor, response: list[int], sizes: Sequence[int], margin: float) -> int:

@@ -20,6 +20,10 @@ from proxy import jsonio
 from proxy.conversation import THINKING_PARTS, Api, Entry
 from proxy.lru import LRU
 
+# `dict` first: parsed JSON is dicts, and for a dict `isinstance` then answers in C, without
+# the ABC's Python-level `__instancecheck__`; other mappings still pass.
+_MAPPING = (dict, Mapping)
+
 _TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
 # Part fields that describe presentation or caching, not what the message says.
 _PART_NOISE = frozenset({"annotations", "logprobs", "cache_control", "prompt_cache_breakpoint"})
@@ -39,7 +43,7 @@ def canonical_chat(message: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(calls, list) and calls:
         out["tool_calls"] = [_call(c) for c in calls]
     legacy = message.get("function_call")
-    if isinstance(legacy, Mapping):
+    if isinstance(legacy, _MAPPING):
         out["function_call"] = {"name": legacy.get("name"), "arguments": legacy.get("arguments")}
     return out
 
@@ -65,11 +69,12 @@ def _content(content: Any) -> Any:
         return content
     parts: list[Any] = []
     for part in content:
-        if isinstance(part, Mapping) and part.get("type") in THINKING_PARTS:
+        if isinstance(part, _MAPPING) and part.get("type") in THINKING_PARTS:
             continue  # a client may drop it from its echo, and the sanitizer does
-        if isinstance(part, Mapping) and part.get("type") in _TEXT_PARTS and isinstance(part.get("text"), str):
+        if (isinstance(part, _MAPPING) and part.get("type") in _TEXT_PARTS
+                and isinstance(part.get("text"), str)):
             parts.append(part["text"])
-        elif isinstance(part, Mapping):
+        elif isinstance(part, _MAPPING):
             parts.append(_strip(part))
         else:
             parts.append(part)
@@ -79,7 +84,7 @@ def _content(content: Any) -> Any:
 
 
 def _strip(value: Any) -> Any:
-    if isinstance(value, Mapping):
+    if isinstance(value, _MAPPING):
         return {k: _strip(v) for k, v in value.items() if v is not None and k not in _PART_NOISE}
     if isinstance(value, list):
         return [_strip(v) for v in value]
@@ -87,12 +92,12 @@ def _strip(value: Any) -> Any:
 
 
 def _call(call: Any) -> Any:
-    if not isinstance(call, Mapping):
+    if not isinstance(call, _MAPPING):
         return call
-    if call.get("type") == "custom" and isinstance(call.get("custom"), Mapping):
+    if call.get("type") == "custom" and isinstance(call.get("custom"), _MAPPING):
         body = call["custom"]
         return {"id": call.get("id"), "name": body.get("name"), "input": body.get("input")}
-    body = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+    body = call.get("function") if isinstance(call.get("function"), _MAPPING) else {}
     return {"id": call.get("id"), "name": body.get("name"), "arguments": body.get("arguments")}
 
 

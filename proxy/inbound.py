@@ -18,7 +18,9 @@ from proxy.errors import BadRequest
 from proxy.jsonspan import ArraySpans, locate_array
 
 
-@dataclass(frozen=True)
+# Not frozen: one is built for every request and dropped with it, and a frozen
+# `__init__` sets each field through `object.__setattr__`. Never mutated all the same.
+@dataclass
 class Inbound:
     api: Api
     body: bytes
@@ -69,6 +71,15 @@ def parse_inbound(api: Api, body: bytes) -> Inbound:
 
 def checked_inbound(api: Api, body: bytes, doc: dict[str, Any]) -> Inbound:
     """The request `doc` (parsed from `body`) checked; entries not built yet."""
+    model, stream, elements = checked_fields(api, doc)
+    key = "messages" if api is Api.CHAT else "input"
+    return Inbound(api, body, doc, model, stream, key, None, None, elements)
+
+
+def checked_fields(api: Api,
+                   doc: dict[str, Any]) -> tuple[str, bool, tuple[dict[str, Any], ...] | None]:
+    """The model, `stream` and the list's elements (None without a non-empty list) of `doc`;
+    a 400 for what the proxy cannot work with."""
     model = doc.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("You must provide a model parameter.", param="model")
@@ -78,12 +89,12 @@ def checked_inbound(api: Api, body: bytes, doc: dict[str, Any]) -> Inbound:
     if api is Api.CHAT and not isinstance(elements, list):
         raise BadRequest("'messages' must be an array of message objects.", param="messages")
     if not isinstance(elements, list) or not elements:
-        return Inbound(api, body, doc, model, stream, key, None, None, None)
+        return model, stream, None
     for i, element in enumerate(elements):
         if not isinstance(element, dict):
             raise BadRequest(f"Each item of '{key}' must be an object; item {i} is "
                              f"{type(element).__name__}.", param=f"{key}.[{i}]")
-    return Inbound(api, body, doc, model, stream, key, None, None, tuple(elements))
+    return model, stream, tuple(elements)
 
 
 def with_entries(inbound: Inbound, previous: Sequence[Entry] = ()) -> Inbound:

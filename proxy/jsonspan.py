@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -22,9 +21,10 @@ _WS = b" \t\r\n"
 _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\],:]')
 
 
-@dataclass(frozen=True, slots=True)
-class ArraySpans:
-    """`body[:start]` + `[` elements `]` + `body[end:]` rebuilds the body."""
+class ArraySpans(NamedTuple):
+    """`body[:start]` + `[` elements `]` + `body[end:]` rebuilds the body.
+
+    A named tuple: one is made for every request, and a tuple is built in C."""
 
     start: int  # index of the array's `[`
     end: int  # index just past its `]`

@@ -33,6 +33,10 @@ class LRU(Generic[K, V]):
         if len(self._data) > self.max_entries:
             self._data.popitem(last=False)
 
+    def replace(self, key: K, value: V) -> None:
+        """A new value for a key that `get` just found: already the newest, it stays in place."""
+        self._data[key] = value
+
     def __len__(self) -> int:
         return len(self._data)
 

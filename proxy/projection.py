@@ -64,7 +64,9 @@ def _starts_with(entry: Entry, command: str) -> bool:
     return content_text(entry).lstrip().startswith(command)
 
 
-@dataclass(frozen=True)
+# Not frozen: one is built for every request and dropped with it, and a frozen
+# `__init__` sets each field through `object.__setattr__`. Never mutated all the same.
+@dataclass
 class Built:
     rebuilt: Rebuilt | None
     cascade: CascadeResult
@@ -94,7 +96,9 @@ class Built:
         return len(cascade.entries) - start
 
 
-@dataclass(frozen=True)
+# Not frozen: one is built for every request and dropped with it, and a frozen
+# `__init__` sets each field through `object.__setattr__`. Never mutated all the same.
+@dataclass
 class Situation:
     """What the cascade needs to know about the thread and the moment."""
 

@@ -8,7 +8,7 @@ any store can keep it as one document.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 R = TypeVar("R")
 
@@ -32,7 +32,7 @@ class ThreadKey(NamedTuple):
     thread: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Anchor:
     """The usage upstream reported for one response, tied to the projection it answered.
 
@@ -50,6 +50,21 @@ class Anchor:
     reasoning_tokens: int = 0
     model: str = ""
     created_at: float = 0.0
+    # The length a list needs to hold the echo: an estimate tests it for every kept anchor,
+    # so each anchor works it out once. Derived: `ClassVar` keeps it out of the fields (the
+    # stored form, `==`, `asdict`).
+    echo_end: ClassVar[int]
+
+    def __init__(self, response_digests: tuple[str, ...], position: int, prefix_digest: str,
+                 input_tokens: int, output_tokens: int, cached_tokens: int = 0,
+                 reasoning_tokens: int = 0, model: str = "", created_at: float = 0.0) -> None:
+        # One is made for every answer: one update of the instance's dict instead of the
+        # frozen `__init__`'s `object.__setattr__` per field. Still frozen afterwards.
+        self.__dict__.update(
+            response_digests=response_digests, position=position, prefix_digest=prefix_digest,
+            input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached_tokens,
+            reasoning_tokens=reasoning_tokens, model=model, created_at=created_at,
+            echo_end=position + len(response_digests))
 
     def to_data(self) -> dict[str, Any]:
         # Written for every answer: `asdict`'s deep copy costs more than the insert.

@@ -16,21 +16,24 @@ not fit returns None, and the caller parses the whole body as usual.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from proxy import jsonio
 from proxy.conversation import Api, Entries, entries_from
 from proxy.errors import BadRequest
-from proxy.inbound import Inbound, checked_inbound
+from proxy.inbound import Inbound, checked_fields
 from proxy.jsonspan import ArraySpans, following_elements, scan_elements, skip_ws
 
 _COMMA, _CLOSE = ord(","), ord("]")
+# The list's key, and as it reads in the body.
+_LIST_KEYS = {Api.CHAT: ("messages", b'"messages"'), Api.RESPONSES: ("input", b'"input"')}
 
 
-@dataclass(frozen=True, slots=True)
-class Known:
-    """What a thread's previous request leaves for parsing the next one."""
+class Known(NamedTuple):
+    """What a thread's previous request leaves for parsing the next one.
+
+    A named tuple, not a frozen dataclass: one is made for every request, and a tuple is
+    built in C."""
 
     api: Api
     lead: bytes  # the body up to and including its list's `[`
@@ -61,15 +64,15 @@ def reparse(api: Api, body: bytes, known: Known) -> Inbound | None:
         return None  # the whole-body parse words the error
     if not isinstance(doc, dict):
         return None
-    key = "messages" if api is Api.CHAT else "input"
+    key, quoted_key = _LIST_KEYS[api]
     fresh = doc.get(key)
     if not isinstance(fresh, list):
         return None
     spans = _fresh_spans(body, at, fresh)
-    if spans is None or body.find(b'"' + key.encode() + b'"', spans[1]) >= 0:
+    if spans is None or body.find(quoted_key, spans[1]) >= 0:
         return None  # a later copy of the key is the list a parser keeps: the slow path decides
     try:
-        cut = checked_inbound(api, body, doc)  # the model, stream, and the new elements
+        model, stream, _ = checked_fields(api, doc)  # the new elements are checked too
     except BadRequest:
         return None
     elements = known.elements[:reused] + tuple(fresh)
@@ -79,8 +82,7 @@ def reparse(api: Api, body: bytes, known: Known) -> Inbound | None:
     # Past an edited element the old entries may line up again: `entries_from` reuses those.
     entries = known.entries[:reused] + entries_from(api, fresh, sources,
                                                     known.entries[reused:])
-    return Inbound(api, body, doc, cut.model, cut.stream, key, entries, located, elements,
-                   reused)
+    return Inbound(api, body, doc, model, stream, key, entries, located, elements, reused)
 
 
 def _repeated(body: bytes, at: int, sources: Sequence[bytes]) -> tuple[int, int]:

@@ -19,6 +19,10 @@ from typing import Any
 
 from proxy.sse import SseEvent
 
+# `dict` first: parsed JSON is dicts, and for a dict `isinstance` then answers in C, without
+# the ABC's Python-level `__instancecheck__`; other mappings still pass.
+_MAPPING = (dict, Mapping)
+
 _KEEP_FIRST = frozenset({"id", "type", "name", "role", "index"})
 _TAKE_WHOLE = frozenset({"extra_content"})
 _TERMINAL = {"response.completed": "completed", "response.incomplete": "incomplete",
@@ -45,7 +49,7 @@ def merge_delta(acc: dict[str, Any], delta: Mapping[str, Any]) -> None:
             continue
         elif isinstance(old, str) and isinstance(value, str):
             acc[key] = old + value
-        elif isinstance(old, dict) and isinstance(value, Mapping):
+        elif isinstance(old, dict) and isinstance(value, _MAPPING):
             merge_delta(old, value)
         elif isinstance(old, list) and isinstance(value, list):
             _merge_list(old, value)
@@ -55,7 +59,7 @@ def merge_delta(acc: dict[str, Any], delta: Mapping[str, Any]) -> None:
 
 def _merge_list(acc: list[Any], delta: list[Any]) -> None:
     for element in delta:
-        index = element.get("index") if isinstance(element, Mapping) else None
+        index = element.get("index") if isinstance(element, _MAPPING) else None
         target = _with_index(acc, index) if isinstance(index, int) else None
         if target is None:
             acc.append(_fresh(element))
@@ -71,7 +75,7 @@ def _with_index(acc: list[Any], index: int) -> dict[str, Any] | None:
 
 
 def _fresh(value: Any) -> Any:
-    if isinstance(value, Mapping):
+    if isinstance(value, _MAPPING):
         out: dict[str, Any] = {}
         merge_delta(out, value)
         return out
@@ -97,28 +101,28 @@ class ChatStream:
         return self.feed_json(event.json())
 
     def feed_json(self, chunk: Any) -> ChunkKind:
-        if not isinstance(chunk, Mapping):
+        if not isinstance(chunk, _MAPPING):
             return ChunkKind.OTHER
         if chunk.get("error"):
             self.error = _error_of(chunk["error"])
             return ChunkKind.ERROR
         self.id = self.id or _str(chunk.get("id"))
         self.model = self.model or _str(chunk.get("model"))
-        if isinstance(chunk.get("usage"), Mapping):
+        if isinstance(chunk.get("usage"), _MAPPING):
             self.usage = dict(chunk["usage"])
         choices = chunk.get("choices")
-        if choices == [] and isinstance(chunk.get("usage"), Mapping):
+        if choices == [] and isinstance(chunk.get("usage"), _MAPPING):
             return ChunkKind.USAGE_ONLY
         for choice in choices if isinstance(choices, list) else ():
             self._choice(choice)
         return ChunkKind.DATA
 
     def _choice(self, choice: Any) -> None:
-        if not isinstance(choice, Mapping):
+        if not isinstance(choice, _MAPPING):
             return
         index = choice.get("index") if isinstance(choice.get("index"), int) else 0
         delta = choice.get("delta")
-        if isinstance(delta, Mapping):
+        if isinstance(delta, _MAPPING):
             merge_delta(self._choices.setdefault(index, {}), delta)
         else:
             self._choices.setdefault(index, {})
@@ -145,7 +149,7 @@ class ChatStream:
 def _by_index(elements: list[Any]) -> list[Any]:
     def position(pair: tuple[int, Any]) -> tuple[int, int]:
         n, element = pair
-        index = element.get("index") if isinstance(element, Mapping) else None
+        index = element.get("index") if isinstance(element, _MAPPING) else None
         return (index if isinstance(index, int) else n, n)
     return [e for _, e in sorted(enumerate(elements), key=position)]
 
@@ -173,28 +177,28 @@ class ResponsesStream:
 
     def feed(self, event: SseEvent) -> ChunkKind:
         data = event.json()
-        if not isinstance(data, Mapping):
+        if not isinstance(data, _MAPPING):
             return ChunkKind.OTHER
         kind = data.get("type") if isinstance(data.get("type"), str) else event.event
         if kind == "error":
             self.error = _error_of(data.get("error") or data)
             return ChunkKind.ERROR
         response = data.get("response")
-        if isinstance(response, Mapping):
+        if isinstance(response, _MAPPING):
             self.id = self.id or _str(response.get("id"))
-        if kind == "response.output_item.done" and isinstance(data.get("item"), Mapping):
+        if kind == "response.output_item.done" and isinstance(data.get("item"), _MAPPING):
             index = data.get("output_index")
             self._items[index if isinstance(index, int) else len(self._items)] = dict(data["item"])
-        elif kind in _TERMINAL and isinstance(response, Mapping):
+        elif kind in _TERMINAL and isinstance(response, _MAPPING):
             return self._terminal(_TERMINAL[kind], response)
         return ChunkKind.DATA
 
     def _terminal(self, status: str, response: Mapping[str, Any]) -> ChunkKind:
         self.response = dict(response)
         self.status = _str(response.get("status")) or status
-        if isinstance(response.get("usage"), Mapping):
+        if isinstance(response.get("usage"), _MAPPING):
             self.usage = dict(response["usage"])
-        if status == "failed" and isinstance(response.get("error"), Mapping):
+        if status == "failed" and isinstance(response.get("error"), _MAPPING):
             self.error = dict(response["error"])
             return ChunkKind.ERROR
         return ChunkKind.DONE
@@ -210,26 +214,26 @@ class ResponsesStream:
 
 def chat_message(body: Any, index: int = 0) -> dict[str, Any] | None:
     """The assistant message of choice `index` in a non-streaming chat completion."""
-    choices = body.get("choices") if isinstance(body, Mapping) else None
+    choices = body.get("choices") if isinstance(body, _MAPPING) else None
     for n, choice in enumerate(choices if isinstance(choices, list) else ()):
-        if isinstance(choice, Mapping) and choice.get("index", n) == index:
+        if isinstance(choice, _MAPPING) and choice.get("index", n) == index:
             message = choice.get("message")
-            return dict(message) if isinstance(message, Mapping) else None
+            return dict(message) if isinstance(message, _MAPPING) else None
     return None
 
 
 def responses_output(body: Any) -> list[dict[str, Any]]:
-    output = body.get("output") if isinstance(body, Mapping) else None
-    return [dict(i) for i in output if isinstance(i, Mapping)] if isinstance(output, list) else []
+    output = body.get("output") if isinstance(body, _MAPPING) else None
+    return [dict(i) for i in output if isinstance(i, _MAPPING)] if isinstance(output, list) else []
 
 
 def usage_of(body: Any) -> dict[str, Any] | None:
-    usage = body.get("usage") if isinstance(body, Mapping) else None
-    return dict(usage) if isinstance(usage, Mapping) else None
+    usage = body.get("usage") if isinstance(body, _MAPPING) else None
+    return dict(usage) if isinstance(usage, _MAPPING) else None
 
 
 def _error_of(error: Any) -> dict[str, Any]:
-    return dict(error) if isinstance(error, Mapping) else {"message": str(error)}
+    return dict(error) if isinstance(error, _MAPPING) else {"message": str(error)}
 
 
 def _str(value: Any) -> str | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from proxy.conversation import Api
@@ -21,7 +22,9 @@ from proxy.conversation import Api
 Count = Callable[[str], int]
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: one is built for every answer and dropped with it, and a frozen
+# `__init__` sets each field through `object.__setattr__`. Never mutated all the same.
+@dataclass(slots=True)
 class Usage:
     input: int
     output: int
@@ -39,20 +42,23 @@ class Usage:
 def normalize(usage: Any, api: Api | str = Api.CHAT, response: Any = None,
               count: Count | None = None) -> Usage | None:
     """`usage` as upstream sent it; `response` is the chat message or the Responses output items."""
-    if not isinstance(usage, Mapping):
+    if type(usage) is not dict and not isinstance(usage, Mapping):  # a dict: skip the ABC check
         return None
     input_tokens = _input(usage)
     if input_tokens is None:
         return None
-    output = _first(usage, ("completion_tokens",), ("output_tokens",), ("eval_count",)) or 0
-    reasoning = _first(usage, ("completion_tokens_details", "reasoning_tokens"),
-                       ("output_tokens_details", "reasoning_tokens"), ("reasoning_tokens",))
+    get = usage.get
+    output = _first(get("completion_tokens"), get("output_tokens"), get("eval_count")) or 0
+    if usage.keys().isdisjoint(_BREAKDOWN_NAMES):
+        reasoning, cached, cache_write = None, 0, 0  # a bare count: nothing more to look up
+    else:
+        reasoning, cached, cache_write = _breakdown(usage)
     estimated = reasoning is None
     if reasoning is None:
         reasoning = _estimate(api, response, count)
     reasoning = min(reasoning, output)
-    return Usage(input_tokens, output, _cached(usage), _cache_write(usage), reasoning,
-                 output - reasoning, estimated and reasoning > 0)
+    return Usage(input_tokens, output, cached, cache_write, reasoning, output - reasoning,
+                 estimated and reasoning > 0)
 
 
 def _input(usage: Mapping[str, Any]) -> int | None:
@@ -70,30 +76,49 @@ def _input(usage: Mapping[str, Any]) -> int | None:
     return _int(usage.get("prompt_eval_count"))
 
 
-def _cached(usage: Mapping[str, Any]) -> int:
-    return _first(usage, ("prompt_tokens_details", "cached_tokens"),
-                  ("input_tokens_details", "cached_tokens"), ("cache_read_input_tokens",),
-                  ("prompt_cache_hit_tokens",)) or 0
+# Every name `_breakdown` reads at the top level.
+_BREAKDOWN_NAMES = frozenset({
+    "prompt_tokens_details", "input_tokens_details", "completion_tokens_details",
+    "output_tokens_details", "reasoning_tokens", "cache_read_input_tokens",
+    "prompt_cache_hit_tokens", "cache_creation_input_tokens", "cache_write_tokens"})
 
 
-def _cache_write(usage: Mapping[str, Any]) -> int:
-    return _first(usage, ("prompt_tokens_details", "cache_write_tokens"),
-                  ("input_tokens_details", "cache_write_tokens"),
-                  ("prompt_tokens_details", "cache_creation_tokens"),
-                  ("cache_creation_input_tokens",), ("cache_write_tokens",)) or 0
+def _breakdown(usage: Mapping[str, Any]) -> tuple[int | None, int, int]:
+    """Reasoning (None when not reported), cached and cache-write tokens.
+
+    Each provider's names are looked up directly (a nested details object once), in the
+    order of preference: the first valid count wins."""
+    get = usage.get
+    prompt_details = _details(get("prompt_tokens_details"))
+    input_details = _details(get("input_tokens_details"))
+    completion_details = _details(get("completion_tokens_details"))
+    output_details = _details(get("output_tokens_details"))
+    reasoning = _first(completion_details.get("reasoning_tokens"),
+                       output_details.get("reasoning_tokens"), get("reasoning_tokens"))
+    cached = _first(prompt_details.get("cached_tokens"), input_details.get("cached_tokens"),
+                    get("cache_read_input_tokens"), get("prompt_cache_hit_tokens")) or 0
+    cache_write = _first(prompt_details.get("cache_write_tokens"),
+                         input_details.get("cache_write_tokens"),
+                         prompt_details.get("cache_creation_tokens"),
+                         get("cache_creation_input_tokens"), get("cache_write_tokens")) or 0
+    return reasoning, cached, cache_write
 
 
-def _first(usage: Mapping[str, Any], *paths: tuple[str, ...]) -> int | None:
-    for path in paths:
-        value: Any = usage
-        for key in path:
-            # Parsed JSON is dicts: that check first, the slow ABC one only for other mappings.
-            if type(value) is dict or (value is not None and isinstance(value, Mapping)):
-                value = value.get(key)
-            else:
-                value = None
-                break
-        if value is not None:  # most paths are absent: skip the call for them
+_NO_DETAILS: Mapping[str, Any] = MappingProxyType({})
+
+
+def _details(value: Any) -> Mapping[str, Any]:
+    """A nested `*_tokens_details` object; an empty one when absent or not an object."""
+    # Parsed JSON is dicts: that check first, the slow ABC one only for other mappings.
+    if type(value) is dict or (value is not None and isinstance(value, Mapping)):
+        return value
+    return _NO_DETAILS
+
+
+def _first(*values: Any) -> int | None:
+    """The first of `values` that is a valid count."""
+    for value in values:
+        if value is not None:  # most names are absent: skip the call for them
             found = _int(value)
             if found is not None:
                 return found
@@ -101,6 +126,8 @@ def _first(usage: Mapping[str, Any], *paths: tuple[str, ...]) -> int | None:
 
 
 def _int(value: Any) -> int | None:
+    if type(value) is int:  # what parsed JSON has: the checks below are for anything else
+        return value if value >= 0 else None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     if isinstance(value, float) and not math.isfinite(value):
@@ -111,7 +138,8 @@ def _int(value: Any) -> int | None:
 def _estimate(api: Api | str, response: Any, count: Count | None) -> int:
     if count is None or response is None:
         return 0
-    return sum(count(text) for text in reasoning_texts(api, response))
+    texts = reasoning_texts(api, response)
+    return sum(map(count, texts)) if texts else 0  # most answers carry none
 
 
 _REASONING_KEYS = ("reasoning_content", "reasoning", "reasoning_details", "thinking_blocks")
@@ -122,7 +150,7 @@ def reasoning_texts(api: Api | str, response: Any) -> list[str]:
     if api == Api.RESPONSES:
         items = response if isinstance(response, Sequence) and not isinstance(response, str) else ()
         return [t for item in items if isinstance(item, Mapping) for t in _item_reasoning(item)]
-    if not isinstance(response, Mapping):
+    if type(response) is not dict and not isinstance(response, Mapping):
         return []
     if response.keys().isdisjoint(_REASONING_KEYS):
         return []  # most answers carry none: skip building the candidates

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from proxy.anchors import (context_bytes, echoed, estimate, make_anchor, projection_digest,
-                           response_entries)
+                           response_digests, response_entries)
 from proxy.conversation import Api, Entries, entries_from, entry_from_chat
 from proxy.identity import Identities
 from proxy.records import Anchor
@@ -190,3 +190,20 @@ def test_an_anchor_written_for_the_store_has_every_field_and_reads_back_equal() 
     data = orjson.loads(orjson.dumps(anchor.to_data()))
     assert set(data) == {f.name for f in fields(Anchor)}
     assert Anchor.from_data(data) == anchor
+
+
+@pytest.mark.parametrize(("api", "response"), [
+    (Api.CHAT, RESPONSE), (Api.CHAT, ECHO), (Api.CHAT, {"role": "assistant", "content": None}),
+    (Api.CHAT, {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm"},
+                                                 {"type": "text", "text": "Hi."}]}),
+    (Api.RESPONSES, [{"type": "reasoning", "id": "rs_1", "summary": []},
+                     {"type": "message", "id": "msg_1", "role": "assistant",
+                      "content": [{"type": "output_text", "text": "Hi."}]},
+                     {"type": "function_call", "id": "fc_1", "call_id": "call_1",
+                      "name": "read_file", "arguments": "{}"}]),
+])
+def test_response_digests_are_what_make_anchor_takes(api: Api, response: Any) -> None:
+    entries = response_entries(api, response)
+    anchor = make_anchor(entries_of(PROJECTION), CONTEXT, entries, normalize(USAGE, api),
+                         IDS.content_digest)
+    assert response_digests(api, response, Identities()) == anchor.response_digests

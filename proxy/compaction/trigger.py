@@ -50,7 +50,9 @@ class Action(StrEnum):
     REFUSE = "refuse"  # not re-armed and it does not fit: the clear error, no summary
 
 
-@dataclass(frozen=True)
+# Not frozen: one is built for every request and dropped with it, and a frozen
+# `__init__` sets each field through `object.__setattr__`. Never mutated all the same.
+@dataclass
 class Decision:
     action: Action
     estimate: int
@@ -60,9 +62,15 @@ class Decision:
 
 def requested_output_tokens(doc: Mapping[str, Any]) -> int:
     """The largest output reservation the request makes, 0 when it makes none."""
-    values = [doc.get(k) for k in _OUTPUT_KEYS]
-    return max((v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0),
-               default=0)
+    if doc.keys().isdisjoint(_OUTPUT_KEYS):
+        return 0
+    largest = 0
+    for key in _OUTPUT_KEYS:
+        value = doc.get(key)
+        # The type checks only for a value that is there.
+        if value is not None and isinstance(value, int) and not isinstance(value, bool):
+            largest = max(largest, value)
+    return largest
 
 
 def thresholds(settings: CompactionSettings, profile: ModelProfile | None,

@@ -70,15 +70,25 @@ class CascadeContext:
     policy: Policy | None = None  # force a sanitizer policy
 
 
-@dataclass(frozen=True)
+# Not frozen: one is built for every request and dropped with it, and a frozen
+# `__init__` sets each field through `object.__setattr__`. Never mutated all the same.
+@dataclass
 class CascadeResult:
     entries: Entries
     origins: Origins  # per entry: its index in the client's list; None when the proxy made it
     reports: tuple[StageReport, ...]  # the stages that ran, in order, then "sanitize"
-    sanitized: Sanitized
+    sanitizer: Sanitized | None  # None when no stage ran (`unchanged`): see `sanitized`
     mark: MicrocompactMark | None  # the microcompact mark to store
     window_start: int  # entries[window_start:] are the protected window
     changed: bool
+
+    @property
+    def sanitized(self) -> Sanitized:
+        """What the sanitizer did; for an inert list, made on demand (the log line and the
+        hot path never ask): the list as it came, under the transparent policy."""
+        if self.sanitizer is None:
+            return Sanitized(self.entries, self.origins, Policy.TRANSPARENT)  # type: ignore[arg-type]
+        return self.sanitizer
 
     @property
     def tokens_saved(self) -> int:
@@ -148,8 +158,7 @@ def inert(entries: Entries, *, compacted: bool, policy: Policy | None, keep_loop
 def unchanged(entries: Entries, mark: MicrocompactMark | None) -> CascadeResult:
     """The cascade's result for `inert` entries: the list as it came, `mark` kept."""
     kept = tuple(range(len(entries)))
-    clean = Sanitized(entries, kept, Policy.TRANSPARENT)
-    return CascadeResult(entries, kept, (), clean, mark, leading_instructions(entries), False)
+    return CascadeResult(entries, kept, (), None, mark, leading_instructions(entries), False)
 
 
 def _sanitized(frame: _Frame, client: Entries, context: CascadeContext, memo: _Memo,

@@ -241,10 +241,9 @@ class Pipeline:
             return
         line.set(usage_input=usage.input, usage_output=usage.output, usage_cached=usage.cached,
                  usage_reasoning=usage.reasoning)
-        entries = anchors.response_entries(api, response)
-        anchor = anchors.make_anchor(prepared.projection, prepared.context, entries, usage,
-                                     self.identities.content_digest, prepared.inbound.model,
-                                     self.clock())
+        digests = anchors.response_digests(api, response, self.identities)
+        anchor = anchors.anchor_for(prepared.projection, prepared.context, digests, usage,
+                                    prepared.inbound.model, self.clock())
         await self.store.add_anchor(prepared.key, anchor)
 
     # ---------------------------------------------------------------- helpers

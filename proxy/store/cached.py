@@ -106,7 +106,7 @@ class CachedStore:
         # Only a cached state is updated: an uncached one is read whole from the store later.
         found = self._states.get(key)
         if found is not None:
-            self._states.put(key, change(found, *args))
+            self._states.replace(key, change(found, *args))
 
 
 def _merged(held: HeldTouch | None, at: float, estimate: int | None) -> HeldTouch:

@@ -13,9 +13,9 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from proxy.lru import LRU
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
@@ -204,9 +204,10 @@ class StateDb:
         return "; ".join(row[0] for row in self.conn.execute("PRAGMA integrity_check"))
 
 
-@dataclass(frozen=True, slots=True)
-class AnchorWrite:
-    """A queued `add_anchor`, recognisable in a batch so that `write_batch` can group it."""
+class AnchorWrite(NamedTuple):
+    """A queued `add_anchor`, recognisable in a batch so that `write_batch` can group it.
+
+    A named tuple: one is queued for every answer, and a tuple is built in C."""
 
     db: StateDb
     key: ThreadKey
