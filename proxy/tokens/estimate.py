@@ -6,6 +6,11 @@ only for entries not seen before. Entries without client bytes (made or changed 
 are counted directly. Tool definitions and instructions, resent whole on every request, are
 cached by the digest of their text. The conservative total adds the reply priming and the
 configured safety margin, so it stays at or above what upstream counts.
+
+One estimator serves every tenant (SPEC §2), so every count it caches is a function of the
+bytes counted alone, never of what some request counted first: the text cache holds exact
+counts only. A bound known to one compaction (a restored file sized from its tool result)
+would otherwise decide, through the entry cache, what every tenant sees for the same bytes.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ class TokenEstimator:
         self._entries: LRU[bytes, int] = LRU(settings.cache_entries)
         self._memo_key = ("tokens", tokenizer.name, self.margin)
         self._blobs: LRU[bytes, int] = LRU(_BLOB_CACHE)
-        # (characters, tokens) per text: weighed by the text's length, which it keeps alive.
+        # (characters, exact tokens) per text: weighed by the text's length, which it keeps alive.
         self._texts: WeightedLRU[str, tuple[int, int]] = WeightedLRU(_TEXT_CACHE_CHARS, _chars)
 
     def text_tokens(self, text: str) -> int:
@@ -56,12 +61,6 @@ class TokenEstimator:
             found = (len(text), self.tokenizer.count(text))
             self._texts.put(text, found)
         return found[1]
-
-    def remember(self, text: str, tokens: int) -> None:
-        """Keep a count the caller made by other means (at or a few tokens above the exact
-        count: estimates here may be high, never low) for the next count of `text`."""
-        if len(text) >= _TEXT_CACHE_MIN:
-            self._texts.put(text, (len(text), tokens))
 
     def _count_known(self, text: str) -> int:
         """Counting inside entries: uses the texts `text_tokens` kept, adds none (the client's
