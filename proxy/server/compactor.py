@@ -215,8 +215,6 @@ class Compactor:
                                    restore_budgets(self.settings.compaction.restore,
                                                    job.thresholds.trigger),
                                    job.estimator.text_tokens, measure=job.estimator.entry_tokens)
-        for text, tokens in restored.file_counts:  # the post-check measures these again
-            job.estimator.remember(text, tokens)
         plan = summarizer.plan_summary(
             job.entries, cutoff, api=Api(summary_upstream.api), model=summary_model,
             now=self._now(), settings=self.settings.compaction.summarizer,

@@ -6,6 +6,12 @@ only for entries not seen before. Entries without client bytes (made or changed 
 are counted directly. Tool definitions and instructions, resent whole on every request, are
 cached by the digest of their text. The conservative total adds the reply priming and the
 configured safety margin, so it stays at or above what upstream counts.
+
+One estimator serves every tenant (SPEC §2), so every count it caches is a function of the
+bytes counted alone, never of what some request counted first. Long texts are counted exactly
+and cached by their text. A restored file's message (restore.py) is counted, by whoever counts
+it, as its header plus its tool result's text (a few tokens over the exact count at most): a
+compaction's post-check then finds the file's text counted with its tool result already.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 
 from proxy import jsonio
 
+from proxy.compaction.restore import HEADER as RESTORED
 from proxy.conversation import Api, Entry
 from proxy.lru import LRU, WeightedLRU
 from proxy.settings import TokenSettings
@@ -31,6 +38,9 @@ _TEXT_CACHE_MIN = 2048  # characters: shorter texts cost less to count than to l
 _TEXT_CACHE_CHARS = 4 * 1024 * 1024
 # The tag keeps a chat message and a Responses item with the same bytes apart.
 _TAG = {Api.CHAT: b"c", Api.RESPONSES: b"r"}
+# A restored file's message: this header line, a blank line, then its tool result's text.
+_RESTORED_FILE = f"{RESTORED}: the latest content of the file "
+_BLANK_LINE_TOKENS = 2  # the parts' sum bounds the whole: no token spans a blank line
 
 
 class TokenEstimator:
@@ -38,39 +48,30 @@ class TokenEstimator:
         settings = settings or TokenSettings()
         self.tokenizer = tokenizer
         self.margin = settings.safety_margin
-        self._count: Callable[[str], int] = self._count_known
         self._entries: LRU[bytes, int] = LRU(settings.cache_entries)
         self._memo_key = ("tokens", tokenizer.name, self.margin)
         self._blobs: LRU[bytes, int] = LRU(_BLOB_CACHE)
-        # (characters, tokens) per text: weighed by the text's length, which it keeps alive.
+        # (characters, tokens) per long text: weighed by its length, which it keeps alive.
         self._texts: WeightedLRU[str, tuple[int, int]] = WeightedLRU(_TEXT_CACHE_CHARS, _chars)
 
     def text_tokens(self, text: str) -> int:
-        """Tokens of a text the proxy builds (a restored file, a summary). A long one is kept
-        in a small cache: it is counted when built and again, whole, when the projection it
-        went into is measured, and the second count is then a lookup."""
+        """Tokens of a text, in an entry or built by the proxy (a restored file, a summary). A
+        long one is cached: a summary is counted when built and again, whole, when the
+        projection it went into is measured; a tool result's text again in its restored file."""
         if len(text) < _TEXT_CACHE_MIN:
             return self.tokenizer.count(text)
         found = self._texts.get(text)
         if found is None:
-            found = (len(text), self.tokenizer.count(text))
+            found = (len(text), self._long_text_tokens(text))
             self._texts.put(text, found)
         return found[1]
 
-    def remember(self, text: str, tokens: int) -> None:
-        """Keep a count the caller made by other means (at or a few tokens above the exact
-        count: estimates here may be high, never low) for the next count of `text`."""
-        if len(text) >= _TEXT_CACHE_MIN:
-            self._texts.put(text, (len(text), tokens))
-
-    def _count_known(self, text: str) -> int:
-        """Counting inside entries: uses the texts `text_tokens` kept, adds none (the client's
-        entries are cached by their key instead)."""
-        if len(text) >= _TEXT_CACHE_MIN:
-            found = self._texts.get(text)
-            if found is not None:
-                return found[1]
-        return self.tokenizer.count(text)
+    def _long_text_tokens(self, text: str) -> int:
+        if not text.startswith(_RESTORED_FILE):
+            return self.tokenizer.count(text)
+        # At or a few tokens above the exact count, the same whoever counts it first.
+        head, _, body = text.partition("\n\n")
+        return self.tokenizer.count(head) + self.text_tokens(body) + _BLANK_LINE_TOKENS
 
     def entry_tokens(self, entry: Entry) -> int:
         found = entry.memo.get(self._memo_key)
@@ -89,8 +90,8 @@ class TokenEstimator:
 
     def _measure(self, entry: Entry) -> int:
         if entry.api is Api.CHAT:
-            return rules.chat_message_tokens(entry.raw, self._count)
-        return rules.responses_item_tokens(entry.raw, self._count)
+            return rules.chat_message_tokens(entry.raw, self.text_tokens)
+        return rules.responses_item_tokens(entry.raw, self.text_tokens)
 
     def sizes(self, entries: Iterable[Entry]) -> list[int]:
         # A steady request's entries were all counted before: a dict read each, no calls.
@@ -108,8 +109,8 @@ class TokenEstimator:
             return 0
         blob = tools.encode() if isinstance(tools, str) else tools
         data = blob if isinstance(blob, bytes) else jsonio.dumps(blob)
-        return self._cached(b"t" + _digest(data), lambda: rules.tools_tokens(_parsed(blob),
-                                                                             self._count))
+        return self._cached(b"t" + _digest(data),
+                            lambda: rules.tools_tokens(_parsed(blob), self.text_tokens))
 
     def instructions_tokens(self, instructions: Any) -> int:
         if instructions is None or instructions == "":
@@ -117,7 +118,7 @@ class TokenEstimator:
         data = (instructions.encode("utf-8", "surrogatepass") if isinstance(instructions, str)
                 else jsonio.dumps(instructions))
         return self._cached(b"i" + _digest(data),
-                            lambda: rules.instructions_tokens(instructions, self._count))
+                            lambda: rules.instructions_tokens(instructions, self.text_tokens))
 
     def _cached(self, key: bytes, compute: Callable[[], int]) -> int:
         found = self._blobs.get(key)
