@@ -66,22 +66,33 @@ def _timeout(connect_s: float, read_s: float) -> aiohttp.ClientTimeout:
 
 
 async def read_body(response: aiohttp.ClientResponse, upstream: UpstreamSettings) -> bytes:
-    with reading_answer(upstream):
+    # A plain try, not `reading_answer`: this runs for every answer, and a generator-based
+    # context manager costs more than the read's own bookkeeping.
+    try:
         return await response.read()
+    except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
+        raise answer_failed(upstream, exc) from None
 
 
 @contextmanager
 def reading_answer(upstream: UpstreamSettings) -> Iterator[None]:
     """An upstream that fails while the proxy reads its answer, before the client saw any of
-    it: 504 when it went silent, 502 when it broke off."""
+    it: see `answer_failed`."""
     try:
         yield
-    except asyncio.TimeoutError:
-        raise UpstreamTimeout(f"upstream {upstream.name!r} stopped answering "
-                              f"(no data for {upstream.timeout_s:g}s)") from None
-    except aiohttp.ClientError as exc:
-        raise UpstreamUnavailable(f"upstream {upstream.name!r} broke off its answer: "
-                                  f"{describe(exc)}") from None
+    except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
+        raise answer_failed(upstream, exc) from None
+
+
+def answer_failed(upstream: UpstreamSettings,
+                  exc: BaseException) -> UpstreamTimeout | UpstreamUnavailable:
+    """The error for an answer that failed before the client saw any of it: 504 when the
+    upstream went silent, 502 when it broke off."""
+    if isinstance(exc, asyncio.TimeoutError):
+        return UpstreamTimeout(f"upstream {upstream.name!r} stopped answering "
+                               f"(no data for {upstream.timeout_s:g}s)")
+    return UpstreamUnavailable(f"upstream {upstream.name!r} broke off its answer: "
+                               f"{describe(exc)}")
 
 
 def describe(exc: BaseException) -> str:
@@ -96,6 +107,8 @@ def _url(base_url: str, path_qs: str) -> URL:
     return URL(str(URL(base_url)) + path_qs, encoded=True)
 
 
+# Clients send the same few paths on every request; a refused one is not remembered.
+@lru_cache(maxsize=256)
 def upstream_path(raw_path: str) -> str:
     """The client's path below `/v1` with its query, as the client encoded it:
     `/v1/models/org%2Fname?x=1` -> `/models/org%2Fname?x=1` (the base URL ends in /v1).
