@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from functools import lru_cache
 
 from proxy.records import ThreadKey
 
@@ -24,16 +23,25 @@ def thread_key_text(raw: str) -> str:
     Idempotent: a result fed back in comes out unchanged, so callers may normalize twice
     (the server does, and the store does again as a safety net).
     """
-    if len(raw) <= MAX_KEPT_CHARS:
-        return _short_key_text(raw)
-    return _key_text(raw)
+    return _KEY_TEXTS[raw]
 
 
-# A request normalizes its key several times (cache lookups, store writes); only short ids are
-# remembered, so the memo stays small whatever ids clients send.
-@lru_cache(maxsize=8192)
-def _short_key_text(raw: str) -> str:
-    return _key_text(raw)
+class _KeyTextMemo(dict[str, str]):
+    """`_key_text` of the ids seen lately. A request normalizes its key several times (cache
+    lookups, store writes): a hit is one dict lookup. Only short ids are kept, and at most
+    `_MEMO_SIZE` of them, so the memo stays small whatever ids clients send."""
+
+    def __missing__(self, raw: str) -> str:
+        text = _key_text(raw)
+        if len(raw) <= MAX_KEPT_CHARS:
+            if len(self) >= _MEMO_SIZE:
+                self.clear()
+            self[raw] = text
+        return text
+
+
+_MEMO_SIZE = 8192
+_KEY_TEXTS = _KeyTextMemo()
 
 
 def _key_text(raw: str) -> str:
