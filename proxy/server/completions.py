@@ -61,14 +61,15 @@ async def _complete(request: web.Request, api: Api) -> web.StreamResponse:
                  thread=loggable(identity.thread), thread_source=identity.source)
         prepared = await services.pipeline.prepare(inbound, identity, upstream, line,
                                                    _credentials(request))
-        while True:
-            if prepared.answer is not None:
-                line.set(status=prepared.answer.status)
-                return prepared.answer
+        while prepared.answer is None:
             outcome = await _forward(request, path, services, prepared, line)
-            if isinstance(outcome, web.StreamResponse):
+            # Tested as a Prepared (a plain class), not as a response: a response is a
+            # MutableMapping, and `isinstance` against an ABC runs Python code.
+            if not isinstance(outcome, Prepared):
                 return outcome
             prepared = outcome
+        line.set(status=prepared.answer.status)
+        return prepared.answer
 
 
 async def _forward(request: web.Request, path: str, services: Services, prepared: Prepared,
@@ -171,5 +172,6 @@ async def _read_until(response: aiohttp.ClientResponse, deadline: float) -> byte
 
 
 def _credentials(request: web.Request) -> Mapping[str, str]:
-    return {name: request.headers[name] for name in _CREDENTIALS if name in request.headers}
+    headers = request.headers
+    return {name: headers[name] for name in _CREDENTIALS if name in headers}
 
