@@ -45,7 +45,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
 async def _complete(request: web.Request, api: Api) -> web.StreamResponse:
     services = request.app[SERVICES]
     tenant = tenant_digest(request.headers)
-    with RequestLine(services.log, services.metrics, api.value, path=request.path,
+    with RequestLine(services.log, services.metrics, str(api), path=request.path,
                      method=request.method, tenant=tenant) as line:
         path = upstream_path(request.raw_path)
         body = await read_client_body(request, services.settings.server.max_body_mb)
