@@ -55,8 +55,14 @@ def header_thread(headers: Mapping[str, str], settings: ThreadSettings,
     for name in settings.headers:
         value = headers.get(name)
         if value:
-            return ThreadIdentity(value, f"header:{name}", tenant)
+            return _header_identity(value, name, tenant)
     return None
+
+
+# A thread's requests name it the same way each time: one identity (frozen) serves them all.
+@lru_cache(maxsize=1024)
+def _header_identity(thread: str, header: str, tenant: str) -> ThreadIdentity:
+    return ThreadIdentity(thread, f"header:{header}", tenant)
 
 
 def body_thread_hint(body: bytes, settings: ThreadSettings, tenant: str) -> ThreadIdentity | None:
