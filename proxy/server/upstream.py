@@ -32,8 +32,7 @@ class UpstreamClient:
         # cookies (Set-Cookie is relayed to that client, untouched) with everybody's requests.
         self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
                                               cookie_jar=aiohttp.DummyCookieJar(),
-                                              timeout=aiohttp.ClientTimeout(total=None),
-                                              skip_auto_headers=("User-Agent", "Accept-Encoding"))
+                                              timeout=aiohttp.ClientTimeout(total=None))
 
     async def close(self) -> None:
         if self._session is not None:
@@ -50,6 +49,7 @@ class UpstreamClient:
         try:
             return await self._session.request(method, url, headers=headers, data=body,
                                                timeout=_timeout(upstream.connect_timeout_s, upstream.timeout_s),
+                                               skip_auto_headers=_skip_auto_headers(headers),
                                                allow_redirects=False)
         except asyncio.TimeoutError:
             raise UpstreamTimeout(f"upstream {upstream.name!r} did not answer within "
@@ -57,6 +57,19 @@ class UpstreamClient:
         except aiohttp.ClientError as exc:
             raise UpstreamUnavailable(f"upstream {upstream.name!r} is unreachable: "
                                       f"{describe(exc)}") from None
+
+
+def _skip_auto_headers(headers: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The headers aiohttp must not add: it gives a request without User-Agent or
+    Accept-Encoding its own, and only the client's go upstream. None when both are there (a
+    dict that spells them otherwise gets the safe answer). Not set on the session: there it
+    makes aiohttp rebuild every request's header set to check them."""
+    if "User-Agent" in headers and "Accept-Encoding" in headers:
+        return None
+    return _AIOHTTP_ADDS
+
+
+_AIOHTTP_ADDS = ("User-Agent", "Accept-Encoding")
 
 
 @lru_cache(maxsize=256)
