@@ -43,8 +43,7 @@ def client_response_headers(upstream: Mapping[str, str] | CIMultiDictProxy[str],
                             extra: Mapping[str, str] | None = None) -> CIMultiDict[str]:
     out = _forwarded(upstream, _RESPONSE_DROP)
     if extra:
-        for name, value in extra.items():
-            out[name] = value
+        out.update(extra)  # replaces a header of the same name in place, as `out[name] = value`
     return out
 
 
