@@ -7,7 +7,9 @@ import time
 
 import httpx
 import orjson
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from proxy.server.metrics import _LATENCY_BUCKETS, Metrics
 from proxy.testing.replies import Reply
 from proxy.testing.sessions import coding_session
 from tests.compaction_session import LIMIT, MODEL
@@ -58,3 +60,33 @@ def test_upstream_latency_leaves_out_the_proxys_own_time(fake, proxy) -> None:
     line = proxy.requests()[-1]
     assert line["status"] == 200 and line["duration_ms"] >= 500
     assert line["upstream_ms"] < 400, line
+
+
+def test_request_metrics_export_as_the_librarys_counter_and_histogram_would(monkeypatch) -> None:
+    """`proxy_requests_total` and `proxy_upstream_latency_seconds` are counted by hand (cheaper
+    per request) and must read exactly as prometheus-client's own Counter and Histogram."""
+    observed = [("chat", 200, 12.5), ("chat", 200, None), ("other", None, 0.0),
+                ("responses", 404, 5.0), ("chat", 499, 300_000.0), ("chat", 200, 300_001.0)]
+    _clock(monkeypatch)
+    library = CollectorRegistry()
+    requests = Counter("proxy_requests", "Requests handled, by route kind and status.",
+                       ["kind", "status"], registry=library)
+    latency = Histogram("proxy_upstream_latency_seconds", "Time to the upstream's response head.",
+                        ["kind"], buckets=_LATENCY_BUCKETS, registry=library)
+    for kind, status, upstream_ms in observed:
+        requests.labels(kind, str(status or 0)).inc()
+        if upstream_ms is not None:
+            latency.labels(kind).observe(upstream_ms / 1000)
+    expected = generate_latest(library).decode()
+
+    _clock(monkeypatch)  # the same `_created` times
+    metrics = Metrics()
+    for kind, status, upstream_ms in observed:
+        metrics.observe_request(kind, status, upstream_ms)
+    exported = generate_latest(metrics.registry).decode()
+    assert exported.startswith(expected), exported  # the other counters follow
+
+
+def _clock(monkeypatch) -> None:
+    ticks = iter(range(1_700_000_000, 1_800_000_000))
+    monkeypatch.setattr(time, "time", lambda: float(next(ticks)))

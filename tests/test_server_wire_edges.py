@@ -7,6 +7,7 @@ import asyncio
 import gzip
 import http.client
 import json
+import socket
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -398,3 +399,20 @@ def test_a_last_event_without_its_blank_line_is_not_taken_for_a_cut(make_upstrea
     client.close()
     assert [c.choices[0].delta.content for c in chunks] == ["Hel"]
     assert "upstream_error" not in proxy.requests()[-1]
+
+
+@pytest.mark.parametrize("sent", [{}, {"User-Agent": "sdk/1"}, {"Accept-Encoding": "br"},
+                                  {"User-Agent": "sdk/1", "Accept-Encoding": "br"}])
+def test_aiohttp_adds_no_user_agent_or_accept_encoding_of_its_own(make_upstream, make_proxy,
+                                                                  sent) -> None:
+    upstream = make_upstream(_ok)
+    proxy = make_proxy(upstream.url)
+    head = "".join(f"{name}: {value}\r\n" for name, value in sent.items())
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=20) as client:
+        client.sendall(f"GET /v1/models HTTP/1.1\r\nHost: proxy\r\n{head}"
+                       "Connection: close\r\n\r\n".encode())
+        while client.recv(65536):
+            pass
+    seen = upstream.seen[-1][2]
+    assert seen.get("user-agent") == sent.get("User-Agent")
+    assert seen.get("accept-encoding") == sent.get("Accept-Encoding")

@@ -47,3 +47,17 @@ def test_result_is_always_clean_short_and_idempotent(raw: str) -> None:
 def test_distinct_ids_stay_distinct(a: str, b: str) -> None:
     if a != b:
         assert thread_key_text(a) != thread_key_text(b)
+
+
+def test_the_memo_keeps_only_short_ids_and_stays_bounded() -> None:
+    from proxy.store import keys
+
+    keys._KEY_TEXTS.clear()
+    long_id = "a" * 5_000
+    assert thread_key_text(long_id) == thread_key_text(long_id)  # computed, not remembered
+    assert long_id not in keys._KEY_TEXTS
+    for i in range(keys._MEMO_SIZE + 10):
+        thread_key_text(f"thread-{i}")
+    assert 0 < len(keys._KEY_TEXTS) <= keys._MEMO_SIZE
+    assert storable_key(ThreadKey("t", long_id)) == storable_key(ThreadKey("t", long_id))
+    assert ThreadKey("t", long_id) not in keys._STORABLE_KEYS

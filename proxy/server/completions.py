@@ -45,7 +45,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
 async def _complete(request: web.Request, api: Api) -> web.StreamResponse:
     services = request.app[SERVICES]
     tenant = tenant_digest(request.headers)
-    with RequestLine(services.log, services.metrics, api.value, path=request.path,
+    with RequestLine(services.log, services.metrics, str(api), path=request.path,
                      method=request.method, tenant=tenant) as line:
         path = upstream_path(request.raw_path)
         body = await read_client_body(request, services.settings.server.max_body_mb)
@@ -61,14 +61,15 @@ async def _complete(request: web.Request, api: Api) -> web.StreamResponse:
                  thread=loggable(identity.thread), thread_source=identity.source)
         prepared = await services.pipeline.prepare(inbound, identity, upstream, line,
                                                    _credentials(request))
-        while True:
-            if prepared.answer is not None:
-                line.set(status=prepared.answer.status)
-                return prepared.answer
+        while prepared.answer is None:
             outcome = await _forward(request, path, services, prepared, line)
-            if isinstance(outcome, web.StreamResponse):
+            # Tested as a Prepared (a plain class), not as a response: a response is a
+            # MutableMapping, and `isinstance` against an ABC runs Python code.
+            if not isinstance(outcome, Prepared):
                 return outcome
             prepared = outcome
+        line.set(status=prepared.answer.status)
+        return prepared.answer
 
 
 async def _forward(request: web.Request, path: str, services: Services, prepared: Prepared,
@@ -171,5 +172,6 @@ async def _read_until(response: aiohttp.ClientResponse, deadline: float) -> byte
 
 
 def _credentials(request: web.Request) -> Mapping[str, str]:
-    return {name: request.headers[name] for name in _CREDENTIALS if name in request.headers}
+    headers = request.headers
+    return {name: headers[name] for name in _CREDENTIALS if name in headers}
 

@@ -13,6 +13,7 @@ upstream call wait for an interim answer that some servers never send).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
@@ -29,13 +30,7 @@ def upstream_request_headers(client: Mapping[str, str] | CIMultiDictProxy[str], 
                              api_key: str | None, drop: Iterable[str] = (),
                              identity_encoding: bool = False) -> CIMultiDict[str]:
     """Headers to send upstream: the client's, minus hop-by-hop, with the upstream's key."""
-    dropped = _REQUEST_DROP | {d.lower() for d in drop} | _connection_tokens(client)
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in client.items():
-        lower = name.lower()
-        if lower in dropped or (api_key and lower in _CREDENTIALS):
-            continue
-        out.add(name, value)
+    out = _forwarded(client, _request_drop(tuple(drop), bool(api_key)))
     if api_key:
         out["Authorization"] = f"Bearer {api_key}"
     if identity_encoding:
@@ -46,17 +41,35 @@ def upstream_request_headers(client: Mapping[str, str] | CIMultiDictProxy[str], 
 
 def client_response_headers(upstream: Mapping[str, str] | CIMultiDictProxy[str],
                             extra: Mapping[str, str] | None = None) -> CIMultiDict[str]:
-    dropped = _RESPONSE_DROP | _connection_tokens(upstream)
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in upstream.items():
-        if name.lower() not in dropped:
-            out.add(name, value)
-    for name, value in (extra or {}).items():
-        out[name] = value
+    out = _forwarded(upstream, _RESPONSE_DROP)
+    if extra:
+        out.update(extra)  # replaces a header of the same name in place, as `out[name] = value`
+    return out
+
+
+@lru_cache(maxsize=64)
+def _request_drop(drop: tuple[str, ...], replace_credentials: bool) -> frozenset[str]:
+    """The request headers never forwarded, for one setting of `drop`: built once, not per
+    request."""
+    names = _REQUEST_DROP | {d.lower() for d in drop}
+    return names | set(_CREDENTIALS) if replace_credentials else names
+
+
+def _forwarded(headers: Mapping[str, str] | CIMultiDictProxy[str],
+               dropped: frozenset[str]) -> CIMultiDict[str]:
+    """A copy of `headers`, order and case kept, without the names in `dropped` (lower case)
+    and those its `Connection` header names (hop-by-hop too)."""
+    out = CIMultiDict(headers)
+    # The copy and the lower-cased names are made in C: only the few names both present and
+    # dropped (Host, Content-Length...) cost a step here, not every header.
+    names = set(map(str.lower, headers.keys()))
+    if "connection" in names:
+        dropped = dropped | _connection_tokens(headers)
+    for name in dropped.intersection(names):
+        del out[name]
     return out
 
 
 def _connection_tokens(headers: Mapping[str, str] | CIMultiDictProxy[str]) -> set[str]:
-    """Headers named in `Connection:` are hop-by-hop too."""
     value = headers.get("connection") or headers.get("Connection") or ""
     return {t.strip().lower() for t in value.split(",") if t.strip()}

@@ -5,10 +5,17 @@ One registry per application, so several proxies in one process (tests) never sh
 
 from __future__ import annotations
 
+import time
+from bisect import bisect_left
+from collections.abc import Iterator
+from itertools import accumulate
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -16,11 +23,11 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = Counter("proxy_requests", "Requests handled, by route kind and status.",
-                                ["kind", "status"], registry=self.registry)
-        self.upstream_latency = Histogram("proxy_upstream_latency_seconds",
-                                          "Time to the upstream's response head.", ["kind"],
-                                          buckets=_LATENCY_BUCKETS, registry=self.registry)
+        # Every request counts itself and its upstream latency: kept here as plain numbers,
+        # exported by `RequestExport` when scraped (see there why).
+        self._request_counts: dict[tuple[str, int], _Count] = {}
+        self._latencies: dict[str, _Latencies] = {}
+        self.registry.register(RequestExport(self._request_counts, self._latencies))
         self.compactions = Counter("proxy_compactions",
                                    "LLM compactions, by strategy and outcome.",
                                    ["strategy", "outcome"], registry=self.registry)
@@ -33,21 +40,21 @@ class Metrics:
                                ["reason"], registry=self.registry)
 
         # Labelled children, looked up once: `labels()` validates and locks on every call.
-        self._request_counts: dict[tuple[str, int], Any] = {}
-        self._latencies: dict[str, Any] = {}
         self._stages: dict[str, Any] = {}
 
     def observe_request(self, kind: str, status: int | None, upstream_ms: float | None) -> None:
-        counter = self._request_counts.get((kind, status or 0))
-        if counter is None:
-            counter = self._request_counts[(kind, status or 0)] = self.requests.labels(
-                kind, str(status or 0))
-        counter.inc()
+        count = self._request_counts.get((kind, status or 0))
+        if count is None:
+            count = self._request_counts[(kind, status or 0)] = _Count()
+        count.value += 1
         if upstream_ms is not None:
-            latency = self._latencies.get(kind)
-            if latency is None:
-                latency = self._latencies[kind] = self.upstream_latency.labels(kind)
-            latency.observe(upstream_ms / 1000)
+            latencies = self._latencies.get(kind)
+            if latencies is None:
+                latencies = self._latencies[kind] = _Latencies()
+            seconds = upstream_ms / 1000
+            # The first bucket whose bound is >= seconds (a bound is an inclusive upper limit).
+            latencies.buckets[bisect_left(_LATENCY_BUCKETS, seconds)] += 1
+            latencies.sum += seconds
 
     def observe_saved(self, stage: str, tokens: int) -> None:
         if tokens <= 0:
@@ -60,3 +67,47 @@ class Metrics:
     async def handler(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+class _Count:
+    def __init__(self) -> None:
+        self.created = time.time()
+        self.value = 0.0
+
+
+class _Latencies:
+    def __init__(self) -> None:
+        self.created = time.time()
+        self.buckets = [0.0] * (len(_LATENCY_BUCKETS) + 1)  # the last one is +Inf
+        self.sum = 0.0
+
+
+class RequestExport:
+    """`proxy_requests_total{kind,status}` and `proxy_upstream_latency_seconds{kind}`, from the
+    numbers `Metrics.observe_request` keeps, in the families prometheus-client's own Counter and
+    Histogram would export. Those objects cost every request ~200 Python steps (label checks,
+    a lock per value, a linear bucket search), about 2% of the proxy's work on a small request."""
+
+    def __init__(self, counts: dict[tuple[str, int], _Count],
+                 latencies: dict[str, _Latencies]) -> None:
+        self._counts = counts
+        self._latencies = latencies
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily("proxy_requests",
+                                       "Requests handled, by route kind and status.",
+                                       labels=("kind", "status"))
+        for (kind, status), count in list(self._counts.items()):
+            requests.add_metric((kind, str(status)), count.value, created=count.created)
+        yield requests
+        name = "proxy_upstream_latency_seconds"
+        latency = HistogramMetricFamily(name, "Time to the upstream's response head.",
+                                        labels=("kind",))
+        for kind, latencies in list(self._latencies.items()):
+            latency.add_metric((kind,), list(zip(_BOUND_LABELS, accumulate(latencies.buckets))),
+                               latencies.sum)
+            latency.samples.append(Sample(name + "_created", {"kind": kind}, latencies.created))
+        yield latency
+
+
+_BOUND_LABELS = tuple(floatToGoString(b) for b in (*_LATENCY_BUCKETS, float("inf")))

@@ -12,6 +12,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
 import aiohttp
@@ -58,9 +59,14 @@ class RelayOutcome:
 
 
 def is_event_stream(response: aiohttp.ClientResponse) -> bool:
+    return _is_event_stream_type(response.headers.get("Content-Type", ""))
+
+
+# An upstream sends the same few Content-Type values on every answer.
+@lru_cache(maxsize=64)
+def _is_event_stream_type(content_type: str) -> bool:
     # A media type is case-insensitive (RFC 9110 §8.3.1): `Text/Event-Stream` streams too.
-    media = response.headers.get("Content-Type", "").partition(";")[0]
-    return media.strip().lower() == "text/event-stream"
+    return content_type.partition(";")[0].strip().lower() == "text/event-stream"
 
 
 async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,

@@ -47,14 +47,16 @@ class RequestLine:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self._settle(exc)
+        if exc is not None:
+            self._settle(exc)
+        self.fields["duration_ms"] = round((time.perf_counter() - self._started) * 1000, 2)
         self._write()
         if self._metrics is not None:
             self._metrics.observe_request(self._kind, self.fields["status"],
                                           self.fields.get("upstream_ms"))
 
-    def _settle(self, exc: BaseException | None) -> None:
-        """The status and error the client got, from how the handler ended."""
+    def _settle(self, exc: BaseException) -> None:
+        """The status and error the client got, from how the handler failed."""
         if isinstance(exc, ProxyError):
             self.fields["status"] = exc.status
             self.fields["error"] = exc.code or exc.type
@@ -63,10 +65,9 @@ class RequestLine:
         elif isinstance(exc, (asyncio.CancelledError, ConnectionResetError)):
             self.fields["status"] = CLIENT_CLOSED
             self.fields["error"] = "client_disconnected"
-        elif exc is not None and not isinstance(exc, GeneratorExit):
+        elif not isinstance(exc, GeneratorExit):
             self.fields["status"] = self.fields["status"] or 500
             self.fields["error"] = type(exc).__name__
-        self.fields["duration_ms"] = round((time.perf_counter() - self._started) * 1000, 2)
 
     def _write(self) -> None:
         enabled = getattr(self._log, "is_enabled_for", None)

@@ -32,8 +32,7 @@ class UpstreamClient:
         # cookies (Set-Cookie is relayed to that client, untouched) with everybody's requests.
         self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
                                               cookie_jar=aiohttp.DummyCookieJar(),
-                                              timeout=aiohttp.ClientTimeout(total=None),
-                                              skip_auto_headers=("User-Agent", "Accept-Encoding"))
+                                              timeout=aiohttp.ClientTimeout(total=None))
 
     async def close(self) -> None:
         if self._session is not None:
@@ -50,6 +49,7 @@ class UpstreamClient:
         try:
             return await self._session.request(method, url, headers=headers, data=body,
                                                timeout=_timeout(upstream.connect_timeout_s, upstream.timeout_s),
+                                               skip_auto_headers=_skip_auto_headers(headers),
                                                allow_redirects=False)
         except asyncio.TimeoutError:
             raise UpstreamTimeout(f"upstream {upstream.name!r} did not answer within "
@@ -59,6 +59,19 @@ class UpstreamClient:
                                       f"{describe(exc)}") from None
 
 
+def _skip_auto_headers(headers: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The headers aiohttp must not add: it gives a request without User-Agent or
+    Accept-Encoding its own, and only the client's go upstream. None when both are there (a
+    dict that spells them otherwise gets the safe answer). Not set on the session: there it
+    makes aiohttp rebuild every request's header set to check them."""
+    if "User-Agent" in headers and "Accept-Encoding" in headers:
+        return None
+    return _AIOHTTP_ADDS
+
+
+_AIOHTTP_ADDS = ("User-Agent", "Accept-Encoding")
+
+
 @lru_cache(maxsize=256)
 def _timeout(connect_s: float, read_s: float) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=None, sock_connect=connect_s, connect=connect_s,
@@ -66,22 +79,33 @@ def _timeout(connect_s: float, read_s: float) -> aiohttp.ClientTimeout:
 
 
 async def read_body(response: aiohttp.ClientResponse, upstream: UpstreamSettings) -> bytes:
-    with reading_answer(upstream):
+    # A plain try, not `reading_answer`: this runs for every answer, and a generator-based
+    # context manager costs more than the read's own bookkeeping.
+    try:
         return await response.read()
+    except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
+        raise answer_failed(upstream, exc) from None
 
 
 @contextmanager
 def reading_answer(upstream: UpstreamSettings) -> Iterator[None]:
     """An upstream that fails while the proxy reads its answer, before the client saw any of
-    it: 504 when it went silent, 502 when it broke off."""
+    it: see `answer_failed`."""
     try:
         yield
-    except asyncio.TimeoutError:
-        raise UpstreamTimeout(f"upstream {upstream.name!r} stopped answering "
-                              f"(no data for {upstream.timeout_s:g}s)") from None
-    except aiohttp.ClientError as exc:
-        raise UpstreamUnavailable(f"upstream {upstream.name!r} broke off its answer: "
-                                  f"{describe(exc)}") from None
+    except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
+        raise answer_failed(upstream, exc) from None
+
+
+def answer_failed(upstream: UpstreamSettings,
+                  exc: BaseException) -> UpstreamTimeout | UpstreamUnavailable:
+    """The error for an answer that failed before the client saw any of it: 504 when the
+    upstream went silent, 502 when it broke off."""
+    if isinstance(exc, asyncio.TimeoutError):
+        return UpstreamTimeout(f"upstream {upstream.name!r} stopped answering "
+                               f"(no data for {upstream.timeout_s:g}s)")
+    return UpstreamUnavailable(f"upstream {upstream.name!r} broke off its answer: "
+                               f"{describe(exc)}")
 
 
 def describe(exc: BaseException) -> str:
@@ -96,6 +120,8 @@ def _url(base_url: str, path_qs: str) -> URL:
     return URL(str(URL(base_url)) + path_qs, encoded=True)
 
 
+# Clients send the same few paths on every request; a refused one is not remembered.
+@lru_cache(maxsize=256)
 def upstream_path(raw_path: str) -> str:
     """The client's path below `/v1` with its query, as the client encoded it:
     `/v1/models/org%2Fname?x=1` -> `/models/org%2Fname?x=1` (the base URL ends in /v1).

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import re
-from functools import lru_cache
+from collections.abc import Callable
+from typing import TypeVar
 
 from proxy.records import ThreadKey
 
 MAX_KEPT_CHARS = 256
 DIGEST_PREFIX = "~"
 _DIGEST_FORM = re.compile(r"~[0-9a-f]{64}")
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 def thread_key_text(raw: str) -> str:
@@ -24,16 +28,12 @@ def thread_key_text(raw: str) -> str:
     Idempotent: a result fed back in comes out unchanged, so callers may normalize twice
     (the server does, and the store does again as a safety net).
     """
-    if len(raw) <= MAX_KEPT_CHARS:
-        return _short_key_text(raw)
-    return _key_text(raw)
+    return _KEY_TEXTS[raw]
 
 
-# A request normalizes its key several times (cache lookups, store writes); only short ids are
-# remembered, so the memo stays small whatever ids clients send.
-@lru_cache(maxsize=8192)
-def _short_key_text(raw: str) -> str:
-    return _key_text(raw)
+def storable_key(key: ThreadKey) -> ThreadKey:
+    """The key as the stores persist it: both parts normalized."""
+    return _STORABLE_KEYS[key]
 
 
 def _key_text(raw: str) -> str:
@@ -42,9 +42,34 @@ def _key_text(raw: str) -> str:
     return DIGEST_PREFIX + hashlib.sha256(_bytes_of(raw)).hexdigest()
 
 
-def storable_key(key: ThreadKey) -> ThreadKey:
-    """The key as the stores persist it: both parts normalized."""
+def _storable_key(key: ThreadKey) -> ThreadKey:
     return ThreadKey(thread_key_text(key.tenant), thread_key_text(key.thread))
+
+
+class _Memo(dict[K, V]):
+    """`compute` of the keys seen lately. A request normalizes its key several times (cache
+    lookups, store writes): a hit is one dict lookup. Only keys of up to `MAX_KEPT_CHARS`
+    characters (`chars`) are kept, at most `_MEMO_SIZE` of them (cleared when full), so the
+    memo stays small whatever ids clients send."""
+
+    def __init__(self, compute: Callable[[K], V], chars: Callable[[K], int]) -> None:
+        super().__init__()
+        self._compute = compute
+        self._chars = chars
+
+    def __missing__(self, key: K) -> V:
+        value = self._compute(key)
+        if self._chars(key) <= MAX_KEPT_CHARS:
+            if len(self) >= _MEMO_SIZE:
+                self.clear()
+            self[key] = value
+        return value
+
+
+_MEMO_SIZE = 8192
+_KEY_TEXTS: _Memo[str, str] = _Memo(_key_text, len)
+_STORABLE_KEYS: _Memo[ThreadKey, ThreadKey] = _Memo(_storable_key,
+                                                    lambda key: max(map(len, key)))
 
 
 def _is_clean(raw: str) -> bool:
