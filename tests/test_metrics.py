@@ -7,7 +7,9 @@ import time
 
 import httpx
 import orjson
+import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import metrics as library_metrics
 
 from proxy.server.metrics import _LATENCY_BUCKETS, Metrics
 from proxy.testing.replies import Reply
@@ -62,9 +64,13 @@ def test_upstream_latency_leaves_out_the_proxys_own_time(fake, proxy) -> None:
     assert line["upstream_ms"] < 400, line
 
 
-def test_request_metrics_export_as_the_librarys_counter_and_histogram_would(monkeypatch) -> None:
+@pytest.mark.parametrize("created_series", [True, False])
+def test_request_metrics_export_as_the_librarys_counter_and_histogram_would(
+        monkeypatch, created_series: bool) -> None:
     """`proxy_requests_total` and `proxy_upstream_latency_seconds` are counted by hand (cheaper
-    per request) and must read exactly as prometheus-client's own Counter and Histogram."""
+    per request) and must read exactly as prometheus-client's own Counter and Histogram, with
+    the library's `_created` series switched on or off."""
+    monkeypatch.setattr(library_metrics, "_use_created", created_series)
     observed = [("chat", 200, 12.5), ("chat", 200, None), ("other", None, 0.0),
                 ("responses", 404, 5.0), ("chat", 499, 300_000.0), ("chat", 200, 300_001.0)]
     _clock(monkeypatch)

@@ -13,6 +13,7 @@ from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client import metrics as library_metrics
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
@@ -94,11 +95,15 @@ class RequestExport:
         self._latencies = latencies
 
     def collect(self) -> Iterator[Metric]:
+        # The library's switch for `_created` series (PROMETHEUS_DISABLE_CREATED_SERIES,
+        # `disable_created_metrics()`), which its own metrics in this registry follow too.
+        created = getattr(library_metrics, "_use_created", True)
         requests = CounterMetricFamily("proxy_requests",
                                        "Requests handled, by route kind and status.",
                                        labels=("kind", "status"))
         for (kind, status), count in list(self._counts.items()):
-            requests.add_metric((kind, str(status)), count.value, created=count.created)
+            requests.add_metric((kind, str(status)), count.value,
+                                created=count.created if created else None)
         yield requests
         name = "proxy_upstream_latency_seconds"
         latency = HistogramMetricFamily(name, "Time to the upstream's response head.",
@@ -106,7 +111,9 @@ class RequestExport:
         for kind, latencies in list(self._latencies.items()):
             latency.add_metric((kind,), list(zip(_BOUND_LABELS, accumulate(latencies.buckets))),
                                latencies.sum)
-            latency.samples.append(Sample(name + "_created", {"kind": kind}, latencies.created))
+            if created:
+                latency.samples.append(Sample(name + "_created", {"kind": kind},
+                                              latencies.created))
         yield latency
 
 
