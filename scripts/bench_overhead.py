@@ -6,7 +6,10 @@ Three targets get the same load in the same run, interleaved round by round:
   proxy   compaction-proxy with its default pipeline (thread state on SQLite, estimates, anchors)
 Each runs in its own process; the load comes from this one. Scenarios: a small request, a
 streaming request, a 200-message ~400 KB request; at concurrency 1 and 16. Printed: req/s,
-p50/p99 latency, streaming time-to-first-byte, and the ratios proxy/raw and proxy/direct.
+p50/p99 latency, streaming time-to-first-byte, the CPU time the forwarding process (raw,
+proxy, base) spent per request, and the ratios proxy/raw and proxy/direct. CPU per request
+moves much less with the machine's load than req/s does: when the two disagree, the CPU
+figure says what the code costs, req/s what this machine made of it.
 
     .venv/bin/python scripts/bench_overhead.py [--requests 400] [--rounds 3] [--upstream fake|canned]
         [--baseline DIR]
@@ -31,6 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -123,6 +127,7 @@ class Servers:
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     urls: dict[str, str] = field(default_factory=dict)
     proxy_pid: int = 0
+    pids: dict[str, int] = field(default_factory=dict)  # the forwarding process of a target
 
     def stop(self) -> None:
         for process in self.processes:
@@ -162,16 +167,19 @@ def start_servers(upstream_kind: str, state_dir: str, baseline: Path | None = No
     else:
         servers.processes.append(_spawn(["-m", "proxy.testing", "--port", str(up_port)]))
     upstream = f"http://127.0.0.1:{up_port}/v1"
-    servers.processes.append(_spawn([__file__, "--serve-raw", str(raw_port), upstream]))
+    raw = _spawn([__file__, "--serve-raw", str(raw_port), upstream])
+    servers.processes.append(raw)
     proxy = _start_proxy(upstream, proxy_port, Path(state_dir) / "proxy", ROOT)
     servers.processes.append(proxy)
     servers.proxy_pid = proxy.pid
+    servers.pids = {"raw": raw.pid, "proxy": proxy.pid}
     servers.urls = {"direct": upstream, "raw": f"http://127.0.0.1:{raw_port}/v1",
                     "proxy": f"http://127.0.0.1:{proxy_port}/v1"}
     if baseline is not None:
         base_port = free_port()
-        servers.processes.append(_start_proxy(upstream, base_port, Path(state_dir) / "base",
-                                              baseline))
+        base = _start_proxy(upstream, base_port, Path(state_dir) / "base", baseline)
+        servers.processes.append(base)
+        servers.pids["base"] = base.pid
         servers.urls["base"] = f"http://127.0.0.1:{base_port}/v1"
     for name in ("direct", "raw"):
         _wait_ready(servers.urls[name] + "/chat/completions")
@@ -222,16 +230,48 @@ class Result:
     ttfb: list[float] = field(default_factory=list)
     elapsed: float = 0.0
     errors: int = 0
+    cpu_s: float | None = None  # the forwarding process's CPU time (user + system)
 
     def merge(self, other: Result) -> None:
         self.latencies += other.latencies
         self.ttfb += other.ttfb
         self.elapsed += other.elapsed
         self.errors += other.errors
+        if other.cpu_s is not None:
+            self.cpu_s = (self.cpu_s or 0.0) + other.cpu_s
 
     @property
     def rps(self) -> float:
         return len(self.latencies) / self.elapsed if self.elapsed else 0.0
+
+    @property
+    def cpu_ms(self) -> float | None:
+        """CPU milliseconds per request of the forwarding process."""
+        if self.cpu_s is None or not self.latencies:
+            return None
+        return self.cpu_s * 1000 / len(self.latencies)
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User plus system CPU time of process `pid`, all its threads (Linux's /proc), or None."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def measured(pid: int | None, load: Any) -> Result:
+    """The result of `load` (a `drive` call), with the CPU time `pid` spent meanwhile."""
+    before = cpu_seconds(pid)
+    result = await load
+    after = cpu_seconds(pid)
+    if before is not None and after is not None:
+        result.cpu_s = after - before
+    return result
 
 
 async def drive(url: str, body: bytes, stream: bool, requests: int, concurrency: int,
@@ -298,7 +338,7 @@ async def run_all(servers: Servers, args: argparse.Namespace) -> None:
     print(f"upstream: {args.upstream}; {args.requests} requests x {args.rounds} rounds per cell; "
           f"big body {len(bodies['big']) / 1024:.0f} KB")
     header = (f"{'scenario':<8} {'conc':>4} {'target':<7} {'req/s':>8} {'p50 ms':>8} "
-              f"{'p99 ms':>8} {'ttfb p50':>9} {'errors':>6}")
+              f"{'p99 ms':>8} {'ttfb p50':>9} {'cpu ms/req':>10} {'errors':>6}")
     print(header)
     for name, body in bodies.items():
         for concurrency in (1, 16):
@@ -308,17 +348,18 @@ async def run_all(servers: Servers, args: argparse.Namespace) -> None:
                 await drive(url, body, name == "stream", 20, concurrency, 16)
             for _ in range(args.rounds):
                 for target, url in servers.urls.items():
-                    results[target].merge(await drive(url, body, name == "stream", count,
-                                                      concurrency, 16))
+                    load = drive(url, body, name == "stream", count, concurrency, 16)
+                    results[target].merge(await measured(servers.pids.get(target), load))
             report(name, concurrency, results)
 
 
 def report(name: str, concurrency: int, results: dict[str, Result]) -> None:
     for target, result in results.items():
         ttfb = f"{percentile(result.ttfb, 50):9.2f}" if result.ttfb else f"{'-':>9}"
+        cpu = f"{result.cpu_ms:10.3f}" if result.cpu_ms is not None else f"{'-':>10}"
         print(f"{name:<8} {concurrency:>4} {target:<7} {result.rps:8.1f} "
               f"{percentile(result.latencies, 50):8.2f} {percentile(result.latencies, 99):8.2f} "
-              f"{ttfb} {result.errors:>6}")
+              f"{ttfb} {cpu} {result.errors:>6}")
     proxy, raw, direct = results["proxy"], results["raw"], results["direct"]
     added = percentile(proxy.latencies, 50) - percentile(direct.latencies, 50)
     line = (f"{'':<8} {'':>4} ratios  throughput proxy/raw {proxy.rps / raw.rps:.2f}, "
@@ -326,12 +367,16 @@ def report(name: str, concurrency: int, results: dict[str, Result]) -> None:
     if proxy.ttfb and direct.ttfb:
         line += (f"; added TTFB p50 {percentile(proxy.ttfb, 50) - percentile(direct.ttfb, 50):+.2f}"
                  " ms")
+    if proxy.cpu_ms and raw.cpu_ms:
+        line += f"; CPU per request proxy/raw {proxy.cpu_ms / raw.cpu_ms:.2f}"
     print(line)
     base = results.get("base")
     if base is not None:
         added = percentile(base.latencies, 50) - percentile(direct.latencies, 50)
         line = (f"{'':<8} {'':>4} base    throughput base/raw {base.rps / raw.rps:.2f}, "
                 f"proxy/base {proxy.rps / base.rps:.2f}; base added p50 {added:+.2f} ms")
+        if proxy.cpu_ms and base.cpu_ms:
+            line += f"; CPU per request proxy/base {proxy.cpu_ms / base.cpu_ms:.2f}"
         if base.ttfb and direct.ttfb:
             line += (f"; base added TTFB p50 "
                      f"{percentile(base.ttfb, 50) - percentile(direct.ttfb, 50):+.2f} ms")
