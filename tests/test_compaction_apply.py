@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
@@ -14,9 +15,10 @@ from proxy.compaction.trigger import Thresholds
 from proxy.conversation import Api, Kind, content_text, serialize
 from proxy.records import CompactionEvent
 from proxy.settings import RestoreSettings
+from tests.factories import r_compaction
 from tests.test_compaction_support import (assistant, assistant_calls, conv, count, estimate,
-                                           ids_of, measure, r_user, session, sessions, system,
-                                           tool_result, user)
+                                           ids_of, measure, r_assistant, r_user, session,
+                                           sessions, system, tool_result, user)
 
 TH = Thresholds(trigger=10_000, limit=20_000, keep_tokens=300, keep_messages=None, profiled=True)
 
@@ -210,6 +212,32 @@ def test_latest_user_message_is_restored_whole_or_the_post_check_fails() -> None
     assert f"about {too_long.tokens_after:,} tokens" in message
     assert "trigger: 1,500 tokens" in message and "limit: 2,000 tokens" in message
     assert "new thread" in message
+
+
+def user_with_image(api: Api, text: str) -> dict:
+    if api is Api.RESPONSES:
+        image = {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}
+        return {**r_user(text), "content": [*r_user(text)["content"], image]}
+    return {"role": "user", "content": [{"type": "text", "text": text},
+                                        {"type": "image_url", "image_url": {"url": "data:"}}]}
+
+
+@pytest.mark.parametrize("text", [" fix", "  ", "\n fix it\n"])
+@pytest.mark.parametrize("api", [Api.RESPONSES, Api.CHAT])
+def test_a_summarized_latest_user_message_with_an_image_keeps_its_text_verbatim(api, text) -> None:
+    # Found by test_properties_rebuild: the image note was appended, then the whole quote
+    # stripped, so " fix" came back as "fix". The compaction item there was incidental.
+    reply = assistant if api is Api.CHAT else r_assistant
+    first = [r_compaction()] if api is Api.RESPONSES else []
+    entries = conv(api, [*first, user_with_image(api, text), reply("a"), reply("b")])
+    cutoff = Cutoff(index=len(first) + 1, lead=0, start=0, strategy=PARTIAL)
+    event = build_event(entries, ids_of(entries), cutoff, "S",
+                        collect(entries, cutoff, RestoreSettings(), count), strategy=PARTIAL,
+                        tokens_before=1, created_at=0.0, model="m", summarizer_model="m")
+    rebuilt = rebuild(entries, ids_of(entries), roundtrip(event))
+    assert rebuilt is not None and rebuilt.cut == cutoff.index
+    quoted = content_text(rebuilt.projection[rebuilt.head - 1])
+    assert f"--- user message 1 of 1 ---\n{text}\n[an image" in quoted
 
 
 def test_finish_reports_a_summary_that_does_not_shrink() -> None:

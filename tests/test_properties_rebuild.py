@@ -109,8 +109,10 @@ def _check_rebuilt(api: str, messy: bool, client: Entries, rebuilt: Rebuilt) -> 
         assert projection[head + latest - cut] is client[latest]
     elif latest is not None:  # summarized: restore carries it, whole
         event("the latest user message is summarized")
-        text = content_text(client[latest])
-        assert any(text in content_text(e) for e in projection[lead + 1:head]), "the latest user message is lost"
+        # Right under its quote's header line, so a character lost at its start shows too.
+        quoted = f" ---\n{content_text(client[latest])}"
+        assert any(quoted in content_text(e) for e in projection[lead + 1:head]), \
+            "the latest user message is lost"
     _check_no_orphan_made(client, rebuilt)
     if not messy:  # a damaged list stays damaged until the cascade's repair
         _check_valid(api, projection)

@@ -44,6 +44,7 @@ _CANDIDATES = 4  # reads looked at per file restored: older reads are not worth 
 _MAX_TOKEN_CHARS = 16
 _JOIN_TOKENS = 2
 _PROBE_CHARS = 6  # characters per budgeted token looked at first in a long file
+_ATTACHED_NOTE = "[an image, audio clip or file was attached; it is not restored]"
 
 
 @dataclass(frozen=True)
@@ -277,9 +278,10 @@ def _users(entries: Sequence[Entry], span: range, budget: int,
 
 def _user_text(entry: Entry) -> str:
     text = content_text(entry)
-    if has_non_text_parts(entry):
-        text = f"{text}\n[an image, audio clip or file was attached; it is not restored]".strip()
-    return text
+    if not has_non_text_parts(entry):
+        return text
+    # The note goes after the text, which is never stripped: verbatim includes its whitespace.
+    return f"{text}\n{_ATTACHED_NOTE}" if text else _ATTACHED_NOTE
 
 
 def _users_message(chosen: list[tuple[int, str]], total: int) -> str:
