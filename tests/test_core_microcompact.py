@@ -33,6 +33,13 @@ def test_idle_thread_clears_old_results_but_the_latest_five() -> None:
     assert out.entries[1] is entries[1] and out.entries[8] is entries[8]
 
 
+def test_idle_thread_with_no_more_results_than_keep_recent_clears_none() -> None:
+    """Four results and `keep_recent` 5: all four are among the latest five."""
+    entries = _reads(4)  # results at 2, 4, 6, 8
+    out = microcompact(entries, stage_context(entries, tail=1, now=7 * HOUR, last_activity=0.0))
+    assert out.entries is entries and out.mark is None
+
+
 def test_busy_thread_without_a_mark_is_untouched() -> None:
     entries = _reads(8)
     out = microcompact(entries, stage_context(entries, tail=1, now=5 * HOUR, last_activity=0.0))

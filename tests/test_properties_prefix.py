@@ -13,7 +13,9 @@ compacts starts a new projection (SPEC §5) and is not compared with the one bef
 The one other change SPEC allows in that prefix is microcompact's (SPEC §4.3): after an idle
 time longer than `idle_seconds`, an old tool result may become the cleared marker, and then it
 stays cleared ("sticky") on the requests that follow. So a result is cleared only by an idle
-request, before a compaction or after it.
+request, before a compaction or after it. Idle counts from the last request the model saw: one
+the proxy rejects itself (a post-check 400) is no activity of the thread, and the request after
+it is still idle.
 
 The sessions carry no provider reasoning: SPEC §7.2's drop of the previous tool loop's plain
 reasoning once a new user message arrives is a change this file does not model.
@@ -21,6 +23,7 @@ reasoning once a new user message arrives is a change this file does not model.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any
 
@@ -128,17 +131,25 @@ def _cleared(api: str, sent: Sent) -> set[str]:
 
 def newly_cleared_without_idle(api: str, sent: list[Sent],
                                idle: set[int]) -> list[tuple[int, set[str]]]:
-    """(request, call ids) where a request that came without an idle time cleared a result
-    no earlier request had cleared."""
+    """(request, call ids) where a request cleared a result no earlier request had cleared,
+    though no idle time had passed since the model last saw the thread.
+
+    Idle time counts from the last request the proxy forwarded, as the proxy counts it: one it
+    rejected itself (a post-check 400) reached no model and warmed no cache, and records no
+    activity, so an idle time before it is still pending for the next request."""
     found = []
     ever: set[str] = set()
+    pending = False  # an idle time passed since the last forwarded request
     for t, one in enumerate(sent):
-        if one.status != 200 or one.main is None:
+        pending = pending or t in idle
+        if one.main is None:
             continue
-        cleared = _cleared(api, one)
-        if t not in idle and cleared - ever:
-            found.append((t, cleared - ever))
-        ever |= cleared
+        if one.status == 200:
+            cleared = _cleared(api, one)
+            if not pending and cleared - ever:
+                found.append((t, cleared - ever))
+            ever |= cleared
+        pending = False
     return found
 
 
@@ -153,15 +164,23 @@ def test_microcompact_clears_a_result_only_on_an_idle_request(loop_thread, case)
     assert newly_cleared_without_idle(case["api"], sent, case["idle"]) == []
 
 
-def _tool_loop(steps: int, lines: int) -> list[dict[str, Any]]:
+def _step(i: int, lines: Sequence[int]) -> list[dict[str, Any]]:
+    """An assistant message with one bash call per entry of `lines`, then their results."""
+    ids = [f"call_{i}_{c}" for c in range(len(lines))]
+    calls = [{"id": cid, "type": "function",
+              "function": {"name": "bash", "arguments": f'{{"cmd": "make test{i} part{c}"}}'}}
+             for c, cid in enumerate(ids)]
+    results = [{"role": "tool", "tool_call_id": cid,
+                "content": "".join(f"step {i}.{c} output line {j}\n" for j in range(n))}
+               for c, (cid, n) in enumerate(zip(ids, lines, strict=True))]
+    return [{"role": "assistant", "content": None, "tool_calls": calls}, *results]
+
+
+def _tool_loop(*steps: Sequence[int]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."},
                                  {"role": "user", "content": "Make the tests pass."}]
-    for i in range(steps):
-        out += [{"role": "assistant", "content": None, "tool_calls": [{
-                    "id": f"call_{i}", "type": "function",
-                    "function": {"name": "bash", "arguments": f'{{"cmd": "make test{i}"}}'}}]},
-                {"role": "tool", "tool_call_id": f"call_{i}",
-                 "content": "".join(f"step {i} output line {j}\n" for j in range(lines))}]
+    for i, lines in enumerate(steps):
+        out += _step(i, lines)
     return [*out, {"role": "assistant", "content": "Done."}]
 
 
@@ -169,11 +188,28 @@ def test_after_an_idle_request_and_a_compaction_no_new_result_is_cleared(loop_th
     """One tool loop of 12 steps in a 4,000-token window: the 8th request comes after an idle
     night and clears the two oldest results; the 10th compacts; the 11th, 30 s later, clears
     the result of step 8, which did not exist during the idle time."""
-    elements = _tool_loop(steps=12, lines=50)
+    elements = _tool_loop(*[[50]] * 12)
     points = turn_points("chat", elements)
     case = {"api": "chat", "elements": elements, "points": points, "idle": {7}, "limit": 4000,
             "step": 0.05}
     sent = replay(loop_thread, case)
     assert [s.status for s in sent] == [200] * len(points)
     assert any(s.compaction == "compacted" for s in sent[8:])
+    assert newly_cleared_without_idle("chat", sent, case["idle"]) == []
+
+
+def test_a_request_after_a_rejected_idle_request_is_idle_too(loop_thread) -> None:
+    """Six small steps, then one call of six results, the first one big, all still in the
+    protected window: the request after an idle night compacts, and the post-check rejects it
+    (400, nothing reached the model). The next one, 30 s later, is the first the model sees
+    since the night: microcompact clears the old results and the first two of the six (the
+    latest five stay), as on any idle request."""
+    elements = _tool_loop(*[[50]] * 6, [430, 40, 40, 40, 40, 40], [90])
+    points = turn_points("chat", elements)
+    case = {"api": "chat", "elements": elements, "points": points, "idle": {7}, "limit": 6000,
+            "step": 0.05}
+    sent = replay(loop_thread, case)
+    assert [s.status for s in sent] == [200] * 7 + [400, 200]
+    assert sent[7].main is None and sent[7].line["compaction_failed"] == "post_check"
+    assert _cleared("chat", sent[8]) == {*(f"call_{i}_0" for i in range(7)), "call_6_1"}
     assert newly_cleared_without_idle("chat", sent, case["idle"]) == []

@@ -34,7 +34,9 @@ def microcompact(entries: Sequence[Entry], ctx: StageContext) -> StageResult:
     mark = ctx.mark
     if is_idle(ctx):
         keep = ctx.settings.microcompact.keep_recent
-        recent = set(compactable[len(compactable) - keep:]) if keep else set()
+        # `[-keep:]`, not `[len - keep:]`: with fewer results than `keep`, that start is
+        # negative and would keep only the last few instead of all of them.
+        recent = set(compactable[-keep:]) if keep > 0 else set()
         fresh = [i for i in old if i not in recent]
         targets.update(fresh)
         mark = _furthest(fresh, ctx, reach) or mark
