@@ -1,7 +1,8 @@
 """Bounded least-recently-used mappings: the caches of the hot path must never grow without end.
 
 `LRU` bounds the number of entries; `WeightedLRU` bounds their total weight (bytes held), for
-caches whose values differ a lot in size.
+caches whose values differ a lot in size; `Memo` remembers a pure function of what clients
+send the same way on every request (ids, credentials, model names).
 """
 
 from __future__ import annotations
@@ -39,6 +40,29 @@ class LRU(Generic[K, V]):
 
     def __len__(self) -> int:
         return len(self._data)
+
+
+class Memo(dict[K, V]):
+    """`compute(key)`, remembered: a hit is one dict lookup, made in C. Only keys of at most
+    `max_chars` characters (as `chars` measures them) are kept, at most `max_entries` of them
+    (all dropped at once when full: the keys clients repeat come back at once), so the memo
+    stays small whatever clients send. A `compute` that raises remembers nothing."""
+
+    def __init__(self, compute: Callable[[K], V], *, max_entries: int, max_chars: int,
+                 chars: Callable[[K], int] = len) -> None:
+        super().__init__()
+        self._compute = compute
+        self._max_entries = max_entries
+        self._max_chars = max_chars
+        self._chars = chars
+
+    def __missing__(self, key: K) -> V:
+        value = self._compute(key)
+        if self._chars(key) <= self._max_chars:
+            if len(self) >= self._max_entries:
+                self.clear()
+            self[key] = value
+        return value
 
 
 class WeightedLRU(Generic[K, V]):

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from proxy.lru import Memo
 from proxy.settings import ThreadSettings
-from proxy.store.keys import thread_key_text
+from proxy.store.keys import MAX_KEPT_CHARS, thread_key_text
 
 ANONYMOUS = "anonymous"
 _CREDENTIAL_HEADERS = ("authorization", "api-key", "x-api-key")
@@ -34,14 +35,12 @@ def tenant_digest(headers: Mapping[str, str]) -> str:
     for name in _CREDENTIAL_HEADERS:
         value = headers.get(name)
         if value:
-            return _credential_digest(name, value)
+            return _CREDENTIAL_DIGESTS[name, value]
     return ANONYMOUS
 
 
-# A client sends the same header on every request: memoized on the header as it came, a request
-# costs one lookup (in C) instead of the parse and a hash.
-@lru_cache(maxsize=1024)
-def _credential_digest(name: str, value: str) -> str:
+def _credential_digest(header: tuple[str, str]) -> str:
+    name, value = header
     token = value.strip()
     if name == "authorization" and token[:7].lower() == "bearer ":
         token = token[7:].strip()
@@ -55,13 +54,12 @@ def header_thread(headers: Mapping[str, str], settings: ThreadSettings,
     for name in settings.headers:
         value = headers.get(name)
         if value:
-            return _header_identity(value, name, tenant)
+            return _HEADER_IDENTITIES[value, name, tenant]
     return None
 
 
-# A thread's requests name it the same way each time: one identity (frozen) serves them all.
-@lru_cache(maxsize=1024)
-def _header_identity(thread: str, header: str, tenant: str) -> ThreadIdentity:
+def _header_identity(named: tuple[str, str, str]) -> ThreadIdentity:
+    thread, header, tenant = named
     return ThreadIdentity(thread, f"header:{header}", tenant)
 
 
@@ -146,3 +144,12 @@ def loggable(thread: str | None) -> str | None:
     client's own id when it is printable text of up to 256 characters, else `~` and a digest
     (thread ids are client data: a log line never carries control characters or a huge id)."""
     return None if thread is None else thread_key_text(thread)
+
+
+# A client sends the same credential header, and names its thread the same way, on every
+# request: one lookup instead of a parse and a hash, and one (frozen) identity for them all.
+_CREDENTIAL_DIGESTS: Memo[tuple[str, str], str] = Memo(
+    _credential_digest, max_entries=1024, max_chars=4096, chars=lambda header: len(header[1]))
+_HEADER_IDENTITIES: Memo[tuple[str, str, str], ThreadIdentity] = Memo(
+    _header_identity, max_entries=1024, max_chars=MAX_KEPT_CHARS,
+    chars=lambda named: len(named[0]))

@@ -8,6 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy.errors import NotFound
+from proxy.lru import Memo
 from proxy.server.drain import Drain
 from proxy.settings import Settings, UpstreamSettings
 from proxy.server.upstream import UpstreamClient
@@ -22,25 +23,22 @@ class Services:
     pipeline: Any = None  # proxy.server.pipeline.Pipeline, set at start
     metrics: Any = None  # proxy.server.metrics.Metrics
 
-    # The upstream of the first models asked for (the same few on every request): a route is
-    # one dict lookup, not a glob match per configured route. Short names only, at most 1024.
-    _routes: dict[str, UpstreamSettings] = field(default_factory=dict, init=False, repr=False)
+    # The upstream of the models asked for (the same few on every request): a route is one
+    # dict lookup, not a glob match per configured route.
+    _routes: Memo[str, UpstreamSettings] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._routes = Memo(self._route, max_entries=1024, max_chars=256)
 
     def route(self, model: str) -> UpstreamSettings:
-        upstream = self._routes.get(model)
+        return self._routes[model]
+
+    def _route(self, model: str) -> UpstreamSettings:
+        upstream = self.settings.route(model)
         if upstream is None:
-            upstream = self.settings.route(model)
-            if upstream is None:
-                raise NotFound(f"No route for model {model!r}: add a matching entry to "
-                               "`routes` in the proxy's config.", param="model",
-                               code="model_not_found")
-            if len(model) <= _ROUTE_MEMO_NAME and len(self._routes) < _ROUTE_MEMO_SIZE:
-                self._routes[model] = upstream
+            raise NotFound(f"No route for model {model!r}: add a matching entry to `routes` "
+                           "in the proxy's config.", param="model", code="model_not_found")
         return upstream
-
-
-_ROUTE_MEMO_NAME = 256
-_ROUTE_MEMO_SIZE = 1024
 
 
 SERVICES = web.AppKey("services", Services)

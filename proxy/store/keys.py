@@ -9,17 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
-from typing import TypeVar
 
+from proxy.lru import Memo
 from proxy.records import ThreadKey
 
 MAX_KEPT_CHARS = 256
 DIGEST_PREFIX = "~"
 _DIGEST_FORM = re.compile(r"~[0-9a-f]{64}")
-
-K = TypeVar("K")
-V = TypeVar("V")
 
 
 def thread_key_text(raw: str) -> str:
@@ -46,30 +42,12 @@ def _storable_key(key: ThreadKey) -> ThreadKey:
     return ThreadKey(thread_key_text(key.tenant), thread_key_text(key.thread))
 
 
-class _Memo(dict[K, V]):
-    """`compute` of the keys seen lately. A request normalizes its key several times (cache
-    lookups, store writes): a hit is one dict lookup. Only keys of up to `MAX_KEPT_CHARS`
-    characters (`chars`) are kept, at most `_MEMO_SIZE` of them (cleared when full), so the
-    memo stays small whatever ids clients send."""
-
-    def __init__(self, compute: Callable[[K], V], chars: Callable[[K], int]) -> None:
-        super().__init__()
-        self._compute = compute
-        self._chars = chars
-
-    def __missing__(self, key: K) -> V:
-        value = self._compute(key)
-        if self._chars(key) <= MAX_KEPT_CHARS:
-            if len(self) >= _MEMO_SIZE:
-                self.clear()
-            self[key] = value
-        return value
-
-
+# A request normalizes its key several times (cache lookups, store writes).
 _MEMO_SIZE = 8192
-_KEY_TEXTS: _Memo[str, str] = _Memo(_key_text, len)
-_STORABLE_KEYS: _Memo[ThreadKey, ThreadKey] = _Memo(_storable_key,
-                                                    lambda key: max(map(len, key)))
+_KEY_TEXTS: Memo[str, str] = Memo(_key_text, max_entries=_MEMO_SIZE, max_chars=MAX_KEPT_CHARS)
+_STORABLE_KEYS: Memo[ThreadKey, ThreadKey] = Memo(
+    _storable_key, max_entries=_MEMO_SIZE, max_chars=MAX_KEPT_CHARS,
+    chars=lambda key: max(map(len, key)))
 
 
 def _is_clean(raw: str) -> bool:
