@@ -10,7 +10,7 @@ against the canned upstream. Counting starts after a warm-up and covers every th
 server (the proxy's store writer too). System calls are not counted: both servers make the
 same ones per request.
 
-    .venv/bin/python scripts/bench_instructions.py [--requests 1000] [--scenario small|stream|big]
+    .venv/bin/python scripts/bench_instructions.py [--requests 1000] [--scenario small|stream|stream400|big]
         [--baseline DIR]
 
 Needs valgrind (`callgrind_control` comes with it). About a minute per server.
@@ -79,14 +79,14 @@ def _total(dump: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=1000)
-    parser.add_argument("--scenario", choices=("small", "stream", "big"), default="small")
+    parser.add_argument("--scenario", choices=("small", "stream", "stream400", "big"), default="small")
     parser.add_argument("--baseline", type=Path,
                         help="a checkout whose proxy is counted too, as target `base`")
     args = parser.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
     body = overhead.scenario_bodies()[args.scenario]
-    stream = args.scenario == "stream"
+    stream = args.scenario in overhead.STREAMED
     with tempfile.TemporaryDirectory() as work:
         work_dir = Path(work)
         up_port = overhead.free_port()

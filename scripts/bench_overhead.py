@@ -5,7 +5,8 @@ Three targets get the same load in the same run, interleaved round by round:
   raw     a minimal aiohttp forwarder: read the body, post it, relay the answer (the Python floor)
   proxy   compaction-proxy with its default pipeline (thread state on SQLite, estimates, anchors)
 Each runs in its own process; the load comes from this one. Scenarios: a small request, a
-streaming request, a 200-message ~400 KB request; at concurrency 1 and 16. Printed: req/s,
+streaming request (5 content chunks), a long streaming answer (`stream400`: 400 chunks, one
+write each), a 200-message ~400 KB request; at concurrency 1 and 16. Printed: req/s,
 p50/p99 latency, streaming time-to-first-byte, the CPU time the forwarding process (raw,
 proxy, base) spent per request, and the ratios proxy/raw and proxy/direct. CPU per request
 moves much less with the machine's load than req/s does: when the two disagree, the CPU
@@ -100,6 +101,12 @@ def canned_upstream(port: int) -> None:
                             "model": "bench", "choices": [{"index": 0, "delta": {"content": w},
                                                            "finish_reason": None}]})
               for w in ("Hello", " from", " the", " canned", " upstream")]
+    # `stream400`: a long answer, one event per token or so, as real streams come.
+    long_chunks = [orjson.dumps({"id": "c", "object": "chat.completion.chunk", "created": 1,
+                                 "model": "bench", "choices": [{"index": 0,
+                                                                "delta": {"content": f" w{n}"},
+                                                                "finish_reason": None}]})
+                   for n in range(LONG_STREAM_CHUNKS)]
 
     async def complete(request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
@@ -107,8 +114,11 @@ def canned_upstream(port: int) -> None:
             return web.Response(body=answer, content_type="application/json")
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await out.prepare(request)
-        for chunk in chunks:
+        long = body.get("model") == "bench-long"
+        for chunk in long_chunks if long else chunks:
             await out.write(b"data: " + chunk + b"\n\n")
+            if long:
+                await asyncio.sleep(0)  # a write per event, not one burst
         if (body.get("stream_options") or {}).get("include_usage"):
             await out.write(b'data: {"id":"c","object":"chat.completion.chunk","created":1,'
                             b'"model":"bench","choices":[],"usage":{"prompt_tokens":10,'
@@ -209,6 +219,11 @@ def proxy_config(upstream: str, port: int, home: Path) -> str:
 
 # ---------------------------------------------------------------- the load
 
+LONG_STREAM_CHUNKS = 400
+STREAMED = ("stream", "stream400")
+HEAVY = ("big", "stream400")  # a quarter of the requests per cell
+
+
 def scenario_bodies() -> dict[str, bytes]:
     from proxy.testing.sessions import coding_session
     small = {"model": "bench-small", "messages": [{"role": "user", "content": "Say hello."}]}
@@ -221,6 +236,7 @@ def scenario_bodies() -> dict[str, bytes]:
                 message["content"] += "\n" + message["content"][:400]
         body = orjson.dumps(big)
     return {"small": orjson.dumps(small), "stream": orjson.dumps({**small, "stream": True}),
+            "stream400": orjson.dumps({**small, "model": "bench-long", "stream": True}),
             "big": body}
 
 
@@ -342,13 +358,13 @@ async def run_all(servers: Servers, args: argparse.Namespace) -> None:
     print(header)
     for name, body in bodies.items():
         for concurrency in (1, 16):
-            count = max(50, args.requests // (4 if name == "big" else 1))
+            count = max(50, args.requests // (4 if name in HEAVY else 1))
             results = {target: Result() for target in servers.urls}
             for target, url in servers.urls.items():  # warm-up, not counted
-                await drive(url, body, name == "stream", 20, concurrency, 16)
+                await drive(url, body, name in STREAMED, 20, concurrency, 16)
             for _ in range(args.rounds):
                 for target, url in servers.urls.items():
-                    load = drive(url, body, name == "stream", count, concurrency, 16)
+                    load = drive(url, body, name in STREAMED, count, concurrency, 16)
                     results[target].merge(await measured(servers.pids.get(target), load))
             report(name, concurrency, results)
 
