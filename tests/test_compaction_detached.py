@@ -152,6 +152,57 @@ def test_the_retry_of_a_client_that_left_waits_for_its_compaction_and_reuses_it(
     assert len(main) == 1 and summary_of(main[0].body) is not None
 
 
+def test_the_retry_of_a_breaker_trial_whose_client_left_waits_for_the_trial(
+        loop_thread: LoopThread, gated: GatedFake, make_proxy) -> None:
+    """The half-open breaker's one trial is this thread's own compaction: its client's retry
+    waits for it (and reuses its checkpoint) instead of a 503 "a trial summary is running"."""
+    summarizer = FakeSummarizer.install(gated, fail=1)
+    proxy = make_proxy(gated, models=MODELS, compaction={
+        **COMPACTION, "breaker": {"failures": 1, "base_cooldown_s": 0.3}})
+    over = over_the_limit()
+    open_gate(loop_thread, gated)
+    assert ask_status(proxy.base_url, over, "opener") == 503  # the failure opens the breaker
+    loop_thread.loop.call_soon_threadsafe(gated.gate.clear)
+    time.sleep(0.35)  # the cooldown ends: the next compaction is the trial
+
+    ask_and_leave(proxy.base_url, over, "trial")
+    wait_for(lambda: noticed(proxy.logs.events))
+    gated.script(Reply.text("answered after the trial"))
+    answers: list[Any] = []
+
+    def retry_it() -> None:
+        try:
+            answers.append(ask(proxy.base_url, over, "trial"))
+        except openai.APIStatusError as refused:
+            answers.append(refused)
+
+    retry = threading.Thread(target=retry_it)
+    retry.start()
+    wait_for(lambda: proxy.app[SERVICES].drain.in_flight == 2 or bool(answers))
+    time.sleep(0.3)
+    assert not answers, f"the retry did not wait for its own thread's trial: {answers}"
+    open_gate(loop_thread, gated)
+    retry.join(30)
+
+    [answer] = answers
+    assert answer.status_code == 200
+    assert answer.parse().choices[0].message.content == "answered after the trial"
+    [completed] = proxy.logs.events("compaction_completed")
+    assert (completed["thread"], completed["detached"]) == ("trial", True)
+    retried = line_of(proxy, "trial")
+    assert (retried["status"], retried["compaction_reused"]) == (200, completed["seq"])
+    _, trial = proxy.logs.events("compaction_started")  # the retry started none
+    assert trial["thread"] == "trial"
+    assert summarizer.calls == 1 + trial["summarizer_calls"]  # the opener's first call failed
+
+
+def ask_status(base_url: str, messages: list[dict[str, Any]], thread: str) -> int:
+    try:
+        return ask(base_url, messages, thread).status_code
+    except openai.APIStatusError as error:
+        return error.status_code
+
+
 def test_a_manual_compact_whose_client_left_still_writes_its_checkpoint(
         loop_thread: LoopThread, gated: GatedFake, make_proxy) -> None:
     summarizer = FakeSummarizer.install(gated)

@@ -60,8 +60,10 @@ class CompactionFlow:
                 th.limit)
         if prepared.key is None:
             return self._stateless(built, th, line)
-        if not prepared.attempt.forced:
-            # Only a look: waiting for the lock is pointless while the breaker is open.
+        if not prepared.attempt.forced and not self.compactor.running(prepared.key):
+            # Only a look: waiting for the lock is pointless while the breaker is open, unless
+            # this thread's own compaction holds it (the breaker's trial, say, whose client left
+            # and retries): its checkpoint may serve, and `compact` asks the breaker again.
             blocked = self.compactor.breaker_blocked(prepared.inbound.model, prepared.upstream)
             if blocked is not None:
                 return self._degrade(prepared, built, th.fits(built.tokens), "breaker_open",

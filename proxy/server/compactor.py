@@ -122,6 +122,11 @@ class Compactor:
             self._locks[key] = found
         return found
 
+    def running(self, key: ThreadKey) -> bool:
+        """A compaction of this thread holds its lock (perhaps detached, or the breaker's trial)."""
+        found = self._locks.get(key)
+        return found is not None and found.locked()
+
     def summarizer_of(self, model: str, upstream: UpstreamSettings) -> tuple[str, UpstreamSettings]:
         config = self.settings.compaction.summarizer
         chosen = self.settings.upstreams[config.upstream] if config.upstream else upstream
