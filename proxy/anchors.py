@@ -21,6 +21,7 @@ from proxy import jsonio
 
 from proxy.conversation import Api, Entry, Kind, entry_from_chat, entry_from_responses
 from proxy.identity import Identities, canonical_chat, digest_of
+from proxy.lru import Memo
 from proxy.records import Anchor
 from proxy.usage import Usage
 
@@ -37,13 +38,25 @@ def projection_digest(entries: Iterable[Entry], context: bytes = b"") -> str:
 
     Each entry enters by the 16-byte blake2b of its bytes, which for an untouched entry is its
     `key`, already computed: a steady request hashes a few bytes per entry, not the whole body.
+    The context's part is hashed once per distinct context (see `_CONTEXT_HASHES`).
     """
-    h = hashlib.blake2b(digest_size=16)
-    h.update(len(context).to_bytes(8, "little"))
-    h.update(context)
+    h = _CONTEXT_HASHES[context].copy()
     for entry in entries:
         h.update(_entry_digest(entry))
     return h.hexdigest()
+
+
+def _context_hash(context: bytes) -> Any:
+    h = hashlib.blake2b(digest_size=16)
+    h.update(len(context).to_bytes(8, "little"))
+    h.update(context)
+    return h
+
+
+# An agent sends the same tools and instructions with every request, often tens of KB, and
+# each request digests them twice (the anchor check, the new anchor): hashed once, the state
+# is copied. Bounded: at most 16 contexts of at most 256 KB are held.
+_CONTEXT_HASHES: Memo[bytes, Any] = Memo(_context_hash, max_entries=16, max_chars=256 * 1024)
 
 
 def _entry_digest(entry: Entry) -> bytes:

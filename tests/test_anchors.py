@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.anchors import (context_bytes, echoed, estimate, make_anchor, projection_digest,
                            response_digests, response_entries)
@@ -174,6 +177,27 @@ def test_projection_digest_sees_bytes_not_entry_objects() -> None:
     assert projection_digest(spaced, CONTEXT) != projection_digest(rebuilt, CONTEXT)
     assert projection_digest(compact, CONTEXT) != projection_digest(compact, b"")
     assert projection_digest(compact[:1], CONTEXT) != projection_digest(compact, CONTEXT)
+
+
+def _stored_format(entries: Entries, context: bytes) -> str:
+    """The digest as stored anchors hold it: a change here strands every stored anchor."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(len(context).to_bytes(8, "little"))
+    h.update(context)
+    for entry in entries:
+        h.update(hashlib.blake2b(entry.to_bytes(), digest_size=16).digest())
+    return h.hexdigest()
+
+
+@settings(max_examples=50)
+@given(st.lists(st.sampled_from([b"", b"x", b"[\"m\",null,null]", b"t" * 1000,
+                                 b"big" * 100_000]), min_size=1, max_size=8),
+       st.integers(0, len(PROJECTION)))
+def test_projection_digest_keeps_the_stored_format_whatever_came_before(
+        contexts: list[bytes], length: int) -> None:
+    entries = entries_of(PROJECTION)[:length]
+    for context in contexts:  # repeated contexts are hashed once; over 256 KB, every time
+        assert projection_digest(entries, context) == _stored_format(entries, context)
 
 
 def test_anchor_beyond_the_projection_is_not_echoed() -> None:
