@@ -51,6 +51,21 @@ def test_json_lines_reach_either_kind_of_stream(stream) -> None:
     assert "sk-secret" not in str(line) and line["blob"] == str(object)
 
 
+def test_secrets_are_masked_on_every_line_however_often_their_neighbours_came() -> None:
+    stream = io.StringIO()
+    configure_logging(LoggingSettings(format="json", level="info"), stream=stream)
+    log = get_logger("proxy")
+    for _ in range(3):  # the same harmless fields, line after line
+        log.info("request", status=200, thread="t", model="m")
+    log.info("request", status=200, thread="t", model="m", **{"Api-Key": "sk-1"})
+    log.info("request", status=200, thread="t", model="m", TOKEN="sk-2", password="sk-3")
+    lines = _json_lines(stream)
+    assert [line["status"] for line in lines] == [200] * 5
+    assert lines[3]["Api-Key"] == "***"
+    assert (lines[4]["TOKEN"], lines[4]["password"]) == ("***", "***")
+    assert "sk-" not in str(lines)
+
+
 def test_an_exception_is_rendered_into_its_line() -> None:
     stream = io.StringIO()
     configure_logging(LoggingSettings(format="json", level="info"), stream=stream)
