@@ -8,7 +8,7 @@ percent shows. The servers run one at a time under valgrind: the raw forwarder a
 threads at concurrency 16, as in bench_overhead's `small` scenario) comes from this process,
 against the canned upstream. Counting starts after a warm-up and covers every thread of the
 server (the proxy's store writer too). System calls are not counted: both servers make the
-same ones per request.
+same ones per request. The proxy logs at `info`, as shipped: its line per request is counted.
 
     .venv/bin/python scripts/bench_instructions.py [--requests 1000] [--scenario small|stream|stream400|big]
         [--baseline DIR]

@@ -13,7 +13,10 @@ moves much less with the machine's load than req/s does: when the two disagree, 
 figure says what the code costs, req/s what this machine made of it.
 
     .venv/bin/python scripts/bench_overhead.py [--requests 400] [--rounds 3] [--upstream fake|canned]
-        [--baseline DIR]
+        [--baseline DIR] [--log-level info|warning]
+
+The proxies log at `info` unless told otherwise, as the shipped config does: a line per request
+is part of what a user's proxy costs. (Figures before 2026-12-01 were taken at `warning`.)
 
 `--baseline DIR` runs a fourth target, `base`: the proxy from another checkout (an older commit,
 say, from `git worktree add`), with the same config, so a change is measured against it in the
@@ -169,7 +172,8 @@ def _wait_ready(url: str, timeout: float = 30) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
-def start_servers(upstream_kind: str, state_dir: str, baseline: Path | None = None) -> Servers:
+def start_servers(upstream_kind: str, state_dir: str, baseline: Path | None = None,
+                  log_level: str = "info") -> Servers:
     servers = Servers()
     up_port, raw_port, proxy_port = free_port(), free_port(), free_port()
     if upstream_kind == "canned":
@@ -179,7 +183,7 @@ def start_servers(upstream_kind: str, state_dir: str, baseline: Path | None = No
     upstream = f"http://127.0.0.1:{up_port}/v1"
     raw = _spawn([__file__, "--serve-raw", str(raw_port), upstream])
     servers.processes.append(raw)
-    proxy = _start_proxy(upstream, proxy_port, Path(state_dir) / "proxy", ROOT)
+    proxy = _start_proxy(upstream, proxy_port, Path(state_dir) / "proxy", ROOT, log_level)
     servers.processes.append(proxy)
     servers.proxy_pid = proxy.pid
     servers.pids = {"raw": raw.pid, "proxy": proxy.pid}
@@ -187,7 +191,7 @@ def start_servers(upstream_kind: str, state_dir: str, baseline: Path | None = No
                     "proxy": f"http://127.0.0.1:{proxy_port}/v1"}
     if baseline is not None:
         base_port = free_port()
-        base = _start_proxy(upstream, base_port, Path(state_dir) / "base", baseline)
+        base = _start_proxy(upstream, base_port, Path(state_dir) / "base", baseline, log_level)
         servers.processes.append(base)
         servers.pids["base"] = base.pid
         servers.urls["base"] = f"http://127.0.0.1:{base_port}/v1"
@@ -199,21 +203,23 @@ def start_servers(upstream_kind: str, state_dir: str, baseline: Path | None = No
     return servers
 
 
-def _start_proxy(upstream: str, port: int, home: Path, root: Path) -> subprocess.Popen[bytes]:
+def _start_proxy(upstream: str, port: int, home: Path, root: Path,
+                 log_level: str) -> subprocess.Popen[bytes]:
     home.mkdir(parents=True, exist_ok=True)
     config = home / "proxy.yaml"
-    config.write_text(proxy_config(upstream, port, home))
+    config.write_text(proxy_config(upstream, port, home, log_level))
     return _spawn(["-m", "proxy", "serve", "--config", str(config)], root=root)
 
 
-def proxy_config(upstream: str, port: int, home: Path) -> str:
-    """The benchmarks' proxy: one upstream, state under `home`, no request lines logged."""
+def proxy_config(upstream: str, port: int, home: Path, log_level: str = "info") -> str:
+    """The benchmarks' proxy: one upstream, state under `home`; at `info` (the shipped default)
+    it writes its line per request, as a user's proxy does (to /dev/null here)."""
     return orjson.dumps({
         "server": {"host": "127.0.0.1", "port": port},
         "upstreams": {"up": {"base_url": upstream}},
         "models": {"bench*": {"max_input_tokens": 1_000_000}},
         "state": {"path": str(home / "state")},
-        "logging": {"level": "warning"},
+        "logging": {"level": log_level},
     }).decode()
 
 
@@ -334,6 +340,9 @@ def main() -> None:
     parser.add_argument("--upstream", choices=("fake", "canned"), default="fake")
     parser.add_argument("--baseline", type=Path,
                         help="a checkout whose proxy runs beside this one, as target `base`")
+    parser.add_argument("--log-level", default="info",
+                        help="the proxies' logging.level: info (the default config's) writes a "
+                             "line per request; warning leaves them out")
     parser.add_argument("--serve-raw", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--serve-canned", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -342,7 +351,7 @@ def main() -> None:
     if args.serve_canned:
         return canned_upstream(int(args.serve_canned))
     with tempfile.TemporaryDirectory() as state_dir:
-        servers = start_servers(args.upstream, state_dir, args.baseline)
+        servers = start_servers(args.upstream, state_dir, args.baseline, args.log_level)
         try:
             asyncio.run(run_all(servers, args))
         finally:
@@ -352,7 +361,7 @@ def main() -> None:
 async def run_all(servers: Servers, args: argparse.Namespace) -> None:
     bodies = scenario_bodies()
     print(f"upstream: {args.upstream}; {args.requests} requests x {args.rounds} rounds per cell; "
-          f"big body {len(bodies['big']) / 1024:.0f} KB")
+          f"big body {len(bodies['big']) / 1024:.0f} KB; proxy log level {args.log_level}")
     header = (f"{'scenario':<8} {'conc':>4} {'target':<7} {'req/s':>8} {'p50 ms':>8} "
               f"{'p99 ms':>8} {'ttfb p50':>9} {'cpu ms/req':>10} {'errors':>6}")
     print(header)
