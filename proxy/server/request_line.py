@@ -49,7 +49,6 @@ class RequestLine:
                  tb: TracebackType | None) -> None:
         if exc is not None:
             self._settle(exc)
-        self.fields["duration_ms"] = round((time.perf_counter() - self._started) * 1000, 2)
         self._write()
         if self._metrics is not None:
             self._metrics.observe_request(self._kind, self.fields["status"],
@@ -73,6 +72,8 @@ class RequestLine:
         enabled = getattr(self._log, "is_enabled_for", None)
         if enabled is not None and not enabled(logging.INFO):  # below the level: skip building it
             return
+        # Measured here, not on exit: a line below the level needs no duration.
+        self.fields["duration_ms"] = round((time.perf_counter() - self._started) * 1000, 2)
         try:
             self._log.info("request", **{k: v for k, v in self.fields.items() if v is not None})
         except Exception:  # noqa: BLE001 - the answer is out or on its way: a lost line must not

@@ -104,9 +104,7 @@ class CachedStore:
 
     def _update(self, key: ThreadKey, change: Callable[..., ThreadState], *args: Any) -> None:
         # Only a cached state is updated: an uncached one is read whole from the store later.
-        found = self._states.get(key)
-        if found is not None:
-            self._states.replace(key, change(found, *args))
+        self._states.update(key, change, *args)
 
 
 def _merged(held: HeldTouch | None, at: float, estimate: int | None) -> HeldTouch:

@@ -47,6 +47,8 @@ class TokenEstimator:
     def __init__(self, tokenizer: Tokenizer, settings: TokenSettings | None = None) -> None:
         settings = settings or TokenSettings()
         self.tokenizer = tokenizer
+        # Logged with every request: worked out once.
+        self.described = tokenizer.describe()
         self.margin = settings.safety_margin
         self._entries: LRU[bytes, int] = LRU(settings.cache_entries)
         self._memo_key = ("tokens", tokenizer.name, self.margin)
