@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -26,13 +27,13 @@ class RequestLine:
         self._kind = kind
         self._started = self._upstream_started = time.perf_counter()
         self.fields: dict[str, Any] = {"status": None, **fields}
+        # `set(**facts)` adds facts to the line. A handler sets some six times a request: the
+        # dict's own `update`, bound here, does it without a Python frame each time.
+        self.set: Callable[..., None] = self.fields.update
 
     @property
     def started(self) -> float:
         return self._started
-
-    def set(self, **fields: Any) -> None:
-        self.fields.update(fields)
 
     def calling_upstream(self) -> None:
         """The upstream call starts now: what came before (reading, compacting) is the proxy's."""
