@@ -12,6 +12,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from proxy.conversation import Entries, Entry, Kind, leading_instructions
@@ -140,6 +141,7 @@ def run_cascade(entries: Sequence[Entry], context: CascadeContext, *,
 
 
 _INERT_KINDS = frozenset({Kind.INSTRUCTION, Kind.USER, Kind.ASSISTANT})
+_KIND, _CALLS = attrgetter("kind"), attrgetter("calls")
 
 
 def inert(entries: Entries, *, compacted: bool, policy: Policy | None, keep_loop: bool) -> bool:
@@ -152,7 +154,8 @@ def inert(entries: Entries, *, compacted: bool, policy: Policy | None, keep_loop
     """
     if compacted or policy is not None or keep_loop:
         return False
-    return all(e.kind in _INERT_KINDS and not e.calls for e in entries)
+    # Read with `map`: no Python step per entry.
+    return _INERT_KINDS.issuperset(map(_KIND, entries)) and not any(map(_CALLS, entries))
 
 
 def unchanged(entries: Entries, mark: MicrocompactMark | None) -> CascadeResult:
