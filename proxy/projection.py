@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import attrgetter, is_
 from typing import Any
 
 from proxy import anchors
@@ -54,10 +56,14 @@ def view_of(entries: Entries, identities: Identities, command: str | None, *, to
 
 
 def _mentions(entries: Sequence[Entry], command: str) -> bool:
-    for entry in entries:
-        if entry.kind is USER and manual.mentions(entry, command):
+    # The user messages picked out in C: a long thread has hundreds of other entries.
+    for entry in compress(entries, map(is_, map(_KIND, entries), repeat(USER))):
+        if manual.mentions(entry, command):
             return True
     return False
+
+
+_KIND = attrgetter("kind")
 
 
 # Not frozen: one is built for every request and dropped with it, and a frozen
