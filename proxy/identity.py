@@ -34,18 +34,24 @@ def canonical(entry: Entry) -> dict[str, Any]:
 
 
 def canonical_chat(message: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": message.get("role")}
-    _put(out, "content", _content(message.get("content")))
-    _put(out, "refusal", message.get("refusal"))
-    _put(out, "name", message.get("name"))
-    _put(out, "tool_call_id", message.get("tool_call_id"))
-    calls = message.get("tool_calls")
+    get = message.get
+    out: dict[str, Any] = {"role": get("role")}
+    content = get("content")
+    _put(out, "content", _content(content) if isinstance(content, list) else content)
+    # Most messages carry few of these, often none: only those present are looked at (in
+    # any order: a canonical form is compared and digested with its keys sorted).
+    for key in message.keys() & _OPTIONAL_FIELDS:
+        _put(out, key, message[key])
+    calls = get("tool_calls")
     if isinstance(calls, list) and calls:
         out["tool_calls"] = [_call(c) for c in calls]
-    legacy = message.get("function_call")
+    legacy = get("function_call")
     if isinstance(legacy, _MAPPING):
         out["function_call"] = {"name": legacy.get("name"), "arguments": legacy.get("arguments")}
     return out
+
+
+_OPTIONAL_FIELDS = frozenset({"refusal", "name", "tool_call_id"})
 
 
 def canonical_item(item: Mapping[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import orjson
 from proxy import jsonio
 
 _WS = b" \t\r\n"
+_WS_RUN = re.compile(rb"[ \t\r\n]*")
 _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\],:]')
 
 
@@ -45,10 +46,9 @@ def locate_array(body: bytes, key: str, parsed: Sequence[Any],
 
 
 def skip_ws(body: bytes, i: int) -> int:
-    n = len(body)
-    while i < n and body[i] in _WS:
-        i += 1
-    return i
+    """The index of the first non-whitespace byte from `i` (at most `len(body)`)."""
+    # Matched in C: a parse asks a few times per element, and most bodies have no space there.
+    return _WS_RUN.match(body, i).end()  # type: ignore[union-attr]  # `*` always matches
 
 
 def _skip_ws_back(body: bytes, i: int) -> int:

@@ -34,9 +34,14 @@ class LRU(Generic[K, V]):
         if len(self._data) > self.max_entries:
             self._data.popitem(last=False)
 
-    def replace(self, key: K, value: V) -> None:
-        """A new value for a key that `get` just found: already the newest, it stays in place."""
-        self._data[key] = value
+    def update(self, key: K, change: Callable[..., V], *args: object) -> None:
+        """`change(value, *args)` as the key's new value, now the newest; nothing when absent.
+        One call for the read and the write of a read-modify-write."""
+        data = self._data
+        found = data.get(key)
+        if found is not None:
+            data[key] = change(found, *args)
+            data.move_to_end(key)
 
     def __len__(self) -> int:
         return len(self._data)

@@ -9,18 +9,18 @@ anchors. The server calls it before every upstream call, and again after a compa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import attrgetter, is_
 from typing import Any
 
 from proxy import anchors
 from proxy.compaction import apply, manual
 from proxy.compaction.apply import Rebuilt
 from proxy.compaction.trigger import Thresholds
-from proxy.conversation import Entries, Entry, content_text
+from proxy.conversation import Entries, Entry
 from proxy.core.cascade import CascadeContext, CascadeResult, inert, run_cascade, unchanged
 from proxy.core.kinds import USER
-from proxy.core.memo import memoized
 from proxy.core.sanitize import Policy
 from proxy.identity import Identities
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark
@@ -56,12 +56,14 @@ def view_of(entries: Entries, identities: Identities, command: str | None, *, to
 
 
 def _mentions(entries: Sequence[Entry], command: str) -> bool:
-    key, starts = ("projection.mentions", command), partial(_starts_with, command=command)
-    return any(e.kind is USER and memoized(e, key, starts) for e in entries)
+    # The user messages picked out in C: a long thread has hundreds of other entries.
+    for entry in compress(entries, map(is_, map(_KIND, entries), repeat(USER))):
+        if manual.mentions(entry, command):
+            return True
+    return False
 
 
-def _starts_with(entry: Entry, command: str) -> bool:
-    return content_text(entry).lstrip().startswith(command)
+_KIND = attrgetter("kind")
 
 
 # Not frozen: one is built for every request and dropped with it, and a frozen

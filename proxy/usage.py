@@ -44,18 +44,23 @@ def normalize(usage: Any, api: Api | str = Api.CHAT, response: Any = None,
     """`usage` as upstream sent it; `response` is the chat message or the Responses output items."""
     if type(usage) is not dict and not isinstance(usage, Mapping):  # a dict: skip the ABC check
         return None
-    input_tokens = _input(usage)
+    get = usage.get
+    # The OpenAI shape, counts as parsed JSON has them, is read inline: the calls below give
+    # the same answer for it, and handle every other shape.
+    prompt = get("prompt_tokens")
+    input_tokens = prompt if type(prompt) is int and prompt >= 0 else _input(usage)
     if input_tokens is None:
         return None
-    get = usage.get
-    output = _first(get("completion_tokens"), get("output_tokens"), get("eval_count")) or 0
+    completion = get("completion_tokens")
+    output = (completion if type(completion) is int and completion >= 0 else
+              _first(completion, get("output_tokens"), get("eval_count")) or 0)
     if usage.keys().isdisjoint(_BREAKDOWN_NAMES):
         reasoning, cached, cache_write = None, 0, 0  # a bare count: nothing more to look up
     else:
         reasoning, cached, cache_write = _breakdown(usage)
     estimated = reasoning is None
     if reasoning is None:
-        reasoning = _estimate(api, response, count)
+        reasoning = 0 if _no_reasoning(api, response) else _estimate(api, response, count)
     reasoning = min(reasoning, output)
     return Usage(input_tokens, output, cached, cache_write, reasoning, output - reasoning,
                  estimated and reasoning > 0)
@@ -133,6 +138,12 @@ def _int(value: Any) -> int | None:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return int(value) if value >= 0 else None
+
+
+def _no_reasoning(api: Api | str, response: Any) -> bool:
+    """A chat message with none of the reasoning fields (most answers): nothing to count."""
+    return (type(response) is dict and api != Api.RESPONSES
+            and response.keys().isdisjoint(_REASONING_KEYS))
 
 
 def _estimate(api: Api | str, response: Any, count: Count | None) -> int:

@@ -231,3 +231,21 @@ def test_response_digests_are_what_make_anchor_takes(api: Api, response: Any) ->
     anchor = make_anchor(entries_of(PROJECTION), CONTEXT, entries, normalize(USAGE, api),
                          IDS.content_digest)
     assert response_digests(api, response, Identities()) == anchor.response_digests
+
+
+@pytest.mark.parametrize("made_at", [None, 0, 2, 4])
+def test_the_projection_digest_hashes_the_context_then_each_entry_digest(
+        made_at: int | None) -> None:
+    import hashlib
+
+    messages = [{"role": "user", "content": f"message {i}"} for i in range(5)]
+    entries = entries_from(Api.CHAT, messages, [orjson.dumps(m) for m in messages])
+    if made_at is not None:  # an entry the proxy made: no client bytes, no key
+        entries = (*entries[:made_at], entry_from_chat({"role": "user", "content": "made"}),
+                   *entries[made_at:])
+    expected = hashlib.blake2b(digest_size=16)
+    expected.update((3).to_bytes(8, "little") + b"ctx")
+    for entry in entries:
+        expected.update(hashlib.blake2b(entry.to_bytes(), digest_size=16).digest())
+    assert projection_digest(entries, b"ctx") == expected.hexdigest()
+    assert projection_digest(iter(entries), b"ctx") == expected.hexdigest()

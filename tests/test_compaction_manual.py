@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import orjson
+from hypothesis import given
+from hypothesis import strategies as st
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
@@ -121,3 +123,12 @@ def test_responses_stream_events_parse_in_order() -> None:
     assert events[0].response.status == "in_progress"
     assert events[-1].response.output_text == TEXT
     assert b"[DONE]" not in b"".join(d for _, d in frames)
+
+
+@given(st.text(alphabet=" \n\t/compactx", max_size=14), st.sampled_from(["/compact", "/c", " /c "]))
+def test_the_mentions_shortcut_never_changes_what_detect_finds(text: str, command: str) -> None:
+    from proxy.compaction.manual import parse_command
+
+    entries = conv(Api.CHAT, [user(text)])
+    assert detect(entries, command) == parse_command(text, command)
+    assert detect(entries, command) == parse_command(text, command)  # from the entry's memo

@@ -61,3 +61,15 @@ def test_the_memo_keeps_only_short_ids_and_stays_bounded() -> None:
     assert 0 < len(keys._KEY_TEXTS) <= keys._MEMO_SIZE
     assert storable_key(ThreadKey("t", long_id)) == storable_key(ThreadKey("t", long_id))
     assert ThreadKey("t", long_id) not in keys._STORABLE_KEYS
+
+
+@given(any_text, st.sampled_from(["anonymous", "0" * 32]))
+def test_the_pipeline_keys_a_thread_by_its_storable_text(thread: str, tenant: str) -> None:
+    from proxy.server.pipeline import Pipeline
+    from proxy.threads import ThreadIdentity
+
+    identity = ThreadIdentity(thread, "header:x-thread-id", tenant)
+    expected = ThreadKey(tenant, thread_key_text(thread))
+    assert Pipeline.thread_key(identity) == expected
+    assert Pipeline.thread_key(identity) == expected
+    assert Pipeline.thread_key(ThreadIdentity(None, "none", tenant)) is None

@@ -140,3 +140,35 @@ def test_any_usage_normalizes_to_sane_numbers_or_none(usage: dict[str, Any],
     if result is not None:
         assert min(result.input, result.output, result.reasoning, result.visible_output) >= 0
         assert result.reasoning + result.visible_output == result.output
+
+
+_COUNTS = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**12), st.text(max_size=3),
+                    st.floats(allow_nan=True, allow_infinity=True))
+_USAGE_NAMES = ["prompt_tokens", "completion_tokens", "input_tokens", "output_tokens",
+                "eval_count", "prompt_eval_count", "cache_read_input_tokens",
+                "cache_creation_input_tokens", "prompt_cache_hit_tokens",
+                "prompt_cache_miss_tokens", "reasoning_tokens"]
+_MESSAGES = st.one_of(st.none(), st.just({"role": "assistant", "content": "ok"}),
+                      st.just({"role": "assistant", "content": "ok",
+                               "reasoning_content": "one two three"}),
+                      st.just([{"type": "reasoning", "summary": [{"text": "a b"}]}]))
+
+
+@given(st.dictionaries(st.sampled_from(_USAGE_NAMES), _COUNTS), _MESSAGES,
+       st.sampled_from([Api.CHAT, Api.RESPONSES, "chat"]))
+def test_the_inline_openai_reading_agrees_with_the_general_rules(
+        usage: dict[str, Any], response: Any, api: Any) -> None:
+    from proxy import usage as module
+
+    found = normalize(usage, api, response, words)
+    input_tokens = module._input(usage)
+    if input_tokens is None:
+        assert found is None
+        return
+    output = module._first(usage.get("completion_tokens"), usage.get("output_tokens"),
+                           usage.get("eval_count")) or 0
+    breakdown = module._breakdown(usage)[0]
+    reasoning = min(breakdown if breakdown is not None else
+                    module._estimate(api, response, words), output)
+    assert found is not None
+    assert (found.input, found.output, found.reasoning) == (input_tokens, output, reasoning)

@@ -48,7 +48,19 @@ def detect(entries: Sequence[Entry], command: str) -> ManualCommand | None:
     """The command when the latest entry is one (a command followed by anything is history)."""
     if not entries or entries[-1].kind is not Kind.USER:
         return None
+    if not mentions(entries[-1], command):
+        return None  # what `parse_command` accepts starts with the command, after whitespace
     return parse_command(content_text(entries[-1]), command)
+
+
+def mentions(entry: Entry, command: str) -> bool:
+    """Whether the entry's text starts with `command` (after whitespace): a command, or text
+    that merely begins like one. Kept on the entry: asked of every user message, every request."""
+    key = ("manual.mentions", command)
+    found = entry.memo.get(key)
+    if found is None:
+        found = entry.memo[key] = content_text(entry).lstrip().startswith(command)
+    return found
 
 
 def is_our_answer(entry: Entry) -> bool:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import compress, count
+from operator import attrgetter, is_not
 from typing import Any
 
 from proxy.conversation import Entries, Entry, Kind, leading_instructions
@@ -140,6 +142,7 @@ def run_cascade(entries: Sequence[Entry], context: CascadeContext, *,
 
 
 _INERT_KINDS = frozenset({Kind.INSTRUCTION, Kind.USER, Kind.ASSISTANT})
+_KIND, _CALLS, _KEY = attrgetter("kind"), attrgetter("calls"), attrgetter("key")
 
 
 def inert(entries: Entries, *, compacted: bool, policy: Policy | None, keep_loop: bool) -> bool:
@@ -152,7 +155,8 @@ def inert(entries: Entries, *, compacted: bool, policy: Policy | None, keep_loop
     """
     if compacted or policy is not None or keep_loop:
         return False
-    return all(e.kind in _INERT_KINDS and not e.calls for e in entries)
+    # Read with `map`: no Python step per entry.
+    return _INERT_KINDS.issuperset(map(_KIND, entries)) and not any(map(_CALLS, entries))
 
 
 def unchanged(entries: Entries, mark: MicrocompactMark | None) -> CascadeResult:
@@ -174,7 +178,7 @@ def _sanitized(frame: _Frame, client: Entries, context: CascadeContext, memo: _M
     entries = clean.entries
     origins = (frame.origins if len(clean.kept) == len(frame.entries)  # nothing dropped
                else tuple(frame.origins[i] for i in clean.kept))
-    if any(e.key is None for e in entries):
+    if None in map(_KEY, entries):
         entries = tuple(memo.keyed(e) for e in entries)
     return CascadeResult(entries, origins, (*reports, report), clean, mark, start,
                          changed or clean.changed > 0)
@@ -228,8 +232,7 @@ class _Memo:
             self._sizes.update(zip(map(id, client), context.sizes, strict=True))
 
     def sizes(self, entries: Entries) -> list[int]:
-        get = self._sizes.get
-        out = [get(id(e)) for e in entries]
+        out = list(map(self._sizes.get, map(id, entries)))  # no Python step per entry
         if None in out:
             out = [size if size is not None else self.measure(e) for size, e in zip(out, entries)]
         return out  # type: ignore[return-value]
@@ -265,9 +268,10 @@ def replaced_tokens(measure: Measure, before: Sequence[Entry], after: Sequence[E
 
 def first_difference(client: Sequence[Entry], projection: Sequence[Entry]) -> int | None:
     """The first index where the projection stops being the client's list; None if it is."""
-    for i, (a, b) in enumerate(zip(client, projection, strict=False)):
-        if a is not b:
-            return i
+    # Compared in C: the projection is mostly the client's very entries, hundreds of them.
+    differs = next(compress(count(), map(is_not, client, projection)), None)
+    if differs is not None:
+        return differs
     if len(client) == len(projection):
         return None
     return min(len(client), len(projection))

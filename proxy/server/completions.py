@@ -9,7 +9,7 @@ once, before any byte went to the client; then the pipeline records what the ans
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 
 import aiohttp
 from aiohttp import web
@@ -28,7 +28,6 @@ from proxy.sse import SseDecoder
 from proxy.threads import (body_thread_hint, header_thread, loggable, resolve_thread,
                            tenant_digest)
 
-_CREDENTIALS = ("authorization", "api-key", "x-api-key")
 _LIFECYCLE = frozenset({"response.created", "response.in_progress", "response.queued"})
 _PEEK_LIMIT = 1 << 20
 _PEEK_SECONDS = 1.0
@@ -60,7 +59,7 @@ async def _complete(request: web.Request, api: Api) -> web.StreamResponse:
         line.set(model=inbound.model, stream=inbound.stream, upstream=upstream.name,
                  thread=loggable(identity.thread), thread_source=identity.source)
         prepared = await services.pipeline.prepare(inbound, identity, upstream, line,
-                                                   _credentials(request))
+                                                   request.headers)
         while prepared.answer is None:
             outcome = await _forward(request, path, services, prepared, line)
             # Tested as a Prepared (a plain class), not as a response: a response is a
@@ -169,9 +168,4 @@ async def _read_until(response: aiohttp.ClientResponse, deadline: float) -> byte
         if limit.expired():
             return b""
         raise
-
-
-def _credentials(request: web.Request) -> Mapping[str, str]:
-    headers = request.headers
-    return {name: headers[name] for name in _CREDENTIALS if name in headers}
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from types import MappingProxyType
 from typing import Any
 
 
@@ -27,7 +28,7 @@ from proxy.core.sanitize import Policy
 from proxy.errors import CompactionInsufficient, CompactionUnavailable
 from proxy.identity import Identities
 from proxy.inbound import Inbound, parse_inbound, with_entries
-from proxy.lru import WeightedLRU
+from proxy.lru import Memo, WeightedLRU
 from proxy.outbound import build_body
 from proxy.projection import Built, Situation, View, build, view_of
 from proxy.records import ThreadKey, ThreadState
@@ -42,6 +43,7 @@ from proxy.server.upstream import UpstreamClient
 from proxy.settings import Settings, UpstreamSettings
 from proxy.store import HistoryFiles, StateStore, create_history, create_store, thread_key_text
 from proxy.store.cached import CachedStore
+from proxy.store.keys import MAX_KEPT_CHARS
 from proxy.streams import chat_message, responses_output, usage_of
 from proxy.threads import ThreadIdentity, loggable
 from proxy.tokens.encoding import encoding_name, tokenizer_for
@@ -104,15 +106,17 @@ class Pipeline:
         return parse_inbound(api, body)
 
     async def prepare(self, inbound: Inbound, identity: ThreadIdentity, upstream: UpstreamSettings,
-                      line: RequestLine, credentials: Mapping[str, str],
+                      line: RequestLine, client_headers: Mapping[str, str],
                       attempt: Attempt = Attempt()) -> Prepared:
+        """`client_headers`: the request's headers (the credentials a summary call forwards
+        are read from them when a compaction needs them)."""
         key = self.thread_key(identity)
         if inbound.entries is None:
             known = self._recent.get(key) if key else None
             previous = known.entries if known is not None and known.api is inbound.api else ()
             inbound = with_entries(inbound, previous)
         estimator = self.estimator(inbound.model)
-        prepared = Prepared(inbound, identity, upstream, credentials, inbound.body, attempt,
+        prepared = Prepared(inbound, identity, upstream, client_headers, inbound.body, attempt,
                             key=key, estimator=estimator, context=self._context(inbound))
         if inbound.entries is None or inbound.stateful_upstream:
             return self._pass_through(prepared, line)
@@ -162,7 +166,7 @@ class Pipeline:
                 self.metrics.observe_saved(report.name, report.tokens_saved)
         line.set(elements_reused=inbound.reused or None, tokens_estimate=built.tokens,
                  anchor_used=built.anchor is not None,
-                 tokenizer=prepared.estimator.tokenizer.describe() if prepared.estimator else None,
+                 tokenizer=prepared.estimator.described if prepared.estimator else None,
                  compaction=compaction, checkpoint=built.event.seq if built.event else None,
                  protected=built.protected,
                  **_stage_fields(built))
@@ -202,7 +206,7 @@ class Pipeline:
         line.set(retried=attempt.reason, first_status=status)
         try:
             return await self.prepare(prepared.inbound, prepared.identity, prepared.upstream,
-                                      line, prepared.credentials, attempt)
+                                      line, prepared.client_headers, attempt)
         except (CompactionInsufficient, CompactionUnavailable) as failed:
             if not attempt.forced:
                 raise
@@ -248,10 +252,10 @@ class Pipeline:
 
     # ---------------------------------------------------------------- helpers
 
-    def thread_key(self, identity: ThreadIdentity) -> ThreadKey | None:
-        if identity.thread is None:
-            return None
-        return ThreadKey(identity.tenant, thread_key_text(identity.thread))
+    @staticmethod
+    def thread_key(identity: ThreadIdentity) -> ThreadKey | None:
+        thread = identity.thread
+        return None if thread is None else _THREAD_KEYS[identity.tenant, thread]
 
     def estimator(self, model: str) -> TokenEstimator:
         found = self._by_model.get(model)
@@ -298,14 +302,17 @@ class Pipeline:
         return found
 
     def _tokenizers_in_use(self) -> dict[str, str]:
-        out = {p.pattern: self.estimator(p.pattern).tokenizer.describe()
+        out = {p.pattern: self.estimator(p.pattern).described
                for p in self.settings.models}
-        out["<default>"] = self.estimator("").tokenizer.describe()
+        out["<default>"] = self.estimator("").described
         return out
 
     def _context(self, inbound: Inbound) -> bytes:
         doc = inbound.doc
-        return anchors.context_bytes(doc.get("tools"), doc.get("instructions"), inbound.model)
+        tools, instructions = doc.get("tools"), doc.get("instructions")
+        if tools is None and instructions is None:
+            return _BARE_CONTEXTS[inbound.model]
+        return anchors.context_bytes(tools, instructions, inbound.model)
 
     @staticmethod
     def _tap_factory(api: Api, hide_usage: bool) -> Callable[[], StreamTap]:
@@ -324,11 +331,31 @@ def _needs_usage_chunk(inbound: Inbound) -> bool:
     return not (isinstance(options, dict) and options.get("include_usage") is True)
 
 
+_NO_FIELDS: Mapping[str, Any] = MappingProxyType({})
+
+
+def _thread_key(named: tuple[str, str]) -> ThreadKey:
+    tenant, thread = named
+    return ThreadKey(tenant, thread_key_text(thread))
+
+
+# Every request asks for its thread's key (twice: to parse, to prepare), and a client names
+# its thread the same way each time: one lookup, one key object.
+_THREAD_KEYS: Memo[tuple[str, str], ThreadKey] = Memo(
+    _thread_key, max_entries=8192, max_chars=MAX_KEPT_CHARS, chars=lambda named: len(named[1]))
+
+# A request without tools or instructions has a context of its model alone: one per model.
+_BARE_CONTEXTS: Memo[str, bytes] = Memo(
+    lambda model: anchors.context_bytes(None, None, model), max_entries=1024, max_chars=256)
+
+
 def _known_weight(known: Known) -> int:
     return known.weight
 
 
-def _stage_fields(built: Built) -> dict[str, Any]:
+def _stage_fields(built: Built) -> Mapping[str, Any]:
+    if not built.cascade.changed:
+        return _NO_FIELDS  # no stage changed anything: nothing to report
     stages = {r.name: {"changed": r.changed, "tokens_saved": r.tokens_saved}
               for r in built.cascade.reports if r.changed}
     return {"stages": stages, "tokens_saved": built.cascade.tokens_saved} if stages else {}

@@ -16,6 +16,8 @@ from proxy.settings import UpstreamSettings
 from proxy.threads import ThreadIdentity
 from proxy.tokens.estimate import TokenEstimator
 
+_CREDENTIALS = ("authorization", "api-key", "x-api-key")
+
 
 @dataclass(frozen=True)
 class Attempt:
@@ -37,7 +39,7 @@ class Prepared:
     inbound: Inbound
     identity: ThreadIdentity
     upstream: UpstreamSettings
-    credentials: Mapping[str, str]
+    client_headers: Mapping[str, str]  # the client's request headers
     body: bytes
     attempt: Attempt = field(default_factory=Attempt)
     answer: web.StreamResponse | None = None
@@ -48,3 +50,10 @@ class Prepared:
     context: bytes = b""
     estimate: int | None = None
     estimator: TokenEstimator | None = None
+
+    @property
+    def credentials(self) -> Mapping[str, str]:
+        """The credential headers the client sent, for a summary call made on its behalf.
+        Built when asked: only a compaction needs them, not every request."""
+        headers = self.client_headers
+        return {name: headers[name] for name in _CREDENTIALS if name in headers}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -26,13 +27,13 @@ class RequestLine:
         self._kind = kind
         self._started = self._upstream_started = time.perf_counter()
         self.fields: dict[str, Any] = {"status": None, **fields}
+        # `set(**facts)` adds facts to the line. A handler sets some six times a request: the
+        # dict's own `update`, bound here, does it without a Python frame each time.
+        self.set: Callable[..., None] = self.fields.update
 
     @property
     def started(self) -> float:
         return self._started
-
-    def set(self, **fields: Any) -> None:
-        self.fields.update(fields)
 
     def calling_upstream(self) -> None:
         """The upstream call starts now: what came before (reading, compacting) is the proxy's."""
@@ -49,7 +50,6 @@ class RequestLine:
                  tb: TracebackType | None) -> None:
         if exc is not None:
             self._settle(exc)
-        self.fields["duration_ms"] = round((time.perf_counter() - self._started) * 1000, 2)
         self._write()
         if self._metrics is not None:
             self._metrics.observe_request(self._kind, self.fields["status"],
@@ -73,6 +73,8 @@ class RequestLine:
         enabled = getattr(self._log, "is_enabled_for", None)
         if enabled is not None and not enabled(logging.INFO):  # below the level: skip building it
             return
+        # Measured here, not on exit: a line below the level needs no duration.
+        self.fields["duration_ms"] = round((time.perf_counter() - self._started) * 1000, 2)
         try:
             self._log.info("request", **{k: v for k, v in self.fields.items() if v is not None})
         except Exception:  # noqa: BLE001 - the answer is out or on its way: a lost line must not

@@ -16,7 +16,6 @@ thread's next request once the interval has passed, and every held-back touch by
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -41,6 +40,9 @@ class CachedStore:
         # past `max_threads` the oldest is written out, never dropped.
         self._held: OrderedDict[ThreadKey, HeldTouch] = OrderedDict()
         self._max_held = max_threads
+
+    # Each write updates the cached state through `self._states.update`: only a cached state
+    # is updated, an uncached one is read whole from the store later.
 
     async def open(self) -> None:
         await self.store.open()
@@ -69,20 +71,20 @@ class CachedStore:
             self._held[key] = (latest, latest_estimate)
             if len(self._held) > self._max_held:
                 await self._persist(*_oldest(self._held))
-        self._update(key, _touched, at, estimate)
+        self._states.update(key, _touched, at, estimate)
 
     async def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
         await self.store.add_anchor(key, anchor)
-        self._update(key, _anchored, anchor)
+        self._states.update(key, _anchored, anchor)
 
     async def add_event(self, key: ThreadKey, event: CompactionEvent) -> CompactionEvent:
         stored = await self.store.add_event(key, event)
-        self._update(key, lambda s: replace(s, event=stored, event_count=s.event_count + 1))
+        self._states.update(key, lambda s: replace(s, event=stored, event_count=s.event_count + 1))
         return stored
 
     async def set_microcompact(self, key: ThreadKey, mark: MicrocompactMark) -> None:
         await self.store.set_microcompact(key, mark)
-        self._update(key, lambda s: replace(s, microcompact=mark))
+        self._states.update(key, lambda s: replace(s, microcompact=mark))
 
     async def list_threads(self, limit: int = 100) -> list[ThreadSummary]:
         return await self.store.list_threads(limit)
@@ -101,12 +103,6 @@ class CachedStore:
         held, self._held = self._held, OrderedDict()
         for key, (at, estimate) in held.items():
             await self._persist(key, at, estimate)
-
-    def _update(self, key: ThreadKey, change: Callable[..., ThreadState], *args: Any) -> None:
-        # Only a cached state is updated: an uncached one is read whole from the store later.
-        found = self._states.get(key)
-        if found is not None:
-            self._states.replace(key, change(found, *args))
 
 
 def _merged(held: HeldTouch | None, at: float, estimate: int | None) -> HeldTouch:
