@@ -130,6 +130,20 @@ def test_a_lone_surrogate_is_written_escaped_never_raised(form: str) -> None:
         assert "model=gpt-4o\\ud800" in stream.buffer.getvalue().decode()
 
 
+def test_the_request_line_leaves_out_facts_set_to_none_and_keeps_falsy_ones() -> None:
+    stream = io.StringIO()
+    configure_logging(LoggingSettings(format="json", level="info"), stream=stream)
+    with RequestLine(get_logger("proxy"), None, "chat", path="/v1/chat/completions") as line:
+        line.set(status=200, model="m", stream=False, bytes_out=0, note="", thread=None)
+        line.set(compaction_failed="summarize")
+        line.set(compaction_failed=None)  # cleared: not on the line
+    [written] = _json_lines(stream)
+    assert (written["status"], written["stream"], written["bytes_out"], written["note"]) == (
+        200, False, 0, "")
+    assert "thread" not in written and "compaction_failed" not in written
+    assert written["path"] == "/v1/chat/completions" and written["duration_ms"] >= 0
+
+
 def test_a_failing_log_sink_never_breaks_the_request_line() -> None:
     class BrokenLog:
         def info(self, event: str, **fields: object) -> None:

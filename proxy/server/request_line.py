@@ -11,6 +11,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from itertools import compress, repeat
+from operator import is_not
 from types import TracebackType
 from typing import Any
 
@@ -18,6 +20,7 @@ from proxy.errors import ProxyError, ShuttingDown
 from proxy.server.drain import is_cut
 
 CLIENT_CLOSED = 499
+_NONES = repeat(None)
 
 
 class RequestLine:
@@ -76,7 +79,10 @@ class RequestLine:
         # Measured here, not on exit: a line below the level needs no duration.
         self.fields["duration_ms"] = round((time.perf_counter() - self._started) * 1000, 2)
         try:
-            self._log.info("request", **{k: v for k, v in self.fields.items() if v is not None})
+            fields = self.fields
+            # Facts set to None are left out: filtered in C, a line has some 30 of them.
+            self._log.info("request", **dict(compress(fields.items(),
+                                                      map(is_not, fields.values(), _NONES))))
         except Exception:  # noqa: BLE001 - the answer is out or on its way: a lost line must not
             # break it. The standard library's logging reports on stderr what its sink refuses.
             logging.getLogger("proxy").exception("request line not written (status %s)",
