@@ -7,7 +7,7 @@ split mid-JSON and interleaved across calls come out whole. Identifiers (`id`, `
 `role`, `index`) are kept from their first delta, since some providers repeat them in every
 chunk; `extra_content` (opaque signatures) is taken whole. It also tells the relay which chunk
 is the usage-only one and spots mid-stream error frames. `ResponsesStream` collects the output
-items of `response.output_item.done` and the terminal status and usage.
+items of `response.output_item.done`, the terminal status and usage, and the last sequence number.
 """
 
 from __future__ import annotations
@@ -214,11 +214,14 @@ class ResponsesStream:
         self.usage: dict[str, Any] | None = None
         self.error: dict[str, Any] | None = None
         self.id: str | None = None
+        self.sequence = -1  # the last event's `sequence_number`: an error frame takes the next
 
     def feed(self, event: SseEvent) -> ChunkKind:
         data = event.json()
         if not isinstance(data, _MAPPING):
             return ChunkKind.OTHER
+        if isinstance(data.get("sequence_number"), int):
+            self.sequence = data["sequence_number"]
         kind = data.get("type") if isinstance(data.get("type"), str) else event.event
         if kind == "error":
             self.error = _error_of(data.get("error") or data)
