@@ -7,13 +7,19 @@ included, next to its parsed `event` name and joined `data`. Lines end in CRLF, 
 blocks (keep-alives) come out as events without data so their bytes are forwarded too. An
 event larger than `max_event_bytes` is not held: its bytes come out in pieces marked
 `complete=False`, data unread. Nothing here raises on any input.
+
+The decoder runs once per streamed token, so it has two paths: while the stream holds no CR
+(the usual case) each chunk is split at its blank lines in C, a lone `data:` line taking the
+shortest way; anything else (CR line ends, an oversized event, the end of the stream) goes
+the general line-by-line way. Both give the same events. Data stays bytes until asked for as
+text: orjson parses bytes.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -22,26 +28,59 @@ _BOM = b"\xef\xbb\xbf"
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class SseEvent:
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", "replace")
+
+
+# A tuple rather than a frozen dataclass: one is made per streamed token, and a tuple is built
+# without a Python-level `__init__` storing each field through `object.__setattr__`.
+class SseEvent(NamedTuple):
     raw: bytes
-    data: str | None = None  # data lines joined with "\n"; None when the block had none
+    data_bytes: bytes | None = None  # data lines joined with b"\n"; None when the block had none
     event: str | None = None
     id: str | None = None
     complete: bool = True  # False: a piece of an oversized event, forwarded unread
 
     @property
+    def data(self) -> str | None:
+        """The data lines joined with "\\n", as text; None when the block had none."""
+        return None if self.data_bytes is None else _text(self.data_bytes)
+
+    @property
     def done(self) -> bool:
-        return self.data is not None and self.data.strip() == "[DONE]"
+        # The byte search settles nearly every event; the text's strip() decides the rest as
+        # before, since it also strips the non-ASCII whitespace that bytes.strip() keeps.
+        body = self.data_bytes
+        return body is not None and b"[DONE]" in body and _text(body).strip() == "[DONE]"
 
     def json(self) -> Any:
         """The data parsed as JSON; None when absent or not JSON."""
-        if not self.data:
+        if not self.data_bytes:
             return None
         try:
-            return orjson.loads(self.data)
+            return orjson.loads(self.data_bytes)
+        except orjson.JSONDecodeError:
+            if self.data_bytes.isascii():
+                return None
+        # orjson refuses invalid UTF-8, which the text form has replaced: that may still parse.
+        try:
+            return orjson.loads(_text(self.data_bytes))
         except orjson.JSONDecodeError:
             return None
+
+
+_BLANK = SseEvent(b"\n")  # a blank line with no field before it: an event of its own
+# The tuple's own constructor, skipping the generated Python-level `__new__`: for the one-line
+# `data:` event the fast path makes per token.
+_data_event = partial(tuple.__new__, SseEvent)
+
+
+def _field(line: bytes) -> tuple[bytes, bytes]:
+    """A line's field name and value (a comment line has the name b"")."""
+    name, colon, value = line.partition(b":")
+    if colon and value.startswith(b" "):
+        value = value[1:]
+    return name, value
 
 
 class SseDecoder:
@@ -52,6 +91,8 @@ class SseDecoder:
         self._in_line = False  # the current line's start was already passed on (oversize)
         self._oversize = False
         self._first_line = True
+        # The fast path may run: `_buf` holds no CR and none of its lines is parsed yet.
+        self._plain = True
         self._reset()
 
     def _reset(self) -> None:
@@ -61,10 +102,45 @@ class SseDecoder:
         self._id: str | None = None
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
-        self._buf += chunk
-        events = self._drain(final=False)
-        if len(self._buf) > self._max:
-            events.append(self._spill())
+        """The events `chunk` completes.
+
+        What the fast path holds never contains a blank line nor starts with one, so a new
+        event ends only inside `chunk` or where a held LF meets a leading one.
+        """
+        if not self._plain or b"\r" in chunk:
+            return self._feed_general(chunk)
+        buf = self._buf
+        # The usual read: one whole event of one `data:` line.
+        if (not buf and chunk.endswith(b"\n\n") and chunk.startswith(b"data: ")
+                and chunk.find(b"\n") == len(chunk) - 2 and not self._first_line):
+            return [_data_event((chunk, chunk[6:-2], None, None, True))]
+        if buf:
+            if b"\n\n" not in chunk and (buf[-1] != 10 or not chunk.startswith(b"\n")):
+                buf += chunk  # no copy of what is held: a big event may come in many reads
+                return self._feed_general(b"") if len(buf) > self._max else []
+            chunk = bytes(buf) + chunk
+            buf.clear()
+        # Split at the blank lines: what comes before each is a block of lines (or nothing,
+        # for a second blank line), at most one LF to its head being a blank line of its own.
+        *blocks, tail = chunk.split(b"\n\n")
+        events: list[SseEvent] = []
+        append = events.append
+        for block in blocks:
+            if block.startswith(b"data: ") and b"\n" not in block and not self._first_line:
+                append(_data_event((block + b"\n\n", block[6:], None, None, True)))
+            elif not block:
+                events += (_BLANK, _BLANK)
+            elif block.startswith(b"\n"):
+                events += (_BLANK, self._block(block[1:]))
+            else:
+                append(self._block(block))
+        if tail.startswith(b"\n"):
+            append(_BLANK)
+            tail = tail[1:]
+        if tail:
+            buf += tail
+            if len(buf) > self._max:
+                events += self._feed_general(b"")  # parses the held lines, then spills
         return events
 
     @property
@@ -79,6 +155,38 @@ class SseDecoder:
             if self._scan < len(self._buf) and not self._oversize:
                 self._line(bytes(self._buf[self._scan:]))
             events.append(self._dispatch(len(self._buf)))
+        self._plain = not self._buf and not self._oversize
+        return events
+
+    def _block(self, block: bytes) -> SseEvent:
+        """The event of a block of lines, each ended by LF, followed by a blank line."""
+        lines = block.split(b"\n")
+        if self._first_line:
+            self._first_line = False
+            lines[0] = lines[0].removeprefix(_BOM)
+        data: list[bytes] = []
+        has_data = False
+        event = id_ = None
+        for line in lines:
+            name, value = _field(line)
+            if name == b"data":
+                data.append(value)
+                has_data = True
+            elif name == b"event":
+                event = _text(value)
+            elif name == b"id" and b"\0" not in value:
+                id_ = _text(value)
+        return SseEvent(block + b"\n\n", b"\n".join(data) if has_data else None, event, id_)
+
+    # ------------------------------------------------------------ the general path
+
+    def _feed_general(self, chunk: bytes) -> list[SseEvent]:
+        self._plain = False
+        self._buf += chunk
+        events = self._drain(final=False)
+        if len(self._buf) > self._max:
+            events.append(self._spill())
+        self._plain = not self._buf and not self._oversize
         return events
 
     def _drain(self, final: bool) -> list[SseEvent]:
@@ -100,18 +208,14 @@ class SseDecoder:
         if self._first_line:
             self._first_line = False
             line = line.removeprefix(_BOM)
-        if line.startswith(b":"):
-            return
-        name, colon, value = line.partition(b":")
-        if colon and value.startswith(b" "):
-            value = value[1:]
+        name, value = _field(line)
         if name == b"data":
             self._data.append(value)
             self._has_data = True
         elif name == b"event":
-            self._event = value.decode("utf-8", "replace")
+            self._event = _text(value)
         elif name == b"id" and b"\0" not in value:
-            self._id = value.decode("utf-8", "replace")
+            self._id = _text(value)
 
     def _dispatch(self, end: int) -> SseEvent:
         raw = bytes(self._buf[:end])
@@ -120,7 +224,7 @@ class SseDecoder:
         if self._oversize:
             event = SseEvent(raw, complete=False)
         else:
-            data = b"\n".join(self._data).decode("utf-8", "replace") if self._has_data else None
+            data = b"\n".join(self._data) if self._has_data else None
             event = SseEvent(raw, data, self._event, self._id)
         self._oversize = self._in_line = False
         self._reset()

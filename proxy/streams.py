@@ -7,7 +7,7 @@ split mid-JSON and interleaved across calls come out whole. Identifiers (`id`, `
 `role`, `index`) are kept from their first delta, since some providers repeat them in every
 chunk; `extra_content` (opaque signatures) is taken whole. It also tells the relay which chunk
 is the usage-only one and spots mid-stream error frames. `ResponsesStream` collects the output
-items of `response.output_item.done` and the terminal status and usage.
+items of `response.output_item.done`, the terminal status and usage, and the last sequence number.
 """
 
 from __future__ import annotations
@@ -37,24 +37,52 @@ class ChunkKind(StrEnum):
     OTHER = "other"  # comments, keep-alives, anything that is not JSON
 
 
+class _Text:
+    """A string field's deltas, held as pieces and joined when the message is read: adding
+    each piece to a str would copy all the text so far, quadratic in a long streamed argument."""
+
+    __slots__ = ("pieces",)
+
+    def __init__(self, first: str, second: str) -> None:
+        self.pieces = [first, second]
+
+    def text(self) -> str:
+        joined = "".join(self.pieces)
+        self.pieces = [joined]
+        return joined
+
+
 def merge_delta(acc: dict[str, Any], delta: Mapping[str, Any]) -> None:
-    """Fold one delta object into the accumulated one, in place."""
+    """Fold one delta object into the accumulated one, in place; `joined` reads it."""
     for key, value in delta.items():
-        if value is None:
-            continue
         old = acc.get(key)
-        if old is None or key in _TAKE_WHOLE:
-            acc[key] = _fresh(value)
-        elif key in _KEEP_FIRST:
+        # The usual delta first, a piece of text for a field that already has some: only a
+        # field that is neither kept-first nor taken whole ever holds a `_Text`.
+        if old.__class__ is _Text and isinstance(value, str):
+            old.pieces.append(value)
+        elif value is None or old is not None and key in _KEEP_FIRST:
             continue
-        elif isinstance(old, str) and isinstance(value, str):
-            acc[key] = old + value
+        elif old is None or key in _TAKE_WHOLE:
+            acc[key] = _fresh(value)
         elif isinstance(old, dict) and isinstance(value, _MAPPING):
             merge_delta(old, value)
         elif isinstance(old, list) and isinstance(value, list):
             _merge_list(old, value)
+        elif isinstance(old, str) and isinstance(value, str):
+            acc[key] = _Text(old, value)
         else:
             acc[key] = _fresh(value)
+
+
+def joined(value: Any) -> Any:
+    """A copy of what `merge_delta` accumulated, with its text pieces joined."""
+    if isinstance(value, _Text):
+        return value.text()
+    if isinstance(value, dict):  # parsed JSON: a dict, never another mapping
+        return {k: joined(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [joined(v) for v in value]
+    return copy.deepcopy(value)
 
 
 def _merge_list(acc: list[Any], delta: list[Any]) -> None:
@@ -75,6 +103,8 @@ def _with_index(acc: list[Any], index: int) -> dict[str, Any] | None:
 
 
 def _fresh(value: Any) -> Any:
+    if isinstance(value, str):
+        return value
     if isinstance(value, _MAPPING):
         out: dict[str, Any] = {}
         merge_delta(out, value)
@@ -95,10 +125,12 @@ class ChatStream:
         self.model: str | None = None
 
     def feed(self, event: SseEvent) -> ChunkKind:
-        if event.done:
+        chunk = event.json()
+        # `[DONE]` is not JSON: only an event that did not parse can be the end.
+        if chunk is None and event.done:
             self.done = True
             return ChunkKind.DONE
-        return self.feed_json(event.json())
+        return self.feed_json(chunk)
 
     def feed_json(self, chunk: Any) -> ChunkKind:
         if not isinstance(chunk, _MAPPING):
@@ -106,28 +138,36 @@ class ChatStream:
         if chunk.get("error"):
             self.error = _error_of(chunk["error"])
             return ChunkKind.ERROR
-        self.id = self.id or _str(chunk.get("id"))
-        self.model = self.model or _str(chunk.get("model"))
-        if isinstance(chunk.get("usage"), _MAPPING):
-            self.usage = dict(chunk["usage"])
+        if not self.id:
+            self.id = _str(chunk.get("id"))
+        if not self.model:
+            self.model = _str(chunk.get("model"))
+        usage = chunk.get("usage")
         choices = chunk.get("choices")
-        if choices == [] and isinstance(chunk.get("usage"), _MAPPING):
-            return ChunkKind.USAGE_ONLY
-        for choice in choices if isinstance(choices, list) else ():
-            self._choice(choice)
+        # `is not None` first: most chunks say `"usage": null`, and for None the Mapping
+        # check would run the ABC's Python-level `__instancecheck__`.
+        if usage is not None and isinstance(usage, _MAPPING):
+            self.usage = dict(usage)
+            if choices == []:
+                return ChunkKind.USAGE_ONLY
+        if isinstance(choices, list):
+            for choice in choices:
+                self._choice(choice)
         return ChunkKind.DATA
 
     def _choice(self, choice: Any) -> None:
         if not isinstance(choice, _MAPPING):
             return
-        index = choice.get("index") if isinstance(choice.get("index"), int) else 0
+        index = choice.get("index", 0)
+        if not isinstance(index, int):
+            index = 0
+        acc = self._choices.setdefault(index, {})
         delta = choice.get("delta")
-        if isinstance(delta, _MAPPING):
-            merge_delta(self._choices.setdefault(index, {}), delta)
-        else:
-            self._choices.setdefault(index, {})
-        if isinstance(choice.get("finish_reason"), str):
-            self.finish_reasons[index] = choice["finish_reason"]
+        if delta and isinstance(delta, _MAPPING):  # an empty one adds nothing
+            merge_delta(acc, delta)
+        finish = choice.get("finish_reason")
+        if finish is not None and isinstance(finish, str):
+            self.finish_reasons[index] = finish
 
     @property
     def finish_reason(self) -> str | None:
@@ -139,7 +179,7 @@ class ChatStream:
         if acc is None:
             return None
         message: dict[str, Any] = {"role": acc.get("role") or "assistant", "content": None}
-        message.update(copy.deepcopy({k: v for k, v in acc.items() if k != "role"}))
+        message.update({k: joined(v) for k, v in acc.items() if k != "role"})
         calls = message.get("tool_calls")
         if isinstance(calls, list):
             message["tool_calls"] = [_finished_call(c) for c in _by_index(calls)]
@@ -174,11 +214,14 @@ class ResponsesStream:
         self.usage: dict[str, Any] | None = None
         self.error: dict[str, Any] | None = None
         self.id: str | None = None
+        self.sequence = -1  # the last event's `sequence_number`: an error frame takes the next
 
     def feed(self, event: SseEvent) -> ChunkKind:
         data = event.json()
         if not isinstance(data, _MAPPING):
             return ChunkKind.OTHER
+        if isinstance(data.get("sequence_number"), int):
+            self.sequence = data["sequence_number"]
         kind = data.get("type") if isinstance(data.get("type"), str) else event.event
         if kind == "error":
             self.error = _error_of(data.get("error") or data)

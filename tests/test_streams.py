@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.sse import SseDecoder, SseEvent
-from proxy.streams import (ChatStream, ChunkKind, ResponsesStream, chat_message, merge_delta,
+from proxy.streams import (ChatStream, ChunkKind, ResponsesStream, chat_message, joined, merge_delta,
                            responses_output, usage_of)
 
 
@@ -171,7 +171,7 @@ def test_merge_delta_never_mutates_the_delta() -> None:
     merge_delta(acc, delta)
     merge_delta(acc, delta)
     assert delta == {"tool_calls": [{"index": 0, "function": {"arguments": "x"}}]}
-    assert acc["tool_calls"][0]["function"]["arguments"] == "xx"
+    assert joined(acc)["tool_calls"][0]["function"]["arguments"] == "xx"
 
 
 # ---------------------------------------------------------------- Responses

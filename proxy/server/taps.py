@@ -71,6 +71,8 @@ def _without_null_usage(raw: bytes) -> bytes:
     for pattern in _NULL_USAGE:
         if pattern in raw:
             raw = raw.replace(pattern, b"")
+            if b'"usage"' not in raw:
+                break  # each pattern holds the key: none of the others can match now
     return raw
 
 
@@ -78,7 +80,6 @@ class ResponsesTap:
     def __init__(self) -> None:
         self.decoder = SseDecoder()
         self.stream = ResponsesStream()
-        self.sequence = -1
 
     def feed(self, chunk: bytes) -> bytes:
         return self._forward(self.decoder.feed(chunk))
@@ -90,13 +91,10 @@ class ResponsesTap:
         for event in events:
             if event.complete:
                 self.stream.feed(event)
-                data = event.json()
-                if isinstance(data, dict) and isinstance(data.get("sequence_number"), int):
-                    self.sequence = data["sequence_number"]
         return b"".join(event.raw for event in events)
 
     def failure_frame(self, message: str, code: str = "upstream_disconnected") -> bytes:
-        body = {"type": "error", "sequence_number": self.sequence + 1,
+        body = {"type": "error", "sequence_number": self.stream.sequence + 1,
                 **error_body(message, "server_error", None, code)}
         return b"event: error\ndata: " + orjson.dumps(body) + b"\n\n"
 
