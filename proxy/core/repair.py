@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from proxy.conversation import Api, Entries, Entry, Kind, ToolCall, content_text, make_result
+from proxy.core.checked import CheckedLists
 from proxy.core.kinds import RESULT
 from proxy.core.memo import memoized
 from proxy.core.reasoning_items import drop_reasoning, unfollowed_reasoning
@@ -31,6 +32,8 @@ CANCELLED_TEXT = ("[Tool call cancelled: the call was interrupted before it retu
 _CANCELLED = ("repair.cancelled",)
 # Responses call types the client answers with an output item; others run on the server.
 _ANSWERED_BY_CLIENT = ("function_call", "custom_tool_call")
+# Chat lists found valid: a steady thread's check walks only what its last request did not have.
+_VALID_CHAT = CheckedLists(4096)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +83,15 @@ def _valid_chat(entries: Entries) -> bool:
     """What `_pair_chat` would find nothing to do in, without building its lists: every tool
     message in the run right after its call message, answering one of its calls once, and
     every call answered (the usual case, checked on every request)."""
-    i, n = 0, len(entries)
+    return _VALID_CHAT.check(entries, _valid_chat_from)
+
+
+def _valid_chat_from(entries: Entries, start: int) -> bool:
+    """`_valid_chat` by walking `entries[start:]`, where `entries[:start]` is a valid list.
+
+    The end of a valid list closes every call message's run of results with all of its calls
+    answered; a tool message there answers nothing, as it would at the start of a list."""
+    i, n = start, len(entries)
     while i < n:
         entry = entries[i]
         i += 1
