@@ -8,19 +8,15 @@ anchors. The server calls it before every upstream call, and again after a compa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import compress, repeat
-from operator import attrgetter, is_
 from typing import Any
 
 from proxy import anchors
 from proxy.compaction import apply, manual
 from proxy.compaction.apply import Rebuilt
 from proxy.compaction.trigger import Thresholds
-from proxy.conversation import Entries, Entry
+from proxy.conversation import Entries
 from proxy.core.cascade import CascadeContext, CascadeResult, inert, run_cascade, unchanged
-from proxy.core.kinds import USER
 from proxy.core.sanitize import Policy
 from proxy.identity import Identities
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark
@@ -49,21 +45,10 @@ class View:
 def view_of(entries: Entries, identities: Identities, command: str | None, *, tools: Any = None,
             instructions: Any = None, context: bytes = b"") -> View:
     view = View(entries, identities, tools, instructions, context)
-    if command and _mentions(entries, command):
+    if command and manual.mentioned(entries, command):
         stripped, ids = manual.strip_exchanges(entries, view.ids, command)
         view = View(stripped, identities, tools, instructions, context, ids)
     return view
-
-
-def _mentions(entries: Sequence[Entry], command: str) -> bool:
-    # The user messages picked out in C: a long thread has hundreds of other entries.
-    for entry in compress(entries, map(is_, map(_KIND, entries), repeat(USER))):
-        if manual.mentions(entry, command):
-            return True
-    return False
-
-
-_KIND = attrgetter("kind")
 
 
 # Not frozen: one is built for every request and dropped with it, and a frozen

@@ -132,3 +132,21 @@ def test_the_mentions_shortcut_never_changes_what_detect_finds(text: str, comman
     entries = conv(Api.CHAT, [user(text)])
     assert detect(entries, command) == parse_command(text, command)
     assert detect(entries, command) == parse_command(text, command)  # from the entry's memo
+
+
+@given(st.lists(st.tuples(st.sampled_from(["user", "assistant"]),
+                          st.text(alphabet=" /compactx", max_size=10), st.booleans()), max_size=8),
+       st.sampled_from(["/compact", "/c"]))
+def test_mentioned_is_whether_some_user_message_mentions_the_command(
+        messages: list[tuple[str, str, bool]], command: str) -> None:
+    from proxy.compaction.manual import mentioned, mentions
+    from proxy.conversation import Kind
+
+    entries = conv(Api.CHAT, [user(t) if role == "user" else assistant(t) for role, t, _ in messages])
+    for entry, (_, _, asked) in zip(entries, messages, strict=True):
+        if asked and entry.kind is Kind.USER:
+            mentions(entry, command)  # some answers already kept on their entries
+    expected = any(e.kind is Kind.USER and e.raw["content"].lstrip().startswith(command)
+                   for e in entries)
+    assert mentioned(entries, command) is expected
+    assert mentioned(entries, command) is expected  # every answer kept now

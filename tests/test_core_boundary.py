@@ -5,8 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.conversation import leading_instructions
-from proxy.core.boundary import nearest_safe_cut, safe_cuts
+from proxy.conversation import Api, Entries, Kind, leading_instructions
+from proxy.core.boundary import _open_call_spans, nearest_safe_cut, safe_cuts
+from proxy.core.reasoning_items import is_produced
 from proxy.core.window import keep_for, window_of, window_start
 from proxy.settings import CompactionSettings, ModelProfile
 from proxy.testing.rules import check_chat, check_responses
@@ -98,3 +99,24 @@ def test_stepped_window_starts_at_the_last_anchor_before_it() -> None:
     assert window_start(entries, sizes, keep_messages=4) == 5
     assert window_start(entries, sizes, keep_messages=4, step_tokens=10) == 4  # 20 was passed at 4
     assert window_start(entries, sizes, keep_messages=3, step_tokens=10) == 6  # 30 was passed at 6
+
+
+def _safe_cuts_one_by_one(entries: Entries) -> list[bool]:
+    """The rules of `safe_cuts`, entry by entry (what it computes with `map`)."""
+    safe = [not span for span in _open_call_spans(entries)]
+    for b, here in enumerate(entries):
+        if here.kind is Kind.RESULT:
+            safe[b] = False
+        elif here.kind is Kind.REASONING:
+            safe[b + 1] = False
+        elif b and here.api is Api.RESPONSES and is_produced(here) and is_produced(entries[b - 1]):
+            safe[b] = False
+    return safe
+
+
+@given(st.sampled_from(("chat", "responses")).flatmap(
+    lambda api: st.tuples(st.just(api), conversations(api) | conversations(api, messy=True))))
+def test_safe_cuts_are_the_rules_applied_entry_by_entry(drawn: tuple[str, list]) -> None:
+    api, elements = drawn
+    entries = entries_of(api, elements)
+    assert safe_cuts(entries) == _safe_cuts_one_by_one(entries)

@@ -195,6 +195,13 @@ def test_steady_request_counts_only_new_entries() -> None:
     assert "and now?" in seen and all(t in ("user", "and now?") for t in seen)
 
 
+def test_sizes_of_counted_and_new_entries_in_one_list_are_each_ones_count() -> None:
+    estimator, _ = counting_estimator()
+    thread = entries(Api.CHAT, [*CHAT_CORPUS["parallel_calls"], user("and now?")])
+    estimator.sizes(thread[1::2])  # every other entry counted before, in place
+    assert estimator.sizes(thread) == [estimator.entry_tokens(e) for e in thread]
+
+
 def test_entries_without_client_bytes_are_counted_once_per_object() -> None:
     estimator, seen = counting_estimator()
     entry = entry_from_chat(user("made by a stage"))

@@ -21,6 +21,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import compress, count, repeat
+from operator import attrgetter, is_
 from typing import Any
 
 import orjson
@@ -61,6 +63,20 @@ def mentions(entry: Entry, command: str) -> bool:
     if found is None:
         found = entry.memo[key] = content_text(entry).lstrip().startswith(command)
     return found
+
+
+def mentioned(entries: Sequence[Entry], command: str) -> bool:
+    """Whether some user message `mentions` the command. The answers kept on the entries are
+    read in C: a long thread has dozens of user messages, asked again on every request."""
+    users = list(compress(entries, map(is_, map(_KIND, entries), repeat(Kind.USER))))
+    known = list(map(dict.get, map(_MEMO, users), repeat(("manual.mentions", command))))
+    if any(known):
+        return True
+    unknown = compress(count(), map(is_, known, repeat(None)))
+    return any(mentions(users[i], command) for i in unknown)
+
+
+_KIND, _MEMO = attrgetter("kind"), attrgetter("memo")
 
 
 def is_our_answer(entry: Entry) -> bool:

@@ -13,7 +13,8 @@ The summary cutoff, the protected window and the stages all move their cuts with
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import accumulate
+from itertools import accumulate, chain, compress, count, repeat
+from operator import and_, attrgetter, is_, is_not, not_
 
 from proxy.conversation import Entry, leading_instructions
 from proxy.core.kinds import REASONING, RESPONSES, RESULT
@@ -22,15 +23,20 @@ from proxy.core.reasoning_items import is_produced
 
 def safe_cuts(entries: Sequence[Entry]) -> list[bool]:
     """`safe[b]` for every cut `b` in `0..len(entries)`."""
-    safe = [not span for span in _open_call_spans(entries)]
-    for b, here in enumerate(entries):
-        if here.kind is RESULT:
-            safe[b] = False  # the kept part would start with a result
-        elif here.kind is REASONING:
-            safe[b + 1] = False  # the reasoning item would lose what it produced
-        elif b and here.api is RESPONSES and is_produced(here) and is_produced(entries[b - 1]):
+    # The rules of one or two entries are read in C: a long thread has hundreds of cuts.
+    kinds = list(map(_KIND, entries))
+    no_result = chain(map(is_not, kinds, repeat(RESULT)), (True,))  # the kept part's first
+    no_reasoning = chain((True,), map(is_not, kinds, repeat(REASONING)))  # what it produced
+    closed = map(not_, _open_call_spans(entries))
+    safe = list(map(and_, map(and_, closed, no_result), no_reasoning))
+    if any(map(is_, map(_API, entries), repeat(RESPONSES))):
+        produced = list(map(is_produced, entries))
+        for b in compress(count(1), map(and_, produced[1:], produced)):
             safe[b] = False  # one step's items stay together
     return safe
+
+
+_KIND, _API = attrgetter("kind"), attrgetter("api")
 
 
 def _open_call_spans(entries: Sequence[Entry]) -> list[int]:

@@ -20,17 +20,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_
 
 from proxy.conversation import Api, Entries, Entry, Kind, ToolCall, content_text, make_result
-from proxy.core.kinds import RESULT
+from proxy.core.checked import CheckedLists
+from proxy.core.kinds import CALL, REASONING, RESULT
 from proxy.core.memo import memoized
-from proxy.core.reasoning_items import drop_reasoning, unfollowed_reasoning
+from proxy.core.reasoning_items import drop_reasoning, is_produced, unfollowed_reasoning
 
 CANCELLED_TEXT = ("[Tool call cancelled: the call was interrupted before it returned a result. "
                   "No output was recorded for it.]")
 _CANCELLED = ("repair.cancelled",)
 # Responses call types the client answers with an output item; others run on the server.
 _ANSWERED_BY_CLIENT = ("function_call", "custom_tool_call")
+# Lists found valid: a steady thread's check walks only what its last request did not have.
+# What a valid chat list leaves open: nothing. A Responses one: whether an item_reference came.
+_VALID_CHAT: CheckedLists[tuple[()]] = CheckedLists(4096, ())
+_VALID_RESPONSES: CheckedLists[bool] = CheckedLists(4096, False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +71,8 @@ def repair(entries: Sequence[Entry]) -> Repaired:
         if _valid_chat(entries):
             return Repaired(entries, tuple(range(len(entries))))
         return _finish(entries, *_pair_chat(entries))
+    if _valid_responses(entries):
+        return Repaired(entries, tuple(range(len(entries))))
     return _finish(entries, *_pair_responses(entries))
 
 
@@ -80,12 +89,21 @@ def _valid_chat(entries: Entries) -> bool:
     """What `_pair_chat` would find nothing to do in, without building its lists: every tool
     message in the run right after its call message, answering one of its calls once, and
     every call answered (the usual case, checked on every request)."""
-    i, n = 0, len(entries)
+    return _VALID_CHAT.check(entries, _valid_chat_from)
+
+
+def _valid_chat_from(entries: Entries, start: int, _: tuple[()] = ()) -> tuple[()] | None:
+    """`_valid_chat` by walking `entries[start:]`, where `entries[:start]` is a valid list;
+    None when it is not valid.
+
+    The end of a valid list closes every call message's run of results with all of its calls
+    answered; a tool message there answers nothing, as it would at the start of a list."""
+    i, n = start, len(entries)
     while i < n:
         entry = entries[i]
         i += 1
         if entry.kind is RESULT:
-            return False
+            return None
         if not entry.calls:
             continue
         ids = {c.id for c in entry.calls}
@@ -93,12 +111,12 @@ def _valid_chat(entries: Entries) -> bool:
         while i < n and entries[i].kind is RESULT:
             answer = entries[i].answers
             if answer not in ids or answer in answered:
-                return False
+                return None
             answered.add(answer)
             i += 1
         if len(answered) != len(ids):
-            return False
-    return True
+            return None
+    return ()
 
 
 def _pair_chat(entries: Entries) -> tuple[list[Entry], list[int | None], int, int]:
@@ -142,6 +160,65 @@ def _unanswered(calls: Sequence[ToolCall], answered: set[str]) -> list[ToolCall]
             missing.append(call)
         seen.add(call.id)
     return missing
+
+
+def _valid_responses(entries: Entries) -> bool:
+    """What `_pair_responses` and `_finish` would find nothing to do in: every output answers
+    a call made before it (or after an item_reference), once; every call the client answers
+    is answered; every reasoning item is followed by an item it produced."""
+    return _VALID_RESPONSES.check(entries, _valid_responses_from)
+
+
+def _valid_responses_from(entries: Entries, start: int, referenced: bool = False) -> bool | None:
+    """`_valid_responses` by walking `entries[start:]`, where `entries[:start]` is a valid
+    list (`referenced`: an item_reference is in it); None when it is not valid, else whether
+    an item_reference came.
+
+    A valid list answers each of its client calls itself, and ends in no reasoning item; what
+    it leaves to the entries after it is the calls it made and the outputs it gave, read from
+    it (in C) only when an output or a call follows."""
+    seen: set[str] = set()
+    answered: set[str] = set()
+    asked: list[str] = []  # the calls the client answers
+    earlier: tuple[set[str], set[str]] | None = None  # the calls and outputs of entries[:start]
+    for i in range(start, len(entries)):
+        entry = entries[i]
+        kind = entry.kind
+        if kind is REASONING:
+            if i + 1 == len(entries) or not is_produced(entries[i + 1]):
+                return None
+        elif kind is CALL:
+            seen.add(entry.calls[0].id)
+            if entry.raw.get("type") in _ANSWERED_BY_CLIENT:
+                asked.append(entry.calls[0].id)
+        elif kind is RESULT:
+            if earlier is None:
+                earlier = _calls_and_outputs(entries[:start])
+            answer: str = entry.answers  # type: ignore[assignment]
+            if answer in answered or answer in earlier[1]:
+                return None
+            if not (referenced or answer in seen or answer in earlier[0]):
+                return None
+            answered.add(answer)
+        elif entry.raw.get("type") == "item_reference":
+            referenced = True
+    if asked and not answered.issuperset(asked):
+        if earlier is None:
+            earlier = _calls_and_outputs(entries[:start])
+        if not earlier[1].union(answered).issuperset(asked):
+            return None
+    return referenced
+
+
+def _calls_and_outputs(entries: Entries) -> tuple[set[str], set[str]]:
+    """The ids of the calls made and of the calls answered, read in C."""
+    made = set(map(_ID, chain.from_iterable(map(_CALLS, entries))))
+    results = map(is_, map(_KIND, entries), repeat(RESULT))
+    return made, set(compress(map(_ANSWERS, entries), results))
+
+
+_KIND, _CALLS, _ANSWERS, _ID = (attrgetter("kind"), attrgetter("calls"), attrgetter("answers"),
+                                attrgetter("id"))
 
 
 def _kept_outputs(entries: Entries) -> tuple[list[bool], set[str]]:
