@@ -11,7 +11,7 @@ server (the proxy's store writer too). System calls are not counted: both server
 same ones per request. The proxy logs at `info`, as shipped: its line per request is counted.
 
     .venv/bin/python scripts/bench_instructions.py [--requests 1000] [--scenario small|stream|stream400|big]
-        [--baseline DIR]
+        [--baseline DIR] [--log-level info|warning]
 
 Needs valgrind (`callgrind_control` comes with it). About a minute per server.
 """
@@ -80,6 +80,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--scenario", choices=("small", "stream", "stream400", "big"), default="small")
+    parser.add_argument("--log-level", default="info",
+                        help="the proxies' logging.level (info, as shipped: a line per request)")
     parser.add_argument("--baseline", type=Path,
                         help="a checkout whose proxy is counted too, as target `base`")
     args = parser.parse_args()
@@ -103,7 +105,7 @@ def main() -> None:
                     command = [sys.executable, overhead.__file__, "--serve-raw", str(port), upstream]
                     ready = f"http://127.0.0.1:{port}/v1/chat/completions"
                 else:
-                    config = _proxy_config(upstream, port, out_dir)
+                    config = _proxy_config(upstream, port, out_dir, args.log_level)
                     command = [sys.executable, "-m", "proxy", "serve", "--config", str(config)]
                     ready = f"http://127.0.0.1:{port}/healthz"
                 total = count(command, ready, f"http://127.0.0.1:{port}/v1", body, stream,
@@ -128,9 +130,9 @@ def _targets(baseline: Path | None) -> list[tuple[str, Path]]:
     return targets
 
 
-def _proxy_config(upstream: str, port: int, home: Path) -> Path:
+def _proxy_config(upstream: str, port: int, home: Path, log_level: str) -> Path:
     config = home / "proxy.yaml"
-    config.write_text(overhead.proxy_config(upstream, port, home))
+    config.write_text(overhead.proxy_config(upstream, port, home, log_level))
     return config
 
 
