@@ -11,6 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.streams import ChatStream, ChunkKind, joined, merge_delta
+# Unchanged by the text pieces: the oracle shares them.
+from proxy.streams import _by_index, _finished_call
 
 # ---------------------------------------------------------------- oracle: the stream before
 
@@ -110,26 +112,8 @@ class _OldChatStream:
         message.update(copy.deepcopy({k: v for k, v in acc.items() if k != "role"}))
         calls = message.get("tool_calls")
         if isinstance(calls, list):
-            message["tool_calls"] = [_old_finished_call(c) for c in _old_by_index(calls)]
+            message["tool_calls"] = [_finished_call(c) for c in _by_index(calls)]
         return message
-
-
-def _old_by_index(elements: list[Any]) -> list[Any]:
-    def position(pair: tuple[int, Any]) -> tuple[int, int]:
-        n, element = pair
-        index = element.get("index") if isinstance(element, _MAPPING) else None
-        return (index if isinstance(index, int) else n, n)
-    return [e for _, e in sorted(enumerate(elements), key=position)]
-
-
-def _old_finished_call(call: Any) -> Any:
-    if not isinstance(call, dict):
-        return call
-    call = {k: v for k, v in call.items() if k != "index"}
-    function = call.get("function")
-    if isinstance(function, dict) and "name" in function:
-        call["function"] = {"arguments": "", **function}
-    return call
 
 
 # ---------------------------------------------------------------- deltas
