@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
-from itertools import chain, compress, count, filterfalse, repeat
-from operator import and_, attrgetter, is_, is_not, le, ne, truth
+from itertools import compress, filterfalse, repeat
+from operator import is_not, le
 
 from proxy.conversation import Api, Entry, with_result_text
-from proxy.core.kinds import CHAT, RESPONSES, RESULT
+from proxy.core.kinds import CHAT, RESULT
 from proxy.core.memo import memoized_each
 from proxy.core.repair import CANCELLED_TEXT
 from proxy.core.stage import StageContext, StageResult, replace_at, with_key
@@ -95,26 +95,23 @@ def _compactable(entries: Sequence[Entry], ctx: StageContext) -> list[int]:
     globs = ctx.settings.microcompact.tools
     matched = _matched_calls(entries, globs)
     unknown = _matches("", globs)  # a result whose call is not in the list has no tool name
-    # Read in C: a long thread has hundreds of results. A result always answers a string id.
-    at = list(compress(count(), map(is_, map(_KIND, entries), repeat(RESULT))))
-    results = list(map(entries.__getitem__, at))
-    tools = map(truth, map(matched.get, map(_ANSWERS, results), repeat(unknown)))
-    bodies = map(dict.get, map(_RAW, results), map(_BODY.__getitem__, map(_API, results)))
-    return list(compress(at, map(and_, tools, map(ne, bodies, repeat(CANCELLED_TEXT)))))
-
-
-_KIND, _ANSWERS, _RAW, _API, _CALLS = (attrgetter("kind"), attrgetter("answers"), attrgetter("raw"),
-                                       attrgetter("api"), attrgetter("calls"))
-_BODY = {CHAT: "content", RESPONSES: "output"}
+    return [i for i, e in enumerate(entries)
+            if e.kind is RESULT and matched.get(e.answers or "", unknown)
+            and e.raw.get("content" if e.api is CHAT else "output") != CANCELLED_TEXT]
 
 
 def _matched_calls(entries: Sequence[Entry], globs: Sequence[str]) -> dict[str, bool]:
     """Per call id, whether its tool matches (the last call with an id wins); the per-entry
     part is memoized, so a steady thread matches each call's name against the globs once."""
     key = ("microcompact.matches", tuple(globs))
-    found = memoized_each(compress(entries, map(_CALLS, entries)), key,
-                          lambda entry: tuple((c.id, _matches(c.name, globs)) for c in entry.calls))
-    return dict(chain.from_iterable(found))
+    matched: dict[str, bool] = {}
+    for entry in entries:
+        if entry.calls:
+            found = entry.memo.get(key)
+            if found is None:
+                found = entry.memo[key] = tuple((c.id, _matches(c.name, globs)) for c in entry.calls)
+            matched.update(found)
+    return matched
 
 
 def _matches(name: str, globs: Sequence[str]) -> bool:

@@ -13,12 +13,10 @@ reasoning the proxy can classify, so only a rule that leaves no private state at
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.conversation import THINKING_PARTS, Api, Entry, Kind, replaced
-from proxy.core.memo import memoized_each
 
 GEMINI_STAND_IN = "skip_thought_signature_validator"
 PLAIN_KEYS = ("reasoning_content", "reasoning")
@@ -75,17 +73,8 @@ def strippable(entry: Entry) -> bool:
     are not, and a sanitizer pass then costs one memo read per message."""
     found = entry.memo.get(_STRIPPABLE)  # `memoized` inlined: this runs for every message
     if found is None:
-        found = entry.memo[_STRIPPABLE] = _strippable(entry)
+        found = entry.memo[_STRIPPABLE] = entry.raw.get("role") == "assistant" and _has_private(entry)
     return found
-
-
-def strippable_each(entries: Iterable[Entry]) -> list[bool]:
-    """`strippable` of each entry, the known ones read in C."""
-    return memoized_each(entries, _STRIPPABLE, _strippable)
-
-
-def _strippable(entry: Entry) -> bool:
-    return entry.raw.get("role") == "assistant" and _has_private(entry)
 
 
 def strip_message(entry: Entry, rule: Rule, tally: Tally) -> Entry:

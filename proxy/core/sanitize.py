@@ -32,12 +32,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from itertools import compress, count, repeat
-from operator import and_, attrgetter, is_, or_
 
 from proxy.conversation import Entries, Entry, Kind, latest_user_index
 from proxy.core import private
-from proxy.core.kinds import ASSISTANT, CHAT, OTHER, REASONING, RESPONSES
+from proxy.core.kinds import ASSISTANT, CHAT, REASONING, RESPONSES
 from proxy.core.private import Rule
 from proxy.core.reasoning_items import drop_reasoning
 
@@ -110,13 +108,10 @@ def _stripped(entries: Entries, past: int, past_rule: Rule, loop_rule: Rule,
               tally: private.Tally) -> Entries:
     """The chat messages without the private fields their rule removes; the very same tuple
     when no message had any (`strippable` is memoized, so that is the common, cheap case)."""
-    # Only chat assistant messages carry private fields: found, and their memos read, in C.
-    assistants = map(is_, map(_KIND, entries), repeat(ASSISTANT))
-    at = list(compress(count(), map(and_, assistants, map(is_, map(_API, entries), repeat(CHAT)))))
-    strippable = private.strippable_each(map(entries.__getitem__, at))
     out: list[Entry] | None = None
-    for i in compress(at, strippable):
-        entry = entries[i]
+    for i, entry in enumerate(entries):
+        if entry.kind is not ASSISTANT or entry.api is not CHAT or not private.strippable(entry):
+            continue  # only chat assistant messages carry private fields
         stripped = private.strip_message(entry, past_rule if i < past else loop_rule, tally)
         if stripped is not entry:
             out = list(entries) if out is None else out
@@ -128,13 +123,7 @@ def _doomed_items(entries: Entries, past: int, loop_rule: Rule, policy: Policy,
                   changed_at: int | None, tally: private.Tally) -> set[int]:
     """Responses reasoning and compaction items to drop whole."""
     doomed: set[int] = set()
-    # Only reasoning items and Responses `OTHER` items (a `compaction` item is parsed as one)
-    # can be dropped: found in C.
-    kinds = list(map(_KIND, entries))
-    responses = map(is_, map(_API, entries), repeat(RESPONSES))
-    others = map(and_, map(is_, kinds, repeat(OTHER)), responses)
-    for i in compress(count(), map(or_, map(is_, kinds, repeat(REASONING)), others)):
-        entry = entries[i]
+    for i, entry in enumerate(entries):
         bound = entry.api is RESPONSES and private.chain_bound_item(entry)
         if not bound and entry.kind is not REASONING:
             continue
@@ -149,9 +138,6 @@ def _doomed_items(entries: Entries, past: int, loop_rule: Rule, policy: Policy,
             if compaction and (changed_at is None or i < changed_at):
                 changed_at = i  # a dropped compaction item changes the chain of all after it
     return doomed
-
-
-_KIND, _API = attrgetter("kind"), attrgetter("api")
 
 
 def counts(sanitized: Sanitized) -> Counter[str]:

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from itertools import compress, repeat
-from operator import attrgetter, is_not
 from typing import Any
 
 import orjson
 
 from proxy.conversation import Entry, with_call_arguments
-from proxy.core.memo import memoized_each
+from proxy.core.memo import memoized
 from proxy.core.stage import StageContext, StageResult, replace_at, with_key
 from proxy.settings import TruncateSettings
 
@@ -39,16 +37,15 @@ def truncate(entries: Sequence[Entry], ctx: StageContext) -> StageResult:
         cut = truncated_calls(entry, settings)
         return None if cut is entry else with_key(cut)
 
-    outside = ctx.window.outside
-    carrying = map(_CALLS, entries[outside.start:outside.stop])
-    carriers = ctx.window.touchable_among(list(compress(outside, carrying)))
-    # An old call is cut on every request: parsing its long arguments once is enough.
-    cuts = memoized_each(map(entries.__getitem__, carriers), key, cut_or_none)
-    changes = dict(compress(zip(carriers, cuts), map(is_not, cuts, repeat(None))))
+    changes = {}
+    for i in ctx.window.outside:
+        entry = entries[i]
+        if entry.calls and ctx.window.touchable(i):
+            # An old call is cut on every request: parsing its long arguments once is enough.
+            cut = memoized(entry, key, cut_or_none)
+            if cut is not None:
+                changes[i] = cut
     return replace_at(NAME, entries, ctx, changes)
-
-
-_CALLS = attrgetter("calls")
 
 
 def truncated_calls(entry: Entry, settings: TruncateSettings) -> Entry:

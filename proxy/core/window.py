@@ -13,7 +13,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate, compress, count, islice, repeat
-from operator import floordiv, gt, ne
+from operator import gt
 
 from proxy.conversation import Entry, latest_user_index, leading_instructions
 from proxy.core.boundary import cut_at_or_before, safe_cuts
@@ -87,10 +87,13 @@ def _start_for_tokens(sizes: Sequence[int], keep_tokens: int, lead: int) -> int:
 
 
 def _anchor_at_or_before(sizes: Sequence[int], start: int, step: int, lead: int) -> int:
-    """The latest `i` in `lead+1..start` where the total before entry `i-1` and the total
-    before entry `i` lie in different steps; `lead` when there is none."""
-    steps = list(map(floordiv, accumulate(sizes[:start], initial=0), repeat(step)))[lead:][::-1]
-    return next(compress(count(start, -1), map(ne, steps, islice(steps, 1, None))), lead)
+    total = sum(sizes[:start])
+    for i in range(start, lead, -1):
+        before = total - sizes[i - 1]
+        if before // step != total // step:
+            return i
+        total = before
+    return lead
 
 
 def window_of(entries: Sequence[Entry], tail: int) -> Window:
