@@ -47,18 +47,23 @@ class CheckedLists(Generic[S]):
 
         `walk(entries, start, state)` must judge `entries` as a whole when `entries[:start]`
         is a list it passed, leaving `state`."""
+        return self.walked(entries, walk) is not None
+
+    def walked(self, entries: Entries, walk: Walk[S]) -> S | None:
+        """The state `walk(entries, 0, empty)` leaves (None: failed), walked the same way as
+        `check` walks: a fold that never fails resumes like a check."""
         joined = _joined_keys(entries)
         if joined is None:
-            return walk(entries, 0, self._empty) is not None
+            return walk(entries, 0, self._empty)
         start, state, digest = self._start(entries, joined)
-        state = walk(entries, start, state)
-        if state is None:
-            return False
+        found = walk(entries, start, state)
+        if found is None:
+            return None
         if start < len(entries):
             digest.update(joined[start * _KEY_BYTES:])
             self._lists.put(entries[-1].key,  # type: ignore[arg-type]
-                            (len(entries), digest.digest(), state))
-        return True
+                            (len(entries), digest.digest(), found))
+        return found
 
     def _start(self, entries: Entries, joined: memoryview) -> tuple[int, S, hashlib.blake2b]:
         """The longest passed list `entries` opens with (its length and state), looked for

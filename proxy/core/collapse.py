@@ -28,14 +28,17 @@ from __future__ import annotations
 
 from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from proxy.conversation import Entry, Kind, ToolCall, content_text, make_assistant
+from proxy.conversation import Api, Entry, Kind, ToolCall, content_text, make_assistant
 from proxy.core.boundary import cut_at_or_before
+from proxy.core.checked import CheckedLists
 from proxy.core.exploration import record_text
 from proxy.core.groups import Group, tool_groups
 from proxy.core.repair import is_cancelled
 from proxy.core.stage import (Derived, StageContext, StageReport, StageResult, saved, unchanged,
                               with_key)
+from proxy.lru import LRU
 
 NAME = "collapse"
 _RECORD = ("collapse.record",)
@@ -94,21 +97,63 @@ def chains_of(entries: Sequence[Entry], tools: Collection[str], derived: Derived
     return derived.get(("chains", tuple(tools)), entries, lambda e: _chains(e, tools))
 
 
+class _Folded(NamedTuple):
+    """The chains of a list, and where the next list that opens with it may go on folding.
+
+    Which steps `tool_groups` finds before a step's end `e < len(entries)` depends only on
+    `entries[:e + 1]` (a step ends at the first entry that is not a result; a scan that finds
+    no step stops before the next step's start), and whether a step is collapsible only on its
+    own entries. So a list that opens with this one has the same steps, and the same fold of
+    them, up to `resume`: the end of the last step that ends before this list's end (only the
+    last step can end at the end, and a later list may give it more results)."""
+
+    resume: int
+    closed: tuple[Run, ...]  # the chains closed before `resume`
+    current: tuple[Group, ...]  # the chain still open at `resume`
+    chains: list[Run]  # the answer for the whole list
+
+
+_NOTHING_FOLDED = _Folded(0, (), (), [])
+# By api and tool set: the same bytes are another entry in the other api.
+_FOLDS: LRU[tuple[Api, tuple[str, ...]], CheckedLists[_Folded]] = LRU(16)
+
+
 def _chains(entries: Sequence[Entry], tools: Collection[str]) -> list[Run]:
-    """Maximal runs of consecutive collapsible steps, single steps included."""
-    chains: list[Run] = []
-    current: list[Group] = []
+    """Maximal runs of consecutive collapsible steps, single steps included; a steady thread
+    folds only the steps after the last list it folded (`_Folded`)."""
+    if not entries:
+        return []
+    which = (entries[0].api, tuple(tools))
+    folds = _FOLDS.get(which)
+    if folds is None:
+        folds = CheckedLists(4096, _NOTHING_FOLDED)
+        _FOLDS.put(which, folds)
+    folded = folds.walked(tuple(entries), lambda e, _, state: _fold_from(e, state, tools))
+    return list(folded.chains)  # type: ignore[union-attr]  # a fold never fails
+
+
+def _fold_from(entries: Sequence[Entry], state: _Folded, tools: Collection[str]) -> _Folded:
+    groups = tool_groups(entries, state.resume)
+    last = groups.pop() if groups and groups[-1].end == len(entries) else None
     key = _explores_key(tools)
-    for group in tool_groups(entries):
+    closed, current = _fold(entries, groups, key, tools, list(state.closed), list(state.current))
+    resume = groups[-1].end if groups else state.resume
+    kept = _Folded(resume, tuple(closed), tuple(current), [])
+    if last is not None:
+        closed, current = _fold(entries, [last], key, tools, closed, current)
+    return kept._replace(chains=closed + [Run(tuple(current))] if current else closed)
+
+
+def _fold(entries: Sequence[Entry], groups: Sequence[Group], key: Hashable, tools: Collection[str],
+          chains: list[Run], current: list[Group]) -> tuple[list[Run], list[Group]]:
+    for group in groups:
         fits = _collapsible(entries, group, key, tools)
         if current and (current[-1].end != group.start or not fits):
             chains.append(Run(tuple(current)))
             current = []
         if fits:
             current.append(group)
-    if current:
-        chains.append(Run(tuple(current)))
-    return chains
+    return chains, current
 
 
 def settled_start(entries: Sequence[Entry], start: int, tools: Collection[str],

@@ -33,9 +33,10 @@ class Group(NamedTuple):
         return len(set(ids)) == len(ids) == len(answers) and set(answers) == set(ids)
 
 
-def tool_groups(entries: Sequence[Entry]) -> list[Group]:
+def tool_groups(entries: Sequence[Entry], start: int = 0) -> list[Group]:
+    """The steps found scanning from `start` (a step's end, or 0)."""
     groups = []
-    i = 0
+    i = start
     while i < len(entries):
         if entries[i].api is CHAT and not entries[i].calls:
             i += 1  # what `_group_at` would say, without the call: most messages are not steps

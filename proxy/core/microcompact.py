@@ -15,35 +15,56 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
+from itertools import compress, filterfalse, repeat
+from operator import is_not, le
 
 from proxy.conversation import Api, Entry, with_result_text
 from proxy.core.kinds import CHAT, RESULT
+from proxy.core.memo import memoized_each
 from proxy.core.repair import CANCELLED_TEXT
-from proxy.core.stage import StageContext, StageResult, replace_at
+from proxy.core.stage import StageContext, StageResult, replace_at, with_key
 from proxy.records import MicrocompactMark
 
 NAME = "microcompact"
 CLEARED_TEXT = "[Old tool result content cleared]"
+_CLEARED = ("microcompact.cleared",)
 
 
 def microcompact(entries: Sequence[Entry], ctx: StageContext) -> StageResult:
     compactable = _compactable(entries, ctx)
     reach = stored_reach(ctx.mark, ctx.message_ids)
-    old = [i for i in compactable if ctx.window.touchable(i)]
-    targets = {i for i in old if reach is not None and _origin(ctx, i) <= reach}
+    old = ctx.window.touchable_among(compactable)
+    targets = set(_reached(old, ctx, reach))
     mark = ctx.mark
     if is_idle(ctx):
         keep = ctx.settings.microcompact.keep_recent
         # `[-keep:]`, not `[len - keep:]`: with fewer results than `keep`, that start is
         # negative and would keep only the last few instead of all of them.
         recent = set(compactable[-keep:]) if keep > 0 else set()
-        fresh = [i for i in old if i not in recent]
+        fresh = list(filterfalse(recent.__contains__, old))
         targets.update(fresh)
         mark = _furthest(fresh, ctx, reach) or mark
-    changes = {i: with_result_text(entries[i], CLEARED_TEXT) for i in sorted(targets)
-               if not _cleared(entries[i])}
+    ordered = sorted(targets)
+    # A result is cleared on every request once it is old: its cleared twin is made once.
+    cleared = memoized_each(map(entries.__getitem__, ordered), _CLEARED, _cleared_twin)
+    changes = dict(compress(zip(ordered, cleared), map(is_not, cleared, repeat(None))))
     result = replace_at(NAME, entries, ctx, changes)
     return StageResult(result.entries, result.origins, result.report, mark)
+
+
+def _cleared_twin(entry: Entry) -> Entry | None:
+    """The result with its output cleared, keyed for the token counter; None if it already is."""
+    return None if _cleared(entry) else with_key(with_result_text(entry, CLEARED_TEXT))
+
+
+def _reached(old: list[int], ctx: StageContext, reach: int | None) -> list[int]:
+    """The old results a stored mark reaches (by their place in the client's list)."""
+    if reach is None:
+        return []
+    origins = list(map(ctx.origins.__getitem__, old))
+    if None in origins:  # a result the proxy made counts as before every client entry
+        return [i for i in old if _origin(ctx, i) <= reach]
+    return list(compress(old, map(le, origins, repeat(reach))))
 
 
 def is_idle(ctx: StageContext) -> bool:

@@ -9,8 +9,11 @@ latest user message. `Window` answers "may a stage touch entry i?".
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate, compress, count, islice, repeat
+from operator import gt
 
 from proxy.conversation import Entry, latest_user_index, leading_instructions
 from proxy.core.boundary import cut_at_or_before, safe_cuts
@@ -27,6 +30,13 @@ class Window:
 
     def touchable(self, index: int) -> bool:
         return self.lead <= index < self.start and index != self.latest_user
+
+    def touchable_among(self, indexes: Sequence[int]) -> list[int]:
+        """The `touchable` ones of increasing `indexes`, found by bisection."""
+        inside = list(indexes[bisect_left(indexes, self.lead):bisect_left(indexes, self.start)])
+        if self.latest_user is not None and self.latest_user in inside:
+            inside.remove(self.latest_user)
+        return inside
 
     @property
     def outside(self) -> range:
@@ -67,12 +77,13 @@ def window_start(entries: Sequence[Entry], sizes: Sequence[int], *, keep_tokens:
 
 def _start_for_tokens(sizes: Sequence[int], keep_tokens: int, lead: int) -> int:
     """The earliest start whose tail fits in `keep_tokens`; the last entry is always kept."""
-    start = len(sizes)
-    total = 0
-    while start > lead and (total + sizes[start - 1] <= keep_tokens or start == len(sizes)):
-        start -= 1
-        total += sizes[start]
-    return start
+    n = len(sizes)
+    if n <= lead:
+        return n
+    # Summed from the end in C, lazily: the tail grows entry by entry until one does not fit.
+    tails = accumulate(islice(reversed(sizes), n - lead))
+    over = compress(count(1), map(gt, islice(tails, 1, None), repeat(keep_tokens)))
+    return n - next(over, n - lead)
 
 
 def _anchor_at_or_before(sizes: Sequence[int], start: int, step: int, lead: int) -> int:

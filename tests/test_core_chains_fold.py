@@ -1,0 +1,73 @@
+"""Collapse's chains, folded on from where the last list's fold stopped (`_Folded`), are the
+chains folded over the whole list (the plain fold is kept here as the oracle), whatever the
+next request does to the last one: extend, edit, cut, reorder, insert."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.conversation import Entry
+from proxy.core import collapse
+from proxy.core.collapse import Run, _collapsible, _explores_key
+from proxy.core.groups import Group, tool_groups
+from proxy.settings import DEFAULT_EXPLORATION_TOOLS
+from tests.factories import entries_of
+from tests.test_core_checked import _next_request
+from tests.test_properties_collapse import exploring
+
+_TOOL_SETS = (tuple(DEFAULT_EXPLORATION_TOOLS), ("read_file", "grep"), ("bash",))
+
+
+def _chains_whole(entries: Sequence[Entry], tools: Collection[str]) -> list[Run]:
+    chains: list[Run] = []
+    current: list[Group] = []
+    key = _explores_key(tools)
+    for group in tool_groups(entries):
+        fits = _collapsible(entries, group, key, tools)
+        if current and (current[-1].end != group.start or not fits):
+            chains.append(Run(tuple(current)))
+            current = []
+        if fits:
+            current.append(group)
+    if current:
+        chains.append(Run(tuple(current)))
+    return chains
+
+
+@given(exploring(), st.sampled_from(_TOOL_SETS), st.data())
+def test_the_resumed_fold_finds_the_chains_of_the_whole_list(drawn: tuple[str, list],
+                                                             tools: tuple[str, ...],
+                                                             data: st.DataObject) -> None:
+    api, first = drawn
+    second = data.draw(_next_request(api, first))
+    more = data.draw(exploring())
+    third = second + more[1] if more[0] == api else second
+    fourth = data.draw(_next_request(api, third))
+    for elements in (first, second, second, third, fourth, first):
+        entries = entries_of(api, elements)
+        assert collapse._chains(entries, tools) == _chains_whole(entries, tools)
+
+
+def test_a_steady_thread_folds_only_what_follows_the_last_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    starts: list[int] = []
+
+    def spy(entries: Sequence[Entry], start: int = 0) -> list[Group]:
+        starts.append(start)
+        return tool_groups(entries, start)
+
+    monkeypatch.setattr(collapse, "tool_groups", spy)
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a"}'}}]}
+    elements: list[Any] = [{"role": "user", "content": "go"}]
+    for n in range(6):
+        step = {**call, "tool_calls": [{**call["tool_calls"][0], "id": f"c{n}"}]}
+        elements += [step, {"role": "tool", "tool_call_id": f"c{n}", "content": "ok"}]
+        entries = entries_of("chat", elements)
+        assert collapse._chains(entries, ("read_file",)) == _chains_whole(entries, ("read_file",))
+    # Each list ends with a step's results: the fold goes on from the end of the step before.
+    assert starts == [0, 0, 3, 5, 7, 9]
