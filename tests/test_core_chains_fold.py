@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from proxy.conversation import Entry
 from proxy.core import collapse
-from proxy.core.collapse import Run, _collapsible, _explores_key
+from proxy.core.collapse import Run, _explores_key
 from proxy.core.groups import Group, tool_groups
 from proxy.settings import DEFAULT_EXPLORATION_TOOLS
 from tests.factories import entries_of
@@ -24,19 +24,10 @@ _TOOL_SETS = (tuple(DEFAULT_EXPLORATION_TOOLS), ("read_file", "grep"), ("bash",)
 
 
 def _chains_whole(entries: Sequence[Entry], tools: Collection[str]) -> list[Run]:
-    chains: list[Run] = []
-    current: list[Group] = []
-    key = _explores_key(tools)
-    for group in tool_groups(entries):
-        fits = _collapsible(entries, group, key, tools)
-        if current and (current[-1].end != group.start or not fits):
-            chains.append(Run(tuple(current)))
-            current = []
-        if fits:
-            current.append(group)
-    if current:
-        chains.append(Run(tuple(current)))
-    return chains
+    """The oracle: every group of the list folded from the start, nothing resumed."""
+    chains, current = collapse._fold(entries, tool_groups(entries), _explores_key(tools), tools,
+                                     [], [])
+    return chains + [Run(tuple(current))] if current else chains
 
 
 @given(exploring(), st.sampled_from(_TOOL_SETS), st.data())

@@ -17,7 +17,7 @@ from proxy.core.microcompact import CLEARED_TEXT, microcompact
 from proxy.core.private import Rule, Tally, chain_bound_item, strippable
 from proxy.core.repair import CANCELLED_TEXT
 from proxy.core.truncate import truncate
-from proxy.core.window import Window, _anchor_at_or_before, _start_for_tokens, window_of
+from proxy.core.window import Window, _start_for_tokens, window_of
 from proxy.records import MicrocompactMark
 from proxy.settings import CompactionSettings, MicrocompactSettings, TruncateSettings
 from tests.factories import entries_of, stage_context
@@ -78,16 +78,6 @@ def _start_for_tokens_one_by_one(sizes: list[int], keep_tokens: int, lead: int) 
     return start
 
 
-def _anchor_one_by_one(sizes: list[int], start: int, step: int, lead: int) -> int:
-    total = sum(sizes[:start])
-    for i in range(start, lead, -1):
-        before = total - sizes[i - 1]
-        if before // step != total // step:
-            return i
-        total = before
-    return lead
-
-
 def _compactable_one_by_one(entries: Entries, globs: tuple[str, ...]) -> list[int]:
     from fnmatch import fnmatchcase
     matched: dict[str, bool] = {}
@@ -111,13 +101,6 @@ def test_open_call_spans_are_counted_as_the_loop_counts_them(drawn: tuple[str, E
 @given(st.lists(st.integers(-50, 500), max_size=40), st.integers(-10, 3000), st.integers(0, 45))
 def test_the_window_start_by_tokens_is_the_loops(sizes: list[int], keep: int, lead: int) -> None:
     assert _start_for_tokens(sizes, keep, lead) == _start_for_tokens_one_by_one(sizes, keep, lead)
-
-
-@given(st.lists(st.integers(-50, 500), max_size=40), st.integers(0, 45), st.integers(1, 900),
-       st.integers(0, 45))
-def test_the_anchor_is_the_loops(sizes: list[int], start: int, step: int, lead: int) -> None:
-    start = min(start, len(sizes))
-    assert _anchor_at_or_before(sizes, start, step, lead) == _anchor_one_by_one(sizes, start, step, lead)
 
 
 _GLOBS = st.sampled_from((("*",), ("read_*", "grep"), ("bash",), ("",), ()))
