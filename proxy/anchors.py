@@ -159,4 +159,11 @@ def _anchored(anchor: Anchor, response: list[int], sizes: Sequence[int], margin:
 
 def context_bytes(tools: Any = None, instructions: Any = None, model: str = "") -> bytes:
     """What besides the list shapes the count: tools, instructions, and the model's tokenizer."""
+    if tools is None and instructions is None:
+        return _BARE_CONTEXTS[model]
     return jsonio.dumps([model, tools, instructions])
+
+
+# A request without tools or instructions has a context of its model alone: one per model.
+_BARE_CONTEXTS: Memo[str, bytes] = Memo(lambda model: jsonio.dumps([model, None, None]),
+                                        max_entries=1024, max_chars=256)

@@ -21,13 +21,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import compress, count, repeat
+from functools import partial
+from itertools import compress, repeat
 from operator import attrgetter, is_
 from typing import Any
 
 import orjson
 
 from proxy.conversation import Entries, Entry, Kind, content_text
+from proxy.core.memo import memoized, memoized_each
 
 MARKER = "[context compaction]"
 
@@ -58,25 +60,22 @@ def detect(entries: Sequence[Entry], command: str) -> ManualCommand | None:
 def mentions(entry: Entry, command: str) -> bool:
     """Whether the entry's text starts with `command` (after whitespace): a command, or text
     that merely begins like one. Kept on the entry: asked of every user message, every request."""
-    key = ("manual.mentions", command)
-    found = entry.memo.get(key)
-    if found is None:
-        found = entry.memo[key] = content_text(entry).lstrip().startswith(command)
-    return found
+    return memoized(entry, ("manual.mentions", command), partial(_starts_with, command=command))
 
 
 def mentioned(entries: Sequence[Entry], command: str) -> bool:
     """Whether some user message `mentions` the command. The answers kept on the entries are
     read in C: a long thread has dozens of user messages, asked again on every request."""
-    users = list(compress(entries, map(is_, map(_KIND, entries), repeat(Kind.USER))))
-    known = list(map(dict.get, map(_MEMO, users), repeat(("manual.mentions", command))))
-    if any(known):
-        return True
-    unknown = compress(count(), map(is_, known, repeat(None)))
-    return any(mentions(users[i], command) for i in unknown)
+    users = compress(entries, map(is_, map(_KIND, entries), repeat(Kind.USER)))
+    return any(memoized_each(users, ("manual.mentions", command),
+                             partial(_starts_with, command=command)))
 
 
-_KIND, _MEMO = attrgetter("kind"), attrgetter("memo")
+def _starts_with(entry: Entry, command: str) -> bool:
+    return content_text(entry).lstrip().startswith(command)
+
+
+_KIND = attrgetter("kind")
 
 
 def is_our_answer(entry: Entry) -> bool:

@@ -309,10 +309,7 @@ class Pipeline:
 
     def _context(self, inbound: Inbound) -> bytes:
         doc = inbound.doc
-        tools, instructions = doc.get("tools"), doc.get("instructions")
-        if tools is None and instructions is None:
-            return _BARE_CONTEXTS[inbound.model]
-        return anchors.context_bytes(tools, instructions, inbound.model)
+        return anchors.context_bytes(doc.get("tools"), doc.get("instructions"), inbound.model)
 
     @staticmethod
     def _tap_factory(api: Api, hide_usage: bool) -> Callable[[], StreamTap]:
@@ -343,10 +340,6 @@ def _thread_key(named: tuple[str, str]) -> ThreadKey:
 # its thread the same way each time: one lookup, one key object.
 _THREAD_KEYS: Memo[tuple[str, str], ThreadKey] = Memo(
     _thread_key, max_entries=8192, max_chars=MAX_KEPT_CHARS, chars=lambda named: len(named[1]))
-
-# A request without tools or instructions has a context of its model alone: one per model.
-_BARE_CONTEXTS: Memo[str, bytes] = Memo(
-    lambda model: anchors.context_bytes(None, None, model), max_entries=1024, max_chars=256)
 
 
 def _known_weight(known: Known) -> int:
