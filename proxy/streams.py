@@ -133,6 +133,8 @@ class ChatStream:
         return self.feed_json(chunk)
 
     def feed_json(self, chunk: Any) -> ChunkKind:
+        if chunk.__class__ is dict and self.id and self.model and _next_text(self._choices, chunk):
+            return ChunkKind.DATA
         if not isinstance(chunk, _MAPPING):
             return ChunkKind.OTHER
         if chunk.get("error"):
@@ -184,6 +186,28 @@ class ChatStream:
         if isinstance(calls, list):
             message["tool_calls"] = [_finished_call(c) for c in _by_index(calls)]
         return message
+
+
+def _next_text(choices: dict[int, dict[str, Any]], chunk: dict[str, Any]) -> bool:
+    """Take `chunk` when it is the usual one of a streamed answer: the next piece of the only
+    choice's text, that text already under way, nothing else said (no error, usage, finish).
+    It comes once per token, so it gets this short way; False sends it the general way, which
+    folds it in the same and covers every other chunk. A lookup that fails raises rather than
+    being checked first: that is the rare case."""
+    try:
+        (choice,) = chunk["choices"]
+        delta = choice["delta"]
+        text = delta["content"]
+        index = choice.get("index", 0)
+        pieces = choices[index]["content"]
+    except (KeyError, TypeError, ValueError):
+        return False
+    if (text.__class__ is not str or pieces.__class__ is not _Text or index.__class__ is not int
+            or len(delta) != 1 or choice.get("finish_reason") is not None
+            or chunk.get("usage") is not None or chunk.get("error")):
+        return False
+    pieces.pieces.append(text)
+    return True
 
 
 def _by_index(elements: list[Any]) -> list[Any]:

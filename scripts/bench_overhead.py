@@ -6,7 +6,10 @@ Three targets get the same load in the same run, interleaved round by round:
   proxy   compaction-proxy with its default pipeline (thread state on SQLite, estimates, anchors)
 Each runs in its own process; the load comes from this one. Scenarios: a small request, a
 streaming request (5 content chunks), a long streaming answer (`stream400`: 400 chunks, one
-write each), a 200-message ~400 KB request; at concurrency 1 and 16. Printed: req/s,
+write each, as fast as they go: a forwarder that falls behind reads many at once), the same
+answer paced as a model writes it (`paced400`: an event every millisecond, so each comes in a
+read of its own; concurrency 16 only, its req/s is the pace's), a 200-message ~400 KB
+request; at concurrency 1 and 16. Printed: req/s,
 p50/p99 latency, streaming time-to-first-byte, the CPU time the forwarding process (raw,
 proxy, base) spent per request, and the ratios proxy/raw and proxy/direct. CPU per request
 moves much less with the machine's load than req/s does: when the two disagree, the CPU
@@ -104,7 +107,8 @@ def canned_upstream(port: int) -> None:
                             "model": "bench", "choices": [{"index": 0, "delta": {"content": w},
                                                            "finish_reason": None}]})
               for w in ("Hello", " from", " the", " canned", " upstream")]
-    # `stream400`: a long answer, one event per token or so, as real streams come.
+    # `stream400`: a long answer, one event per token or so, as real streams come;
+    # `paced400` the same at a model's pace.
     long_chunks = [orjson.dumps({"id": "c", "object": "chat.completion.chunk", "created": 1,
                                  "model": "bench", "choices": [{"index": 0,
                                                                 "delta": {"content": f" w{n}"},
@@ -117,11 +121,12 @@ def canned_upstream(port: int) -> None:
             return web.Response(body=answer, content_type="application/json")
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await out.prepare(request)
-        long = body.get("model") == "bench-long"
+        long = body.get("model") in ("bench-long", "bench-paced")
+        pause = PACE_S if body.get("model") == "bench-paced" else 0
         for chunk in long_chunks if long else chunks:
             await out.write(b"data: " + chunk + b"\n\n")
             if long:
-                await asyncio.sleep(0)  # a write per event, not one burst
+                await asyncio.sleep(pause)  # a write per event, not one burst
         if (body.get("stream_options") or {}).get("include_usage"):
             await out.write(b'data: {"id":"c","object":"chat.completion.chunk","created":1,'
                             b'"model":"bench","choices":[],"usage":{"prompt_tokens":10,'
@@ -226,8 +231,10 @@ def proxy_config(upstream: str, port: int, home: Path, log_level: str = "info") 
 # ---------------------------------------------------------------- the load
 
 LONG_STREAM_CHUNKS = 400
-STREAMED = ("stream", "stream400")
-HEAVY = ("big", "stream400")  # a quarter of the requests per cell
+PACE_S = 0.001  # between the events of `paced400`
+STREAMED = ("stream", "stream400", "paced400")
+HEAVY = ("big", "stream400", "paced400")  # a quarter of the requests per cell
+PACED = ("paced400",)  # at concurrency 16 only: at 1, a cell would take minutes
 
 
 def scenario_bodies() -> dict[str, bytes]:
@@ -243,6 +250,7 @@ def scenario_bodies() -> dict[str, bytes]:
         body = orjson.dumps(big)
     return {"small": orjson.dumps(small), "stream": orjson.dumps({**small, "stream": True}),
             "stream400": orjson.dumps({**small, "model": "bench-long", "stream": True}),
+            "paced400": orjson.dumps({**small, "model": "bench-paced", "stream": True}),
             "big": body}
 
 
@@ -366,7 +374,7 @@ async def run_all(servers: Servers, args: argparse.Namespace) -> None:
               f"{'p99 ms':>8} {'ttfb p50':>9} {'cpu ms/req':>10} {'errors':>6}")
     print(header)
     for name, body in bodies.items():
-        for concurrency in (1, 16):
+        for concurrency in (16,) if name in PACED else (1, 16):
             count = max(50, args.requests // (4 if name in HEAVY else 1))
             results = {target: Result() for target in servers.urls}
             for target, url in servers.urls.items():  # warm-up, not counted

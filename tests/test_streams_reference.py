@@ -7,10 +7,10 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.streams import ChatStream, ChunkKind, joined, merge_delta
+from proxy.streams import ChatStream, ChunkKind, _next_text, joined, merge_delta
 # Unchanged by the text pieces: the oracle shares them.
 from proxy.streams import _by_index, _finished_call
 
@@ -219,3 +219,54 @@ def test_deltas_after_a_read_still_add_up() -> None:
     assert stream.message() == {"role": "assistant", "content": "ab"}
     stream.feed_json({"choices": [{"index": 0, "delta": {"content": "c"}}]})
     assert stream.message() == {"role": "assistant", "content": "abc"}
+
+
+# ---------------------------------------------------------------- the per-token short way
+
+# Chunks as a streamed answer sends them, one piece of text each, and the near misses the
+# short way must leave to the general one: each changes one thing (a second key, another
+# index, a finish, usage, an error, text that is not a string).
+def _token(text: Any = "t", index: Any = 0, extra: dict[str, Any] | None = None,
+           finish: Any = None, **fields: Any) -> dict[str, Any]:
+    return {"id": "c-1", "model": "m", "usage": None, **fields, "choices": [
+        {"index": index, "delta": {"content": text, **(extra or {})}, "finish_reason": finish}]}
+
+
+usual_tokens = st.builds(_token, st.text(max_size=3), st.sampled_from([0, 0, 0, 1]))
+near_misses = st.one_of(
+    st.builds(_token, text=st.sampled_from([None, 5, ["x"]])),
+    st.builds(_token, index=st.sampled_from([True, 1.0, "0", None])),
+    st.builds(_token, extra=st.sampled_from([{"role": "assistant"}, {"refusal": "no"},
+                                             {"tool_calls": []}])),
+    st.builds(_token, finish=st.sampled_from(["stop", "length", 3])),
+    st.builds(_token, usage=st.sampled_from([{"prompt_tokens": 1}, 3, "x"])),
+    st.builds(_token, error=st.sampled_from([{"message": "x"}, "boom", 0])),
+    st.builds(lambda: {"id": "c-1", "model": "m", "choices": [
+        {"index": 0, "delta": {"content": "a"}}, {"index": 1, "delta": {"content": "b"}}]}))
+
+
+@settings(max_examples=300)
+@given(st.lists(st.one_of(usual_tokens, usual_tokens, near_misses, near_misses, chunks),
+                min_size=3, max_size=16))
+def test_the_per_token_short_way_folds_chunks_as_the_general_one(fed: list[Any]) -> None:
+    new, old = ChatStream(), _OldChatStream()
+    for chunk in fed:
+        assert new.feed_json(copy.deepcopy(chunk)) is old.feed_json(copy.deepcopy(chunk))
+    assert [new.message(i) for i in (0, 1, 2)] == [old.message(i) for i in (0, 1, 2)]
+    assert (new.finish_reasons, new.usage, new.error, new.id, new.model) == \
+        (old.finish_reasons, old.usage, old.error, old.id, old.model)
+
+
+def test_the_usual_token_chunk_takes_the_short_way() -> None:
+    """The property above only means something if the short way runs: it does once the
+    stream's id, model and text are under way."""
+    stream = ChatStream()
+    token = {"id": "c-1", "model": "m", "choices": [
+        {"index": 0, "delta": {"content": "a"}, "finish_reason": None}], "usage": None}
+    stream.feed_json({**token, "choices": [{"index": 0, "delta": {"role": "assistant",
+                                                                   "content": ""}}]})
+    stream.feed_json(token)
+    assert not _next_text(stream._choices, {**token, "choices": [
+        {"index": 0, "delta": {"content": "b"}, "finish_reason": "stop"}]})
+    assert _next_text(stream._choices, token)
+    assert stream.message() == {"role": "assistant", "content": "aa"}
