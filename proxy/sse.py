@@ -9,12 +9,12 @@ event larger than `max_event_bytes` is not held: its bytes come out in pieces ma
 `complete=False`, data unread. Nothing here raises on any input.
 
 The decoder runs once per streamed token, so it has two paths: while the stream holds no CR
-(the usual case) each chunk is split at its blank lines in C, a lone `data:` line taking the
-shortest way; anything else (CR line ends, an oversized event, the end of the stream) goes
-the general line-by-line way. Both give the same events. Data stays bytes until asked for as
-text: orjson parses bytes. The per-event byte searches use `find`, not `in`: `sub in data`
-first tries `sub` as an integer, formatting and clearing a TypeError, which costs about as
-much again as the search itself.
+(the usual case) each chunk is split at its blank lines in C, the usual events (a lone `data:`
+line; an `event:` line and a `data:` line) taking the shortest way; anything else (CR line
+ends, an oversized event, the end of the stream) goes the general line-by-line way. Both give
+the same events. Data stays bytes until asked for as text: orjson parses bytes. The per-event
+byte searches use `find`, not `in`: `sub in data` first tries `sub` as an integer, formatting
+and clearing a TypeError, which costs about as much again as the search itself.
 """
 
 from __future__ import annotations
@@ -112,10 +112,17 @@ class SseDecoder:
         if not self._plain or chunk.find(b"\r") >= 0:
             return self._feed_general(chunk)
         buf = self._buf
-        # The usual read: one whole event of one `data:` line.
-        if (not buf and chunk.endswith(b"\n\n") and chunk.startswith(b"data: ")
-                and chunk.find(b"\n") == len(chunk) - 2 and not self._first_line):
-            return [_data_event((chunk, chunk[6:-2], None, None, True))]
+        # The usual read: one whole event, of one `data:` line (chat) or of an `event:` line
+        # and a `data:` line (Responses).
+        if not buf and chunk.endswith(b"\n\n") and not self._first_line:
+            eol = chunk.find(b"\n")
+            if eol == len(chunk) - 2:
+                if chunk.startswith(b"data: "):
+                    return [_data_event((chunk, chunk[6:-2], None, None, True))]
+            elif (chunk.startswith(b"event: ") and chunk.startswith(b"data: ", eol + 1)
+                  and chunk.find(b"\n", eol + 1) == len(chunk) - 2):
+                return [_data_event((chunk, chunk[eol + 7:-2], _text(chunk[7:eol]), None,
+                                     True))]
         if buf:
             if chunk.find(b"\n\n") < 0 and (buf[-1] != 10 or not chunk.startswith(b"\n")):
                 buf += chunk  # no copy of what is held: a big event may come in many reads
@@ -130,6 +137,11 @@ class SseDecoder:
         for block in blocks:
             if block.startswith(b"data: ") and block.find(b"\n") < 0 and not self._first_line:
                 append(_data_event((block + b"\n\n", block[6:], None, None, True)))
+            elif (block.startswith(b"event: ") and not self._first_line
+                  and (eol := block.find(b"\n")) > 0 and block.startswith(b"data: ", eol + 1)
+                  and block.find(b"\n", eol + 1) < 0):
+                append(_data_event((block + b"\n\n", block[eol + 7:], _text(block[7:eol]), None,
+                                    True)))
             elif not block:
                 events += (_BLANK, _BLANK)
             elif block.startswith(b"\n"):

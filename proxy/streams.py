@@ -244,20 +244,25 @@ class ResponsesStream:
         data = event.json()
         if not isinstance(data, _MAPPING):
             return ChunkKind.OTHER
-        if isinstance(data.get("sequence_number"), int):
-            self.sequence = data["sequence_number"]
-        kind = data.get("type") if isinstance(data.get("type"), str) else event.event
+        get = data.get
+        sequence = get("sequence_number")
+        if isinstance(sequence, int):
+            self.sequence = sequence
+        kind = get("type")
+        if not isinstance(kind, str):
+            kind = event.event
         if kind == "error":
-            self.error = _error_of(data.get("error") or data)
+            self.error = _error_of(get("error") or data)
             return ChunkKind.ERROR
-        response = data.get("response")
-        if isinstance(response, _MAPPING):
+        response = get("response")
+        # Most events (the deltas) carry no response: `is not None` spares them the ABC check.
+        if response is not None and isinstance(response, _MAPPING):
             self.id = self.id or _str(response.get("id"))
-        if kind == "response.output_item.done" and isinstance(data.get("item"), _MAPPING):
-            index = data.get("output_index")
+            if kind in _TERMINAL:
+                return self._terminal(_TERMINAL[kind], response)
+        if kind == "response.output_item.done" and isinstance(get("item"), _MAPPING):
+            index = get("output_index")
             self._items[index if isinstance(index, int) else len(self._items)] = dict(data["item"])
-        elif kind in _TERMINAL and isinstance(response, _MAPPING):
-            return self._terminal(_TERMINAL[kind], response)
         return ChunkKind.DATA
 
     def _terminal(self, status: str, response: Mapping[str, Any]) -> ChunkKind:

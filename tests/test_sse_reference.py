@@ -188,7 +188,11 @@ PIECES = [b"data", b"data:", b"data: ", b"data:  ", b"event: ", b"event:", b"id:
           b"\r\n", b"\r\n\r\n", b"\r\r"]
 EVENTS = [b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n', b"data: [DONE]\n\n",
           b"event: response.created\ndata: {}\n\n", b"data: a\ndata: b\n\n", b": keep-alive\n\n",
-          b"id: 7\ndata:x\n\n", b"\n", b"data: c\r\n\r\n"]
+          b"id: 7\ndata:x\n\n", b"\n", b"data: c\r\n\r\n",
+          # The two-line shape of Responses events, and its near misses.
+          b'event: response.output_text.delta\ndata: {"delta":"x"}\n\n', b"event: \ndata: \n\n",
+          b"event: a: b \ndata:  y\n\n", b"event: e\ndata: x\ndata: y\n\n", b"event: e\nid: 1\n\n",
+          b"event:e\ndata: x\n\n", b"event: e\ndata:x\n\n", "event: é\ndata: 数\n\n".encode()]
 
 mixed = st.one_of(
     st.lists(st.sampled_from(PIECES), max_size=40).map(b"".join),
@@ -249,11 +253,14 @@ def test_a_bom_after_the_first_line_is_not_stripped() -> None:
 
 def test_one_read_per_event_of_several_lines() -> None:
     decoder = SseDecoder()
-    reads = [b"data: 0\n\n", b"data: a\ndata: b\n\n", b"event: e\ndata: c\n\n", b"data: d\n\n"]
+    reads = [b"data: 0\n\n", b"data: a\ndata: b\n\n", b"event: e\ndata: c\n\n", b"data: d\n\n",
+             b"event: f: g\ndata: \n\n", b"event: h\ndata: 1\n\nevent: i\ndata: 2\n\n"]
     events = [e for read in reads for e in decoder.feed(read)]
     assert [(e.raw, e.data, e.event) for e in events] == [
         (b"data: 0\n\n", "0", None), (b"data: a\ndata: b\n\n", "a\nb", None),
-        (b"event: e\ndata: c\n\n", "c", "e"), (b"data: d\n\n", "d", None)]
+        (b"event: e\ndata: c\n\n", "c", "e"), (b"data: d\n\n", "d", None),
+        (b"event: f: g\ndata: \n\n", "", "f: g"), (b"event: h\ndata: 1\n\n", "1", "h"),
+        (b"event: i\ndata: 2\n\n", "2", "i")]
 
 
 def test_blank_lines_after_an_event_are_events_of_their_own() -> None:
@@ -269,3 +276,15 @@ def test_invalid_utf8_json_still_parses_through_its_text() -> None:
 def test_done_with_unicode_whitespace() -> None:
     [event] = SseDecoder().feed("data: \u00a0[DONE]\u2003\n\n".encode())
     assert event.done and event.json() is None
+
+
+def test_the_two_line_short_way_takes_its_shape_only() -> None:
+    """Reads a property seldom draws: the first event of the stream in the two-line shape (a
+    BOM later is no stream start), and two-line events whose second line is not `data:`."""
+    for reads in ([b"event: a\ndata: 1\n\nevent: b\ndata: 2\n\n", _BOM + b"data: 3\n\n"],
+                  [b"event: a\ndata: 1\n\n", _BOM + b"data: 3\n\n"],
+                  [b"data: 0\n\n", b"event: e\nid: 1\n\n", b"event: e\n: c\n\n",
+                   b"event: e\nretry: 1\n\nevent: f\nid: 2\n\n", b"event: f\ndata: 4\n\n"]):
+        decoder = SseDecoder()
+        events = [e for read in reads for e in decoder.feed(read)]
+        assert [seen(e) for e in events] == reference(b"".join(reads), False)

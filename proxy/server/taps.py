@@ -7,6 +7,7 @@ know how to end a broken stream with an error the client's SDK raises.
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -14,6 +15,9 @@ import orjson
 from proxy.errors import error_body
 from proxy.sse import SseDecoder, SseEvent
 from proxy.streams import ChatStream, ChunkKind, ResponsesStream
+
+
+_RAW = itemgetter(0)  # an SseEvent's `raw`: the tuple's first field, read in C
 
 
 class ChatTap:
@@ -94,7 +98,7 @@ class ResponsesTap:
         for event in events:
             if event.complete:
                 self.stream.feed(event)
-        return b"".join(event.raw for event in events)
+        return b"".join(map(_RAW, events))
 
     def failure_frame(self, message: str, code: str = "upstream_disconnected") -> bytes:
         body = {"type": "error", "sequence_number": self.stream.sequence + 1,
