@@ -10,7 +10,7 @@ against the canned upstream. Counting starts after a warm-up and covers every th
 server (the proxy's store writer too). System calls are not counted: both servers make the
 same ones per request. The proxy logs at `info`, as shipped: its line per request is counted.
 
-    .venv/bin/python scripts/bench_instructions.py [--requests 1000] [--scenario small|stream|stream400|big]
+    .venv/bin/python scripts/bench_instructions.py [--requests 1000] [--scenario small|stream|stream400|responses400|big]
         [--baseline DIR] [--log-level info|warning]
 
 Needs valgrind (`callgrind_control` comes with it). About a minute per server.
@@ -40,7 +40,7 @@ STARTUP_S = 300  # everything runs ~50 times slower under valgrind: loading tikt
 
 
 def count(command: list[str], ready: str, url: str, body: bytes, stream: bool, requests: int,
-          out_dir: Path, root: Path) -> int:
+          out_dir: Path, root: Path, path: str = "/chat/completions") -> int:
     """Instructions the server started by `command` executed for `requests` requests."""
     out = out_dir / "callgrind.out"
     valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p"]
@@ -49,9 +49,9 @@ def count(command: list[str], ready: str, url: str, body: bytes, stream: bool, r
                               stderr=subprocess.DEVNULL)
     try:
         overhead._wait_ready(ready, timeout=STARTUP_S)
-        asyncio.run(overhead.drive(url, body, stream, WARMUP, 16, 16))
+        asyncio.run(overhead.drive(url, body, stream, WARMUP, 16, 16, path))
         _control("-z", server.pid)  # zero the counters: startup and warm-up are not counted
-        result = asyncio.run(overhead.drive(url, body, stream, requests, 16, 16))
+        result = asyncio.run(overhead.drive(url, body, stream, requests, 16, 16, path))
         _control("-d", server.pid)
         if result.errors:
             raise RuntimeError(f"{result.errors} requests failed")
@@ -79,7 +79,7 @@ def _total(dump: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=1000)
-    parser.add_argument("--scenario", choices=("small", "stream", "stream400", "big"), default="small")
+    parser.add_argument("--scenario", choices=("small", "stream", "stream400", "responses400", "big"), default="small")
     parser.add_argument("--log-level", default="info",
                         help="the proxies' logging.level (info, as shipped: a line per request)")
     parser.add_argument("--baseline", type=Path,
@@ -109,7 +109,7 @@ def main() -> None:
                     command = [sys.executable, "-m", "proxy", "serve", "--config", str(config)]
                     ready = f"http://127.0.0.1:{port}/healthz"
                 total = count(command, ready, f"http://127.0.0.1:{port}/v1", body, stream,
-                              args.requests, out_dir, root)
+                              args.requests, out_dir, root, overhead.path_of(args.scenario))
                 counts[target] = total / args.requests
                 print(f"{target:<6} {counts[target] / 1000:10.1f} k instructions per request",
                       flush=True)

@@ -9,7 +9,8 @@ streaming request (5 content chunks), a long streaming answer (`stream400`: 400 
 write each, as fast as they go: a forwarder that falls behind reads many at once), the same
 answer paced as a model writes it (`paced400`: an event every millisecond, so each comes in a
 read of its own; concurrency 16 only, its req/s is the pace's), a 200-message ~400 KB
-request; at concurrency 1 and 16. Printed: req/s,
+request, and a Responses API stream of 400 text deltas (`responses400`); at concurrency 1
+and 16. Printed: req/s,
 p50/p99 latency, streaming time-to-first-byte, the CPU time the forwarding process (raw,
 proxy, base) spent per request, and the ratios proxy/raw and proxy/direct. CPU per request
 moves much less with the machine's load than req/s does: when the two disagree, the CPU
@@ -137,7 +138,50 @@ def canned_upstream(port: int) -> None:
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/chat/completions", complete)
+    app.router.add_post("/v1/responses", canned_responses_stream())
     web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None, loop=_loop())
+
+
+def _responses_event(kind: str, sequence: int, **fields: Any) -> bytes:
+    data = orjson.dumps({"type": kind, **fields, "sequence_number": sequence})
+    return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
+
+
+def _responses_events() -> list[bytes]:
+    """`responses400`: a Responses stream as OpenAI sends one, 400 text deltas in the middle."""
+    item = {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "annotations": [],
+                         "text": "".join(f" w{n}" for n in range(LONG_STREAM_CHUNKS))}]}
+    response = {"id": "resp_1", "object": "response", "created_at": 1, "model": "bench",
+                "status": "in_progress", "output": [], "usage": None}
+    deltas = [_responses_event("response.output_text.delta", 2 + n, item_id="msg_1",
+                               output_index=0, content_index=0, delta=f" w{n}", logprobs=[])
+              for n in range(LONG_STREAM_CHUNKS)]
+    done = {**response, "status": "completed", "output": [item],
+            "usage": {"input_tokens": 10, "output_tokens": 800, "total_tokens": 810,
+                      "output_tokens_details": {"reasoning_tokens": 0}}}
+    return [_responses_event("response.created", 0, response=response),
+            _responses_event("response.output_item.added", 1, output_index=0,
+                             item={**item, "status": "in_progress", "content": []}),
+            *deltas,
+            _responses_event("response.output_item.done", 2 + len(deltas), output_index=0,
+                             item=item),
+            _responses_event("response.completed", 3 + len(deltas), response=done)]
+
+
+def canned_responses_stream() -> Any:
+    events = _responses_events()
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        for event in events:
+            await out.write(event)
+            await asyncio.sleep(0)  # a write per event, as for `stream400`
+        await out.write_eof()
+        return out
+    return stream
 
 
 @dataclass
@@ -232,8 +276,9 @@ def proxy_config(upstream: str, port: int, home: Path, log_level: str = "info") 
 
 LONG_STREAM_CHUNKS = 400
 PACE_S = 0.001  # between the events of `paced400`
-STREAMED = ("stream", "stream400", "paced400")
-HEAVY = ("big", "stream400", "paced400")  # a quarter of the requests per cell
+STREAMED = ("stream", "stream400", "paced400", "responses400")
+HEAVY = ("big", "stream400", "paced400", "responses400")  # a quarter of the requests per cell
+PATHS = {"responses400": "/responses"}  # the rest go to /chat/completions
 PACED = ("paced400",)  # at concurrency 16 only: at 1, a cell would take minutes
 
 
@@ -251,6 +296,8 @@ def scenario_bodies() -> dict[str, bytes]:
     return {"small": orjson.dumps(small), "stream": orjson.dumps({**small, "stream": True}),
             "stream400": orjson.dumps({**small, "model": "bench-long", "stream": True}),
             "paced400": orjson.dumps({**small, "model": "bench-paced", "stream": True}),
+            "responses400": orjson.dumps({"model": "bench-long", "input": "Say hello.",
+                                          "stream": True}),
             "big": body}
 
 
@@ -305,7 +352,7 @@ async def measured(pid: int | None, load: Any) -> Result:
 
 
 async def drive(url: str, body: bytes, stream: bool, requests: int, concurrency: int,
-                threads: int) -> Result:
+                threads: int, path: str = "/chat/completions") -> Result:
     result = Result()
     queue = list(range(requests))
     connector = aiohttp.TCPConnector(limit=concurrency)
@@ -316,7 +363,7 @@ async def drive(url: str, body: bytes, stream: bool, requests: int, concurrency:
                 headers = {"Content-Type": "application/json",
                            "Authorization": "Bearer sk-bench", "x-thread-id": f"bench-{n % threads}"}
                 started = time.perf_counter()
-                async with session.post(url + "/chat/completions", data=body,
+                async with session.post(url + path, data=body,
                                         headers=headers) as answer:
                     first = None
                     async for _ in answer.content.iter_any():
@@ -332,6 +379,10 @@ async def drive(url: str, body: bytes, stream: bool, requests: int, concurrency:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         result.elapsed = time.perf_counter() - started
     return result
+
+
+def path_of(scenario: str) -> str:
+    return PATHS.get(scenario, "/chat/completions")
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -378,10 +429,11 @@ async def run_all(servers: Servers, args: argparse.Namespace) -> None:
             count = max(50, args.requests // (4 if name in HEAVY else 1))
             results = {target: Result() for target in servers.urls}
             for target, url in servers.urls.items():  # warm-up, not counted
-                await drive(url, body, name in STREAMED, 20, concurrency, 16)
+                await drive(url, body, name in STREAMED, 20, concurrency, 16, path_of(name))
             for _ in range(args.rounds):
                 for target, url in servers.urls.items():
-                    load = drive(url, body, name in STREAMED, count, concurrency, 16)
+                    load = drive(url, body, name in STREAMED, count, concurrency, 16,
+                                 path_of(name))
                     results[target].merge(await measured(servers.pids.get(target), load))
             report(name, concurrency, results)
 
