@@ -34,15 +34,14 @@ HeldTouch = tuple[float, int | None]
 class CachedStore:
     def __init__(self, store: StateStore, max_threads: int = DEFAULT_THREADS) -> None:
         self.store = store
+        # A write updates the thread's state here only when it is cached
+        # (`self._states.update`); an uncached one is read whole from the store when needed.
         self._states: LRU[ThreadKey, ThreadState] = LRU(max_threads)
         self._touched: LRU[ThreadKey, float] = LRU(max_threads)  # when activity was persisted
         # The latest touch of each thread that the interval held back, oldest first; bounded:
         # past `max_threads` the oldest is written out, never dropped.
         self._held: OrderedDict[ThreadKey, HeldTouch] = OrderedDict()
         self._max_held = max_threads
-
-    # Each write updates the cached state through `self._states.update`: only a cached state
-    # is updated, an uncached one is read whole from the store later.
 
     async def open(self) -> None:
         await self.store.open()
