@@ -10,8 +10,9 @@ against the canned upstream. Counting starts after a warm-up and covers every th
 server (the proxy's store writer too). System calls are not counted: both servers make the
 same ones per request. The proxy logs at `info`, as shipped: its line per request is counted.
 
-    .venv/bin/python scripts/bench_instructions.py [--requests 1000] [--scenario small|stream|stream400|responses400|big]
-        [--baseline DIR] [--log-level info|warning]
+    .venv/bin/python scripts/bench_instructions.py [--requests 1000]
+        [--scenario small|stream|stream400|responses400|big] [--baseline DIR]
+        [--log-level info|warning]
 
 Needs valgrind (`callgrind_control` comes with it). About a minute per server.
 """
@@ -79,7 +80,8 @@ def _total(dump: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=1000)
-    parser.add_argument("--scenario", choices=("small", "stream", "stream400", "responses400", "big"), default="small")
+    parser.add_argument("--scenario", default="small",
+                        choices=("small", "stream", "stream400", "responses400", "big"))
     parser.add_argument("--log-level", default="info",
                         help="the proxies' logging.level (info, as shipped: a line per request)")
     parser.add_argument("--baseline", type=Path,

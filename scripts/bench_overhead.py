@@ -10,11 +10,10 @@ write each, as fast as they go: a forwarder that falls behind reads many at once
 answer paced as a model writes it (`paced400`: an event every millisecond, so each comes in a
 read of its own; concurrency 16 only, its req/s is the pace's), a 200-message ~400 KB
 request, and a Responses API stream of 400 text deltas (`responses400`); at concurrency 1
-and 16. Printed: req/s,
-p50/p99 latency, streaming time-to-first-byte, the CPU time the forwarding process (raw,
-proxy, base) spent per request, and the ratios proxy/raw and proxy/direct. CPU per request
-moves much less with the machine's load than req/s does: when the two disagree, the CPU
-figure says what the code costs, req/s what this machine made of it.
+and 16. Printed: req/s, p50/p99 latency, streaming time-to-first-byte, the CPU time the
+forwarding process (raw, proxy, base) spent per request, and the ratios proxy/raw and
+proxy/direct. CPU per request moves much less with the machine's load than req/s does: when
+the two disagree, the CPU figure says what the code costs, req/s what this machine made of it.
 
     .venv/bin/python scripts/bench_overhead.py [--requests 400] [--rounds 3] [--upstream fake|canned]
         [--baseline DIR] [--log-level info|warning]
@@ -40,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -169,7 +169,7 @@ def _responses_events() -> list[bytes]:
             _responses_event("response.completed", 3 + len(deltas), response=done)]
 
 
-def canned_responses_stream() -> Any:
+def canned_responses_stream() -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     events = _responses_events()
 
     async def stream(request: web.Request) -> web.StreamResponse:
