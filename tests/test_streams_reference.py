@@ -1,5 +1,6 @@
-"""ChatStream against the concatenating version it replaced (kept here as the oracle),
-and the cost that replacement removed: a string delta no longer copies all the text so far."""
+"""ChatStream against the concatenating version it replaced (kept here as the oracle), its
+per-token short way included, and the cost that replacement removed: a string delta no longer
+copies all the text so far."""
 
 from __future__ import annotations
 
