@@ -77,6 +77,15 @@ _BLANK = SseEvent(b"\n")  # a blank line with no field before it: an event of it
 _data_event = partial(tuple.__new__, SseEvent)
 
 
+def _event_pair(block: bytes) -> SseEvent | None:
+    """The event of `block` (its blank line cut off) when it is `event: ` + a name, then one
+    `data: ` line, as Responses streams send every event; None for any other block."""
+    eol = block.find(b"\n")
+    if eol < 0 or not block.startswith(b"data: ", eol + 1) or block.find(b"\n", eol + 1) >= 0:
+        return None
+    return _data_event((block + b"\n\n", block[eol + 7:], _text(block[7:eol]), None, True))
+
+
 def _field(line: bytes) -> tuple[bytes, bytes]:
     """A line's field name and value (a comment line has the name b"")."""
     name, colon, value = line.partition(b":")
@@ -115,14 +124,10 @@ class SseDecoder:
         # The usual read: one whole event, of one `data:` line (chat) or of an `event:` line
         # and a `data:` line (Responses).
         if not buf and chunk.endswith(b"\n\n") and not self._first_line:
-            eol = chunk.find(b"\n")
-            if eol == len(chunk) - 2:
-                if chunk.startswith(b"data: "):
-                    return [_data_event((chunk, chunk[6:-2], None, None, True))]
-            elif (chunk.startswith(b"event: ") and chunk.startswith(b"data: ", eol + 1)
-                  and chunk.find(b"\n", eol + 1) == len(chunk) - 2):
-                return [_data_event((chunk, chunk[eol + 7:-2], _text(chunk[7:eol]), None,
-                                     True))]
+            if chunk.startswith(b"data: ") and chunk.find(b"\n") == len(chunk) - 2:
+                return [_data_event((chunk, chunk[6:-2], None, None, True))]
+            if chunk.startswith(b"event: ") and (pair := _event_pair(chunk[:-2])) is not None:
+                return [pair]
         if buf:
             if chunk.find(b"\n\n") < 0 and (buf[-1] != 10 or not chunk.startswith(b"\n")):
                 buf += chunk  # no copy of what is held: a big event may come in many reads
@@ -138,10 +143,8 @@ class SseDecoder:
             if block.startswith(b"data: ") and block.find(b"\n") < 0 and not self._first_line:
                 append(_data_event((block + b"\n\n", block[6:], None, None, True)))
             elif (block.startswith(b"event: ") and not self._first_line
-                  and (eol := block.find(b"\n")) > 0 and block.startswith(b"data: ", eol + 1)
-                  and block.find(b"\n", eol + 1) < 0):
-                append(_data_event((block + b"\n\n", block[eol + 7:], _text(block[7:eol]), None,
-                                    True)))
+                  and (pair := _event_pair(block)) is not None):
+                append(pair)
             elif not block:
                 events += (_BLANK, _BLANK)
             elif block.startswith(b"\n"):

@@ -80,11 +80,10 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
     outcome = RelayOutcome(out)
     await out.prepare(request)
     try:
-        for chunk in already_read:
-            data = tap.feed(chunk)
-            if data:
-                await out.write(data)
-                _sent(outcome, data, started)
+        data = b"".join(map(tap.feed, already_read))  # held back by a peek: sent at once
+        if data:
+            await out.write(data)
+            _sent(outcome, data, started)
         # Written inline, not by a helper coroutine: a real stream comes an event per read,
         # and a coroutine made and awaited per event costs as much as its bookkeeping.
         async for chunk in upstream.content.iter_any():
