@@ -77,13 +77,15 @@ _BLANK = SseEvent(b"\n")  # a blank line with no field before it: an event of it
 _data_event = partial(tuple.__new__, SseEvent)
 
 
-def _event_pair(block: bytes) -> SseEvent | None:
-    """The event of `block` (its blank line cut off) when it is `event: ` + a name, then one
-    `data: ` line, as Responses streams send every event; None for any other block."""
-    eol = block.find(b"\n")
-    if eol < 0 or not block.startswith(b"data: ", eol + 1) or block.find(b"\n", eol + 1) >= 0:
+def _event_pair(raw: bytes, end: int) -> SseEvent | None:
+    """The event of `raw` (its lines end at `end`, the blank line follows) when it is
+    `event: ` + a name, then one `data: ` line, as Responses streams send every event; None
+    for any other block. A whole read is the usual `raw`: it is kept, not copied."""
+    eol = raw.find(b"\n")  # found: `raw` ends in its blank line
+    if not raw.startswith(b"data: ", eol + 1) or raw.find(b"\n", eol + 1) != end:
         return None
-    return _data_event((block + b"\n\n", block[eol + 7:], _text(block[7:eol]), None, True))
+    return _data_event((raw, raw[eol + 7:end], raw[7:eol].decode("utf-8", "replace"), None,
+                        True))
 
 
 def _field(line: bytes) -> tuple[bytes, bytes]:
@@ -126,7 +128,8 @@ class SseDecoder:
         if not buf and chunk.endswith(b"\n\n") and not self._first_line:
             if chunk.startswith(b"data: ") and chunk.find(b"\n") == len(chunk) - 2:
                 return [_data_event((chunk, chunk[6:-2], None, None, True))]
-            if chunk.startswith(b"event: ") and (pair := _event_pair(chunk[:-2])) is not None:
+            if (chunk.startswith(b"event: ")
+                    and (pair := _event_pair(chunk, len(chunk) - 2)) is not None):
                 return [pair]
         if buf:
             if chunk.find(b"\n\n") < 0 and (buf[-1] != 10 or not chunk.startswith(b"\n")):
@@ -143,7 +146,7 @@ class SseDecoder:
             if block.startswith(b"data: ") and block.find(b"\n") < 0 and not self._first_line:
                 append(_data_event((block + b"\n\n", block[6:], None, None, True)))
             elif (block.startswith(b"event: ") and not self._first_line
-                  and (pair := _event_pair(block)) is not None):
+                  and (pair := _event_pair(block + b"\n\n", len(block))) is not None):
                 append(pair)
             elif not block:
                 events += (_BLANK, _BLANK)

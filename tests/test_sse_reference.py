@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -288,3 +289,23 @@ def test_the_two_line_short_way_takes_its_shape_only() -> None:
         decoder = SseDecoder()
         events = [e for read in reads for e in decoder.feed(read)]
         assert [seen(e) for e in events] == reference(b"".join(reads), False)
+
+
+def test_the_usual_events_take_the_short_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shapes streams send for every token, a whole event or several per read, never reach
+    the line-by-line way (the properties see the events, not which way made them)."""
+    decoder = SseDecoder()
+    decoder.feed(b"data: 0\n\n")  # the stream's first line, which may start with a BOM
+
+    def general(*args: object) -> None:
+        raise AssertionError("the general way")
+
+    monkeypatch.setattr(SseDecoder, "_block", general)
+    monkeypatch.setattr(SseDecoder, "_feed_general", general)
+    reads = [b"data: 1\n\n", b"event: e\ndata: 2\n\n",
+             b"event: e\ndata: 3\n\nevent: f\ndata: 4\n\ndata: 5\n\n"]
+    events = [event for read in reads for event in decoder.feed(read)]
+    assert [(e.raw, e.event, e.data) for e in events] == [
+        (b"data: 1\n\n", None, "1"), (b"event: e\ndata: 2\n\n", "e", "2"),
+        (b"event: e\ndata: 3\n\n", "e", "3"), (b"event: f\ndata: 4\n\n", "f", "4"),
+        (b"data: 5\n\n", None, "5")]
