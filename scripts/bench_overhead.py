@@ -104,17 +104,20 @@ def canned_upstream(port: int) -> None:
                                                                       "content": "ok"}}],
                            "usage": {"prompt_tokens": 10, "completion_tokens": 1,
                                      "total_tokens": 11}})
-    chunks = [orjson.dumps({"id": "c", "object": "chat.completion.chunk", "created": 1,
-                            "model": "bench", "choices": [{"index": 0, "delta": {"content": w},
-                                                           "finish_reason": None}]})
-              for w in ("Hello", " from", " the", " canned", " upstream")]
+    def chunk(text: str, usage: bool) -> bytes:
+        # With `include_usage` OpenAI puts `"usage": null` on every chunk (PROTOCOL.md):
+        # bytes the proxy takes out again for a client that did not ask.
+        return orjson.dumps({"id": "c", "object": "chat.completion.chunk", "created": 1,
+                             "model": "bench", "choices": [{"index": 0, "delta": {"content": text},
+                                                            "finish_reason": None}],
+                             **({"usage": None} if usage else {})})
+
+    words = ("Hello", " from", " the", " canned", " upstream")
     # `stream400`: a long answer, one event per token or so, as real streams come;
-    # `paced400` the same at a model's pace.
-    long_chunks = [orjson.dumps({"id": "c", "object": "chat.completion.chunk", "created": 1,
-                                 "model": "bench", "choices": [{"index": 0,
-                                                                "delta": {"content": f" w{n}"},
-                                                                "finish_reason": None}]})
-                   for n in range(LONG_STREAM_CHUNKS)]
+    # `paced400` the same at a model's pace. Keyed by (long, include_usage).
+    streams = {(long, usage): [chunk(w, usage) for w in
+                               ([f" w{n}" for n in range(LONG_STREAM_CHUNKS)] if long else words)]
+               for long in (False, True) for usage in (False, True)}
 
     async def complete(request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
@@ -124,11 +127,12 @@ def canned_upstream(port: int) -> None:
         await out.prepare(request)
         long = body.get("model") in ("bench-long", "bench-paced")
         pause = PACE_S if body.get("model") == "bench-paced" else 0
-        for chunk in long_chunks if long else chunks:
-            await out.write(b"data: " + chunk + b"\n\n")
+        usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        for data in streams[long, usage]:
+            await out.write(b"data: " + data + b"\n\n")
             if long:
                 await asyncio.sleep(pause)  # a write per event, not one burst
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if usage:
             await out.write(b'data: {"id":"c","object":"chat.completion.chunk","created":1,'
                             b'"model":"bench","choices":[],"usage":{"prompt_tokens":10,'
                             b'"completion_tokens":5,"total_tokens":15}}\n\n')
