@@ -161,9 +161,12 @@ def context_bytes(tools: Any = None, instructions: Any = None, model: str = "") 
     """What besides the list shapes the count: tools, instructions, and the model's tokenizer."""
     if tools is None and instructions is None:
         return _BARE_CONTEXTS[model]
+    return _context(model, tools, instructions)
+
+
+def _context(model: str, tools: Any = None, instructions: Any = None) -> bytes:
     return jsonio.dumps([model, tools, instructions])
 
 
 # A request without tools or instructions has a context of its model alone: one per model.
-_BARE_CONTEXTS: Memo[str, bytes] = Memo(lambda model: jsonio.dumps([model, None, None]),
-                                        max_entries=1024, max_chars=256)
+_BARE_CONTEXTS: Memo[str, bytes] = Memo(_context, max_entries=1024, max_chars=256)
