@@ -181,7 +181,7 @@ PRIVATE = {
             "final position cannot contain `thinking`.")}}, RetryAction.STRIP_BLOBS),
     "gemini missing signature": (400, [{"error": {"code": 400, "status": "INVALID_ARGUMENT",
         "message": "Function call is missing a thought_signature in functionCall parts. This is "
-                   "required for tools to work correctly."}}], RetryAction.STAND_IN),
+                   "required for tools to work correctly."}}], RetryAction.SIGNATURE_STAND_INS),
     "gemini invalid signature": (400, [{"error": {"code": 400, "status": "INVALID_ARGUMENT",
         "message": "Corrupted thought signature."}}], RetryAction.STAND_IN),
     "deepseek must pass back": (400, openai_error(

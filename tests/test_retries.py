@@ -108,6 +108,25 @@ def test_a_forged_gemini_signature_gets_the_documented_stand_in(make_fake, make_
         "skip_thought_signature_validator"
 
 
+def test_a_missing_gemini_signature_gets_the_documented_stand_in(make_fake, make_proxy) -> None:
+    # The client kept no signature: stand-ins replace none, one goes where Gemini demands one.
+    fake = make_fake(dialect="gemini")
+    proxy = make_proxy(fake)
+    second = {**CALL, "id": "call_def"}
+    messages = [{"role": "user", "content": "read a.py"},
+                {"role": "assistant", "content": None, "tool_calls": [CALL, second]},
+                {"role": "tool", "tool_call_id": "call_abc", "content": "print(1)"},
+                {"role": "tool", "tool_call_id": "call_def", "content": "print(2)"}]
+    answer = _chat(proxy, messages)
+    assert answer.status_code == 200, answer.text
+    first, retried = _main(fake)[-2:]
+    assert first.json["messages"] == messages
+    calls = retried.json["messages"][1]["tool_calls"]
+    assert calls[0]["extra_content"]["google"]["thought_signature"] == \
+        "skip_thought_signature_validator"
+    assert calls[1] == second
+
+
 def test_missing_reasoning_content_gets_a_placeholder(make_fake, make_proxy) -> None:
     fake = make_fake(dialect="deepseek-thinking")
     proxy = make_proxy(fake)

@@ -146,6 +146,7 @@ class RetryAction(StrEnum):
     STRIP_BLOBS = "strip_blobs"  # drop chain-bound state: encrypted reasoning, signed thinking,
     # reasoning_details, signatures, and the fc_/msg_ ids that referenced dropped reasoning
     STAND_IN = "stand_in"  # put the provider's documented stand-in where a blob is demanded
+    SIGNATURE_STAND_INS = "signature_stand_ins"  # the same, and on current-loop calls without one
     RESTORE_LOOP_BLOBS = "restore_loop_blobs"  # send the current loop's blocks as the client did
     DROP_PLAIN_REASONING = "drop_plain_reasoning"  # remove reasoning_content / reasoning
     REASONING_PLACEHOLDERS = "reasoning_placeholders"  # reasoning_content on tool-call messages
@@ -168,7 +169,8 @@ _PRIVATE_RULES: tuple[tuple[tuple[str, ...], RetryAction, str], ...] = (
      RetryAction.STRIP_BLOBS, "reasoning item separated from its output"),
     (("was provided without its required 'reasoning' item",), RetryAction.STRIP_BLOBS,
      "item id refers to a dropped reasoning item"),
-    (("thought_signature", "missing"), RetryAction.STAND_IN, "Gemini thought signature missing"),
+    (("thought_signature", "missing"), RetryAction.SIGNATURE_STAND_INS,
+     "Gemini thought signature missing"),
     (("thought signature",), RetryAction.STAND_IN, "Gemini thought signature rejected"),
     (("expected `thinking` or `redacted_thinking`",), RetryAction.RESTORE_LOOP_BLOBS,
      "Anthropic requires the loop's thinking blocks"),

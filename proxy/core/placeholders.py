@@ -1,16 +1,21 @@
-"""Reasoning placeholders: the retry for providers that demand `reasoning_content` back.
+"""Placeholders: the retries for providers that demand private state back in the current loop.
 
 DeepSeek and Kimi thinking modes reject a current-loop assistant tool-call message without
 `reasoning_content` (PROTOCOL.md §4.4). When the client did not keep it, the reasoning is gone;
-an empty string is the documented way clients satisfy the check. Only chat messages after the
-latest user message are touched, and only that one field is added.
+an empty string is the documented way clients satisfy the check. Gemini rejects a current-loop
+step whose first tool call lacks a `thought_signature` (§4.6); its documented stand-in goes
+there. Only chat messages after the latest user message are touched, and only that one field
+is added.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from typing import Any
+
 from proxy.conversation import Api, Entries, Entry, Kind, latest_user_index, replaced
+from proxy.core.private import GEMINI_STAND_IN
 
 
 def with_reasoning_placeholders(entries: Sequence[Entry]) -> tuple[Entries, int]:
@@ -26,3 +31,37 @@ def with_reasoning_placeholders(entries: Sequence[Entry]) -> tuple[Entries, int]
             out[i] = replaced(entry, {**entry.raw, "reasoning_content": ""})
             added += 1
     return tuple(out), added
+
+
+def with_signature_stand_ins(entries: Sequence[Entry]) -> tuple[Entries, int]:
+    """The entries with Gemini's stand-in signature on the first tool call of each current-loop
+    step that has none (parallel calls: only the first carries one)."""
+    latest = latest_user_index(entries)
+    start = 0 if latest is None else latest + 1
+    out = list(entries)
+    added = 0
+    for i in range(start, len(out)):
+        entry = out[i]
+        calls = entry.raw.get("tool_calls") if entry.api is Api.CHAT else None
+        if (entry.kind is Kind.ASSISTANT and isinstance(calls, list) and calls
+                and isinstance(calls[0], dict) and not _signed(calls[0])):
+            out[i] = replaced(entry, {**entry.raw, "tool_calls": [_stood_in(calls[0]), *calls[1:]]})
+            added += 1
+    return tuple(out), added
+
+
+def _signed(call: dict[str, Any]) -> bool:
+    extra = call.get("extra_content")
+    google = extra.get("google") if isinstance(extra, dict) else None
+    signature = google.get("thought_signature") if isinstance(google, dict) else None
+    return isinstance(signature, str) and bool(signature)
+
+
+def _stood_in(call: dict[str, Any]) -> dict[str, Any]:
+    # Other fields the client put under `extra_content` (and under `google`) stay.
+    extra = call.get("extra_content")
+    extra = extra if isinstance(extra, dict) else {}
+    google = extra.get("google")
+    google = google if isinstance(google, dict) else {}
+    return {**call, "extra_content": {**extra, "google": {**google,
+                                                           "thought_signature": GEMINI_STAND_IN}}}

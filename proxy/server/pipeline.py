@@ -23,7 +23,7 @@ from proxy.compaction import manual
 from proxy.compaction.overflow import RetryAction, is_context_overflow, private_state_rejection
 from proxy.compaction.trigger import Thresholds, requested_output_tokens, thresholds
 from proxy.conversation import Api
-from proxy.core.placeholders import with_reasoning_placeholders
+from proxy.core.placeholders import with_reasoning_placeholders, with_signature_stand_ins
 from proxy.core.sanitize import Policy
 from proxy.errors import CompactionInsufficient, CompactionUnavailable
 from proxy.identity import Identities
@@ -54,9 +54,14 @@ from proxy.usage import normalize
 _RETRY_POLICY = {
     RetryAction.STRIP_BLOBS: (Policy.COMPACTED, False),
     RetryAction.STAND_IN: (Policy.COMPACTED, False),
+    RetryAction.SIGNATURE_STAND_INS: (Policy.COMPACTED, False),
     RetryAction.RESTORE_LOOP_BLOBS: (None, True),
     RetryAction.DROP_PLAIN_REASONING: (Policy.PRIVATE_FREE, False),
     RetryAction.REASONING_PLACEHOLDERS: (None, False),
+}
+_PLACEHOLDERS = {
+    RetryAction.REASONING_PLACEHOLDERS: with_reasoning_placeholders,
+    RetryAction.SIGNATURE_STAND_INS: with_signature_stand_ins,
 }
 
 
@@ -148,9 +153,9 @@ class Pipeline:
         if (state is not None and key is not None and cascade.mark is not None
                 and cascade.mark != state.microcompact):
             await self.store.set_microcompact(key, cascade.mark)
-        if prepared.attempt.placeholders:
+        if prepared.attempt.placeholders is not None:
             built = replace(built, cascade=replace(
-                cascade, entries=with_reasoning_placeholders(built.projection)[0]))
+                cascade, entries=prepared.attempt.placeholders(built.projection)[0]))
         hide_usage = prepared.upstream.stream_usage and _needs_usage_chunk(inbound)
         prepared.projection, prepared.estimate = built.projection, built.tokens
         prepared.body = build_body(inbound, built.projection, include_usage=hide_usage)
@@ -197,7 +202,7 @@ class Pipeline:
             if keep_loop and not line.fields.get("checkpoint"):
                 return None  # the client's own blocks went up untouched: nothing to restore
             attempt = Attempt(policy=policy, keep_loop=keep_loop, reason=rejection.reason,
-                              placeholders=rejection.action is RetryAction.REASONING_PLACEHOLDERS)
+                              placeholders=_PLACEHOLDERS.get(rejection.action))
         if self.log is not None:
             self.log.info("upstream_retry", thread=loggable(prepared.identity.thread),
                           reason=attempt.reason, status=status)

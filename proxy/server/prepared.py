@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from proxy.conversation import Entries
+from proxy.conversation import Entries, Entry
 from proxy.core.sanitize import Policy
 from proxy.inbound import Inbound
 from proxy.records import ThreadKey
@@ -26,7 +26,8 @@ class Attempt:
     forced: bool = False  # an overflow buys one compaction, breaker and hysteresis bypassed
     policy: Policy | None = None
     keep_loop: bool = False
-    placeholders: bool = False  # add `reasoning_content: ""` where the current loop lacks it
+    # What the retry adds where the current loop lacks it (`proxy.core.placeholders`).
+    placeholders: Callable[[Sequence[Entry]], tuple[Entries, int]] | None = None
     reason: str | None = None
 
     @property
