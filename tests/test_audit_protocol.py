@@ -12,11 +12,17 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.compaction.cutoff import PARTIAL, Cutoff
+from proxy.compaction.restore import collect
+from proxy.compaction.transcript import render_blocks
 from proxy.conversation import content_text
 from proxy.core.cascade import run_cascade
 from proxy.core.repair import CANCELLED_TEXT, repair
+from proxy.settings import RestoreSettings
+from proxy.testing.reference_tokens import count_text
 from proxy.testing.rules import check_responses
-from tests.factories import r_assistant, r_call, r_output, r_user, responses, wire
+from tests.factories import (assistant_calls, call, chat, r_assistant, r_call, r_output, r_user, read,
+                             responses, tool_result, user, wire)
 from tests.strategies import cascade_contexts, conversations
 
 
@@ -68,3 +74,28 @@ def test_call_ids_numbered_per_turn_pass_repair_and_the_cascade_untouched(
     body = wire(run_cascade(entries, replace(context, keep_loop=False)).entries)
     assert check_responses({"input": body}) is None
 
+
+# ---------------------------------------------------------------- results paired by position
+
+def test_restore_reads_each_file_from_its_own_result_when_call_ids_repeat() -> None:
+    """Chat pairs by adjacency and Responses by order (PROTOCOL.md §2.1, §2.3), so an id may
+    come back in a later turn; the file restored under a path is what that path's call read."""
+    elements = [user("go"), assistant_calls(read("call_0", "a.py")), tool_result("call_0", "text of a"),
+                user("next"), assistant_calls(read("call_0", "b.py")), tool_result("call_0", "text of b"),
+                user("tail")]
+    entries = chat(*elements)
+    cutoff = Cutoff(index=len(entries) - 1, lead=0, start=0, strategy=PARTIAL)
+    restored = collect(entries, cutoff, RestoreSettings(), count_text)
+    files = dict(zip(restored.file_paths, (m["content"] for m in restored.files), strict=True))
+    assert "text of a" in files["a.py"] and "text of b" not in files["a.py"]
+    assert "text of b" in files["b.py"]
+
+
+def test_the_transcript_names_the_tool_each_result_answers_when_call_ids_repeat() -> None:
+    elements = [user("go"), assistant_calls(call("read_file", "call_0")), tool_result("call_0", "A"),
+                user("next"), assistant_calls(call("bash", "call_0")), tool_result("call_0", "B")]
+    entries = chat(*elements)
+    blocks = render_blocks(entries, range(len(entries)), count_text, lambda e: 10)
+    texts = [b.text for b in blocks]
+    assert texts[2].startswith("[result of tool read_file (call call_0)]")
+    assert texts[5].startswith("[result of tool bash (call call_0)]")
