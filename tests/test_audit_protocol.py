@@ -17,12 +17,13 @@ from proxy.compaction.restore import collect
 from proxy.compaction.transcript import render_blocks
 from proxy.conversation import content_text
 from proxy.core.cascade import run_cascade
+from proxy.core.microcompact import CLEARED_TEXT, microcompact
 from proxy.core.repair import CANCELLED_TEXT, repair
-from proxy.settings import RestoreSettings
+from proxy.settings import CompactionSettings, MicrocompactSettings, RestoreSettings
 from proxy.testing.reference_tokens import count_text
 from proxy.testing.rules import check_responses
 from tests.factories import (assistant_calls, call, chat, r_assistant, r_call, r_output, r_user, read,
-                             responses, tool_result, user, wire)
+                             responses, stage_context, tool_result, user, wire)
 from tests.strategies import cascade_contexts, conversations
 
 
@@ -99,3 +100,15 @@ def test_the_transcript_names_the_tool_each_result_answers_when_call_ids_repeat(
     texts = [b.text for b in blocks]
     assert texts[2].startswith("[result of tool read_file (call call_0)]")
     assert texts[5].startswith("[result of tool bash (call call_0)]")
+
+
+def test_microcompact_judges_each_result_by_the_call_it_answers_when_call_ids_repeat() -> None:
+    """Only `read_file` results are compactable here: the first call_0 read a file, the later
+    call_0 (another turn) ran a command; each result goes by its own call."""
+    entries = chat(user("go"), assistant_calls(read("call_0", "a.py")), tool_result("call_0", "a " * 200),
+                   user("next"), assistant_calls(call("bash", "call_0")), tool_result("call_0", "b " * 200),
+                   user("more"))
+    settings = CompactionSettings(microcompact=MicrocompactSettings(keep_recent=0, tools=("read_file",)))
+    out = microcompact(entries, stage_context(entries, tail=1, settings=settings, now=7 * 3600.0,
+                                              last_activity=0.0))
+    assert [i for i, e in enumerate(out.entries) if content_text(e) == CLEARED_TEXT] == [2]
