@@ -24,7 +24,7 @@ from proxy.testing.reference_tokens import count_text
 from proxy.testing.rules import check_responses
 from tests.factories import (assistant_calls, call, chat, r_assistant, r_call, r_output, r_user, read,
                              responses, stage_context, tool_result, user, wire)
-from tests.strategies import cascade_contexts, conversations
+from tests.strategies import SIGNER, cascade_contexts, conversations
 
 
 def test_a_responses_call_id_used_again_in_a_later_turn_keeps_both_answers() -> None:
@@ -112,3 +112,18 @@ def test_microcompact_judges_each_result_by_the_call_it_answers_when_call_ids_re
     out = microcompact(entries, stage_context(entries, tail=1, settings=settings, now=7 * 3600.0,
                                               last_activity=0.0))
     assert [i for i, e in enumerate(out.entries) if content_text(e) == CLEARED_TEXT] == [2]
+
+
+# ---------------------------------------------------------------- the fake upstream's rules
+
+def test_the_fake_takes_a_reasoning_item_by_reference_as_present() -> None:
+    """With `store` on, an `item_reference` stands for the stored item (PROTOCOL.md §6.2): an
+    item id issued next to that reasoning item does not need it sent again in full."""
+    nonce = "0" * 24
+    reasoning_id = SIGNER.reasoning_id(nonce)
+    issued = SIGNER.item_id("fc", nonce, 1, reasoned=True)
+    items = [r_user("go"), {"type": "item_reference", "id": reasoning_id},
+             r_call("read_file", "call_1", id=issued), r_output("call_1")]
+    assert check_responses({"input": items}) is None
+    found = check_responses({"input": [items[0], *items[2:]]})
+    assert found is not None and "without its required 'reasoning' item" in found.body["error"]["message"]
