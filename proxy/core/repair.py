@@ -9,7 +9,9 @@
   pairs by `call_id` anywhere later, so a later output still answers its call. An
   `item_reference` before an output may stand for its call (stored upstream, unseen here):
   such an output is not provably orphaned and stays.
-- A second result for the same call is dropped.
+- A second result for the same call is dropped. A call id may come back in a later turn
+  (servers that number calls per response): a Responses output answers the calls with its id
+  made since the last output with that id, and a call after that output needs its own.
 - The parallel calls of one assistant message (of one step, in Responses) are one unit.
 - Responses: a reasoning item left without the item it produced is dropped, and the server
   ids of items that followed it are removed (`reasoning_items`).
@@ -164,9 +166,9 @@ def _unanswered(calls: Sequence[ToolCall], answered: set[str]) -> list[ToolCall]
 
 def _valid_responses(entries: Entries) -> bool:
     """What `_pair_responses` and `_finish` would find nothing to do in: every output answers
-    a call made before it (or after an item_reference), once; every call the client answers
-    is answered; every reasoning item is followed by an item it produced. A list that uses a
-    call id twice is left to `_pair_responses` (rare, and valid there when paired in order)."""
+    a call still open before it (or one behind an item_reference), once; every call the
+    client answers has an output after it; every reasoning item is followed by an item it
+    produced."""
     return _VALID_RESPONSES.check(entries, _valid_responses_from)
 
 
