@@ -80,14 +80,17 @@ def _start_for_tokens_one_by_one(sizes: list[int], keep_tokens: int, lead: int) 
 
 def _compactable_one_by_one(entries: Entries, globs: tuple[str, ...]) -> list[int]:
     from fnmatch import fnmatchcase
+    # A result goes by the latest call with its id before it (ids may come back later).
     matched: dict[str, bool] = {}
-    for entry in entries:
-        for c in entry.calls:
-            matched[c.id] = any(g == "*" or fnmatchcase(c.name, g) for g in globs)
     unknown = any(g == "*" or fnmatchcase("", g) for g in globs)
-    return [i for i, e in enumerate(entries)
-            if e.kind is RESULT and matched.get(e.answers or "", unknown)
-            and e.raw.get("content" if e.api is CHAT else "output") != CANCELLED_TEXT]
+    found = []
+    for i, e in enumerate(entries):
+        for c in e.calls:
+            matched[c.id] = any(g == "*" or fnmatchcase(c.name, g) for g in globs)
+        if (e.kind is RESULT and matched.get(e.answers or "", unknown)
+                and e.raw.get("content" if e.api is CHAT else "output") != CANCELLED_TEXT):
+            found.append(i)
+    return found
 
 
 # ---------------------------------------------------------------- the properties

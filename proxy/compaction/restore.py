@@ -136,20 +136,35 @@ def _files(entries: Sequence[Entry], span: range, tail_start: int, settings: Res
 def _latest_reads(entries: Sequence[Entry], span: range, tail_start: int,
                   tools: frozenset[str]) -> Iterator[_Read]:
     """Text reads in `span`, newest first, one per path, skipping paths re-read in the tail."""
-    results = {e.answers: e for e in (entries[i] for i in span) if e.kind is Kind.RESULT}
+    results = _results_by_call(entries, span)
     in_tail = {p for e in entries[tail_start:] for c in e.calls
                if c.name in tools and (p := file_path(c)) is not None}
     seen: set[str] = set(in_tail)
     for i in reversed(span):
         for call in entries[i].calls:
             path = file_path(call) if call.name in tools else None
-            result = results.get(call.id)
+            result = results.get((i, call.id))
             if path is None or path in seen or result is None:
                 continue
             seen.add(path)
             text = content_text(result)
             if text.strip() and not has_non_text_parts(result) and not looks_binary(text):
                 yield _Read(path, call, text, i, result)
+
+
+def _results_by_call(entries: Sequence[Entry], span: range) -> dict[tuple[int, str], Entry]:
+    """Each call's first result in `span`, keyed by (the call's entry, its id). Keyed by the
+    id alone, a later turn that uses the id again (`call_0` in every turn) would lend its
+    result to the earlier call."""
+    found: dict[tuple[int, str], Entry] = {}
+    latest: dict[str, int] = {}  # the entry of the latest call of each id
+    for i in span:
+        entry = entries[i]
+        for call in entry.calls:
+            latest[call.id] = i
+        if entry.kind is Kind.RESULT and entry.answers in latest:
+            found.setdefault((latest[entry.answers], entry.answers), entry)
+    return found
 
 
 def file_path(call: ToolCall) -> str | None:

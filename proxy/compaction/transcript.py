@@ -46,9 +46,10 @@ def render_blocks(entries: Sequence[Entry], span: range, count: Count, measure: 
     is not tokenized a second time; only a block over the cap is counted as text.
     """
     clean = repair(sanitize(entries[span.start:span.stop], Policy.PRIVATE_FREE).entries).entries
-    names = {c.id: c.name for e in clean for c in e.calls}
+    names: dict[str, str] = {}  # the latest call's tool per id: an id may come back later
     blocks = []
     for entry in clean:
+        names.update((c.id, c.name) for c in entry.calls)
         text = _render(entry, names)
         if text:
             blocks.append(_capped(text, measure(entry) + _LABEL_TOKENS, count, cap_tokens))

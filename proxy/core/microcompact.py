@@ -91,27 +91,30 @@ def stored_reach(mark: MicrocompactMark | None, message_ids: Sequence[str] | Non
 
 def _compactable(entries: Sequence[Entry], ctx: StageContext) -> list[int]:
     """Results whose tool matches the settings' globs, in order; never a cancellation notice,
-    which is small and says what happened to its call."""
+    which is small and says what happened to its call. A result goes by the latest call with
+    its id before it: an id may come back in a later turn for another tool."""
     globs = ctx.settings.microcompact.tools
-    matched = _matched_calls(entries, globs)
-    unknown = _matches("", globs)  # a result whose call is not in the list has no tool name
-    return [i for i, e in enumerate(entries)
-            if e.kind is RESULT and matched.get(e.answers or "", unknown)
-            and e.raw.get("content" if e.api is CHAT else "output") != CANCELLED_TEXT]
-
-
-def _matched_calls(entries: Sequence[Entry], globs: Sequence[str]) -> dict[str, bool]:
-    """Per call id, whether its tool matches (the last call with an id wins); the per-entry
-    part is memoized, so a steady thread matches each call's name against the globs once."""
     key = ("microcompact.matches", tuple(globs))
+    unknown = _matches("", globs)  # a result whose call is not in the list has no tool name
     matched: dict[str, bool] = {}
-    for entry in entries:
+    found = []
+    for i, entry in enumerate(entries):
         if entry.calls:
-            found = entry.memo.get(key)
-            if found is None:
-                found = entry.memo[key] = tuple((c.id, _matches(c.name, globs)) for c in entry.calls)
-            matched.update(found)
-    return matched
+            matched.update(_call_matches(entry, key, globs))
+        elif (entry.kind is RESULT and matched.get(entry.answers or "", unknown)
+              and entry.raw.get("content" if entry.api is CHAT else "output") != CANCELLED_TEXT):
+            found.append(i)
+    return found
+
+
+def _call_matches(entry: Entry, key: tuple[str, tuple[str, ...]],
+                  globs: Sequence[str]) -> tuple[tuple[str, bool], ...]:
+    """Per call of the entry, whether its tool matches; memoized, so a steady thread matches
+    each call's name against the globs once."""
+    found = entry.memo.get(key)
+    if found is None:
+        found = entry.memo[key] = tuple((c.id, _matches(c.name, globs)) for c in entry.calls)
+    return found
 
 
 def _matches(name: str, globs: Sequence[str]) -> bool:

@@ -9,7 +9,9 @@
   pairs by `call_id` anywhere later, so a later output still answers its call. An
   `item_reference` before an output may stand for its call (stored upstream, unseen here):
   such an output is not provably orphaned and stays.
-- A second result for the same call is dropped.
+- A second result for the same call is dropped. A call id may come back in a later turn
+  (servers that number calls per response): a Responses output answers the calls with its id
+  made since the last output with that id, and a call after that output needs its own.
 - The parallel calls of one assistant message (of one step, in Responses) are one unit.
 - Responses: a reasoning item left without the item it produced is dropped, and the server
   ids of items that followed it are removed (`reasoning_items`).
@@ -20,8 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain, compress, repeat
-from operator import attrgetter, is_
+from itertools import compress, count, repeat
+from operator import attrgetter, is_, itemgetter
 
 from proxy.conversation import Api, Entries, Entry, Kind, ToolCall, content_text, make_result
 from proxy.core.checked import CheckedLists
@@ -164,8 +166,9 @@ def _unanswered(calls: Sequence[ToolCall], answered: set[str]) -> list[ToolCall]
 
 def _valid_responses(entries: Entries) -> bool:
     """What `_pair_responses` and `_finish` would find nothing to do in: every output answers
-    a call made before it (or after an item_reference), once; every call the client answers
-    is answered; every reasoning item is followed by an item it produced."""
+    a call still open before it (or one behind an item_reference), once; every call the
+    client answers has an output after it; every reasoning item is followed by an item it
+    produced."""
     return _VALID_RESPONSES.check(entries, _valid_responses_from)
 
 
@@ -175,12 +178,14 @@ def _valid_responses_from(entries: Entries, start: int, referenced: bool = False
     an item_reference came.
 
     A valid list answers each of its client calls itself, and ends in no reasoning item; what
-    it leaves to the entries after it is the calls it made and the outputs it gave, read from
-    it (in C) only when an output or a call follows."""
-    seen: set[str] = set()
+    it leaves to the entries after it is where it last made and answered each call id, read
+    from it (in C) only when an output follows. An output answers the calls open before it
+    (`_kept_outputs`): made since the last output with their id."""
+    made: set[str] = set()  # call ids made in entries[start:]
+    open_ids: set[str] = set()
     answered: set[str] = set()
-    asked: list[str] = []  # the calls the client answers
-    earlier: tuple[set[str], set[str]] | None = None  # the calls and outputs of entries[:start]
+    pending: set[str] = set()  # client calls no output has followed yet
+    earlier: tuple[dict[str, int], dict[str, int]] | None = None
     for i in range(start, len(entries)):
         entry = entries[i]
         kind = entry.kind
@@ -188,85 +193,109 @@ def _valid_responses_from(entries: Entries, start: int, referenced: bool = False
             if i + 1 == len(entries) or not is_produced(entries[i + 1]):
                 return None
         elif kind is CALL:
-            seen.add(entry.calls[0].id)
+            call_id = entry.calls[0].id
+            made.add(call_id)
+            open_ids.add(call_id)
             if entry.raw.get("type") in _ANSWERED_BY_CLIENT:
-                asked.append(entry.calls[0].id)
+                pending.add(call_id)
         elif kind is RESULT:
             if earlier is None:
-                earlier = _calls_and_outputs(entries[:start])
+                earlier = _last_calls_and_outputs(entries[:start])
             answer: str = entry.answers  # type: ignore[assignment]
-            if answer in answered or answer in earlier[1]:
+            if not (answer in open_ids or _open_before(answer, made, answered, earlier, referenced)):
                 return None
-            if not (referenced or answer in seen or answer in earlier[0]):
-                return None
+            open_ids.discard(answer)
             answered.add(answer)
+            pending.discard(answer)
         elif entry.raw.get("type") == "item_reference":
             referenced = True
-    if asked and not answered.issuperset(asked):
-        if earlier is None:
-            earlier = _calls_and_outputs(entries[:start])
-        if not earlier[1].union(answered).issuperset(asked):
-            return None
-    return referenced
+    return None if pending else referenced
 
 
-def _calls_and_outputs(entries: Entries) -> tuple[set[str], set[str]]:
-    """The ids of the calls made and of the calls answered, read in C."""
-    made = set(map(_ID, chain.from_iterable(map(_CALLS, entries))))
-    results = map(is_, map(_KIND, entries), repeat(RESULT))
-    return made, set(compress(map(_ANSWERS, entries), results))
+def _open_before(answer: str, made: set[str], answered: set[str],
+                 earlier: tuple[dict[str, int], dict[str, int]], referenced: bool) -> bool:
+    """Whether a call `answer` left open by the walked-over list (or hidden behind an
+    item_reference, never made nor answered) awaits this output; the walk has not used the id."""
+    if answer in made or answer in answered:
+        return False
+    last_call, last_output = earlier
+    if answer in last_call:
+        return last_call[answer] > last_output.get(answer, -1)
+    return referenced and answer not in last_output
+
+
+def _last_calls_and_outputs(entries: Entries) -> tuple[dict[str, int], dict[str, int]]:
+    """Per call id, where its last call and its last output are, read in C (a Responses
+    call item carries one call)."""
+    kinds = list(map(_KIND, entries))
+    at_calls = list(compress(count(), map(is_, kinds, repeat(CALL))))
+    at_outputs = list(compress(count(), map(is_, kinds, repeat(RESULT))))
+    calls = map(_ID, map(_FIRST, map(_CALLS, map(entries.__getitem__, at_calls))))
+    outputs = map(_ANSWERS, map(entries.__getitem__, at_outputs))
+    return dict(zip(calls, at_calls)), dict(zip(outputs, at_outputs))
 
 
 _KIND, _CALLS, _ANSWERS, _ID = (attrgetter("kind"), attrgetter("calls"), attrgetter("answers"),
                                 attrgetter("id"))
+_FIRST = itemgetter(0)
 
 
-def _kept_outputs(entries: Entries) -> tuple[list[bool], set[str]]:
-    """Which outputs answer a call made before them, first answer only; and the answered ids."""
+def _kept_outputs(entries: Entries) -> tuple[list[bool], dict[str, int]]:
+    """Which outputs answer a call still open before them, and per call id where its last kept
+    output is. A call opens its id again: a server that numbers its calls per response
+    (`call_0` in every turn) sends valid lists, where the later output is no duplicate."""
     seen: set[str] = set()
-    answered: set[str] = set()
-    referenced = False  # an item_reference came first: any call id may be behind it
+    open_ids: set[str] = set()
+    last_answer: dict[str, int] = {}
+    referenced = False  # an item_reference came first: a call never seen may be behind it
     keep = [True] * len(entries)
     for i, entry in enumerate(entries):
         for call in entry.calls:
             seen.add(call.id)
+            open_ids.add(call.id)
         referenced = referenced or entry.raw.get("type") == "item_reference"
         if entry.kind is Kind.RESULT:
-            keep[i] = (entry.answers in seen or referenced) and entry.answers not in answered
+            answer: str = entry.answers  # type: ignore[assignment]
+            keep[i] = answer in open_ids or (referenced and answer not in seen
+                                             and answer not in last_answer)
             if keep[i]:
-                answered.add(entry.answers)  # type: ignore[arg-type]
-    return keep, answered
+                open_ids.discard(answer)
+                last_answer[answer] = i
+    return keep, last_answer
 
 
 def _pair_responses(entries: Entries) -> tuple[list[Entry], list[int | None], int, int]:
-    keep, answered = _kept_outputs(entries)
+    keep, last_answer = _kept_outputs(entries)
     out: list[Entry] = []
     origins: list[int | None] = []
     cancelled = 0
-    group: list[Entry] = []  # the call items of the current step, open until its outputs end
+    group: list[int] = []  # the call items of the current step, open until its outputs end
     previous: Kind | None = None
     for i, entry in enumerate(entries):
         extends = entry.kind is Kind.RESULT or (entry.kind is Kind.CALL and previous is Kind.CALL)
         if not extends:
-            cancelled += _close_group(group, answered, out, origins)
+            cancelled += _close_group(entries, group, last_answer, out, origins)
         if entry.kind is Kind.CALL:
-            group.append(entry)
+            group.append(i)
         if keep[i]:
             out.append(entry)
             origins.append(i)
         previous = entry.kind
-    cancelled += _close_group(group, answered, out, origins)
+    cancelled += _close_group(entries, group, last_answer, out, origins)
     return out, origins, cancelled, keep.count(False)
 
 
-def _close_group(group: list[Entry], answered: set[str], out: list[Entry],
-                 origins: list[int | None]) -> int:
-    made = 0
-    for entry in group:
-        if entry.raw.get("type") in _ANSWERED_BY_CLIENT and entry.calls[0].id not in answered:
-            out.append(make_result(Api.RESPONSES, entry.calls[0], CANCELLED_TEXT))
+def _close_group(entries: Entries, group: list[int], last_answer: dict[str, int],
+                 out: list[Entry], origins: list[int | None]) -> int:
+    """Cancelled results for the group's client calls that no kept output follows (one per
+    id: an output answers every open call with its id)."""
+    made: set[str] = set()
+    for i in group:
+        call = entries[i].calls[0]
+        if entries[i].raw.get("type") in _ANSWERED_BY_CLIENT and last_answer.get(call.id, -1) < i \
+                and call.id not in made:
+            out.append(make_result(Api.RESPONSES, call, CANCELLED_TEXT))
             origins.append(None)
-            answered.add(entry.calls[0].id)
-            made += 1
+            made.add(call.id)
     group.clear()
-    return made
+    return len(made)

@@ -131,7 +131,9 @@ def _reasoning_followed(chain: Sequence[Any]) -> Rejection | None:
 
 
 def _required_reasoning(chain: Sequence[Any], signer: Signer) -> Rejection | None:
-    present = {item.get("id") for item in chain if item_type(item) == "reasoning"}
+    # An item_reference stands for a stored item (`store` on; `_not_persisted` refuses it
+    # otherwise): a reasoning item sent by reference is there.
+    present = {item.get("id") for item in chain if item_type(item) in ("reasoning", "item_reference")}
     for item in chain:
         needed = signer.required_reasoning(item.get("id"))
         if needed is not None and needed not in present:  # [OBS]
