@@ -5,13 +5,19 @@ aiohttp would add to what the client sent."""
 from __future__ import annotations
 
 import asyncio
+import gzip
+import json
 import socket
+import zlib
+from typing import Any
 
 import httpx
+import openai
 import pytest
 from aiohttp import web
 
-from tests.test_server_wire_edges import make_upstream  # noqa: F401 - the fixture
+from tests.conftest import API_KEY
+from tests.test_server_wire_edges import CHAT, make_upstream  # noqa: F401 - the fixture
 
 
 def _broken_body(chunked: bool):
@@ -55,3 +61,154 @@ def test_a_connection_whose_answer_broke_off_is_not_reused(make_upstream,  # noq
             received += chunk
     head, _, body = received.partition(b"\r\n\r\n")
     assert b"Content-Length: 1000" in head and body == b"a" * 500
+
+
+def _chat_chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], "usage": None}
+
+
+_USAGE = {"prompt_tokens": 11, "completion_tokens": 2, "total_tokens": 13}
+_CHAT_STREAM = b"".join(b"data: " + json.dumps(chunk).encode() + b"\n\n" for chunk in (
+    _chat_chunk({"role": "assistant", "content": "Hel"}), _chat_chunk({"content": "lo"}, "stop"),
+    {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o",
+     "choices": [], "usage": _USAGE})) + b"data: [DONE]\n\n"
+_CHAT_BODY = json.dumps({
+    "id": "c", "object": "chat.completion", "created": 1, "model": "gpt-4o",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello"},
+                 "finish_reason": "stop"}], "usage": _USAGE}).encode()
+
+
+def _compress(data: bytes, encoding: str) -> bytes:
+    if encoding == "gzip":
+        return gzip.compress(data)
+    if encoding == "deflate":
+        return zlib.compress(data)
+    deflate = zlib.compressobj(wbits=-15)  # "deflate" as many servers send it: no zlib header
+    return deflate.compress(data) + deflate.flush()
+
+
+def _compressing(encoding: str, pieces: int = 7):
+    """An upstream that compresses its answers whatever the request's Accept-Encoding says, and
+    sends a stream in several reads."""
+    async def answer(request: web.Request) -> web.StreamResponse:
+        stream = (await request.json()).get("stream")
+        data = _compress(_CHAT_STREAM if stream else _CHAT_BODY, encoding)
+        label = "deflate" if encoding == "raw-deflate" else encoding
+        out = web.StreamResponse(headers={
+            "Content-Encoding": label,
+            "Content-Type": "text/event-stream" if stream else "application/json"})
+        await out.prepare(request)
+        step = len(data) // pieces + 1
+        for start in range(0, len(data), step):
+            await out.write(data[start:start + step])
+            await asyncio.sleep(0.01)
+        return out
+    return answer
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "raw-deflate"])
+def test_a_stream_compressed_against_the_proxys_wish_is_read_and_relayed_plain(
+        make_upstream, make_proxy, encoding) -> None:  # noqa: F811
+    upstream = make_upstream(_compressing(encoding))
+    proxy = make_proxy(upstream.url)
+    with httpx.stream("POST", f"{proxy.base_url}/chat/completions", timeout=20,
+                      json={**CHAT, "stream": True}) as answer:
+        headers, raw = answer.headers, answer.read()
+    assert upstream.seen[-1][2]["accept-encoding"] == "identity"
+    assert "content-encoding" not in headers
+    # The client did not ask for usage: the chunk the proxy asked for is hidden.
+    assert raw == _CHAT_STREAM.replace(b', "usage": null', b"").replace(
+        b"data: " + json.dumps({"id": "c", "object": "chat.completion.chunk", "created": 1,
+                                "model": "gpt-4o", "choices": [], "usage": _USAGE}).encode()
+        + b"\n\n", b"")
+    line = proxy.requests()[-1]
+    assert "upstream_error" not in line and line["usage_input"] == 11
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "raw-deflate"])
+def test_a_body_compressed_against_the_proxys_wish_is_relayed_as_it_came_and_read(
+        make_upstream, make_proxy, encoding) -> None:  # noqa: F811
+    proxy = make_proxy(make_upstream(_compressing(encoding)).url)
+    client = openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)
+    completion = client.chat.completions.create(**CHAT)
+    client.close()
+    assert completion.choices[0].message.content == "Hello"
+    assert proxy.requests()[-1]["usage_input"] == 11  # the next turn's anchor
+
+
+def test_a_stream_in_an_encoding_the_proxy_cannot_inflate_is_relayed_as_it_came(
+        make_upstream, make_proxy) -> None:  # noqa: F811
+    opaque = bytes(range(256)) * 40  # no blank line the relay could take for an event's end
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        out = web.StreamResponse(headers={"Content-Encoding": "br",
+                                          "Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        await out.write(opaque)
+        return out
+
+    proxy = make_proxy(make_upstream(answer).url)
+    for path, body in (("/chat/completions", {**CHAT, "stream": True}),
+                       ("/responses", {"model": "gpt-4o", "input": "hi", "stream": True})):
+        with httpx.stream("POST", f"{proxy.base_url}{path}", json=body, timeout=20,
+                          headers={"Accept-Encoding": "br"}) as answer_:
+            assert answer_.headers["content-encoding"] == "br"
+            assert b"".join(answer_.iter_raw()) == opaque
+        assert "upstream_error" not in proxy.requests()[-1]
+
+
+def test_a_responses_error_event_compressed_is_still_seen_before_the_relay(
+        make_upstream, make_proxy) -> None:  # noqa: F811
+    error = {"type": "error", "sequence_number": 1, "error": {
+        "type": "invalid_request_error", "code": "invalid_encrypted_content",
+        "message": "The encrypted content could not be verified.", "param": None}}
+    seen: list[int] = []
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        seen.append(1)
+        out = web.StreamResponse(headers={"Content-Encoding": "gzip",
+                                          "Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        await out.write(gzip.compress(
+            b'event: response.created\ndata: {"type":"response.created","sequence_number":0,'
+            b'"response":{"id":"r","status":"in_progress"}}\n\n'
+            b"event: error\ndata: " + json.dumps(error).encode() + b"\n\n"))
+        return out
+
+    proxy = make_proxy(make_upstream(answer).url)
+    items = [{"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "blob"},
+             {"type": "message", "role": "user", "content": "hi"}]
+    with httpx.stream("POST", f"{proxy.base_url}/responses", timeout=20,
+                      json={"model": "gpt-4o", "input": items, "stream": True}) as answer_:
+        answer_.read()
+    assert proxy.requests()[-1].get("retried") == "encrypted reasoning rejected"
+    assert len(seen) == 2
+
+
+def test_a_summary_compressed_against_the_proxys_wish_is_read(make_upstream,  # noqa: F811
+                                                              loop_thread) -> None:
+    from proxy.server.summarizer_client import run_summary
+    from proxy.server.upstream import UpstreamClient
+    from tests.harness import proxy_settings
+    from tests.test_compaction_summarizer import chat_session, plan_for
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        reply = json.loads(_CHAT_BODY)
+        reply["choices"][0]["message"]["content"] = "The user refactors src/app.py."
+        return web.Response(body=gzip.compress(json.dumps(reply).encode()),
+                            headers={"Content-Encoding": "gzip",
+                                     "Content-Type": "application/json"})
+
+    upstream = proxy_settings(make_upstream(answer).url, "unused").upstreams["fake"]
+
+    async def summarize() -> str | None:
+        client = UpstreamClient(2)
+        await client.start()
+        try:
+            outcome = await run_summary(plan_for(*chat_session()), upstream, client, {}, 10)
+        finally:
+            await client.close()
+        return outcome.text
+
+    assert loop_thread.run(summarize()) == "The user refactors src/app.py."
