@@ -212,3 +212,23 @@ def test_a_summary_compressed_against_the_proxys_wish_is_read(make_upstream,  # 
         return outcome.text
 
     assert loop_thread.run(summarize()) == "The user refactors src/app.py."
+
+
+@pytest.mark.parametrize("head, body", [
+    (b"GET /v1/models HTTP/1.1\r\n", b""),
+    (b"POST /v1/batches/batch_1/cancel HTTP/1.1\r\nContent-Length: 0\r\n", b""),
+    (b"POST /v1/embeddings HTTP/1.1\r\nContent-Length: 2\r\n", b"{}"),
+], ids=["get", "empty-post", "post"])
+def test_aiohttp_adds_no_accept_or_content_type_of_its_own(make_upstream, make_proxy,  # noqa: F811
+                                                           head, body) -> None:
+    async def ok(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"object": "list", "data": []})
+
+    upstream = make_upstream(ok)
+    proxy = make_proxy(upstream.url)
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=20) as client:
+        client.sendall(head + b"Host: proxy\r\nConnection: close\r\n\r\n" + body)
+        while client.recv(65536):
+            pass
+    seen = upstream.seen[-1][2]
+    assert "accept" not in seen and "content-type" not in seen

@@ -60,16 +60,17 @@ class UpstreamClient:
 
 
 def _skip_auto_headers(headers: Mapping[str, str]) -> tuple[str, ...] | None:
-    """The headers aiohttp must not add: it gives a request without User-Agent or
-    Accept-Encoding its own, and only the client's go upstream. None when both are there (a
-    dict that spells them otherwise gets the safe answer). Not set on the session: there it
-    makes aiohttp rebuild every request's header set to check them."""
-    if "User-Agent" in headers and "Accept-Encoding" in headers:
+    """The headers aiohttp must not add: it gives a request without User-Agent, Accept or
+    Accept-Encoding its own, and a POST without Content-Type `application/octet-stream`, and
+    only the client's go upstream. None when all are there (a dict that spells them otherwise
+    gets the safe answer). Not set on the session: there it makes aiohttp rebuild every
+    request's header set to check them."""
+    if all(map(headers.__contains__, _AIOHTTP_ADDS)):
         return None
     return _AIOHTTP_ADDS
 
 
-_AIOHTTP_ADDS = ("User-Agent", "Accept-Encoding")
+_AIOHTTP_ADDS = ("User-Agent", "Accept-Encoding", "Accept", "Content-Type")
 
 
 @lru_cache(maxsize=256)
