@@ -232,3 +232,30 @@ def test_aiohttp_adds_no_accept_or_content_type_of_its_own(make_upstream, make_p
             pass
     seen = upstream.seen[-1][2]
     assert "accept" not in seen and "content-type" not in seen
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/files"])
+@pytest.mark.parametrize("expect", [True, False], ids=["expect-continue", "no-expect"])
+def test_a_body_announced_over_the_limit_is_413_before_any_of_it_is_sent(make_proxy, fake,
+                                                                         path, expect) -> None:
+    proxy = make_proxy(fake, server={"max_body_mb": 1})
+    head = (f"POST {path} HTTP/1.1\r\nHost: proxy\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {50 * 1024 * 1024}\r\n"
+            + ("Expect: 100-continue\r\n" if expect else "") + "\r\n").encode()
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as client:
+        client.sendall(head)  # and nothing more: the client waits for the proxy's word
+        first = client.recv(65536)
+    assert first.startswith(b"HTTP/1.1 413 "), first[:40]
+    assert b"Connection: close" in first and b'"request_too_large"' in first
+    assert fake.requests == []
+    line = proxy.requests()[-1]
+    assert (line["status"], line["error"]) == (413, "request_too_large")
+
+
+def test_a_compressed_body_is_measured_inflated_not_by_its_length(make_proxy, fake) -> None:
+    proxy = make_proxy(fake, server={"max_body_mb": 1})
+    body = json.dumps({**CHAT, "user": "x" * (2 * 1024 * 1024)}).encode()
+    answer = httpx.post(f"{proxy.base_url}/chat/completions", content=gzip.compress(body),
+                        headers={"Content-Type": "application/json",
+                                 "Content-Encoding": "gzip"}, timeout=20)
+    assert answer.status_code == 413 and fake.requests == []
