@@ -259,3 +259,36 @@ def test_a_compressed_body_is_measured_inflated_not_by_its_length(make_proxy, fa
                         headers={"Content-Type": "application/json",
                                  "Content-Encoding": "gzip"}, timeout=20)
     assert answer.status_code == 413 and fake.requests == []
+
+
+class _Body:
+    """An upstream answer's body, read by read."""
+
+    def __init__(self, *reads: bytes) -> None:
+        self._reads = reads
+
+    async def iter_any(self):  # type: ignore[no-untyped-def]
+        for read in self._reads:
+            yield read
+
+
+@pytest.mark.parametrize("tap", ["plain", "chat"])
+async def test_a_client_gone_mid_relay_is_not_taken_for_an_upstream_failure(tap) -> None:
+    from unittest import mock
+
+    from aiohttp import ClientConnectionResetError
+    from aiohttp.test_utils import make_mocked_request
+    from multidict import CIMultiDict
+
+    from proxy.server.relay import PlainTap, relay_stream
+    from proxy.server.taps import ChatTap
+
+    # aiohttp raises this (a ClientError too) on a write to a connection that is closing
+    # before it has cancelled the handler: the client left, the upstream is fine.
+    writer = mock.Mock(write_headers=mock.AsyncMock(), drain=mock.AsyncMock(),
+                       write=mock.AsyncMock(side_effect=ClientConnectionResetError("closing")))
+    request = make_mocked_request("GET", "/v1/files/f/content", writer=writer)
+    upstream = mock.Mock(status=200, reason="OK", content=_Body(b"data: {}\n\n", b"more"))
+    with pytest.raises(ConnectionResetError):
+        await relay_stream(request, upstream, CIMultiDict(),
+                           PlainTap() if tap == "plain" else ChatTap(False), 0.0)

@@ -100,6 +100,10 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
                                      "event: the answer is incomplete.")
         else:
             data = tap.flush()
+    except ConnectionResetError:
+        # aiohttp's write to a client connection that is closing (a ClientError as well): the
+        # client left before aiohttp cancelled the handler; the upstream did nothing wrong.
+        raise
     except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
         outcome.upstream_error = describe(exc) if not isinstance(exc, asyncio.TimeoutError) \
             else "upstream stopped sending (read timeout)"
