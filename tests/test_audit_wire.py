@@ -292,3 +292,20 @@ async def test_a_client_gone_mid_relay_is_not_taken_for_an_upstream_failure(tap)
     with pytest.raises(ConnectionResetError):
         await relay_stream(request, upstream, CIMultiDict(),
                            PlainTap() if tap == "plain" else ChatTap(False), 0.0)
+
+
+@pytest.mark.parametrize("path", ["/models", "/chat/completions"])
+def test_an_upstream_header_line_as_long_as_a_clients_may_be_is_relayed(make_upstream,  # noqa: F811
+                                                                         make_proxy,
+                                                                         path) -> None:
+    # The proxy takes header lines up to 64 KiB from its clients; an upstream's answer gets
+    # the same room (aiohttp's client would refuse lines over 8 KiB: a 502).
+    cookie = "session=" + "v" * 20_000
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"object": "list", "data": []}, headers={"Set-Cookie": cookie})
+
+    proxy = make_proxy(make_upstream(answer).url)
+    sent = httpx.request("GET" if path == "/models" else "POST", f"{proxy.base_url}{path}",
+                         json=None if path == "/models" else CHAT, timeout=20)
+    assert sent.status_code == 200 and sent.headers["set-cookie"] == cookie

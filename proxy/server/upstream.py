@@ -30,9 +30,12 @@ class UpstreamClient:
                                          ttl_dns_cache=300, enable_cleanup_closed=True)
         # No cookie jar: a session shared by every client would replay one client's upstream
         # cookies (Set-Cookie is relayed to that client, untouched) with everybody's requests.
+        # An answer's header lines get the room a client's get (proxy/__main__.py), not
+        # aiohttp's 8 KiB: a longer one (a big cookie) would be a 502 the client never had direct.
         self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
                                               cookie_jar=aiohttp.DummyCookieJar(),
-                                              timeout=aiohttp.ClientTimeout(total=None))
+                                              timeout=aiohttp.ClientTimeout(total=None),
+                                              max_line_size=65536, max_field_size=65536)
 
     async def close(self) -> None:
         if self._session is not None:
