@@ -309,3 +309,20 @@ def test_an_upstream_header_line_as_long_as_a_clients_may_be_is_relayed(make_ups
     sent = httpx.request("GET" if path == "/models" else "POST", f"{proxy.base_url}{path}",
                          json=None if path == "/models" else CHAT, timeout=20)
     assert sent.status_code == 200 and sent.headers["set-cookie"] == cookie
+
+
+def test_a_stream_whose_done_has_no_line_end_is_not_taken_for_a_cut(make_upstream,  # noqa: F811
+                                                                    make_proxy) -> None:
+    async def answer(request: web.Request) -> web.StreamResponse:
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        await out.write(_CHAT_STREAM.removesuffix(b"\n\n"))  # `data: [DONE]`, and the end
+        return out
+
+    proxy = make_proxy(make_upstream(answer).url)
+    client = openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)
+    chunks = list(client.chat.completions.create(**CHAT, stream=True))
+    client.close()
+    assert [c.choices[0].delta.content for c in chunks] == ["Hel", "lo"]
+    line = proxy.requests()[-1]
+    assert "upstream_error" not in line and line["usage_input"] == 11
