@@ -8,6 +8,8 @@ import asyncio
 import gzip
 import json
 import socket
+import threading
+import time
 import zlib
 from typing import Any
 
@@ -326,3 +328,36 @@ def test_a_stream_whose_done_has_no_line_end_is_not_taken_for_a_cut(make_upstrea
     assert [c.choices[0].delta.content for c in chunks] == ["Hel", "lo"]
     line = proxy.requests()[-1]
     assert "upstream_error" not in line and line["usage_input"] == 11
+
+
+def test_no_connection_within_connect_timeout_is_502_saying_so(make_upstream,  # noqa: F811
+                                                               make_proxy, loop_thread) -> None:
+    release = asyncio.Event()
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("x-hold"):
+            await asyncio.wait_for(release.wait(), 10)
+        return web.json_response({"object": "list", "data": []})
+
+    # The pool's one connection is taken: the next request gets none within connect_timeout_s
+    # (as when the upstream does not accept one). Not "no answer within timeout_s (600 s)".
+    upstream = make_upstream(answer)
+    proxy = make_proxy(upstream.url, server={"upstream_pool_size": 1},
+                       upstreams={"fake": {"connect_timeout_s": 0.3, "timeout_s": 600}})
+    held = threading.Thread(target=httpx.get, args=(f"{proxy.base_url}/models",),
+                            kwargs={"headers": {"x-hold": "1"}, "timeout": 20})
+    held.start()
+    try:
+        while not upstream.seen:  # the held request has the connection
+            time.sleep(0.01)
+        answer_ = httpx.get(f"{proxy.base_url}/models", timeout=20)
+    finally:
+        loop_thread.run(_set(release))
+        held.join()
+    assert answer_.status_code == 502, answer_.text
+    error = answer_.json()["error"]
+    assert error["code"] == "upstream_unreachable" and "0.3s" in error["message"]
+
+
+async def _set(event: asyncio.Event) -> None:
+    event.set()

@@ -54,6 +54,11 @@ class UpstreamClient:
                                                timeout=_timeout(upstream.connect_timeout_s, upstream.timeout_s),
                                                skip_auto_headers=_skip_auto_headers(headers),
                                                allow_redirects=False)
+        except aiohttp.ConnectionTimeoutError:
+            # No connection within connect_timeout_s: none free in the pool, or the upstream
+            # accepted none. Caught before the answer's timeout, which it also is.
+            raise UpstreamUnavailable(f"upstream {upstream.name!r} could not be connected to "
+                                      f"within {upstream.connect_timeout_s:g}s") from None
         except asyncio.TimeoutError:
             raise UpstreamTimeout(f"upstream {upstream.name!r} did not answer within "
                                   f"{upstream.timeout_s:g}s") from None
