@@ -361,3 +361,19 @@ def test_no_connection_within_connect_timeout_is_502_saying_so(make_upstream,  #
 
 async def _set(event: asyncio.Event) -> None:
     event.set()
+
+
+def test_every_connection_line_names_hop_by_hop_headers(make_upstream,  # noqa: F811
+                                                        make_proxy) -> None:
+    async def ok(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"object": "list", "data": []})
+
+    upstream = make_upstream(ok)
+    proxy = make_proxy(upstream.url)
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=20) as client:
+        # Two Connection lines are one list (RFC 9110 §5.3): X-Local is the connection's own.
+        client.sendall(b"GET /v1/models HTTP/1.1\r\nHost: proxy\r\nConnection: keep-alive\r\n"
+                       b"Connection: X-Local, close\r\nX-Local: for-this-hop\r\n\r\n")
+        while client.recv(65536):
+            pass
+    assert "x-local" not in upstream.seen[-1][2]
