@@ -48,6 +48,7 @@ REPLY = orjson.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message
 
 class _Answer:
     status = 200
+    headers: dict[str, str] = {}  # noqa: RUF012 - read only, as an aiohttp response's
 
     async def __aenter__(self) -> _Answer:
         return self

@@ -9,7 +9,7 @@ import orjson
 from aiohttp import web
 
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError
-from proxy.server import completions, passthrough
+from proxy.server import client_body, completions, passthrough
 from proxy.server.drain import CUT_WAIT_S, Drain
 from proxy.server.logs import get_logger
 from proxy.server.metrics import Metrics
@@ -78,9 +78,11 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> web.Ap
     app.cleanup_ctx.append(_lifecycle)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", services.metrics.handler)
-    app.router.add_post("/v1/chat/completions", completions.chat_completions)
-    app.router.add_post("/v1/responses", completions.responses)
-    app.router.add_route("*", "/v1/{tail:.*}", passthrough.passthrough)
+    expect = client_body.expect_continue
+    app.router.add_post("/v1/chat/completions", completions.chat_completions,
+                        expect_handler=expect)
+    app.router.add_post("/v1/responses", completions.responses, expect_handler=expect)
+    app.router.add_route("*", "/v1/{tail:.*}", passthrough.passthrough, expect_handler=expect)
     return app
 
 

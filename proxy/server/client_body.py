@@ -2,17 +2,24 @@
 
 aiohttp decodes the body as it reads it (length, chunked framing, gzip/deflate) and enforces
 `server.max_body_mb`; its exceptions become the proxy's own 400 and 413 here, inside the
-handler, so the request line records the status the client gets.
+handler, so the request line records the status the client gets. A body whose announced length
+is already over the limit is refused before any of it is read, and a client that asked
+`Expect: 100-continue` for it is not told to send it.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
+from aiohttp.web_urldispatcher import _default_expect_handler
 
 from proxy.errors import BadRequest, PayloadTooLarge
+from proxy.server.services import SERVICES
 
 
 async def read_client_body(request: web.Request, max_body_mb: float) -> bytes:
+    if _announced_too_large(request, int(max_body_mb * 1024 * 1024)):
+        # The body stays unread, so the connection cannot carry another request: say so.
+        raise _too_large(max_body_mb, {"Connection": "close"})
     try:
         return await request.read()
     except web.RequestPayloadError:
@@ -20,5 +27,23 @@ async def read_client_body(request: web.Request, max_body_mb: float) -> bytes:
                          "Content-Encoding or Transfer-Encoding.",
                          code="invalid_body_encoding") from None
     except web.HTTPRequestEntityTooLarge:
-        raise PayloadTooLarge(f"The request body is larger than the proxy's limit of "
-                              f"{max_body_mb:g} MB (server.max_body_mb).") from None
+        raise _too_large(max_body_mb) from None
+
+
+async def expect_continue(request: web.Request) -> None:
+    """aiohttp's answer to `Expect`, except for a body the handler will refuse: no 100 Continue
+    then, and the 413 is the answer (RFC 9110 §10.1.1), so the client does not send it."""
+    if not _announced_too_large(request, request.app[SERVICES].settings.server.max_body_bytes):
+        await _default_expect_handler(request)
+
+
+def _announced_too_large(request: web.Request, max_bytes: int) -> bool:
+    # A compressed body's length is not its size: that one is counted as it is inflated.
+    length = request.content_length
+    return (length is not None and length > max_bytes
+            and "Content-Encoding" not in request.headers)
+
+
+def _too_large(max_body_mb: float, headers: dict[str, str] | None = None) -> PayloadTooLarge:
+    return PayloadTooLarge(f"The request body is larger than the proxy's limit of "
+                           f"{max_body_mb:g} MB (server.max_body_mb).", headers=headers)

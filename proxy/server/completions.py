@@ -13,13 +13,15 @@ from collections.abc import Awaitable
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 
 from proxy.conversation import Api
 from proxy.inbound import Inbound, leading_bytes
 from proxy.server.client_body import read_client_body
 from proxy.server.headers import client_response_headers, upstream_request_headers
+from proxy.server.inflate import InflatingTap, answer_encoding, inflated, inflater
 from proxy.server.prepared import Prepared
-from proxy.server.relay import is_event_stream, relay_stream, whole_response
+from proxy.server.relay import PlainTap, StreamTap, is_event_stream, relay_stream, whole_response
 from proxy.server.request_line import RequestLine
 from proxy.server.services import SERVICES, Services
 from proxy.server.upstream import read_body, reading_answer, upstream_path
@@ -84,23 +86,28 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
         line.set(status=response.status)
         line.mark_upstream()
         out_headers = client_response_headers(response.headers, prepared.response_headers)
+        encoding = answer_encoding(response.headers)  # None: plain, as the proxy asked
         if is_event_stream(response):
-            peeked, error = await _peek(response, prepared.inbound, prepared.upstream)
+            peeked, error = await _peek(response, prepared.inbound, prepared.upstream, encoding)
             if error is not None:
                 # An error event in a 200 stream is a rejection all the same.
                 again = await services.pipeline.retry(prepared, 400, error, line)
                 if again is not None:
                     return again
             tap = prepared.stream_tap()
-            outcome = await relay_stream(request, response, out_headers, tap, line.started, peeked)
+            relayed = tap if encoding is None else _encoded_stream(tap, encoding, out_headers)
+            outcome = await relay_stream(request, response, out_headers, relayed, line.started,
+                                         peeked)
             line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms,
                      upstream_error=outcome.upstream_error)
             await _recorded(services.pipeline.finish_stream(prepared, tap, response.status, line),
                             services, line)
             return outcome.response
         data = await read_body(response, prepared.upstream)
+        # Read inflated, relayed as it came; b"" (nothing to read) when it cannot be inflated.
+        readable = data if encoding is None else inflated(data, encoding) or b""
         if response.status >= 400:
-            again = await services.pipeline.retry(prepared, response.status, data, line)
+            again = await services.pipeline.retry(prepared, response.status, readable, line)
             if again is not None:
                 return again
         line.set(bytes_out=len(data))
@@ -110,9 +117,20 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
         # turn, on any connection, still finds the anchor.
         await out.prepare(request)
         await out.write_eof()
-        await _recorded(services.pipeline.finish_body(prepared, data, response.status, line),
+        await _recorded(services.pipeline.finish_body(prepared, readable, response.status, line),
                         services, line)
         return out
+
+
+def _encoded_stream(tap: StreamTap, encoding: str, headers: CIMultiDict[str]) -> StreamTap:
+    """The tap for a stream compressed although the proxy asked for none: `tap` reads it
+    inflated and the client gets it plain; one the proxy cannot inflate goes as it came, unread
+    (its usage is not recorded)."""
+    inflate = inflater(encoding)
+    if inflate is None:
+        return PlainTap()
+    headers.popall("Content-Encoding")
+    return InflatingTap(tap, inflate)
 
 
 async def _recorded(recording: Awaitable[None], services: Services, line: RequestLine) -> None:
@@ -126,8 +144,8 @@ async def _recorded(recording: Awaitable[None], services: Services, line: Reques
         line.set(usage_not_recorded=type(exc).__name__)
 
 
-async def _peek(response: aiohttp.ClientResponse, inbound: Inbound,
-                upstream: UpstreamSettings) -> tuple[list[bytes], bytes | None]:
+async def _peek(response: aiohttp.ClientResponse, inbound: Inbound, upstream: UpstreamSettings,
+                encoding: str | None = None) -> tuple[list[bytes], bytes | None]:
     """For Responses streams: read past the lifecycle events to the first real one.
 
     Overflow and rejected private state arrive there as an `error` / `response.failed` event
@@ -138,6 +156,10 @@ async def _peek(response: aiohttp.ClientResponse, inbound: Inbound,
     """
     if inbound.api is not Api.RESPONSES:
         return [], None
+    # Inflated on its own, from the first byte: the relay's tap inflates the same chunks again.
+    inflate = None if encoding is None else inflater(encoding)
+    if encoding is not None and inflate is None:
+        return [], None  # an encoding the proxy cannot read: relayed unread
     decoder, chunks, size = SseDecoder(), [], 0
     deadline = asyncio.get_running_loop().time() + _PEEK_SECONDS
     with reading_answer(upstream):
@@ -147,7 +169,7 @@ async def _peek(response: aiohttp.ClientResponse, inbound: Inbound,
                 break
             chunks.append(chunk)
             size += len(chunk)
-            for event in decoder.feed(chunk):
+            for event in decoder.feed(chunk if inflate is None else inflate(chunk)):
                 data = event.json()
                 kind = data.get("type") if isinstance(data, dict) else event.event
                 if kind in _LIFECYCLE:

@@ -71,5 +71,8 @@ def _forwarded(headers: Mapping[str, str] | CIMultiDictProxy[str],
 
 
 def _connection_tokens(headers: Mapping[str, str] | CIMultiDictProxy[str]) -> set[str]:
-    value = headers.get("connection") or headers.get("Connection") or ""
-    return {t.strip().lower() for t in value.split(",") if t.strip()}
+    # Every Connection line counts: repeated lines are one comma-separated list (RFC 9110 §5.3).
+    getall = getattr(headers, "getall", None)
+    values = (getall("connection", ()) if getall is not None
+              else (headers.get("connection") or headers.get("Connection") or "",))
+    return {t.strip().lower() for value in values for t in value.split(",") if t.strip()}

@@ -3,7 +3,8 @@
 A stream is written as it arrives; a `StreamTap` sees every chunk and decides what reaches the
 client (everything, for a plain relay; all but a hidden usage chunk, for the pipeline) while it
 reads usage on the side. An upstream that dies mid-stream leaves the client with a final error
-frame in the API's own event format, so SDKs raise instead of hanging or silently truncating.
+frame in the API's own event format, so SDKs raise instead of hanging or silently truncating;
+a plain relay, which knows no such format, closes the client's connection instead.
 """
 
 from __future__ import annotations
@@ -99,6 +100,10 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
                                      "event: the answer is incomplete.")
         else:
             data = tap.flush()
+    except ConnectionResetError:
+        # aiohttp's write to a client connection that is closing (a ClientError as well): the
+        # client left before aiohttp cancelled the handler; the upstream did nothing wrong.
+        raise
     except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
         outcome.upstream_error = describe(exc) if not isinstance(exc, asyncio.TimeoutError) \
             else "upstream stopped sending (read timeout)"
@@ -116,9 +121,19 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
     if data:
         await out.write(data)
         outcome.bytes_out += len(data)
+    elif outcome.upstream_error is not None:
+        _break_off(request)
     # No write_eof here: aiohttp ends the response once the handler returns, so the anchor and
     # the request's log line are written before the client can see the stream end.
     return outcome
+
+
+def _break_off(request: web.Request) -> None:
+    """End a cut body the only way a plain relay can tell the client: by closing the
+    connection. A clean end would pass the part for the whole (chunked), and an unmet
+    Content-Length would leave the client waiting, then reading the next answer as the rest."""
+    if request.transport is not None:
+        request.transport.close()  # aiohttp's final write then fails: no last chunk follows
 
 
 def _sent(outcome: RelayOutcome, data: bytes, started: float) -> None:

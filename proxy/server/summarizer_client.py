@@ -18,6 +18,7 @@ from proxy.compaction.summarizer import SummaryPlan, read_reply
 from proxy.conversation import Api
 from proxy.errors import ProxyError
 from proxy.server.headers import upstream_request_headers
+from proxy.server.inflate import answer_encoding, inflated
 from proxy.server.upstream import UpstreamClient, read_body
 from proxy.settings import UpstreamSettings
 
@@ -66,7 +67,9 @@ async def _post(client: UpstreamClient, upstream: UpstreamSettings, api: Api,
     headers["Content-Type"] = "application/json"
     response = await client.send(upstream, "POST", _PATHS[api], headers, body)
     async with response:
-        return response.status, await read_body(response, upstream)
+        data = await read_body(response, upstream)
+        # Compressed although asked for identity: read inflated (else as it came, and failing).
+        return response.status, inflated(data, answer_encoding(response.headers)) or data
 
 
 def _failed(error: str, step: int, started: float) -> SummaryOutcome:

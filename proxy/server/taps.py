@@ -20,18 +20,45 @@ from proxy.streams import ChatStream, ChunkKind, ResponsesStream
 _RAW = itemgetter(0)  # an SseEvent's `raw`: the tuple's first field, read in C
 
 
-class ChatTap:
-    def __init__(self, hide_usage: bool) -> None:
-        self.hide_usage = hide_usage
-        self.decoder = SseDecoder()
-        self.stream = ChatStream()
-        self.hidden = 0
+class _EventTap:
+    """What both taps share: events decoded as they come, and the end of the stream. (Not an
+    ABC: `isinstance` against one runs Python code, and the pipeline tests each stream's tap.)"""
+
+    decoder: SseDecoder
+    _held = b""  # the last line, read by `cut_inside_line`, for `flush` to send
 
     def feed(self, chunk: bytes) -> bytes:
         return self._forward(self.decoder.feed(chunk))
 
     def flush(self) -> bytes:
-        return self._forward(self.decoder.flush())
+        held, self._held = self._held, b""
+        return held + self._forward(self.decoder.flush())
+
+    def cut_inside_line(self) -> bool:
+        """The stream ended inside a line, and what it holds does not finish the answer. The
+        held line is read first: it may be the end itself (`data: [DONE]`, a Responses
+        `response.completed`) with no line end after it."""
+        if not self.decoder.inside_line or self.complete:
+            return False
+        self._held = self._forward(self.decoder.flush())
+        return not self.complete
+
+    def _forward(self, events: list[SseEvent]) -> bytes:
+        """The bytes of `events` the client gets; reads them on the way."""
+        raise NotImplementedError
+
+    @property
+    def complete(self) -> bool:
+        """The answer came to its end (and not as an error)."""
+        raise NotImplementedError
+
+
+class ChatTap(_EventTap):
+    def __init__(self, hide_usage: bool) -> None:
+        self.hide_usage = hide_usage
+        self.decoder = SseDecoder()
+        self.stream = ChatStream()
+        self.hidden = 0
 
     def _forward(self, events: list[SseEvent]) -> bytes:
         out = []
@@ -49,9 +76,6 @@ class ChatTap:
     def failure_frame(self, message: str, code: str = "upstream_disconnected") -> bytes:
         body = error_body(message, "server_error", None, code)
         return b"data: " + orjson.dumps(body) + b"\n\n"
-
-    def cut_inside_line(self) -> bool:
-        return self.decoder.inside_line and not self.complete
 
     def response(self) -> Any:
         return self.stream.message()
@@ -85,16 +109,10 @@ def _without_null_usage(raw: bytes) -> bytes:
     return raw
 
 
-class ResponsesTap:
+class ResponsesTap(_EventTap):
     def __init__(self) -> None:
         self.decoder = SseDecoder()
         self.stream = ResponsesStream()
-
-    def feed(self, chunk: bytes) -> bytes:
-        return self._forward(self.decoder.feed(chunk))
-
-    def flush(self) -> bytes:
-        return self._forward(self.decoder.flush())
 
     def _forward(self, events: list[SseEvent]) -> bytes:
         for event in events:
@@ -106,9 +124,6 @@ class ResponsesTap:
         body = {"type": "error", "sequence_number": self.stream.sequence + 1,
                 **error_body(message, "server_error", None, code)}
         return b"event: error\ndata: " + orjson.dumps(body) + b"\n\n"
-
-    def cut_inside_line(self) -> bool:
-        return self.decoder.inside_line and not self.complete
 
     def response(self) -> Any:
         return self.stream.output()
