@@ -112,6 +112,11 @@ def nothing_text(tokens: int) -> str:
             f"last compaction (about {tokens:,} tokens now).")
 
 
+def unchanged_text(reason: str, tokens: int) -> str:
+    return (f"{MARKER} Nothing was compacted: {reason}. The conversation is unchanged and "
+            f"still below the compaction trigger (about {tokens:,} tokens now).")
+
+
 def failed_text(reason: str) -> str:
     return (f"{MARKER} Compaction failed: {reason}. The conversation is unchanged; "
             "try again later or start a new thread.")
