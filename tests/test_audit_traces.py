@@ -73,3 +73,19 @@ def test_manual_compact_of_a_thread_far_below_the_trigger_is_answered_not_refuse
     fake.script(Reply.text("continuing"))
     client.chat.completions.create(model=MODEL, messages=follow, extra_headers=headers)
     assert _main_requests(fake)[-1].json["messages"] == [*_short_thread(), follow[-1]]
+
+
+def test_manual_compact_of_a_fresh_short_thread_does_not_speak_of_a_last_compaction(
+        make_fake, make_proxy, make_client) -> None:
+    """Everything fits in the kept tail and the thread was never compacted: the answer says
+    that, not that it 'has not grown enough since the last compaction'."""
+    fake = make_fake(limits={"audit-*": WINDOW})
+    summarizer = FakeSummarizer.install(fake)
+    proxy = make_proxy(fake, models=MODELS)
+    client = make_client(proxy.base_url)
+    command = [*_short_thread()[:4], {"role": "user", "content": "/compact"}]
+    answer = client.chat.completions.create(model=MODEL, messages=command,
+                                            extra_headers={"x-thread-id": "audit-fresh"})
+    text = answer.choices[0].message.content
+    assert text.startswith(MARKER) and "last compaction" not in text
+    assert "verbatim" in text and summarizer.calls == 0

@@ -189,7 +189,8 @@ class CompactionFlow:
             try:
                 event = await self.compactor.compact_past_client(job)
             except NothingToCompact:
-                text = manual.nothing_text(built.tokens)
+                text = manual.nothing_text(built.tokens,
+                                           compacted_before=latest.event is not None)
                 compaction = "none"
             except BreakerOpen as refused:
                 blocked = refused.blocked
