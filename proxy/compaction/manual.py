@@ -107,9 +107,17 @@ def compacted_text(summarized: int, kept: int, tokens_before: int, tokens_after:
             "Your next message continues from the compacted context.")
 
 
-def nothing_text(tokens: int) -> str:
+def nothing_text(tokens: int, *, compacted_before: bool = True) -> str:
+    if not compacted_before:  # no cut leaves anything outside the tail kept verbatim
+        return (f"{MARKER} Nothing to compact yet: the conversation is short enough to be kept "
+                f"verbatim as its recent messages (about {tokens:,} tokens now).")
     return (f"{MARKER} Nothing new to compact: the conversation has not grown enough since the "
             f"last compaction (about {tokens:,} tokens now).")
+
+
+def unchanged_text(reason: str, tokens: int) -> str:
+    return (f"{MARKER} Nothing was compacted: {reason}. The conversation is unchanged and "
+            f"still below the compaction trigger (about {tokens:,} tokens now).")
 
 
 def failed_text(reason: str) -> str:

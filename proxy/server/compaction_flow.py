@@ -189,7 +189,8 @@ class CompactionFlow:
             try:
                 event = await self.compactor.compact_past_client(job)
             except NothingToCompact:
-                text = manual.nothing_text(built.tokens)
+                text = manual.nothing_text(built.tokens,
+                                           compacted_before=latest.event is not None)
                 compaction = "none"
             except BreakerOpen as refused:
                 blocked = refused.blocked
@@ -206,11 +207,17 @@ class CompactionFlow:
                 raise
             except CompactionFailed as failed:
                 line.set(compaction_failed=failed.stage)
-                if failed.stage == "post_check":
+                if failed.stage != "post_check":
+                    raise CompactionUnavailable(
+                        f"Compaction failed: {failed.reason}. The conversation is unchanged; "
+                        "try again later.",
+                        headers=_retry_after(self._breaker_after(prepared))) from None
+                if built.tokens > situation.thresholds.trigger:
                     raise failed.verdict.error() from None  # type: ignore[attr-defined]
-                raise CompactionUnavailable(
-                    f"Compaction failed: {failed.reason}. The conversation is unchanged; try "
-                    "again later.", headers=_retry_after(self._breaker_after(prepared))) from None
+                # A thread below the trigger that a summary cannot shrink (mostly the user's
+                # own words, restored verbatim) needs no new thread: say so and keep it.
+                text = manual.unchanged_text(failed.reason, built.tokens)
+                compaction = "none"
             else:
                 lead = leading_instructions(view.entries)
                 text = manual.compacted_text(event.cutoff_index - lead,

@@ -387,7 +387,7 @@ async def _to_the_end(work: Coroutine[Any, Any, T]) -> tuple[asyncio.Future[T], 
 
 def _forwarded_anyway(job: Job, stage: str) -> bool:
     """Whether the request goes on without this compaction (`degraded`), as the flow decides:
-    a failed post-check and `/compact` end with an error whatever the size."""
+    a failed post-check and `/compact` never forward the request, whatever the size."""
     return stage != "post_check" and job.strategy != "manual" and job.fits_without_compaction
 
 
