@@ -120,11 +120,6 @@ def unchanged_text(reason: str, tokens: int) -> str:
             f"still below the compaction trigger (about {tokens:,} tokens now).")
 
 
-def failed_text(reason: str) -> str:
-    return (f"{MARKER} Compaction failed: {reason}. The conversation is unchanged; "
-            "try again later or start a new thread.")
-
-
 # ---------------------------------------------------------------- ids
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Regressions found by replaying recorded coding-agent conversations through the real server.
+"""Manual /compact on threads that a summary cannot shrink, or that are short (found by replaying
+recorded coding-agent conversations through the real server).
 
 The data is inline and small: the shapes of those conversations (one long task statement from
 the user, then a loop of short tool calls), not the recordings themselves.
