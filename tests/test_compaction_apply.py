@@ -237,7 +237,7 @@ def test_a_summarized_latest_user_message_with_an_image_keeps_its_text_verbatim(
     rebuilt = rebuild(entries, ids_of(entries), roundtrip(event))
     assert rebuilt is not None and rebuilt.cut == cutoff.index
     quoted = content_text(rebuilt.projection[rebuilt.head - 1])
-    assert f"--- user message 1 of 1 ---\n{text}\n[an image" in quoted
+    assert f"--- user message 1 of 1 (their current request) ---\n{text}\n[an image" in quoted
 
 
 def test_finish_reports_a_summary_that_does_not_shrink() -> None:

@@ -222,3 +222,24 @@ def test_a_file_that_fits_is_not_tokenized_again_and_its_bound_holds() -> None:
     assert message == restored.files[0]["content"] and message.endswith(body)
     assert body not in "".join(counted)  # only the header was counted
     assert _REAL.count(message) <= tokens <= _REAL.count(message) + 16
+
+
+def test_a_summarized_latest_request_is_quoted_as_the_current_one() -> None:
+    # One request, then a long tool loop: the cut summarizes the request itself.
+    elements = [user("older: use tabs"), assistant("ok"), user("fix the parser"),
+                *read("c1", "a.py", "x = 1"), *read("c2", "b.py", "y = 2")]
+    entries = conv(Api.CHAT, elements)
+    text = texts(collect(entries, cut_before_last(entries), SETTINGS, count).users)[0]
+    assert "--- user message 2 of 2 (their current request) ---\nfix the parser" in text
+    assert "--- user message 1 of 2 ---\nolder: use tabs" in text
+    assert "The last of them is the user's current request" in text
+
+
+def test_quoted_messages_are_history_when_a_newer_one_is_kept_raw() -> None:
+    elements = [user("older: use tabs"), assistant("ok"), user("fix the parser"),
+                assistant("done"), user("now the lexer")]
+    entries = conv(Api.CHAT, elements)
+    text = texts(collect(entries, cut_before_last(entries), SETTINGS, count).users)[0]
+    assert "current request" not in text
+    assert "--- user message 2 of 2 ---\nfix the parser" in text
+    assert "They are not new requests" in text

@@ -93,7 +93,7 @@ def collect(entries: Sequence[Entry], cutoff: Cutoff, settings: RestoreSettings,
     span = cutoff.summarized
     files, paths, notes = _files(entries, span, cutoff.index, settings, count, measure)
     plan = _plan(entries, span, cutoff.index, settings, count)
-    users, quoted = _users(entries, span, settings.user_messages_tokens, count)
+    users, quoted = _users(entries, span, cutoff.index, settings.user_messages_tokens, count)
     return Restored(tuple(_message(api, t) for t, _ in files),
                     tuple(_message(api, t) for t in plan),
                     tuple(_message(api, t) for t in users), tuple(paths), quoted, tuple(notes),
@@ -275,11 +275,14 @@ def _plan(entries: Sequence[Entry], span: range, tail_start: int, settings: Rest
 
 # ---------------------------------------------------------------- the user's own messages
 
-def _users(entries: Sequence[Entry], span: range, budget: int,
+def _users(entries: Sequence[Entry], span: range, tail_start: int, budget: int,
            count: Count) -> tuple[list[str], int]:
     texts = [(i, _user_text(entries[i])) for i in reversed(span) if entries[i].kind is Kind.USER]
     if not texts:
         return [], 0
+    # An agent that runs a long tool loop after one request has that request summarized: the
+    # latest quoted message is then the task still under way, and must not read as history.
+    current = not any(e.kind is Kind.USER for e in entries[tail_start:])
     chosen = [texts[0]]  # the latest: always, whole
     used = count(texts[0][1])
     for i, text in texts[1:]:
@@ -288,7 +291,7 @@ def _users(entries: Sequence[Entry], span: range, budget: int,
             chosen.append((i, text))
             used += tokens
     chosen.sort()
-    return [_users_message(chosen, len(texts))], len(chosen)
+    return [_users_message(chosen, len(texts), current)], len(chosen)
 
 
 def _user_text(entry: Entry) -> str:
@@ -299,16 +302,27 @@ def _user_text(entry: Entry) -> str:
     return f"{text}\n{_ATTACHED_NOTE}" if text else _ATTACHED_NOTE
 
 
-def _users_message(chosen: list[tuple[int, str]], total: int) -> str:
+def _users_message(chosen: list[tuple[int, str]], total: int, current: bool) -> str:
+    """`current`: the last of `chosen` is the user's latest message, the request the
+    conversation is still working on (no message of theirs came after it)."""
     left_out = total - len(chosen)
     extra = (f" {left_out} other message(s) of theirs are covered only by the summary."
              if left_out else "")
-    quoted = "\n\n".join(f"--- user message {n + 1} of {len(chosen)} ---\n{text}"
-                         for n, (_, text) in enumerate(chosen))
+    last = len(chosen) - 1
+    quoted = "\n\n".join(
+        f"--- user message {n + 1} of {len(chosen)}"
+        f"{' (their current request)' if current and n == last else ''} ---\n{text}"
+        for n, (_, text) in enumerate(chosen))
+    if current:
+        role = ("The last of them is the user's current request: nothing of theirs came after "
+                "it, and the conversation is still working on it. Any others are not new "
+                "requests; they keep the user's instructions and corrections word for word.")
+    else:
+        role = ("They are not new requests; they keep the user's instructions and corrections "
+                "word for word.")
     return (f"{HEADER}: the user's own earlier messages from the summarized part of the "
-            f"conversation, quoted verbatim in the order they were written.{extra} They are "
-            f"not new requests; they keep the user's instructions and corrections word for "
-            f"word.\n\n{quoted}")
+            f"conversation, quoted verbatim in the order they were written.{extra} {role}"
+            f"\n\n{quoted}")
 
 
 def _message(api: Api, text: str) -> dict[str, Any]:
