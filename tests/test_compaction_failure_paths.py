@@ -212,8 +212,10 @@ def _history_ids(proxy) -> list[str]:
 def test_a_checkpoint_that_cannot_be_written_is_a_visible_failure(make_fake, make_proxy) -> None:
     fake = make_fake(limits={"small-*": LIMIT})
     FakeSummarizer.install(fake)
+    # The breaker must still be open at the third request: a cooldown that a loaded machine
+    # cannot outrun between two requests (0.3 s failed on two busy cores).
     proxy = make_proxy(fake, models=MODELS, compaction={
-        **NO_CHEAP, "breaker": {"failures": 2, "base_cooldown_s": 0.3}})
+        **NO_CHEAP, "breaker": {"failures": 2, "base_cooldown_s": 2}})
     store = proxy.app[SERVICES].pipeline.store
 
     async def disk_full(*args: Any) -> None:
@@ -235,7 +237,7 @@ def test_a_checkpoint_that_cannot_be_written_is_a_visible_failure(make_fake, mak
     assert stages(proxy)[-1] == "breaker_open"
 
     del store.add_event  # the disk has room again
-    time.sleep(0.35)
+    time.sleep(2.05)
     fake.script(Reply.text("compacted at last"))
     answer = post(proxy, over, "disk")
     assert answer.status_code == 200 and answer.headers["x-compaction"] == "compacted"
