@@ -228,7 +228,9 @@ def _upstreams(r: Reader, warnings: list[str]) -> dict[str, UpstreamSettings]:
 
 def _base_url(u: Reader) -> str:
     base_url = u.string("base_url")
-    if base_url and not _is_http_url(base_url):
+    # An empty one too (`${URL}` with URL set empty): every request would fail. A missing one
+    # is already reported, and `problem` keeps one a key.
+    if not _is_http_url(base_url):
         u.problem("base_url", f"must be an http(s) URL, got {redacted_url(base_url)!r}")
     elif base_url and "@" in urlsplit(base_url).netloc:
         # aiohttp cannot send URL credentials beside an Authorization header, and every

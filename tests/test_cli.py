@@ -284,6 +284,22 @@ def test_an_unset_variable_is_one_problem_not_two() -> None:
         "server.port: environment variable UNSET_PORT is not set"]
 
 
+def test_a_default_stands_in_for_a_variable_set_empty_as_in_a_shell() -> None:
+    # `docker compose` passes `VAR=${VAR}` through as an empty value when the host has none.
+    settings = _settings("upstreams:\n  u:\n    base_url: ${URL:-http://h/v1}\n"
+                         "server:\n  port: ${PORT:-8080}\n", URL="", PORT="")
+    assert settings.upstreams["u"].base_url == "http://h/v1"
+    assert settings.server.port == 8080
+
+
+@pytest.mark.parametrize("text, env", [
+    ("upstreams:\n  u:\n    base_url: ''\n", {}),
+    ("upstreams:\n  u:\n    base_url: ${URL}\n", {"URL": ""}),
+], ids=["empty", "empty variable"])
+def test_an_empty_base_url_is_refused(text: str, env: dict[str, str]) -> None:
+    assert _problems(text, **env) == ["upstreams.u.base_url: must be an http(s) URL, got ''"]
+
+
 def test_an_empty_api_key_forwards_client_credentials_with_a_warning(tmp_path: Path) -> None:
     config = tmp_path / "empty.yaml"
     config.write_text("upstreams:\n  u:\n    base_url: http://h/v1\n    api_key: ${UNSET_KEY:-}\n")
