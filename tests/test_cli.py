@@ -300,6 +300,15 @@ def test_an_empty_base_url_is_refused(text: str, env: dict[str, str]) -> None:
     assert _problems(text, **env) == ["upstreams.u.base_url: must be an http(s) URL, got ''"]
 
 
+@pytest.mark.parametrize("command", ["", " /compact", "/compact\t"])
+def test_a_manual_command_that_cannot_be_typed_as_such_is_refused(command: str) -> None:
+    # "" made every empty user message a /compact, answered without the model; a command with
+    # a space at either end never matched (messages are read stripped).
+    assert _problems(BASE + "compaction:\n  manual_command: ${C}\n", C=command) == [
+        "compaction.manual_command: must be non-empty, without spaces at either end, "
+        f"got {command!r}"]
+
+
 def test_an_empty_api_key_forwards_client_credentials_with_a_warning(tmp_path: Path) -> None:
     config = tmp_path / "empty.yaml"
     config.write_text("upstreams:\n  u:\n    base_url: http://h/v1\n    api_key: ${UNSET_KEY:-}\n")
