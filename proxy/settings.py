@@ -266,7 +266,11 @@ def _api_key(u: Reader, upstream: str, warnings: list[str]) -> str | None:
 def _routes(root: Reader, upstreams: Mapping[str, UpstreamSettings]) -> tuple[Route, ...]:
     raw = root.get("routes", None)
     if raw is None:
-        # One upstream and no routes: everything goes there.
+        # One upstream and no routes: everything goes there. With more, no route would be a
+        # 404 for every request.
+        if len(upstreams) > 1:
+            root.problem("routes", f"is required with more than one upstream "
+                                   f"({', '.join(sorted(upstreams))})")
         return (Route("*", next(iter(upstreams))),) if len(upstreams) == 1 else ()
     if not isinstance(raw, list) or not raw:
         root.problem("routes", "expected a non-empty list of {model, upstream}")

@@ -309,6 +309,13 @@ def test_a_manual_command_that_cannot_be_typed_as_such_is_refused(command: str) 
         f"got {command!r}"]
 
 
+def test_two_upstreams_without_routes_are_refused() -> None:
+    # Only one upstream makes a default route: without routes every request was a 404.
+    two = BASE + "  v:\n    base_url: http://127.0.0.1:10/v1\n"
+    assert _problems(two) == ["routes: is required with more than one upstream (u, v)"]
+    assert _settings(two + "routes:\n  - {model: '*', upstream: v}\n").route("m").name == "v"
+
+
 def test_an_empty_api_key_forwards_client_credentials_with_a_warning(tmp_path: Path) -> None:
     config = tmp_path / "empty.yaml"
     config.write_text("upstreams:\n  u:\n    base_url: http://h/v1\n    api_key: ${UNSET_KEY:-}\n")
