@@ -148,6 +148,39 @@ def test_every_way_a_file_can_be_bad_is_a_config_error(tmp_path: Path, text: str
     assert any(problem in line for line in error.value.problems), error.value.problems
 
 
+@pytest.mark.parametrize("text, problem", [
+    (BASE + "server:\n  port: 9000\nstate:\n  path: /s\nserver:\n  host: 0.0.0.0\n",
+     "duplicate key 'server' (line 8, column 1)"),
+    ("upstreams:\n  u:\n    base_url: http://h/v1\n    base_url: http://other/v1\n",
+     "duplicate key 'base_url' (line 4, column 5)"),
+], ids=["section", "key"])
+def test_a_key_given_twice_is_refused_not_silently_the_last(tmp_path: Path, text: str,
+                                                             problem: str) -> None:
+    config = tmp_path / "twice.yaml"
+    config.write_text(text)
+    with pytest.raises(ConfigError) as error:
+        load_settings(config, {})
+    assert error.value.problems == [f"<file>: {config} is not valid YAML: {problem}"]
+
+
+def test_merged_keys_may_be_overridden(tmp_path: Path) -> None:
+    config = tmp_path / "merge.yaml"
+    config.write_text("upstreams:\n  a: &a {base_url: 'http://h/v1', timeout_s: 5}\n"
+                      "  b:\n    <<: *a\n    timeout_s: 9\n"
+                      "routes:\n  - {model: '*', upstream: b}\n")
+    assert load_settings(config, {}).upstreams["b"].timeout_s == 9
+
+
+def test_a_yaml_error_does_not_quote_the_line(tmp_path: Path) -> None:
+    # PyYAML's message shows the offending line: here the key, on the proxy's stderr.
+    config = tmp_path / "colon.yaml"
+    config.write_text("upstreams:\n  u:\n    base_url: http://h/v1\n    api_key: sk-LEAK: x\n")
+    with pytest.raises(ConfigError) as error:
+        load_settings(config, {})
+    assert error.value.problems == [f"<file>: {config} is not valid YAML: mapping values are "
+                                    "not allowed here (line 4, column 21)"]
+
+
 def _config_keys() -> list[str]:
     def keys(value: object) -> Iterator[str]:
         if isinstance(value, dict):
