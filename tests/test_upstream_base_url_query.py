@@ -27,9 +27,11 @@ async def _ok(request: web.Request) -> web.StreamResponse:
     return web.json_response({"object": "list", "data": []})
 
 
-def test_a_base_url_query_follows_the_clients_path(make_upstream, make_proxy) -> None:  # noqa: F811
+@pytest.mark.parametrize("slash", ["", "/"], ids=["plain", "trailing slash"])
+def test_a_base_url_query_follows_the_clients_path(make_upstream, make_proxy,  # noqa: F811
+                                                   slash) -> None:
     upstream = make_upstream(_ok)
-    proxy = make_proxy(f"{upstream.url}?key={QUERY_KEY}")
+    proxy = make_proxy(f"{upstream.url}{slash}?key={QUERY_KEY}")
     headers = {"Authorization": f"Bearer {API_KEY}"}
     assert httpx.get(f"{proxy.base_url}/models?limit=2", headers=headers).status_code == 200
     assert httpx.get(f"{proxy.base_url}/models", headers=headers).status_code == 200

@@ -133,11 +133,12 @@ def describe(exc: BaseException) -> str:
 def _url(base_url: str, path_qs: str) -> URL:
     # A base URL's own query (an endpoint that takes its key as `?key=`) goes after the
     # client's path and before the client's query: appended whole, the path would land in it.
+    # (Settings strip a trailing '/' from the whole URL only: `/v1/?key=` keeps its own.)
     # encoded=True: yarl would otherwise decode and re-encode the client's escapes.
     base = URL(base_url)
     path, _, query = path_qs.partition("?")
     query = "&".join(q for q in (base.raw_query_string, query) if q)
-    return URL(str(base.with_query(None).with_fragment(None)) + path
+    return URL(str(base.with_query(None).with_fragment(None)).rstrip("/") + path
                + (f"?{query}" if query else ""), encoded=True)
 
 
