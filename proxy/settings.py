@@ -161,13 +161,38 @@ def _read_yaml(path: str | Path) -> Any:
         where = f"byte {exc.object[exc.start]:#04x} at offset {exc.start}"
         raise ConfigError([f"<file>: {path} is not UTF-8 text: {where}"]) from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeysLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
-        raise ConfigError([f"<file>: {path} is not valid YAML: {exc}"]) from None
+        raise ConfigError([f"<file>: {path} is not valid YAML: {_yaml_problem(exc)}"]) from None
     except RecursionError:
         raise ConfigError([f"<file>: {path} nests too deeply"]) from None
     except ValueError as exc:  # from PyYAML's converters: a date like 2024-13-45, a 5000-digit int
         raise ConfigError([f"<file>: {path} has a value YAML cannot read: {exc}"]) from None
+
+
+class _UniqueKeysLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error: PyYAML
+    keeps the last silently, so a second `server:` section would drop the first one's keys.
+    Keys that a merge (`<<: *base`) brings in may still be overridden."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[str] = set()
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                if key.value in seen:
+                    raise yaml.MarkedYAMLError(problem=f"duplicate key {key.value!r}",
+                                               problem_mark=key.start_mark)
+                seen.add(key.value)
+        return super().construct_mapping(node, deep)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    # PyYAML's own text quotes the offending line, which may hold a key: where it is will do.
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
+    if mark is None or problem is None:
+        return str(exc)
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
 
 
 def parse_settings(raw: Any, env: Mapping[str, str]) -> Settings:
@@ -228,7 +253,9 @@ def _upstreams(r: Reader, warnings: list[str]) -> dict[str, UpstreamSettings]:
 
 def _base_url(u: Reader) -> str:
     base_url = u.string("base_url")
-    if base_url and not _is_http_url(base_url):
+    # An empty one too (`${URL}` with URL set empty): every request would fail. A missing one
+    # is already reported, and `problem` keeps one a key.
+    if not _is_http_url(base_url):
         u.problem("base_url", f"must be an http(s) URL, got {redacted_url(base_url)!r}")
     elif base_url and "@" in urlsplit(base_url).netloc:
         # aiohttp cannot send URL credentials beside an Authorization header, and every
@@ -264,7 +291,11 @@ def _api_key(u: Reader, upstream: str, warnings: list[str]) -> str | None:
 def _routes(root: Reader, upstreams: Mapping[str, UpstreamSettings]) -> tuple[Route, ...]:
     raw = root.get("routes", None)
     if raw is None:
-        # One upstream and no routes: everything goes there.
+        # One upstream and no routes: everything goes there. With more, no route would be a
+        # 404 for every request.
+        if len(upstreams) > 1:
+            root.problem("routes", f"is required with more than one upstream "
+                                   f"({', '.join(sorted(upstreams))})")
         return (Route("*", next(iter(upstreams))),) if len(upstreams) == 1 else ()
     if not isinstance(raw, list) or not raw:
         root.problem("routes", "expected a non-empty list of {model, upstream}")

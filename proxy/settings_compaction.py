@@ -96,7 +96,7 @@ def _compaction(r: Reader) -> CompactionSettings:
         rearm_ratio=r.number("rearm_ratio", d.rearm_ratio, 0.0, 1.0),
         window_step_ratio=r.number("window_step_ratio", d.window_step_ratio, 0.0, 0.5),
         timezone=_timezone(r),
-        manual_command=r.string("manual_command", d.manual_command),
+        manual_command=_manual_command(r),
         collapse=_collapse(r.mapping("collapse")),
         truncate=_truncate(r.mapping("truncate")),
         microcompact=_microcompact(r.mapping("microcompact")),
@@ -121,6 +121,16 @@ def _timezone(r: Reader) -> str | None:
         r.problem("timezone", f"unknown time zone {name!r}")
         return None
     return name
+
+
+def _manual_command(r: Reader) -> str:
+    command = r.string("manual_command", CompactionSettings.manual_command)
+    # Messages are matched stripped: "" would make every empty user message a command, and a
+    # space at either end would match none.
+    if not command or command != command.strip():
+        r.problem("manual_command", f"must be non-empty, without spaces at either end, "
+                                    f"got {command!r}")
+    return command
 
 
 def _collapse(r: Reader) -> CollapseSettings:

@@ -59,7 +59,8 @@ def interpolate(value: Any, env: Mapping[str, str], path: str, problems: list[st
 def _substitute(text: str, env: Mapping[str, str], path: str, problems: list[str]) -> str:
     def value_of(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
-        if name in env:
+        # As in a shell (and docker compose): `:-` stands in for an unset or empty variable.
+        if name in env and (env[name] or default is None):
             return env[name]
         if default is not None:
             return default

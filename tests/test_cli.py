@@ -148,6 +148,39 @@ def test_every_way_a_file_can_be_bad_is_a_config_error(tmp_path: Path, text: str
     assert any(problem in line for line in error.value.problems), error.value.problems
 
 
+@pytest.mark.parametrize("text, problem", [
+    (BASE + "server:\n  port: 9000\nstate:\n  path: /s\nserver:\n  host: 0.0.0.0\n",
+     "duplicate key 'server' (line 8, column 1)"),
+    ("upstreams:\n  u:\n    base_url: http://h/v1\n    base_url: http://other/v1\n",
+     "duplicate key 'base_url' (line 4, column 5)"),
+], ids=["section", "key"])
+def test_a_key_given_twice_is_refused_not_silently_the_last(tmp_path: Path, text: str,
+                                                             problem: str) -> None:
+    config = tmp_path / "twice.yaml"
+    config.write_text(text)
+    with pytest.raises(ConfigError) as error:
+        load_settings(config, {})
+    assert error.value.problems == [f"<file>: {config} is not valid YAML: {problem}"]
+
+
+def test_merged_keys_may_be_overridden(tmp_path: Path) -> None:
+    config = tmp_path / "merge.yaml"
+    config.write_text("upstreams:\n  a: &a {base_url: 'http://h/v1', timeout_s: 5}\n"
+                      "  b:\n    <<: *a\n    timeout_s: 9\n"
+                      "routes:\n  - {model: '*', upstream: b}\n")
+    assert load_settings(config, {}).upstreams["b"].timeout_s == 9
+
+
+def test_a_yaml_error_does_not_quote_the_line(tmp_path: Path) -> None:
+    # PyYAML's message shows the offending line: here the key, on the proxy's stderr.
+    config = tmp_path / "colon.yaml"
+    config.write_text("upstreams:\n  u:\n    base_url: http://h/v1\n    api_key: sk-LEAK: x\n")
+    with pytest.raises(ConfigError) as error:
+        load_settings(config, {})
+    assert error.value.problems == [f"<file>: {config} is not valid YAML: mapping values are "
+                                    "not allowed here (line 4, column 21)"]
+
+
 def _config_keys() -> list[str]:
     def keys(value: object) -> Iterator[str]:
         if isinstance(value, dict):
@@ -282,6 +315,38 @@ def test_check_config_masks_a_key_carried_in_the_base_url_query(tmp_path: Path) 
 def test_an_unset_variable_is_one_problem_not_two() -> None:
     assert _problems(BASE + "server:\n  port: ${UNSET_PORT}\n") == [
         "server.port: environment variable UNSET_PORT is not set"]
+
+
+def test_a_default_stands_in_for_a_variable_set_empty_as_in_a_shell() -> None:
+    # `docker compose` passes `VAR=${VAR}` through as an empty value when the host has none.
+    settings = _settings("upstreams:\n  u:\n    base_url: ${URL:-http://h/v1}\n"
+                         "server:\n  port: ${PORT:-8080}\n", URL="", PORT="")
+    assert settings.upstreams["u"].base_url == "http://h/v1"
+    assert settings.server.port == 8080
+
+
+@pytest.mark.parametrize("text, env", [
+    ("upstreams:\n  u:\n    base_url: ''\n", {}),
+    ("upstreams:\n  u:\n    base_url: ${URL}\n", {"URL": ""}),
+], ids=["empty", "empty variable"])
+def test_an_empty_base_url_is_refused(text: str, env: dict[str, str]) -> None:
+    assert _problems(text, **env) == ["upstreams.u.base_url: must be an http(s) URL, got ''"]
+
+
+@pytest.mark.parametrize("command", ["", " /compact", "/compact\t"])
+def test_a_manual_command_that_cannot_be_typed_as_such_is_refused(command: str) -> None:
+    # "" made every empty user message a /compact, answered without the model; a command with
+    # a space at either end never matched (messages are read stripped).
+    assert _problems(BASE + "compaction:\n  manual_command: ${C}\n", C=command) == [
+        "compaction.manual_command: must be non-empty, without spaces at either end, "
+        f"got {command!r}"]
+
+
+def test_two_upstreams_without_routes_are_refused() -> None:
+    # Only one upstream makes a default route: without routes every request was a 404.
+    two = BASE + "  v:\n    base_url: http://127.0.0.1:10/v1\n"
+    assert _problems(two) == ["routes: is required with more than one upstream (u, v)"]
+    assert _settings(two + "routes:\n  - {model: '*', upstream: v}\n").route("m").name == "v"
 
 
 def test_an_empty_api_key_forwards_client_credentials_with_a_warning(tmp_path: Path) -> None:

@@ -94,8 +94,10 @@ def test_the_console_form_is_one_readable_line() -> None:
     ("Proxy-Authorization: Basic TEVBSy1iYXNpYw==\nnext", "\nnext"),
     ("Got more than 65536 bytes when reading: b'LEAK-long...'.", "65536 bytes"),
     ("token Bearer LEAK-bearer and a key sk-proj-LEAK_key-1 in text", "and a key"),
+    ("400, message='Bad', url='https://h/v1/models?key=LEAK-q&alt=LEAK-a#f'",
+     "url='https://h/v1/models?key=***&alt=***#f'"),
 ], ids=["header line in a bytes repr", "api-key among lines", "proxy basic", "too long",
-        "bearer and sk"])
+        "bearer and sk", "url query"])
 def test_redact_removes_credentials_from_free_text(text: str, kept: str) -> None:
     redacted = redact(text)
     assert "LEAK" not in redacted and kept in redacted and "***" in redacted

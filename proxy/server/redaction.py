@@ -17,15 +17,23 @@ _HEADER_VALUE = re.compile(
     r"(?i)((?:proxy-)?authorization|(?:x-)?api[-_]key)(['\"]?\s*[:=]\s*)(?:[^\r\n\\]|\\[^rn])+")
 _BEARER = re.compile(r"(?i)\b(bearer\s+)\S+")
 _SK_KEY = re.compile(r"(?<![\w-])sk-[\w-]+")
+# A URL's query may hold a key (`?key=...`, `&api-key=...`): every value in it goes.
+_URL_QUERY = re.compile(r"(?i)(\bhttps?://[^\s?#'\"<>]*\?)([^\s#'\"<>]*)")
+_QUERY_VALUE = re.compile(r"((?:^|&)[^=&]*=)[^&]*")
 # aiohttp's LineTooLong quotes the start of the line without its header name: it can be any
 # header's value, a key of any shape.
 _TOO_LONG_EXCERPT = re.compile(r"(bytes when reading: ).+")
 
 
 def redact(text: str) -> str:
-    """`text` with credential header values, bearer tokens, `sk-` keys and over-long line
-    excerpts replaced by `***`."""
+    """`text` with credential header values, bearer tokens, `sk-` keys, URL query values and
+    over-long line excerpts replaced by `***`."""
     text = _HEADER_VALUE.sub(r"\1\2***", text)
+    text = _URL_QUERY.sub(_masked_query, text)
     text = _BEARER.sub(r"\1***", text)
     text = _SK_KEY.sub("sk-***", text)
     return _TOO_LONG_EXCERPT.sub(r"\1***", text)
+
+
+def _masked_query(match: re.Match[str]) -> str:
+    return match.group(1) + _QUERY_VALUE.sub(r"\1***", match.group(2))

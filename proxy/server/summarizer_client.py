@@ -19,6 +19,7 @@ from proxy.conversation import Api
 from proxy.errors import ProxyError
 from proxy.server.headers import upstream_request_headers
 from proxy.server.inflate import answer_encoding, inflated
+from proxy.server.redaction import redact
 from proxy.server.upstream import UpstreamClient, read_body
 from proxy.settings import UpstreamSettings
 
@@ -81,5 +82,7 @@ def _ms(started: float) -> float:
 
 
 def _excerpt(data: bytes) -> str:
-    text = data[:300].decode("utf-8", "replace")
+    # Logged (`compaction_failed`) and quoted in the client's 503: an upstream may echo the
+    # credential it refused.
+    text = redact(data[:300].decode("utf-8", "replace"))
     return text + ("..." if len(data) > 300 else "")

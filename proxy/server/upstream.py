@@ -17,6 +17,7 @@ import aiohttp
 from yarl import URL
 
 from proxy.errors import BadRequest, NotFound, UpstreamTimeout, UpstreamUnavailable
+from proxy.server.redaction import redact
 from proxy.settings import UpstreamSettings
 
 
@@ -120,14 +121,25 @@ def answer_failed(upstream: UpstreamSettings,
 
 def describe(exc: BaseException) -> str:
     """A short, credential-free description of a client error."""
-    text = str(exc) or type(exc).__name__
+    if isinstance(exc, aiohttp.ClientResponseError):
+        # Its text ends with the URL, and a base URL may carry a key in its query.
+        text = f"{exc.status}, message={exc.message!r}"
+    else:
+        text = redact(str(exc) or type(exc).__name__)
     return text if len(text) < 300 else text[:300] + "..."
 
 
 @lru_cache(maxsize=1024)
 def _url(base_url: str, path_qs: str) -> URL:
+    # A base URL's own query (an endpoint that takes its key as `?key=`) goes after the
+    # client's path and before the client's query: appended whole, the path would land in it.
+    # (Settings strip a trailing '/' from the whole URL only: `/v1/?key=` keeps its own.)
     # encoded=True: yarl would otherwise decode and re-encode the client's escapes.
-    return URL(str(URL(base_url)) + path_qs, encoded=True)
+    base = URL(base_url)
+    path, _, query = path_qs.partition("?")
+    query = "&".join(q for q in (base.raw_query_string, query) if q)
+    return URL(str(base.with_query(None).with_fragment(None)).rstrip("/") + path
+               + (f"?{query}" if query else ""), encoded=True)
 
 
 # Clients send the same few paths on every request; a refused one is not remembered.
