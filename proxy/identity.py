@@ -147,7 +147,7 @@ def digest_of(canonical_form: Mapping[str, Any]) -> str:
 
 
 class Identities:
-    """Digests of entries, cached by the digest of the client's bytes (bounded)."""
+    """Digests of entries, cached by the digest of the client's bytes and the API (bounded)."""
 
     def __init__(self, max_entries: int = 200_000) -> None:
         self._cache: LRU[bytes, str] = LRU(max_entries)
@@ -161,10 +161,11 @@ class Identities:
         if entry.key is None:
             found = digest_of(canonical(entry))
         else:
-            found = self._cache.get(entry.key)
+            key = _cache_key(entry.api, entry.key)
+            found = self._cache.get(key)
             if found is None:
                 found = digest_of(canonical(entry))
-                self._cache.put(entry.key, found)
+                self._cache.put(key, found)
         entry.memo["digest"] = found
         return found
 
@@ -183,7 +184,7 @@ class Identities:
         if entry.key is None:
             found = digest_of(_content_form(entry))
         else:
-            key = b"c" + entry.key
+            key = b"c" + _cache_key(entry.api, entry.key)
             found = self._cache.get(key)
             if found is None:
                 found = digest_of(_content_form(entry))
@@ -193,6 +194,14 @@ class Identities:
 
     def ids(self, entries: Sequence[Entry]) -> list[str]:
         return with_occurrences(self.digest(e) for e in entries)
+
+
+def _cache_key(api: Api, key: bytes) -> bytes:
+    """The cache key of an entry whose client bytes have the digest `key`. SDKs send the same bytes to both APIs
+    (`{"role": "user", "content": "continue"}`), which read them as different messages: keyed
+    by the bytes alone, an id would depend on which API sent them first, and change with a
+    restart (a checkpoint's prefix digest is made of ids)."""
+    return key if api is Api.CHAT else b"r" + key
 
 
 def with_occurrences(digests: Iterable[str]) -> list[str]:
