@@ -76,14 +76,23 @@ def chat_message_tokens(message: Mapping[str, Any], count: Count) -> int:
     name = message.get("name")
     if name:
         total += NAME + count(str(name))
-    for key in (*_REASONING_TEXT, "refusal"):
-        value = message.get(key)
-        if isinstance(value, str):
-            total += count(value)
+    reasoning = _reasoning_text(message)
+    if reasoning:
+        total += count(reasoning)
+    refusal = message.get("refusal")
+    if isinstance(refusal, str):
+        total += count(refusal)
     calls = message.get("tool_calls")
     if isinstance(calls, list):
         total += sum(chat_call_tokens(call, count) for call in calls)
     return total
+
+
+def _reasoning_text(message: Mapping[str, Any]) -> str:
+    """The reasoning a message sends back. Under both names (vLLM renamed `reasoning_content`
+    `reasoning` and sent both for a while) it is one text the upstream reads once: the longer."""
+    texts = [v for v in map(message.get, _REASONING_TEXT) if isinstance(v, str)]
+    return max(texts, key=len) if texts else ""
 
 
 def chat_call_tokens(call: Any, count: Count) -> int:
