@@ -41,6 +41,8 @@ def count_parts(content: Any) -> int:
         return 0
     if isinstance(content, str):
         return count_text(content)
+    if isinstance(content, Mapping) and content.get("type") == "computer_screenshot":
+        return image_tokens(content.get("image_url"), content.get("detail"))
     if not isinstance(content, list):
         return count_text(_value_text(content))
     total = 0

@@ -44,6 +44,9 @@ def content_tokens(content: Any, count: Count) -> int:
     if content is None:
         return 0
     if not isinstance(content, list):
+        # A computer_call_output's `output` is one part, a screenshot: an image, not its base64.
+        if isinstance(content, Mapping) and content.get("type") == "computer_screenshot":
+            return part_tokens(content, count)
         return count(json_text(content))
     return sum(part_tokens(part, count) for part in content)
 
@@ -62,9 +65,12 @@ def part_tokens(part: Any, count: Count) -> int:
         if isinstance(image, Mapping):
             return image_tokens(_str(image.get("url")), _str(image.get("detail")))
         return image_tokens(_str(image), None)
-    if kind == "input_image":
+    if kind in _IMAGE_PARTS:
         return image_tokens(_str(part.get("image_url")), _str(part.get("detail")))
     return count(json_text({k: v for k, v in part.items() if k != "type"}))
+
+
+_IMAGE_PARTS = ("input_image", "computer_screenshot")  # an image by its `image_url` string
 
 
 def _str(value: Any) -> str | None:
