@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from proxy import jsonio
 
 from proxy.conversation import Api, Entry, Kind, entry_from_chat, entry_from_responses
-from proxy.identity import Identities, canonical_chat, digest_of
+from proxy.identity import Identities, content_chat, digest_of
 from proxy.lru import Memo
 from proxy.records import Anchor
 from proxy.usage import Usage
@@ -94,7 +94,7 @@ def response_digests(api: Api | str, response: Any, identities: Identities) -> t
     if api == Api.CHAT and type(response) is dict:
         # One message, never a reasoning item, without client bytes: its digest is that of
         # its canonical form, and no entry needs building for it.
-        return (digest_of(canonical_chat(response)),)
+        return (digest_of(content_chat(response)),)
     return tuple(identities.content_digest(e) for e in response_entries(api, response)
                  if e.kind is not Kind.REASONING)
 

@@ -64,6 +64,40 @@ def canonical_item(item: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def content_chat(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A chat message's form as anchors compare it (`Identities.content_digest`)."""
+    return _compact_arguments(canonical_chat(message))
+
+
+def _content_form(entry: Entry) -> dict[str, Any]:
+    return _compact_arguments(canonical(entry))
+
+
+def _compact_arguments(form: dict[str, Any]) -> dict[str, Any]:
+    """`form` with tool-call arguments written compactly, their keys in the order they came.
+
+    A client that parsed the arguments writes them back with its own spacing and escapes
+    (LangChain's `json.dumps`: `", "`, `"\\u00e9"`); its echo is still the same call. Compact
+    arguments, as most upstreams send them, come out unchanged, and so does the digest."""
+    calls = form.get("tool_calls")
+    if calls:
+        form = {**form, "tool_calls": [_compact_call(c) for c in calls]}
+    if "function_call" in form:  # the legacy single call
+        form = {**form, "function_call": _compact_call(form["function_call"])}
+    return _compact_call(form)  # a Responses call item holds its arguments itself
+
+
+def _compact_call(call: Any) -> Any:
+    arguments = call.get("arguments") if isinstance(call, dict) else None
+    if not isinstance(arguments, str):
+        return call
+    try:
+        compact = jsonio.dumps_text(jsonio.loads(arguments))
+    except ValueError:  # not JSON (cut short, free-form): compared as it is
+        return call
+    return call if compact == arguments else {**call, "arguments": compact}
+
+
 def _put(out: dict[str, Any], key: str, value: Any) -> None:
     if value is not None and value != "" and value != []:
         out[key] = value
@@ -113,7 +147,7 @@ def digest_of(canonical_form: Mapping[str, Any]) -> str:
 
 
 class Identities:
-    """Digests of entries, cached by the digest of the client's bytes (bounded)."""
+    """Digests of entries, cached by the digest of the client's bytes and the API (bounded)."""
 
     def __init__(self, max_entries: int = 200_000) -> None:
         self._cache: LRU[bytes, str] = LRU(max_entries)
@@ -127,32 +161,47 @@ class Identities:
         if entry.key is None:
             found = digest_of(canonical(entry))
         else:
-            found = self._cache.get(entry.key)
+            key = _cache_key(entry.api, entry.key)
+            found = self._cache.get(key)
             if found is None:
                 found = digest_of(canonical(entry))
-                self._cache.put(entry.key, found)
+                self._cache.put(key, found)
         entry.memo["digest"] = found
         return found
 
     def content_digest(self, entry: Entry) -> str:
-        """The digest of what an entry says, ignoring a Responses item's server `id`.
+        """The digest of what an entry says, ignoring a Responses item's server `id` and how
+        tool-call arguments are spaced and escaped (`content_chat`).
 
         Anchors match on this: the proxy's own sanitizer drops `fc_`/`msg_` ids from items
-        whose reasoning item it removed, and the echo must still be recognised.
+        whose reasoning item it removed, clients re-serialize arguments they parsed, and the
+        echo must still be recognised. An estimate asks it of the few entries where a kept
+        anchor's echo would be, each once (memo, then the cache by client bytes).
         """
-        if entry.api is Api.CHAT or not entry.item_id:
-            return self.digest(entry)
+        found = entry.memo.get("content")
+        if found is not None:
+            return found
         if entry.key is None:
-            return digest_of(canonical(entry))
-        key = b"c" + entry.key
-        found = self._cache.get(key)
-        if found is None:
-            found = digest_of(canonical(entry))
-            self._cache.put(key, found)
+            found = digest_of(_content_form(entry))
+        else:
+            key = b"c" + _cache_key(entry.api, entry.key)
+            found = self._cache.get(key)
+            if found is None:
+                found = digest_of(_content_form(entry))
+                self._cache.put(key, found)
+        entry.memo["content"] = found
         return found
 
     def ids(self, entries: Sequence[Entry]) -> list[str]:
         return with_occurrences(self.digest(e) for e in entries)
+
+
+def _cache_key(api: Api, key: bytes) -> bytes:
+    """The cache key of an entry whose client bytes have the digest `key`. SDKs send the same bytes to both APIs
+    (`{"role": "user", "content": "continue"}`), which read them as different messages: keyed
+    by the bytes alone, an id would depend on which API sent them first, and change with a
+    restart (a checkpoint's prefix digest is made of ids)."""
+    return key if api is Api.CHAT else b"r" + key
 
 
 def with_occurrences(digests: Iterable[str]) -> list[str]:

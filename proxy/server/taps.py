@@ -133,4 +133,9 @@ class ResponsesTap(_EventTap):
 
     @property
     def complete(self) -> bool:
-        return self.stream.status == "completed"
+        # `incomplete` (the output limit reached) is an end too: the client keeps that
+        # answer, and its usage anchors the next turn as a chat `finish_reason: length` does.
+        return self.stream.status in _ENDED
+
+
+_ENDED = ("completed", "incomplete")

@@ -41,6 +41,8 @@ def count_parts(content: Any) -> int:
         return 0
     if isinstance(content, str):
         return count_text(content)
+    if isinstance(content, Mapping) and content.get("type") == "computer_screenshot":
+        return image_tokens(content.get("image_url"), content.get("detail"))
     if not isinstance(content, list):
         return count_text(_value_text(content))
     total = 0
@@ -69,9 +71,12 @@ def chat_message_tokens(message: Mapping[str, Any]) -> int:
     total += count_parts(message.get("content"))
     if message.get("name"):
         total += count_text(str(message["name"])) + TOKENS_PER_NAME
-    for key in ("reasoning_content", "reasoning", "refusal"):
-        if isinstance(message.get(key), str):
-            total += count_text(message[key])
+    # One reasoning text under either name (vLLM sent both for a while): a template reads one.
+    reasoning = [message[k] for k in ("reasoning_content", "reasoning")
+                 if isinstance(message.get(k), str)]
+    total += count_text(max(reasoning, key=len)) if reasoning else 0
+    if isinstance(message.get("refusal"), str):
+        total += count_text(message["refusal"])
     for call in message.get("tool_calls") or ():
         if not isinstance(call, Mapping):
             continue

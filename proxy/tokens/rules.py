@@ -44,6 +44,9 @@ def content_tokens(content: Any, count: Count) -> int:
     if content is None:
         return 0
     if not isinstance(content, list):
+        # A computer_call_output's `output` is one part, a screenshot: an image, not its base64.
+        if isinstance(content, Mapping) and content.get("type") == "computer_screenshot":
+            return part_tokens(content, count)
         return count(json_text(content))
     return sum(part_tokens(part, count) for part in content)
 
@@ -62,9 +65,12 @@ def part_tokens(part: Any, count: Count) -> int:
         if isinstance(image, Mapping):
             return image_tokens(_str(image.get("url")), _str(image.get("detail")))
         return image_tokens(_str(image), None)
-    if kind == "input_image":
+    if kind in _IMAGE_PARTS:
         return image_tokens(_str(part.get("image_url")), _str(part.get("detail")))
     return count(json_text({k: v for k, v in part.items() if k != "type"}))
+
+
+_IMAGE_PARTS = ("input_image", "computer_screenshot")  # an image by its `image_url` string
 
 
 def _str(value: Any) -> str | None:
@@ -76,14 +82,23 @@ def chat_message_tokens(message: Mapping[str, Any], count: Count) -> int:
     name = message.get("name")
     if name:
         total += NAME + count(str(name))
-    for key in (*_REASONING_TEXT, "refusal"):
-        value = message.get(key)
-        if isinstance(value, str):
-            total += count(value)
+    reasoning = _reasoning_text(message)
+    if reasoning:
+        total += count(reasoning)
+    refusal = message.get("refusal")
+    if isinstance(refusal, str):
+        total += count(refusal)
     calls = message.get("tool_calls")
     if isinstance(calls, list):
         total += sum(chat_call_tokens(call, count) for call in calls)
     return total
+
+
+def _reasoning_text(message: Mapping[str, Any]) -> str:
+    """The reasoning a message sends back. Under both names (vLLM renamed `reasoning_content`
+    `reasoning` and sent both for a while) it is one text the upstream reads once: the longer."""
+    texts = [v for v in map(message.get, _REASONING_TEXT) if isinstance(v, str)]
+    return max(texts, key=len) if texts else ""
 
 
 def chat_call_tokens(call: Any, count: Count) -> int:
