@@ -66,7 +66,9 @@ def canonical_item(item: Mapping[str, Any]) -> dict[str, Any]:
 
 def content_chat(message: Mapping[str, Any]) -> dict[str, Any]:
     """A chat message's form as anchors compare it (`Identities.content_digest`)."""
-    return _compact_arguments(canonical_chat(message))
+    form = canonical_chat(message)
+    # Most answers are text: every request's usage is recorded, so they skip the walk.
+    return _compact_arguments(form) if "tool_calls" in form or "function_call" in form else form
 
 
 def _content_form(entry: Entry) -> dict[str, Any]:
