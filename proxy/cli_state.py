@@ -7,6 +7,7 @@ never write, and read alongside a running proxy. A problem is one line on stderr
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import sys
 import time
@@ -58,8 +59,7 @@ def inspect_thread(settings: Settings, thread_id: str) -> int:
     if not states:
         _error(f"no thread {thread_id!r} in {settings.state.path}")
         return 1
-    out = [state_as_data(state) for state in states]
-    sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
+    sys.stdout.write(_json_text([state_as_data(state) for state in states]) + "\n")
     return 0
 
 
@@ -68,6 +68,15 @@ def state_as_data(state: ThreadState) -> dict[str, Any]:
     data["key"] = {"tenant": state.key.tenant, "thread": state.key.thread}
     data.pop("extra", None)
     return data
+
+
+def _json_text(data: Any) -> str:
+    """Indented JSON. A stored text may hold a lone surrogate (the stores keep them, see
+    `proxy/store/jsoncodec.py`), which orjson refuses: then ASCII escapes, as it was stored."""
+    try:
+        return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(data, indent=2, ensure_ascii=True)
 
 
 def _read(settings: Settings, action: Callable[[StateDb], T]) -> T | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.records import ThreadKey
+from proxy.records import CompactionEvent, ThreadKey
 from proxy.store import SqliteStore
 from proxy.store.keys import thread_key_text
 from tests.process import cli, write_config
@@ -100,6 +100,20 @@ def test_a_missing_or_broken_database_is_an_error_and_left_as_it_was(tmp_path: P
     for command in (["threads"], ["inspect", "t1"]):
         assert_one_line_error(cli(*command, "--config", config), str(state / "state.db"))
     assert (state / "state.db").read_bytes() == b"not a database" * 100
+
+
+async def test_inspect_prints_a_checkpoint_that_holds_a_lone_surrogate(tmp_path: Path) -> None:
+    # The stores keep lone surrogates (a client's "\ud800" escape, restored verbatim in a
+    # checkpoint); orjson refuses to write them.
+    store = await filled(tmp_path / "state", ["t1"], keep_open=True)
+    restored = {"role": "user", "content": "half a pair: \ud800"}
+    await store.add_event(ThreadKey("tenant-a", "t1"), CompactionEvent(
+        3, "m3", "v1:d", {"role": "user", "content": "summary"}, restore_messages=(restored,)))
+    await store.close()
+    result = cli("inspect", "t1", "--config", config_for(tmp_path, tmp_path / "state"))
+    assert result.returncode == 0, result.stderr
+    [state] = json.loads(result.stdout)
+    assert state["event"]["restore_messages"] == [restored]
 
 
 async def test_reading_never_migrates_or_changes_the_journal_mode(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from proxy import jsonio
 from proxy.compaction import postcheck
 from proxy.compaction.apply import (SUMMARY_HEADER, build_event, finish, prefix_digest, project,
                                     rebuild, summary_body)
@@ -12,9 +13,10 @@ from proxy.compaction.cutoff import FULL, PARTIAL, Cutoff, choose_cutoff
 from proxy.compaction.restore import Restored, collect
 from proxy.compaction.summarizer import SummaryReply
 from proxy.compaction.trigger import Thresholds
-from proxy.conversation import Api, Kind, content_text, serialize
+from proxy.conversation import Api, Kind, content_text, entries_from, serialize
 from proxy.records import CompactionEvent
 from proxy.settings import RestoreSettings
+from proxy.store import jsoncodec
 from tests.factories import r_compaction
 from tests.test_compaction_support import (assistant, assistant_calls, conv, count, estimate,
                                            ids_of, measure, r_assistant, r_user, session,
@@ -305,3 +307,23 @@ def test_insufficient_error_says_what_was_measured_against_what() -> None:
     assert "the model's input limit: 4,000 tokens" in message
     assert "limit of 3,000" not in message, "the trigger is not the model's limit"
     assert "restore:" in message and "new thread" in message
+
+
+def test_restored_user_messages_with_a_lone_surrogate_are_carried_and_rebuilt() -> None:
+    # Clients send "\ud800" escapes that orjson refuses (proxy/jsonio.py); a user message is
+    # restored verbatim after its summary, so the made entries must serialize it too.
+    chat = [user(f"{m['content']} \ud800") if m["role"] == "user" else m for m in long_chat()]
+    entries = entries_from(Api.CHAT, chat, [jsonio.dumps(e) for e in chat])
+    ids = ids_of(entries)
+    cutoff = choose_cutoff(entries, [measure(e) for e in entries], TH, PARTIAL)
+    assert cutoff is not None
+    restored = collect(entries, cutoff, RestoreSettings(), count)
+    done = finish(entries, ids, cutoff, "THE SUMMARY", restored, estimate=estimate,
+                  measure=measure, trigger=TH.trigger, limit=TH.limit, tokens_before=10**6,
+                  strategy=PARTIAL, created_at=1.0, model="m", summarizer_model="s")
+    assert done.verdict.ok and done.event is not None and done.projection is not None
+    assert any("\ud800" in m["content"] for m in done.event.restore_messages)
+    stored = CompactionEvent.from_data(jsoncodec.loads(jsoncodec.dumps(done.event.to_data())))
+    rebuilt = rebuild(entries, ids, stored)
+    assert rebuilt is not None
+    assert serialize(rebuilt.projection) == serialize(done.projection)

@@ -1,4 +1,5 @@
-"""Writes that fail: a failed COMMIT keeps its own error, lost queued writes reach the log."""
+"""Writes that fail: a failed COMMIT keeps its own error, lost queued writes reach the log, and
+a request whose microcompaction mark cannot be written still gets its answer."""
 
 from __future__ import annotations
 
@@ -6,11 +7,16 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import httpx
+import orjson
 import pytest
 
 from proxy.records import ThreadKey
+from proxy.server.services import SERVICES
 from proxy.store import SqliteStore
 from proxy.store.sqlite_db import StateDb
+from proxy.testing.sessions import coding_session
+from tests.conftest import API_KEY
 from tests.test_store_sqlite import anchor
 
 KEY = ThreadKey("tenant-a", "thread-1")
@@ -106,3 +112,35 @@ def test_write_failures_are_reported_at_most_once_per_interval() -> None:
 def _secret_key(n: int) -> ThreadKey:
     return ThreadKey("t", f"SECRET-{n:03d}-" + "x" * 200)  # sorted: each row goes last
 
+
+
+# ------------------------------------------------------------------ through the proxy
+
+
+def test_a_microcompact_mark_the_full_disk_refuses_does_not_fail_the_request(
+        make_fake, make_proxy, loop_thread) -> None:
+    fake = make_fake()
+    proxy = make_proxy(fake, compaction={"microcompact": {"idle_seconds": 0, "keep_recent": 1}})
+    store = proxy.app[SERVICES].pipeline.store
+    messages = coding_session(60, seed=3)
+    assert _post(proxy, messages[:40]).status_code == 200
+
+    loop_thread.run(store.flush())  # the first request's thread row is on disk
+    db = store.store._require_db()
+    db.conn = FullDiskOnCommit(db.conn)  # type: ignore[assignment]
+    answer = _post(proxy, messages[:41])  # idle: old results are cleared, the mark is new
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-compaction"] == "applied"
+    [failed] = proxy.logs.events("microcompact_not_recorded")
+    assert failed["thread"] == "idle" and failed["error"] == "OperationalError"
+    assert not proxy.logs.events("unhandled_error")
+    [on_disk] = loop_thread.run(store.find("idle"))
+    cached = loop_thread.run(store.load(on_disk.key))
+    assert on_disk.microcompact is None and cached.microcompact is None, \
+        "the cache claims a mark that never reached the disk"
+
+
+def _post(proxy: Any, messages: list[dict[str, Any]]) -> httpx.Response:
+    return httpx.post(f"{proxy.base_url}/chat/completions", timeout=30,
+                      content=orjson.dumps({"model": "gpt-4o", "messages": messages}),
+                      headers={"x-thread-id": "idle", "authorization": f"Bearer {API_KEY}"})

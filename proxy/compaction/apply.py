@@ -23,8 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import orjson
-
+from proxy import jsonio
 from proxy.compaction import postcheck
 from proxy.compaction.cutoff import Cutoff, Previous
 from proxy.compaction.postcheck import Verdict
@@ -191,7 +190,8 @@ def _find_cut(ids: Sequence[str], event: CompactionEvent) -> tuple[int, str] | N
 def _made(api: Api, raw: dict[str, Any]) -> Entry:
     if _api_of(raw) is not api:
         raw = make_user(api, _text_of(raw)).raw
-    return entry_from(api, raw, orjson.dumps(raw, option=orjson.OPT_SORT_KEYS))
+    # Through jsonio: a restored user message may hold a lone surrogate, which orjson refuses.
+    return entry_from(api, raw, jsonio.dumps(raw, sort_keys=True))
 
 
 def _api_of(raw: dict[str, Any]) -> Api:

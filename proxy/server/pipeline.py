@@ -31,7 +31,7 @@ from proxy.inbound import Inbound, parse_inbound, with_entries
 from proxy.lru import Memo, WeightedLRU
 from proxy.outbound import build_body
 from proxy.projection import Built, Situation, View, build, view_of
-from proxy.records import ThreadKey, ThreadState
+from proxy.records import MicrocompactMark, ThreadKey, ThreadState
 from proxy.reparse import Known, known_of, reparse
 from proxy.server.compaction_flow import CompactionFlow
 from proxy.server.compactor import Compactor
@@ -43,6 +43,7 @@ from proxy.server.upstream import UpstreamClient
 from proxy.settings import Settings, UpstreamSettings
 from proxy.store import HistoryFiles, StateStore, create_history, create_store, thread_key_text
 from proxy.store.cached import CachedStore
+from proxy.store.failures import describe
 from proxy.store.keys import MAX_KEPT_CHARS
 from proxy.streams import chat_message, responses_output, usage_of
 from proxy.threads import ThreadIdentity, loggable
@@ -152,7 +153,7 @@ class Pipeline:
         cascade = built.cascade
         if (state is not None and key is not None and cascade.mark is not None
                 and cascade.mark != state.microcompact):
-            await self.store.set_microcompact(key, cascade.mark)
+            await self._keep_mark(prepared, key, cascade.mark)
         if prepared.attempt.placeholders is not None:
             built = replace(built, cascade=replace(
                 cascade, entries=prepared.attempt.placeholders(built.projection)[0]))
@@ -176,6 +177,16 @@ class Pipeline:
                  protected=built.protected,
                  **_stage_fields(built))
         return prepared
+
+    async def _keep_mark(self, prepared: Prepared, key: ThreadKey, mark: MicrocompactMark) -> None:
+        """Persist how far microcompaction reached. A mark the store refuses (a full disk) costs
+        only its stickiness: this request's projection is built, so the request goes on."""
+        try:
+            await self.store.set_microcompact(key, mark)
+        except Exception as error:  # noqa: BLE001 - whatever the store raised, as for checkpoints
+            if self.log is not None:  # as `usage_not_recorded`: the request stands
+                self.log.warning("microcompact_not_recorded",
+                                 thread=loggable(prepared.identity.thread), **describe(error))
 
     def _command(self, inbound: Inbound, key: ThreadKey | None) -> manual.ManualCommand | None:
         config = self.settings.compaction

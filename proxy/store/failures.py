@@ -23,7 +23,7 @@ class WriteFailures:
     def record(self, count: int, error: Exception, now: float) -> dict[str, Any] | None:
         """Note `count` lost writes; the fields of a line to log now, or None (rate limit)."""
         self._unreported += count
-        self._error = _describe(error)
+        self._error = describe(error)
         if self._reported_at is not None and now - self._reported_at < self.interval_s:
             return None
         self._reported_at = now
@@ -39,7 +39,8 @@ class WriteFailures:
         return fields
 
 
-def _describe(error: Exception) -> dict[str, Any]:
+def describe(error: Exception) -> dict[str, Any]:
+    """An error as log fields: its type, and its SQLite code when it has one."""
     described: dict[str, Any] = {"error": type(error).__name__}
     code = getattr(error, "sqlite_errorname", None)  # "SQLITE_FULL": a code, not a message
     if code:
