@@ -15,6 +15,8 @@ import pytest
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey
 from proxy.settings import StateSettings
 from proxy.store import ANCHORS_KEPT, SqliteStore, StoreError, create_store
+from proxy.store.reader import open_read_only
+from proxy.store.sqlite_db import StateDb
 
 KEY = ThreadKey("tenant-a", "thread-1")
 HOSTILE_IDS = [
@@ -281,3 +283,26 @@ def test_the_cached_states_quick_update_equals_dataclasses_replace() -> None:
     changed = _evolve(state, last_activity=5.0, last_estimate=9)
     assert changed == replace(state, last_activity=5.0, last_estimate=9)
     assert state.last_activity == 2.0 and changed is not state
+
+
+def test_a_load_reads_one_commit_while_the_owner_writes(tmp_path: Path) -> None:
+    # `inspect` reads beside the running proxy: a checkpoint committed between the load's
+    # statements must not show up beside the thread row from before it.
+    owner = StateDb.connect(tmp_path)
+    key = ThreadKey("tenant", "t")
+    owner.write(owner.add_event, key, event(1))
+    reader = open_read_only(tmp_path)
+    read_anchors = reader._anchors
+
+    def anchors_while_a_checkpoint_commits(k: ThreadKey) -> tuple:
+        owner.write(owner.add_event, key, event(2, "newer"), durable=True)
+        return read_anchors(k)
+
+    reader._anchors = anchors_while_a_checkpoint_commits  # type: ignore[method-assign]
+    try:
+        state = reader.load(key)
+        assert state.event is not None and state.event.seq == state.event_count == 1
+        assert reader.load(key).event_count == 2, "the next load sees the new commit"
+    finally:
+        reader.close()
+        owner.close()

@@ -161,18 +161,34 @@ class StateDb:
     # -- reads --------------------------------------------------------------------------
 
     def load(self, key: ThreadKey) -> ThreadState:
-        row = self.conn.execute(
-            "SELECT created_at, last_activity, last_estimate, event_count, microcompact "
-            "FROM threads WHERE tenant = ? AND thread = ?", key_args(key)).fetchone()
-        if row is None:
-            return ThreadState(key)
-        created_at, last_activity, last_estimate, event_count, microcompact = row
-        return ThreadState(
-            key, created_at=created_at, last_activity=last_activity,
-            anchors=self._anchors(key), event=self._latest_event(key), event_count=event_count,
-            microcompact=MicrocompactMark.from_data(jsoncodec.loads(microcompact))
-            if microcompact else None,
-            last_estimate=last_estimate)
+        with self._snapshot():
+            row = self.conn.execute(
+                "SELECT created_at, last_activity, last_estimate, event_count, microcompact "
+                "FROM threads WHERE tenant = ? AND thread = ?", key_args(key)).fetchone()
+            if row is None:
+                return ThreadState(key)
+            created_at, last_activity, last_estimate, event_count, microcompact = row
+            return ThreadState(
+                key, created_at=created_at, last_activity=last_activity,
+                anchors=self._anchors(key), event=self._latest_event(key),
+                event_count=event_count,
+                microcompact=MicrocompactMark.from_data(jsoncodec.loads(microcompact))
+                if microcompact else None,
+                last_estimate=last_estimate)
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """The reads inside see one commit. A reader beside the running proxy (`inspect`)
+        would otherwise see a thread's row from before a checkpoint and the checkpoint after."""
+        if self.conn.in_transaction:
+            yield
+            return
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if self.conn.in_transaction:
+                self.conn.execute("COMMIT")  # read only: nothing to write
 
     def _anchors(self, key: ThreadKey) -> tuple[Anchor, ...]:
         rows = self.conn.execute("SELECT data FROM anchors WHERE tenant = ? AND thread = ? "
