@@ -10,7 +10,7 @@ is added.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from typing import Any
 
@@ -20,34 +20,42 @@ from proxy.core.private import GEMINI_STAND_IN
 
 def with_reasoning_placeholders(entries: Sequence[Entry]) -> tuple[Entries, int]:
     """The entries with `reasoning_content: ""` where a current-loop call message lacks it."""
-    latest = latest_user_index(entries)
-    start = 0 if latest is None else latest + 1
-    out = list(entries)
-    added = 0
-    for i in range(start, len(out)):
-        entry = out[i]
-        if (entry.api is Api.CHAT and entry.kind is Kind.ASSISTANT and entry.calls
-                and not isinstance(entry.raw.get("reasoning_content"), str)):
-            out[i] = replaced(entry, {**entry.raw, "reasoning_content": ""})
-            added += 1
-    return tuple(out), added
+    return _loop_edited(entries, _with_reasoning_placeholder)
 
 
 def with_signature_stand_ins(entries: Sequence[Entry]) -> tuple[Entries, int]:
     """The entries with Gemini's stand-in signature on the first tool call of each current-loop
     step that has none (parallel calls: only the first carries one)."""
+    return _loop_edited(entries, _with_signature_stand_in)
+
+
+def _loop_edited(entries: Sequence[Entry],
+                 edit: Callable[[Entry], Entry | None]) -> tuple[Entries, int]:
+    """The entries with `edit` applied after the latest user message; how many it changed."""
     latest = latest_user_index(entries)
-    start = 0 if latest is None else latest + 1
     out = list(entries)
     added = 0
-    for i in range(start, len(out)):
-        entry = out[i]
-        calls = entry.raw.get("tool_calls") if entry.api is Api.CHAT else None
-        if (entry.kind is Kind.ASSISTANT and isinstance(calls, list) and calls
-                and isinstance(calls[0], dict) and not _signed(calls[0])):
-            out[i] = replaced(entry, {**entry.raw, "tool_calls": [_stood_in(calls[0]), *calls[1:]]})
+    for i in range(0 if latest is None else latest + 1, len(out)):
+        edited = edit(out[i])
+        if edited is not None:
+            out[i] = edited
             added += 1
     return tuple(out), added
+
+
+def _with_reasoning_placeholder(entry: Entry) -> Entry | None:
+    if (entry.api is Api.CHAT and entry.kind is Kind.ASSISTANT and entry.calls
+            and not isinstance(entry.raw.get("reasoning_content"), str)):
+        return replaced(entry, {**entry.raw, "reasoning_content": ""})
+    return None
+
+
+def _with_signature_stand_in(entry: Entry) -> Entry | None:
+    calls = entry.raw.get("tool_calls") if entry.api is Api.CHAT else None
+    if (entry.kind is Kind.ASSISTANT and isinstance(calls, list) and calls
+            and isinstance(calls[0], dict) and not _signed(calls[0])):
+        return replaced(entry, {**entry.raw, "tool_calls": [_stood_in(calls[0]), *calls[1:]]})
+    return None
 
 
 def _signed(call: dict[str, Any]) -> bool:
