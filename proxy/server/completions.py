@@ -86,7 +86,9 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
         line.set(status=response.status)
         line.mark_upstream()
         out_headers = client_response_headers(response.headers, prepared.response_headers)
-        encoding = answer_encoding(response.headers)  # None: plain, as the proxy asked
+        # None: plain, as the proxy asked (nearly always: the header is looked for in C first).
+        encoding = (answer_encoding(response.headers)
+                    if "Content-Encoding" in response.headers else None)
         if is_event_stream(response):
             peeked, error = await _peek(response, prepared.inbound, prepared.upstream, encoding)
             if error is not None:
