@@ -188,7 +188,7 @@ class StateDb:
             yield
         finally:
             if self.conn.in_transaction:
-                self.conn.execute("COMMIT")  # read only: nothing to write
+                self.conn.execute("ROLLBACK")  # read only: nothing to keep, nothing to fail
 
     def _anchors(self, key: ThreadKey) -> tuple[Anchor, ...]:
         rows = self.conn.execute("SELECT data FROM anchors WHERE tenant = ? AND thread = ? "
