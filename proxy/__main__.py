@@ -15,12 +15,14 @@ from aiohttp import web
 
 from proxy.settings import DEFAULT_CONFIG_PATH, ConfigError, Settings, load_settings, masked
 from proxy.store.base import StoreError
+from proxy.tokens.encoding import KNOWN_ENCODINGS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         settings = load_settings(args.config)
+        _check_tokenizers(settings)
     except ConfigError as error:
         print(f"compaction-proxy: invalid config {args.config}:", file=sys.stderr)
         for problem in error.problems:
@@ -29,6 +31,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     for warning in settings.warnings:
         print(f"compaction-proxy: warning: {args.config}: {warning}", file=sys.stderr)
     return int(args.run(settings, args) or 0)
+
+
+def _check_tokenizers(settings: Settings) -> None:
+    """A profile's `tokenizer` must name an encoding the proxy can load (the settings layer
+    does not know the tokenizers: checked here, for every command, as a config problem)."""
+    known = ", ".join(sorted(KNOWN_ENCODINGS))
+    problems = [f"models.{p.pattern}.tokenizer: unknown encoding {p.tokenizer!r} (known: {known})"
+                for p in settings.models if p.tokenizer and p.tokenizer not in KNOWN_ENCODINGS]
+    if problems:
+        raise ConfigError(problems)
 
 
 def _parser() -> argparse.ArgumentParser:

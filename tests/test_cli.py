@@ -418,3 +418,15 @@ def test_a_bad_port_flag_is_refused_before_anything_starts(tmp_path: Path, port:
     result = cli("serve", "--config", str(config), "--port", port)
     assert result.returncode == 2 and "argument --port" in result.stderr, result.stderr
     assert not (tmp_path / "state").exists()
+
+
+def test_a_tokenizer_that_names_no_known_encoding_is_a_config_error(tmp_path: Path) -> None:
+    # It would never load: every estimate would count with the fallback, without a word.
+    config = tmp_path / "tokenizer.yaml"
+    config.write_text(BASE + "models:\n  'gpt-4o*':\n    tokenizer: o200k\n"
+                             "  big:\n    tokenizer: cl100k_base\n")
+    for command in ("check-config", "serve"):
+        result = cli(command, "--config", str(config))
+        assert result.returncode == 1, (command, result.stderr)
+        assert "models.gpt-4o*.tokenizer: unknown encoding 'o200k' (known: " in result.stderr
+        assert "models.big" not in result.stderr

@@ -57,6 +57,9 @@ _FILES["p50k_edit"] = _FILES["p50k_base"]
 _FILES["o200k_harmony"] = _FILES["o200k_base"]
 # Encodings that are the same token for token as another, under a local name.
 _SAME_AS = {OFFLINE: _CL100K}
+# What a profile's `tokenizer` may name: any other name could never load, and would count
+# with the fallback without a word.
+KNOWN_ENCODINGS = frozenset({*_FILES, OFFLINE})
 
 
 class Quality(StrEnum):
