@@ -115,6 +115,10 @@ def test_upstream_overflow_buys_one_compaction_and_one_retry(make_fake, make_pro
     line = proxy.requests()[-1]
     assert line["retried"] == "context_overflow" and line["first_status"] == 400
     assert proxy.logs.events("compaction_started")[0]["forced"] is True
+    # Each compaction event names the tenant as the request line does: two tenants may use
+    # the same thread id.
+    for name in ("compaction_started", "compaction_completed"):
+        assert [e["tenant"] for e in proxy.logs.events(name)] == [line["tenant"]], name
 
 
 def test_overflow_that_compaction_cannot_fix_reaches_the_client(make_fake, make_proxy) -> None:
@@ -147,6 +151,7 @@ def test_post_check_failure_is_a_400_asking_for_a_new_thread(make_fake, make_pro
     assert not _main_requests(fake)
     failed = proxy.logs.events("compaction_failed")
     assert failed and failed[-1]["stage"] in ("post_check", "hysteresis")
+    assert {f["tenant"] for f in failed} == {proxy.requests()[-1]["tenant"]}
 
 
 def test_latest_user_message_too_long_to_restore_is_a_400_not_a_cut(make_fake, make_proxy) -> None:

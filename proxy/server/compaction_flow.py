@@ -172,7 +172,7 @@ class CompactionFlow:
         line.set(compaction_failed=stage)
         if self.log is not None:
             self.log.warning("compaction_failed", thread=loggable(prepared.identity.thread),
-                             stage=stage, error=reason, degraded=degraded,
+                             tenant=prepared.identity.tenant, stage=stage, error=reason, degraded=degraded,
                              retry_after_s=None if retry_after is None else round(retry_after, 3),
                              **extra)
 

@@ -92,6 +92,12 @@ class Job:
     forced: bool = False  # an upstream overflow bought this compaction
 
     @property
+    def who(self) -> dict[str, str]:
+        """The log fields that name the thread: its id and its tenant's digest (two tenants
+        may use the same id)."""
+        return {"thread": self.thread, "tenant": self.key.tenant}
+
+    @property
     def fits_without_compaction(self) -> bool:
         """Whether a failed compaction still lets the request go on with the cheap stages.
         After an upstream overflow the same projection must not go up again."""
@@ -185,7 +191,7 @@ class Compactor:
     def _detach(self, job: Job, task: asyncio.Task[CompactionEvent]) -> None:
         self._detached.add(task)
         task.add_done_callback(self._detached.discard)
-        self.log.info("compaction_detached", thread=job.thread, strategy=job.strategy)
+        self.log.info("compaction_detached", **job.who, strategy=job.strategy)
 
     def _left(self, job: Job, finished: asyncio.Task[CompactionEvent]) -> ClientLeft:
         """How the compaction of a client that left ended, for its request's line. The
@@ -199,7 +205,7 @@ class Compactor:
         if isinstance(error, CompactionFailed):
             return ClientLeft(None, error.stage)
         if not isinstance(error, (NothingToCompact, BreakerOpen)):
-            self.log.error("unhandled_error", thread=job.thread, detached=True, exc_info=error)
+            self.log.error("unhandled_error", **job.who, detached=True, exc_info=error)
         return ClientLeft(None, None)
 
     def _detached_field(self) -> dict[str, bool]:
@@ -229,7 +235,7 @@ class Compactor:
         trial = self._claim(job)
         healthy: bool | None = None
         try:
-            self.log.info("compaction_started", thread=job.thread, strategy=job.strategy,
+            self.log.info("compaction_started", **job.who, strategy=job.strategy,
                           tokens_before=job.tokens_before, cutoff_index=cutoff.index,
                           summarized_messages=len(cutoff.new_entries),
                           summarizer_calls=plan.steps, summarizer_model=summary_model,
@@ -316,14 +322,14 @@ class Compactor:
             return appended, None, appended.end
         except OSError as exc:
             reason = _describe(exc)
-            self.log.warning("compaction_failed", thread=job.thread, stage="offload",
+            self.log.warning("compaction_failed", **job.who, stage="offload",
                              error=reason, degraded=True, **self._detached_field())
             return None, reason, end  # anything ours left lies past it, for the next cut
 
     async def _discard_tail(self, job: Job, end: int) -> int:
         discarded = await self.history.discard_tail_async(job.key, end)
         if discarded.bytes:
-            self.log.warning("history_tail_discarded", thread=job.thread,
+            self.log.warning("history_tail_discarded", **job.who,
                              bytes=discarded.bytes, lines=discarded.lines, kept_bytes=end)
         return discarded.size
 
@@ -334,7 +340,7 @@ class Compactor:
 
     def _failed(self, job: Job, stage: str, reason: str, verdict: Any = None,
                 degraded: bool | None = None) -> CompactionFailed:
-        self.log.warning("compaction_failed", thread=job.thread, stage=stage, error=reason,
+        self.log.warning("compaction_failed", **job.who, stage=stage, error=reason,
                          degraded=_forwarded_anyway(job, stage) if degraded is None else degraded,
                          strategy=job.strategy, **self._detached_field())
         if self.metrics is not None:
@@ -345,7 +351,7 @@ class Compactor:
 
     def _completed(self, job: Job, event: CompactionEvent, finished: apply.Finished,
                    started: float, summarizer_ms: float) -> None:
-        self.log.info("compaction_completed", thread=job.thread, strategy=event.strategy,
+        self.log.info("compaction_completed", **job.who, strategy=event.strategy,
                       tokens_before=event.tokens_before, tokens_after=event.tokens_after,
                       cutoff_index=event.cutoff_index, cutoff_message_id=event.cutoff_message_id,
                       summary_tokens=finished.summary_tokens, restored=len(event.restore_messages),
