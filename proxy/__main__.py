@@ -49,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the proxy")
-    serve.add_argument("--host", help="listen address (overrides server.host)")
+    serve.add_argument("--host", type=_address, help="listen address (overrides server.host)")
     serve.add_argument("--port", type=_int_in(0, 65535), help="listen port (overrides server.port)")
     serve.set_defaults(run=_serve)
 
@@ -83,6 +83,13 @@ def _int_in(low: int, high: int | None = None) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"must be {span}, got {value}")
         return value
     return parse
+
+
+def _address(text: str) -> str:
+    """An argparse type: a listen address, not empty (an empty one used to be ignored)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
 
 
 def _check_config(settings: Settings, args: argparse.Namespace) -> int:

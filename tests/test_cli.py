@@ -430,3 +430,10 @@ def test_a_tokenizer_that_names_no_known_encoding_is_a_config_error(tmp_path: Pa
         assert result.returncode == 1, (command, result.stderr)
         assert "models.gpt-4o*.tokenizer: unknown encoding 'o200k' (known: " in result.stderr
         assert "models.big" not in result.stderr
+
+
+def test_an_empty_host_flag_is_refused_not_ignored(tmp_path: Path) -> None:
+    config = tmp_path / "ok.yaml"
+    config.write_text(BASE)
+    result = cli("serve", "--config", str(config), "--host", " ")
+    assert result.returncode == 2 and "argument --host: must not be empty" in result.stderr
