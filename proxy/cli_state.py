@@ -7,7 +7,6 @@ never write, and read alongside a running proxy. A problem is one line on stderr
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import sys
 import time
@@ -17,8 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypeVar
 
-import orjson
-
+from proxy import jsonio
 from proxy.records import ThreadState
 from proxy.settings import Settings
 from proxy.store import StateDb, StoreError, ThreadSummary, open_read_only, thread_key_text
@@ -59,7 +57,9 @@ def inspect_thread(settings: Settings, thread_id: str) -> int:
     if not states:
         _error(f"no thread {thread_id!r} in {settings.state.path}")
         return 1
-    sys.stdout.write(_json_text([state_as_data(state) for state in states]) + "\n")
+    # A stored text may hold a lone surrogate (see `proxy/store/jsoncodec.py`).
+    out = [state_as_data(state) for state in states]
+    sys.stdout.write(jsonio.dumps_indented(out) + "\n")
     return 0
 
 
@@ -68,15 +68,6 @@ def state_as_data(state: ThreadState) -> dict[str, Any]:
     data["key"] = {"tenant": state.key.tenant, "thread": state.key.thread}
     data.pop("extra", None)
     return data
-
-
-def _json_text(data: Any) -> str:
-    """Indented JSON. A stored text may hold a lone surrogate (the stores keep them, see
-    `proxy/store/jsoncodec.py`), which orjson refuses: then ASCII escapes, as it was stored."""
-    try:
-        return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
-    except orjson.JSONEncodeError:
-        return json.dumps(data, indent=2, ensure_ascii=True)
 
 
 def _read(settings: Settings, action: Callable[[StateDb], T]) -> T | None:

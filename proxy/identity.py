@@ -71,21 +71,22 @@ def content_chat(message: Mapping[str, Any]) -> dict[str, Any]:
     return _compact_arguments(form) if "tool_calls" in form or "function_call" in form else form
 
 
-def _content_form(entry: Entry) -> dict[str, Any]:
-    return _compact_arguments(canonical(entry))
-
-
 def _compact_arguments(form: dict[str, Any]) -> dict[str, Any]:
-    """`form` with tool-call arguments written compactly, their keys in the order they came.
+    """`form` with tool-call arguments written compactly, their keys in the order they came;
+    `form` itself when they already are.
 
     A client that parsed the arguments writes them back with its own spacing and escapes
     (LangChain's `json.dumps`: `", "`, `"\\u00e9"`); its echo is still the same call. Compact
     arguments, as most upstreams send them, come out unchanged, and so does the digest."""
     calls = form.get("tool_calls")
     if calls:
-        form = {**form, "tool_calls": [_compact_call(c) for c in calls]}
-    if "function_call" in form:  # the legacy single call
-        form = {**form, "function_call": _compact_call(form["function_call"])}
+        compact = [_compact_call(c) for c in calls]
+        if any(a is not b for a, b in zip(compact, calls)):
+            form = {**form, "tool_calls": compact}
+    legacy = form.get("function_call")  # the legacy single call
+    compact_legacy = _compact_call(legacy)
+    if compact_legacy is not legacy:
+        form = {**form, "function_call": compact_legacy}
     return _compact_call(form)  # a Responses call item holds its arguments itself
 
 
@@ -183,13 +184,16 @@ class Identities:
         found = entry.memo.get("content")
         if found is not None:
             return found
-        if entry.key is None:
-            found = digest_of(_content_form(entry))
-        else:
-            key = b"c" + _cache_key(entry.api, entry.key)
-            found = self._cache.get(key)
-            if found is None:
-                found = digest_of(_content_form(entry))
+        key = None if entry.key is None else b"c" + _cache_key(entry.api, entry.key)
+        found = None if key is None else self._cache.get(key)
+        if found is None:
+            form = canonical(entry)
+            compact = _compact_arguments(form)
+            # Nothing to ignore (no server id, compact arguments): the entry's own digest,
+            # most often known already, not a second hash of the same form.
+            found = (self.digest(entry) if compact is form and not entry.item_id
+                     else digest_of(compact))
+            if key is not None:
                 self._cache.put(key, found)
         entry.memo["content"] = found
         return found

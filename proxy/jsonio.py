@@ -42,3 +42,11 @@ def dumps(value: Any, *, sort_keys: bool = False) -> bytes:
 
 def dumps_text(value: Any) -> str:
     return dumps(value).decode()
+
+
+def dumps_indented(value: Any) -> str:
+    """Indented text, for people to read (`inspect`); what orjson refuses as ASCII escapes."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+    except (orjson.JSONEncodeError, TypeError):
+        return json.dumps(value, ensure_ascii=True, indent=2)

@@ -52,17 +52,15 @@ from proxy.tokens.estimate import TokenEstimator
 from proxy.usage import normalize
 
 
+# Per rejection: the sanitizer's policy, whether the current loop goes as the client sent it,
+# and what the retry adds where the current loop lacks it.
 _RETRY_POLICY = {
-    RetryAction.STRIP_BLOBS: (Policy.COMPACTED, False),
-    RetryAction.STAND_IN: (Policy.COMPACTED, False),
-    RetryAction.SIGNATURE_STAND_INS: (Policy.COMPACTED, False),
-    RetryAction.RESTORE_LOOP_BLOBS: (None, True),
-    RetryAction.DROP_PLAIN_REASONING: (Policy.PRIVATE_FREE, False),
-    RetryAction.REASONING_PLACEHOLDERS: (None, False),
-}
-_PLACEHOLDERS = {
-    RetryAction.REASONING_PLACEHOLDERS: with_reasoning_placeholders,
-    RetryAction.SIGNATURE_STAND_INS: with_signature_stand_ins,
+    RetryAction.STRIP_BLOBS: (Policy.COMPACTED, False, None),
+    RetryAction.STAND_IN: (Policy.COMPACTED, False, None),
+    RetryAction.SIGNATURE_STAND_INS: (Policy.COMPACTED, False, with_signature_stand_ins),
+    RetryAction.RESTORE_LOOP_BLOBS: (None, True, None),
+    RetryAction.DROP_PLAIN_REASONING: (Policy.PRIVATE_FREE, False, None),
+    RetryAction.REASONING_PLACEHOLDERS: (None, False, with_reasoning_placeholders),
 }
 
 
@@ -209,11 +207,11 @@ class Pipeline:
             rejection = private_state_rejection(status, body)
             if rejection is None or rejection.action not in _RETRY_POLICY:
                 return None
-            policy, keep_loop = _RETRY_POLICY[rejection.action]
+            policy, keep_loop, placeholders = _RETRY_POLICY[rejection.action]
             if keep_loop and not line.fields.get("checkpoint"):
                 return None  # the client's own blocks went up untouched: nothing to restore
             attempt = Attempt(policy=policy, keep_loop=keep_loop, reason=rejection.reason,
-                              placeholders=_PLACEHOLDERS.get(rejection.action))
+                              placeholders=placeholders)
         if self.log is not None:
             self.log.info("upstream_retry", thread=loggable(prepared.identity.thread),
                           reason=attempt.reason, status=status)
