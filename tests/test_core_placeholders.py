@@ -72,7 +72,7 @@ def test_a_gemini_loop_without_signatures_passes_with_the_stand_ins(elements: li
 
 
 @given(conversations("chat"))
-def test_a_thinking_loop_without_reasoning_passes_with_the_placeholders(elements: list) -> None:
+def test_a_thinking_thread_without_reasoning_passes_with_the_placeholders(elements: list) -> None:
     sent = [{k: v for k, v in e.items() if k != "reasoning_content"} for e in elements]
     out, added = with_reasoning_placeholders(chat(*sent))
     assert deepseek_reasoning(wire(out), SIGNER) is None

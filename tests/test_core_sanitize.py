@@ -48,12 +48,32 @@ def test_cheap_clears_the_past_and_keeps_the_current_loop_as_sent() -> None:
     entries = _history()
     out = sanitize(entries, Policy.CHEAP)
     body = wire(out.entries)
-    assert set(body[1]) == {"role", "content", "tool_calls"}
+    # The first turn made a tool call: its plain reasoning stays (DeepSeek wants it back).
+    assert set(body[1]) == {"role", "content", "tool_calls", "reasoning_content"}
     assert "extra_content" not in body[1]["tool_calls"][0]
-    assert set(body[3]) == {"role", "content"}
+    assert body[3] == {"role": "assistant", "content": "answer", "reasoning": "why",
+                       "reasoning_details": [SUMMARY]}
     assert out.entries[5] is entries[5] and out.entries[4] is entries[4]
     assert out.blobs == {"reasoning_details": 1, "thinking_blocks": 1, "thought_signature": 1}
-    assert out.plain == {"reasoning_content": 1, "reasoning": 1, "reasoning_details": 1}
+    assert out.plain == {}
+
+
+@pytest.mark.parametrize("policy", [Policy.CHEAP, Policy.COMPACTED, Policy.COMPACTED_KEEP_LOOP])
+def test_past_plain_reasoning_stays_only_in_turns_that_made_tool_calls(policy: Policy) -> None:
+    entries = chat(user("chat only"), assistant("hi", reasoning_content="idle thought"),
+                   user("use a tool"), assistant_calls(read("a"), reasoning_content="call thought"),
+                   tool_result("a"), assistant("done", reasoning_content="closing thought"),
+                   user("now"), assistant_calls(read("b"), reasoning_content="loop thought"),
+                   tool_result("b"))
+    out = sanitize(entries, policy)
+    body = wire(out.entries)
+    assert "reasoning_content" not in body[1]
+    assert [body[i]["reasoning_content"] for i in (3, 5, 7)] == ["call thought", "closing thought",
+                                                                 "loop thought"]
+    assert out.plain == {"reasoning_content": 1}
+    assert check_chat({"messages": body}, "deepseek-thinking") is None
+    private_free = wire(sanitize(entries, Policy.PRIVATE_FREE).entries)
+    assert not any("reasoning_content" in m for m in private_free)
 
 
 def test_compacted_drops_blobs_keeps_loop_plain_text_and_stands_in_for_gemini() -> None:
@@ -67,7 +87,7 @@ def test_compacted_drops_blobs_keeps_loop_plain_text_and_stands_in_for_gemini() 
 def test_keep_loop_keeps_the_current_loop_exactly() -> None:
     entries = _history()
     out = sanitize(entries, Policy.COMPACTED_KEEP_LOOP)
-    assert out.entries[5] is entries[5] and "reasoning_content" not in wire(out.entries)[1]
+    assert out.entries[5] is entries[5] and "reasoning_details" not in wire(out.entries)[1]
 
 
 def test_private_free_leaves_no_reasoning_and_no_stand_ins() -> None:

@@ -206,9 +206,13 @@ def test_deepseek_thinking_requires_reasoning_on_current_turn_calls() -> None:
     assert check_chat(with_reasoning, "deepseek-thinking") is None
 
 
-def test_deepseek_thinking_ignores_earlier_turns() -> None:
+def test_deepseek_thinking_wants_earlier_turns_tool_call_reasoning_too() -> None:
     earlier = body(user("hi"), assistant_calls("c1"), tool_result("c1"), assistant("ok"), user("more"))
-    assert check_chat(earlier, "deepseek-thinking") is None
+    found = error(check_chat(earlier, "deepseek-thinking"))
+    assert found["message"] == "The `reasoning_content` in the thinking mode must be passed back to the API."
+    sent_back = body(user("hi"), assistant_calls("c1", reasoning_content="r"), tool_result("c1"),
+                     assistant("ok"), user("more"))
+    assert check_chat(sent_back, "deepseek-thinking") is None
 
 
 def test_deepseek_uses_its_own_pairing_texts() -> None:

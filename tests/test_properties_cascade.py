@@ -1,7 +1,7 @@
 """The cascade's promises checked against what the input alone says (SPEC §4, §7.2, §7.3).
 
 - A compacted projection (`compacted=True`) carries no chain-bound blob (Gemini's stand-in
-  aside) and no past plain reasoning; the current loop keeps its plain reasoning as sent, all
+  aside) and past plain reasoning only in turns that made tool calls, as sent; the current loop keeps its plain reasoning as sent, all
   of it under `keep_loop`; and every chat dialect still accepts it.
 - Nothing to change (valid, not compacted, everything inside the window, or no stage found
   anything): the client's own entries come back.
@@ -109,15 +109,36 @@ def _private(raw: dict[str, Any]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- compacted projections
 
+def _turns_with_calls(body: list[dict[str, Any]]) -> set[int]:
+    """Indexes of the messages whose turn (between two user messages) made a tool call."""
+    found: set[int] = set()
+    turn: list[int] = []
+    for i, element in enumerate([*body, {"role": "user"}]):
+        if element.get("role") == "user":
+            if any(body[j].get("tool_calls") for j in turn):
+                found.update(turn)
+            turn = []
+        else:
+            turn.append(i)
+    return found
+
+
 @given(compacted_cases())
-def test_a_compacted_projection_has_no_past_reasoning_and_no_blob(case: tuple) -> None:
+def test_a_compacted_projection_has_no_blob_and_past_plain_reasoning_only_in_tool_turns(
+        case: tuple) -> None:
     api, elements, context = case
     entries, result = _run(api, elements, context)
     body = wire(result.entries)
     latest = _latest_user(body)
+    tool_turns = _turns_with_calls(body)
     for i, element in enumerate(body[:latest]):
-        assert not _blobs(element) and not _plain(element), (i, element)
+        assert not _blobs(element), (i, element)
         assert not _signatures(element), (i, element)  # no stand-in in the past either
+        if _plain(element):
+            # DeepSeek wants a tool-using turn's reasoning back in every later request.
+            origin = result.origins[i]
+            assert api == "chat" and i in tool_turns and origin is not None, (i, element)
+            assert {k: element.get(k) for k in PLAIN} == {k: entries[origin].raw.get(k) for k in PLAIN}
     for i, element in enumerate(body[latest:], latest):
         if context.keep_loop:
             origin = result.origins[i]

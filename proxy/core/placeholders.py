@@ -1,11 +1,12 @@
 """Placeholders: the retries for providers that demand private state back in the current loop.
 
-DeepSeek and Kimi thinking modes reject a current-loop assistant tool-call message without
-`reasoning_content` (PROTOCOL.md §4.4). When the client did not keep it, the reasoning is gone;
-an empty string is the documented way clients satisfy the check. Gemini rejects a current-loop
-step whose first tool call lacks a `thought_signature` (§4.6); its documented stand-in goes
-there. Only chat messages after the latest user message are touched, and only that one field
-is added.
+DeepSeek and Kimi thinking modes reject an assistant tool-call message without
+`reasoning_content` (PROTOCOL.md §4.4; DeepSeek's guide: in every later request, past turns'
+too). When the client did not keep it, the reasoning is gone; an empty string is the documented
+way clients satisfy the check, so it goes on every chat tool-call message that lacks one.
+Gemini rejects a current-loop step whose first tool call lacks a `thought_signature` (§4.6);
+its documented stand-in goes there, on chat messages after the latest user message only. Only
+that one field is added.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from proxy.core.private import GEMINI_STAND_IN
 
 
 def with_reasoning_placeholders(entries: Sequence[Entry]) -> tuple[Entries, int]:
-    """The entries with `reasoning_content: ""` where a current-loop call message lacks it."""
-    return _loop_edited(entries, _with_reasoning_placeholder)
+    """The entries with `reasoning_content: ""` where a tool-call message lacks it."""
+    return _edited(entries, 0, _with_reasoning_placeholder)
 
 
 def with_signature_stand_ins(entries: Sequence[Entry]) -> tuple[Entries, int]:
@@ -33,9 +34,15 @@ def _loop_edited(entries: Sequence[Entry],
                  edit: Callable[[Entry], Entry | None]) -> tuple[Entries, int]:
     """The entries with `edit` applied after the latest user message; how many it changed."""
     latest = latest_user_index(entries)
+    return _edited(entries, 0 if latest is None else latest + 1, edit)
+
+
+def _edited(entries: Sequence[Entry], start: int,
+            edit: Callable[[Entry], Entry | None]) -> tuple[Entries, int]:
+    """The entries with `edit` applied from `start` on; how many it changed."""
     out = list(entries)
     added = 0
-    for i in range(0 if latest is None else latest + 1, len(out)):
+    for i in range(start, len(out)):
         edited = edit(out[i])
         if edited is not None:
             out[i] = edited

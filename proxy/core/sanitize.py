@@ -11,10 +11,15 @@ Policies, by where an entry sits: before the latest user message ("past") or aft
 current tool loop):
 | policy              | past            | current tool loop                                      |
 | TRANSPARENT         | untouched       | untouched                                              |
-| CHEAP               | both kinds gone*| untouched, except chain-bound items whose chain changed |
-| COMPACTED           | both kinds gone | blobs gone, Gemini stand-in signatures, plain kept     |
+| CHEAP               | both kinds gone*†| untouched, except chain-bound items whose chain changed |
+| COMPACTED           | both kinds gone†| blobs gone, Gemini stand-in signatures, plain kept     |
 | COMPACTED_KEEP_LOOP | both kinds gone | untouched (the retry after a missing-thinking error)   |
 | PRIVATE_FREE        | both kinds gone | both kinds gone, no stand-ins                          |
+† Except plain reasoning in a past turn that made tool calls: DeepSeek's thinking mode wants the
+`reasoning_content` of every assistant message between two user messages that made tool calls
+back "in all subsequent" requests, or answers 400 (its thinking-mode guide), so such a turn's
+plain reasoning stays as the client sent it. SPEC §7.2 drops it on the premise that no provider
+needs past turns' reasoning; DeepSeek does.
 PRIVATE_FREE also removes LiteLLM's `provider_specific_fields` everywhere: it is the policy of
 summarizer requests, history files and the retry after a strict upstream rejected such fields.
 * A Responses `compaction` item stands for all the history before it (PROTOCOL.md §4.2: opaque,
@@ -52,6 +57,7 @@ _NOTHING = Rule(blobs=False, plain=False)
 _EVERYTHING = Rule(blobs=True, plain=True)
 _NO_PRIVATE_STATE = Rule(blobs=True, plain=True, extras=True)
 _BLOBS_WITH_STAND_INS = Rule(blobs=True, plain=False, stand_in=True)
+_BLOBS = Rule(blobs=True, plain=False)
 _LOOP_RULE = {
     Policy.TRANSPARENT: _NOTHING,
     Policy.CHEAP: _NOTHING,
@@ -89,8 +95,10 @@ def sanitize(entries: Sequence[Entry], policy: Policy, *, changed_at: int | None
     past = 0 if latest is None else latest  # entries[:past] come before the latest user message
     loop_rule = _LOOP_RULE[policy]
     tally = private.Tally()
-    past_rule = _NO_PRIVATE_STATE if policy is Policy.PRIVATE_FREE else _EVERYTHING
-    stripped = _stripped(entries, past, past_rule, loop_rule, tally)
+    private_free = policy is Policy.PRIVATE_FREE
+    past_rule = _NO_PRIVATE_STATE if private_free else _EVERYTHING
+    past_calls_rule = _NO_PRIVATE_STATE if private_free else _BLOBS
+    stripped = _stripped(entries, past, (past_rule, past_calls_rule), loop_rule, tally)
     doomed = _doomed_items(stripped, past, loop_rule, policy, changed_at, tally)
     if not doomed and stripped is entries:
         return Sanitized(entries, tuple(range(len(entries))), policy)
@@ -104,19 +112,40 @@ def sanitize(entries: Sequence[Entry], policy: Policy, *, changed_at: int | None
                      tally.stand_ins, dropped.ids_removed)
 
 
-def _stripped(entries: Entries, past: int, past_rule: Rule, loop_rule: Rule,
+def _stripped(entries: Entries, past: int, past_rules: tuple[Rule, Rule], loop_rule: Rule,
               tally: private.Tally) -> Entries:
     """The chat messages without the private fields their rule removes; the very same tuple
     when no message had any (`strippable` is memoized, so that is the common, cheap case)."""
     out: list[Entry] | None = None
+    calling: list[bool] | None = None
     for i, entry in enumerate(entries):
         if entry.kind is not ASSISTANT or entry.api is not CHAT or not private.strippable(entry):
             continue  # only chat assistant messages carry private fields
-        stripped = private.strip_message(entry, past_rule if i < past else loop_rule, tally)
+        if i < past:
+            calling = _turns_with_calls(entries, past) if calling is None else calling
+            rule = past_rules[calling[i]]
+        else:
+            rule = loop_rule
+        stripped = private.strip_message(entry, rule, tally)
         if stripped is not entry:
             out = list(entries) if out is None else out
             out[i] = stripped
     return entries if out is None else tuple(out)
+
+
+def _turns_with_calls(entries: Entries, past: int) -> list[bool]:
+    """For each entry before `past`, whether its turn (the span between two user messages)
+    has an assistant message that made tool calls."""
+    marks = [False] * past
+    start, calls = 0, False
+    for i in range(past + 1):
+        if i == past or entries[i].kind is Kind.USER:
+            if calls:
+                marks[start:i] = [True] * (i - start)
+            start, calls = i + 1, False
+        elif entries[i].calls:
+            calls = True
+    return marks
 
 
 def _doomed_items(entries: Entries, past: int, loop_rule: Rule, policy: Policy,

@@ -129,8 +129,9 @@ def _is_json(text: str) -> bool:
 # ---------------------------------------------------------------- semantic rules (after pairing)
 
 def deepseek_reasoning(messages: Messages, _: Signer) -> Rejection | None:
-    """Thinking mode: current-turn tool-call messages must carry `reasoning_content` [OBS]."""
-    for message in messages[_latest_user(messages) + 1:]:
+    """Thinking mode: every tool-call message must carry `reasoning_content`, past turns' too:
+    the guide wants a tool-using turn's reasoning back "in all subsequent" requests [DOC]."""
+    for message in messages:
         if _tool_calls(message) and not isinstance(message.get("reasoning_content"), str):
             return rejections.deepseek("The `reasoning_content` in the thinking mode must be passed "
                                        "back to the API.")
