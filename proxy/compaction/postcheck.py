@@ -3,7 +3,9 @@
 Two checks, both pure: `check_reply` on each summarizer answer (empty, cut short by
 `finish_reason: length`, or unusable), and `check_projection` on the new projection's estimate,
 re-measured from content. A failure names its stage so the log and the error say what broke:
-`summary` (empty, truncated, too large alone, or not making the projection smaller), `restore`
+`summary` (empty, truncated, too large alone, or not making the projection smaller: that last
+one is flagged `summary_grew`, which the server treats as a failed summary when the thread was
+over the trigger), `restore`
 (the restored files/plan/messages are what pushes it over; the user's latest message among
 them is never cut, so one that cannot fit beside the summary ends here), `message` (one kept
 message alone cannot fit), `projection` (summary plus the kept tail still above the trigger).
@@ -34,6 +36,9 @@ class Verdict:
     tokens: int | None = None  # the projection's estimate after compaction
     trigger: int | None = None
     limit: int | None = None  # the model's usable input
+    # The summary alone left the projection no smaller, with nothing else to blame: a failed
+    # summary (SPEC §5), as an empty or cut-short one is, rather than a conversation too big.
+    summary_grew: bool = False
 
     def error(self) -> CompactionInsufficient:
         return insufficient(f"{self.stage}: {self.reason}", self.tokens, self.trigger, self.limit)
@@ -74,18 +79,20 @@ def check_projection(*, tokens_before: int, tokens_after: int, trigger: int, lim
                      summary_tokens: int, restore_tokens: int, tail_sizes: Sequence[int],
                      restored: str = "the restored files and messages") -> Verdict:
     """`restored` names what the restore messages hold, for the reason."""
-    def failed(stage: str, reason: str) -> Verdict:
-        return Verdict(False, stage, reason, tokens_after, trigger, limit)
+    def failed(stage: str, reason: str, summary_grew: bool = False) -> Verdict:
+        return Verdict(False, stage, reason, tokens_after, trigger, limit, summary_grew)
 
+    largest = max(tail_sizes, default=0)
     if tokens_after >= tokens_before:
         if restore_tokens and tokens_after - restore_tokens < tokens_before:
             return failed(RESTORE, f"{restored} ({restore_tokens:,} tokens) leave the context "
                                    f"no smaller ({tokens_before:,} -> {tokens_after:,} tokens)")
-        return failed(SUMMARY, f"it did not make the context smaller ({tokens_before:,} -> "
-                               f"{tokens_after:,} tokens)")
+        # A kept message that alone breaks the trigger is the cause whatever the summary did.
+        return failed(SUMMARY, "the summary did not make the context smaller "
+                               f"({tokens_before:,} -> {tokens_after:,} tokens)",
+                      summary_grew=largest <= trigger)
     if tokens_after <= trigger:
         return OK
-    largest = max(tail_sizes, default=0)
     if largest > trigger:
         return failed(MESSAGE, f"one recent message alone has about {largest:,} tokens, more "
                                "than the trigger")

@@ -146,16 +146,25 @@ def _read_chat(doc: Mapping[str, Any]) -> SummaryReply:
         return SummaryReply("", "error")
     message = choices[0].get("message") or {}
     text = _text(message.get("content")) if isinstance(message, dict) else ""
-    usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
-    return SummaryReply(text, choices[0].get("finish_reason"), usage.get("completion_tokens"))
+    finish = choices[0].get("finish_reason")
+    return SummaryReply(text, finish if isinstance(finish, str) else None,
+                        _usage_count(doc, "completion_tokens"))
 
 
 def _read_responses(doc: Mapping[str, Any]) -> SummaryReply:
-    texts = [_text(item.get("content")) for item in doc.get("output") or []
+    output = doc.get("output")
+    texts = [_text(item.get("content")) for item in (output if isinstance(output, list) else [])
              if isinstance(item, dict) and item.get("type") == "message"]
-    usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
     return SummaryReply("\n".join(t for t in texts if t), _responses_finish(doc),
-                        usage.get("output_tokens"))
+                        _usage_count(doc, "output_tokens"))
+
+
+def _usage_count(doc: Mapping[str, Any], key: str) -> int | None:
+    """A count the summarizer's upstream reported; None for anything but a whole number (the
+    caller adds them up, and an upstream's odd answer must not break the compaction)."""
+    usage = doc.get("usage")
+    value = usage.get(key) if isinstance(usage, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _responses_finish(doc: Mapping[str, Any]) -> str:

@@ -244,7 +244,11 @@ class Compactor:
             healthy = outcome.text is not None
             if outcome.text is None:
                 raise self._failed(job, "summarize", outcome.error)
-            finished = self._finish(job, cutoff, outcome.text, restored, summary_model)
+            try:
+                finished = self._finish(job, cutoff, outcome.text, restored, summary_model)
+            except CompactionFailed as failed:
+                healthy = failed.stage != "summarize"
+                raise
             healthy = None  # until the write says
             written, cancelled = await _to_the_end(self._checkpoint(job, cutoff, finished.event))
             healthy = written.exception() is None
@@ -258,14 +262,20 @@ class Compactor:
 
     def _finish(self, job: Job, cutoff: Cutoff, summary: str, restored: restore.Restored,
                 summary_model: str) -> apply.Finished:
-        """The summary spliced in and post-checked; raises CompactionFailed("post_check")."""
+        """The summary spliced in and post-checked; raises CompactionFailed (post_check, or
+        summarize for a summary no smaller)."""
         finished = apply.finish(
             job.entries, job.ids, cutoff, summary, restored, estimate=job.estimate,
             measure=job.estimator.entry_tokens, trigger=job.thresholds.trigger,
             limit=job.thresholds.limit, tokens_before=job.tokens_before, strategy=job.strategy,
             created_at=self.clock(), model=job.model, summarizer_model=summary_model)
-        if not finished.verdict.ok or finished.event is None:
-            raise self._failed(job, "post_check", finished.verdict.reason, finished.verdict)
+        verdict = finished.verdict
+        if verdict.summary_grew and job.tokens_before > job.thresholds.trigger:
+            # Over the trigger the summarized part is most of the context: a summary no smaller
+            # failed like an empty one (SPEC §5); degrade and count it (§9), no 400.
+            raise self._failed(job, "summarize", verdict.reason)
+        if not verdict.ok or finished.event is None:
+            raise self._failed(job, "post_check", verdict.reason, verdict)
         return finished
 
     async def _summarize(self, job: Job, plan: SummaryPlan,
