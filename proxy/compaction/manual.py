@@ -115,6 +115,13 @@ def nothing_text(tokens: int, *, compacted_before: bool = True) -> str:
             f"last compaction (about {tokens:,} tokens now).")
 
 
+def no_thread_text(headers: tuple[str, ...]) -> str:
+    named = " or ".join(f"`{h}`" for h in headers) or "a thread header"
+    return (f"{MARKER} Nothing was compacted: this request names no thread, so the proxy keeps "
+            f"no state for it. Send a thread id ({named}) with every request of the "
+            "conversation to compact it.")
+
+
 def unchanged_text(reason: str, tokens: int) -> str:
     return (f"{MARKER} Nothing was compacted: {reason}. The conversation is unchanged and "
             f"still below the compaction trigger (about {tokens:,} tokens now).")

@@ -33,6 +33,7 @@ from proxy.outbound import build_body
 from proxy.projection import Built, Situation, View, build, view_of
 from proxy.records import MicrocompactMark, ThreadKey, ThreadState
 from proxy.reparse import Known, known_of, reparse
+from proxy.server import manual_answer
 from proxy.server.compaction_flow import CompactionFlow
 from proxy.server.compactor import Compactor
 from proxy.server.prepared import Attempt, Prepared
@@ -127,10 +128,12 @@ class Pipeline:
         known = known_of(inbound) if key is not None else None
         if known is not None:
             self._recent.put(key, known)
+        command = self._command(inbound)
+        if command is not None and key is None:
+            return self._no_thread_command(prepared, line)
         state = await self.store.load(key) if key else None
         view = self._view(inbound, prepared.context)
         situation = self._situation(inbound, estimator, state, attempt)
-        command = self._command(inbound, key)
         if command is not None:
             return await self.flow.manual_compact(prepared, view, situation, state, command, line)
         built = build(view, state.event if state else None, situation)
@@ -186,11 +189,21 @@ class Pipeline:
                 self.log.warning("microcompact_not_recorded",
                                  thread=loggable(prepared.identity.thread), **describe(error))
 
-    def _command(self, inbound: Inbound, key: ThreadKey | None) -> manual.ManualCommand | None:
+    def _command(self, inbound: Inbound) -> manual.ManualCommand | None:
         config = self.settings.compaction
-        if not config.enabled or key is None or inbound.entries is None:
+        if not config.enabled or inbound.entries is None:
             return None
         return manual.detect(inbound.entries, config.manual_command)
+
+    def _no_thread_command(self, prepared: Prepared, line: RequestLine) -> Prepared:
+        """`/compact` on a request without a thread: answered, not sent to the model (the
+        command is no message for it, and there is no state to compact)."""
+        text = manual.no_thread_text(self.settings.threads.headers)
+        seed = f"{prepared.identity.tenant}\0\0{len(prepared.inbound.entries or ())}"
+        prepared.answer = manual_answer.answer(prepared.inbound, text, seed, {"x-compaction": "none"})
+        line.set(manual_compact=True, compaction="none", note="no thread: nothing to compact")
+        prepared.response_headers = {"x-compaction": "none"}
+        return prepared
 
 
     # ---------------------------------------------------------------- one retry
