@@ -50,6 +50,7 @@ from proxy.threads import ThreadIdentity, loggable
 from proxy.tokens.encoding import encoding_name, tokenizer_for
 from proxy.tokens.estimate import TokenEstimator
 from proxy.tokens.images import image_rule
+from proxy.tokens.rules import request_definitions
 from proxy.usage import normalize
 
 
@@ -296,7 +297,8 @@ class Pipeline:
         command = config.manual_command if config.enabled else None
         assert inbound.entries is not None
         return view_of(inbound.entries, self.identities, command, tools=inbound.doc.get("tools"),
-                       instructions=inbound.doc.get("instructions"), context=context)
+                       instructions=inbound.doc.get("instructions"), context=context,
+                       definitions=request_definitions(inbound.doc))
 
     def _situation(self, inbound: Inbound, estimator: TokenEstimator,
                    state: ThreadState | None, attempt: Attempt) -> Situation:
@@ -325,7 +327,8 @@ class Pipeline:
 
     def _context(self, inbound: Inbound) -> bytes:
         doc = inbound.doc
-        return anchors.context_bytes(doc.get("tools"), doc.get("instructions"), inbound.model)
+        return anchors.context_bytes(doc.get("tools"), doc.get("instructions"), inbound.model,
+                                     request_definitions(doc))
 
     @staticmethod
     def _tap_factory(api: Api, hide_usage: bool) -> Callable[[], StreamTap]:

@@ -5,7 +5,7 @@ The units serve twice: their sum is the prompt's reference token count (exactly 
 are the prefixes of the simulated prompt cache. Counts are cached by the digest of each unit's
 canonical JSON (and the model's media costs, which a message's count depends on), so a long
 conversation costs tokenizing only its new messages, which keeps the fake from being the
-bottleneck of a benchmark.
+bottleneck of a benchmark. Legacy `functions` and a response schema are one unit, beside tools.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from proxy.testing.reference_tokens import (
     TOKENS_PER_MESSAGE,
     chat_message_tokens,
     count_text,
+    definitions_tokens,
     responses_item_tokens,
     tools_tokens,
 )
@@ -59,7 +60,11 @@ class PromptUnits:
 
     def _tools(self, body: Mapping[str, Any]) -> list[Unit]:
         tools = body.get("tools")
-        return [self._unit(b"tools", tools, tools_tokens)] if tools else []
+        units = [self._unit(b"tools", tools, tools_tokens)] if tools else []
+        definitions = {k: body[k] for k in _DEFINITIONS if k in body}
+        if definitions:
+            units.append(self._unit(b"definitions", definitions, definitions_tokens))
+        return units
 
     def _unit(self, kind: bytes, value: Any, count: Callable[..., int],
               model: str | None = None) -> Unit:
@@ -72,6 +77,9 @@ class PromptUnits:
             tokens = count(value) if model is None else count(value, model)
             self._tokens.put(key, tokens)
         return digest, tokens
+
+
+_DEFINITIONS = ("functions", "response_format", "text")
 
 
 def _text_message_tokens(text: str) -> int:

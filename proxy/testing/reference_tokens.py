@@ -3,7 +3,8 @@
 It follows OpenAI's published counting recipe (the cookbook's `num_tokens_from_messages` and
 its tool-definition rule; PROTOCOL.md §7) with the bundled cl100k_base, extended the obvious
 way where the recipe is silent (tool calls, content parts, Responses items). Images, audio and
-files cost what the model's rules say (`reference_media`). It is the yardstick the proxy's estimate is tested against,
+files cost what the model's rules say (`reference_media`), legacy `functions` the tool rule and
+a response schema its JSON text. It is the yardstick the proxy's estimate is tested against,
 written independently of the estimator.
 """
 
@@ -115,11 +116,25 @@ def tools_tokens(tools: Iterable[Any] | None) -> int:
     return total + 12
 
 
+def definitions_tokens(body: Mapping[str, Any]) -> int:
+    """Legacy chat `functions` (function definitions, as tools) and a `json_schema` response
+    format (chat `response_format`, Responses `text.format`) as its JSON text."""
+    total = 0
+    functions = body.get("functions")
+    if isinstance(functions, list) and functions:
+        total += tools_tokens([{"type": "function", "function": f} for f in functions])
+    text = body.get("text")
+    schema = text.get("format") if isinstance(text, Mapping) else body.get("response_format")
+    if isinstance(schema, Mapping) and schema.get("type") == "json_schema":
+        total += count_text(_value_text(schema))
+    return total
+
+
 def chat_prompt_tokens(body: Mapping[str, Any]) -> int:
     messages = body.get("messages") or []
     model = str(body.get("model", ""))
     total = sum(chat_message_tokens(m, model) for m in messages if isinstance(m, Mapping))
-    return total + REPLY_PRIMING + tools_tokens(body.get("tools"))
+    return total + REPLY_PRIMING + tools_tokens(body.get("tools")) + definitions_tokens(body)
 
 
 def responses_item_tokens(item: Mapping[str, Any], model: str = "") -> int:
@@ -148,4 +163,4 @@ def responses_prompt_tokens(body: Mapping[str, Any]) -> int:
         total += sum(responses_item_tokens(i, model) for i in items if isinstance(i, Mapping))
     if isinstance(body.get("instructions"), str):
         total += TOKENS_PER_MESSAGE + count_text(body["instructions"])
-    return total + tools_tokens(body.get("tools"))
+    return total + tools_tokens(body.get("tools")) + definitions_tokens(body)

@@ -3,8 +3,8 @@
 A steady agent thread resends the same messages on every turn; each count is cached under the
 digest of the client's bytes (`Entry.key`) in a bounded LRU, so a request costs tokenizer work
 only for entries not seen before. Entries without client bytes (made or changed by a stage)
-are counted directly. Tool definitions and instructions, resent whole on every request, are
-cached by the digest of their text. An
+are counted directly. Tool definitions, instructions and the rarer legacy `functions` and
+response schemas, resent whole on every request, are cached by the digest of their text. An
 estimator counts images (and PDF pages) by one model family's rule (`images.py`): the server
 keeps one per encoding and rule. The conservative total adds the reply priming and the
 configured safety margin, so it stays at or above what upstream counts.
@@ -131,6 +131,13 @@ class TokenEstimator:
                             lambda: rules.instructions_tokens(instructions, self.text_tokens,
                                                               self.images))
 
+    def definitions_tokens(self, definitions: Any) -> int:
+        """`rules.request_definitions` of a request: None (nothing to count) on most."""
+        if definitions is None:
+            return 0
+        return self._cached(b"d" + _digest(jsonio.dumps(definitions)),
+                            lambda: rules.definitions_tokens(definitions, self.text_tokens))
+
     def _cached(self, key: bytes, compute: Callable[[], int]) -> int:
         found = self._blobs.get(key)
         if found is None:
@@ -142,10 +149,13 @@ class TokenEstimator:
         return math.ceil(tokens * (1.0 + self.margin))
 
     def conservative_total(self, entries: Iterable[Entry], tools: Tools = None,
-                           instructions: Any = None, sizes: Sequence[int] | None = None) -> int:
+                           instructions: Any = None, sizes: Sequence[int] | None = None,
+                           definitions: Any = None) -> int:
         """The whole request, margin included: never below what upstream counts."""
         body = sum(sizes) if sizes is not None else sum(self.sizes(entries))
         fixed = rules.REPLY_PRIMING + self.tools_tokens(tools) + self.instructions_tokens(instructions)
+        if definitions is not None:
+            fixed += self.definitions_tokens(definitions)
         return self.with_margin(body + fixed)
 
 

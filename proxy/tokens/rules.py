@@ -5,8 +5,9 @@ role, content and name (a name 1 more); the reply is primed with 3; function def
 follow the cookbook's gpt-4o constants. Where the recipe is silent the rules below count what
 the model reads: each tool call as framing, name and arguments; reasoning text sent back
 (`reasoning_content`, `reasoning`, Responses reasoning summaries); images by the model's image
-rule (`images.py`); audio and files by what they are (`attachments.py`); any other content
-part or item as its JSON text. Everything is a pure function of the parsed JSON, a `count(text) -> int` and the model's
+rule (`images.py`); audio and files by what they are (`attachments.py`); legacy `functions` by the
+tool rule and response schemas as their JSON text; any other content part or item as its JSON
+text. Everything is a pure function of the parsed JSON, a `count(text) -> int` and the model's
 image rule.
 """
 
@@ -196,3 +197,31 @@ def _property_tokens(key: str, prop: Any, count: Count) -> int:
     rest = {k: v for k, v in prop.items() if k not in ("type", "description", "enum")}
     return total + (count(json_text(rest)) if rest else 0)
 
+
+def request_definitions(doc: Mapping[str, Any]) -> tuple[Any, Any] | None:
+    """A request's legacy chat `functions` and response schema (chat `response_format`,
+    Responses `text.format`), read beside its tools; None without either, the usual case."""
+    functions = doc.get("functions")
+    text = doc.get("text")
+    schema = text.get("format") if isinstance(text, Mapping) else doc.get("response_format")
+    if not functions and not _is_schema(schema):
+        return None
+    return functions or None, schema if _is_schema(schema) else None
+
+
+def _is_schema(value: Any) -> bool:
+    return isinstance(value, Mapping) and value.get("type") == "json_schema"
+
+
+def definitions_tokens(definitions: Any, count: Count) -> int:
+    """`functions` by the tool rule (each a bare function definition); a response schema as the
+    JSON text the model is given."""
+    if not isinstance(definitions, (tuple, list)) or len(definitions) != 2:
+        return 0
+    functions, schema = definitions
+    total = 0
+    if isinstance(functions, list) and functions:
+        total += tools_tokens([{"type": "function", "function": f} for f in functions], count)
+    if schema is not None:
+        total += count(json_text(schema))
+    return total
