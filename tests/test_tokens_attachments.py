@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.conversation import entry_from_chat, entry_from_responses
 from proxy.testing import reference_tokens
@@ -138,3 +140,17 @@ def test_a_large_pdf_and_audio_that_fit_are_forwarded_unchanged(make_fake, make_
     assert int(answer.headers["x-context-tokens"]) < 25_000
     sent = [r for r in fake.requests if r.path.endswith("/chat/completions")]
     assert len(sent) == 1 and sent[0].json["messages"] == messages
+
+
+_HEADS = st.sampled_from([b"", b"RIFF\x10\x00\x00\x00WAVEfmt ", b"ID3\x04\x00\x00\x7f\x7f",
+                          b"\xff\xfb\x90\x64", b"%PDF-1.4\n/Type /Page"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(head=_HEADS, tail=st.binary(max_size=200), noise=st.text(max_size=40))
+def test_hostile_media_never_raises(head: bytes, tail: bytes, noise: str) -> None:
+    for data in (b64(head + tail), noise, b64(head + tail) + noise):
+        for fmt in ("wav", "mp3", None):
+            assert audio_tokens({"data": data, "format": fmt}) >= 0
+        assert file_tokens({"file_data": data}) >= 0
+        assert file_tokens({"file_data": "data:application/pdf;base64," + data}) >= 0
