@@ -16,13 +16,14 @@ from aiohttp import web
 from proxy.settings import DEFAULT_CONFIG_PATH, ConfigError, Settings, load_settings, masked
 from proxy.store.base import StoreError
 from proxy.tokens.encoding import KNOWN_ENCODINGS
+from proxy.tokens.images import RULES as IMAGE_RULES
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         settings = load_settings(args.config)
-        _check_tokenizers(settings)
+        _check_token_rules(settings)
     except ConfigError as error:
         print(f"compaction-proxy: invalid config {args.config}:", file=sys.stderr)
         for problem in error.problems:
@@ -33,12 +34,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(args.run(settings, args) or 0)
 
 
-def _check_tokenizers(settings: Settings) -> None:
-    """A profile's `tokenizer` must name an encoding the proxy can load (the settings layer
-    does not know the tokenizers: checked here, for every command, as a config problem)."""
+def _check_token_rules(settings: Settings) -> None:
+    """A profile's `tokenizer` must name an encoding the proxy can load, its `image_rule` a
+    family the proxy knows (the settings layer does not know the token rules: checked here, for
+    every command, as a config problem)."""
     known = ", ".join(sorted(KNOWN_ENCODINGS))
     problems = [f"models.{p.pattern}.tokenizer: unknown encoding {p.tokenizer!r} (known: {known})"
                 for p in settings.models if p.tokenizer and p.tokenizer not in KNOWN_ENCODINGS]
+    families = ", ".join(IMAGE_RULES)
+    problems += [f"models.{p.pattern}.image_rule: unknown family {p.image_rule!r} "
+                 f"(known: {families})"
+                 for p in settings.models if p.image_rule and p.image_rule not in IMAGE_RULES]
     if problems:
         raise ConfigError(problems)
 

@@ -157,15 +157,21 @@ def _anchored(anchor: Anchor, response: list[int], sizes: Sequence[int], margin:
     return anchor.input_tokens + echo + math.ceil(after * (1.0 + margin))
 
 
-def context_bytes(tools: Any = None, instructions: Any = None, model: str = "") -> bytes:
-    """What besides the list shapes the count: tools, instructions, and the model's tokenizer."""
-    if tools is None and instructions is None:
+def context_bytes(tools: Any = None, instructions: Any = None, model: str = "",
+                  definitions: Any = None) -> bytes:
+    """What besides the list shapes the count: tools, instructions, legacy functions and response
+    schema (`rules.request_definitions`), and the model's tokenizer."""
+    if tools is None and instructions is None and definitions is None:
         return _BARE_CONTEXTS[model]
-    return _context(model, tools, instructions)
+    return _context(model, tools, instructions, definitions)
 
 
-def _context(model: str, tools: Any = None, instructions: Any = None) -> bytes:
-    return jsonio.dumps([model, tools, instructions])
+def _context(model: str, tools: Any = None, instructions: Any = None,
+             definitions: Any = None) -> bytes:
+    # Without definitions, the bytes anchors stored before they were counted.
+    if definitions is None:
+        return jsonio.dumps([model, tools, instructions])
+    return jsonio.dumps([model, tools, instructions, definitions])
 
 
 # A request without tools or instructions has a context of its model alone: one per model.

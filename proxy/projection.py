@@ -33,6 +33,8 @@ class View:
     tools: Any = None
     instructions: Any = None
     context: bytes = b""
+    # Legacy `functions` and a response schema (`rules.request_definitions`); None on most.
+    definitions: Any = None
     _ids: list[str] | None = field(default=None, repr=False)
 
     @property
@@ -43,11 +45,11 @@ class View:
 
 
 def view_of(entries: Entries, identities: Identities, command: str | None, *, tools: Any = None,
-            instructions: Any = None, context: bytes = b"") -> View:
-    view = View(entries, identities, tools, instructions, context)
+            instructions: Any = None, context: bytes = b"", definitions: Any = None) -> View:
+    view = View(entries, identities, tools, instructions, context, definitions)
     if command and manual.mentioned(entries, command):
         stripped, ids = manual.strip_exchanges(entries, view.ids, command)
-        view = View(stripped, identities, tools, instructions, context, ids)
+        view = View(stripped, identities, tools, instructions, context, definitions, ids)
     return view
 
 
@@ -135,7 +137,8 @@ def estimate(projection: Entries, view: View, situation: Situation,
     estimator = situation.estimator
     if sizes is None:
         sizes = estimator.sizes(projection)
-    conservative = estimator.conservative_total(projection, view.tools, view.instructions, sizes)
+    conservative = estimator.conservative_total(projection, view.tools, view.instructions, sizes,
+                                                view.definitions)
     found = anchors.estimate(projection, sizes, view.context, situation.anchors, conservative,
                              situation.identities.content_digest, estimator.margin)
     return found.tokens, found.anchor
@@ -146,7 +149,8 @@ def measure_projection(view: View, situation: Situation):  # type: ignore[no-unt
     def measure(projection: Entries) -> int:
         entries = cascade_of(projection, situation, compacted=True).entries
         estimator = situation.estimator
-        return estimator.conservative_total(entries, view.tools, view.instructions)
+        return estimator.conservative_total(entries, view.tools, view.instructions,
+                                            definitions=view.definitions)
     return measure
 
 

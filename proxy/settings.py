@@ -75,6 +75,7 @@ class ModelProfile:
     max_input_tokens: int | None = None
     context_window: int | None = None
     tokenizer: str | None = None
+    image_rule: str | None = None  # a family of tokens/images.py RULES (checked by the CLI)
     trigger_ratio: float | None = None
     keep_ratio: float | None = None
 
@@ -321,6 +322,7 @@ def _models(r: Reader) -> tuple[ModelProfile, ...]:
             max_input_tokens=m.optional_integer("max_input_tokens", 64),
             context_window=m.optional_integer("context_window", 64),
             tokenizer=m.string("tokenizer", None),
+            image_rule=m.string("image_rule", None),
             trigger_ratio=m.optional_number("trigger_ratio", 0.05, 1.0),
             keep_ratio=m.optional_number("keep_ratio", 0.0, 0.9),
         )

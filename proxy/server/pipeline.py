@@ -50,6 +50,8 @@ from proxy.streams import chat_message, responses_output, usage_of
 from proxy.threads import ThreadIdentity, loggable
 from proxy.tokens.encoding import encoding_name, tokenizer_for
 from proxy.tokens.estimate import TokenEstimator
+from proxy.tokens.images import image_rule
+from proxy.tokens.rules import request_definitions
 from proxy.usage import normalize
 
 
@@ -80,7 +82,7 @@ class Pipeline:
         self.compactor = Compactor(settings, client or UpstreamClient(1), self.store,
                                    self.history, log, metrics, clock)
         self.flow = CompactionFlow(settings, self.store, self.compactor, log)
-        self._estimators: dict[str, TokenEstimator] = {}  # by encoding
+        self._estimators: dict[tuple[str, str], TokenEstimator] = {}  # by encoding, image rule
         self._by_model: dict[str, TokenEstimator] = {}
         self._thresholds_by: dict[tuple[str, int], Thresholds] = {}
         # Each thread's last request, so a steady one parses and builds only what is new;
@@ -295,11 +297,12 @@ class Pipeline:
     def _estimator_for(self, model: str) -> TokenEstimator:
         profile = self.settings.profile(model)
         tokenizer = profile.tokenizer if profile else None
-        name = encoding_name(model, tokenizer)
-        found = self._estimators.get(name)
+        images = image_rule(model, profile.image_rule if profile else None)
+        key = encoding_name(model, tokenizer), images.name
+        found = self._estimators.get(key)
         if found is None:
-            found = TokenEstimator(tokenizer_for(model, tokenizer), self.settings.tokens)
-            self._estimators[name] = found
+            found = TokenEstimator(tokenizer_for(model, tokenizer), self.settings.tokens, images)
+            self._estimators[key] = found
         return found
 
     def _view(self, inbound: Inbound, context: bytes) -> View:
@@ -307,7 +310,8 @@ class Pipeline:
         command = config.manual_command if config.enabled else None
         assert inbound.entries is not None
         return view_of(inbound.entries, self.identities, command, tools=inbound.doc.get("tools"),
-                       instructions=inbound.doc.get("instructions"), context=context)
+                       instructions=inbound.doc.get("instructions"), context=context,
+                       definitions=request_definitions(inbound.doc))
 
     def _situation(self, inbound: Inbound, estimator: TokenEstimator,
                    state: ThreadState | None, attempt: Attempt) -> Situation:
@@ -336,7 +340,8 @@ class Pipeline:
 
     def _context(self, inbound: Inbound) -> bytes:
         doc = inbound.doc
-        return anchors.context_bytes(doc.get("tools"), doc.get("instructions"), inbound.model)
+        return anchors.context_bytes(doc.get("tools"), doc.get("instructions"), inbound.model,
+                                     request_definitions(doc))
 
     @staticmethod
     def _tap_factory(api: Api, hide_usage: bool) -> Callable[[], StreamTap]:

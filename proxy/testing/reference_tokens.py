@@ -2,8 +2,10 @@
 
 It follows OpenAI's published counting recipe (the cookbook's `num_tokens_from_messages` and
 its tool-definition rule; PROTOCOL.md §7) with the bundled cl100k_base, extended the obvious
-way where the recipe is silent (tool calls, content parts, images, Responses items). It is the
-yardstick the proxy's estimate is tested against, written independently of the estimator.
+way where the recipe is silent (tool calls, content parts, Responses items). Images, audio and
+files cost what the model's rules say (`reference_media`), legacy `functions` the tool rule and
+a response schema its JSON text. It is the yardstick the proxy's estimate is tested against,
+written independently of the estimator.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import tiktoken
 
 from proxy import jsonio
-from proxy.tokens.images import image_tokens
+from proxy.testing import reference_media
 
 TOKENS_PER_MESSAGE = 3
 TOKENS_PER_NAME = 1
@@ -36,13 +38,13 @@ def _value_text(value: Any) -> str:
     return value if isinstance(value, str) else jsonio.dumps_text(value)
 
 
-def count_parts(content: Any) -> int:
+def count_parts(content: Any, model: str = "") -> int:
     if content is None:
         return 0
     if isinstance(content, str):
         return count_text(content)
     if isinstance(content, Mapping) and content.get("type") == "computer_screenshot":
-        return image_tokens(content.get("image_url"), content.get("detail"))
+        return reference_media.image_tokens(model, content.get("image_url"), content.get("detail"))
     if not isinstance(content, list):
         return count_text(_value_text(content))
     total = 0
@@ -55,20 +57,16 @@ def count_parts(content: Any) -> int:
             total += count_text(part["text"])
         elif kind == "refusal":
             total += count_text(str(part.get("refusal", "")))
-        elif kind == "image_url":
-            image = part.get("image_url") or {}
-            url = image.get("url") if isinstance(image, Mapping) else image
-            total += image_tokens(url, image.get("detail") if isinstance(image, Mapping) else None)
-        elif kind == "input_image":
-            total += image_tokens(part.get("image_url"), part.get("detail"))
         else:
-            total += count_text(_value_text({k: v for k, v in part.items() if k != "type"}))
+            media = reference_media.part_tokens(model, part)
+            total += media if media is not None else count_text(
+                _value_text({k: v for k, v in part.items() if k != "type"}))
     return total
 
 
-def chat_message_tokens(message: Mapping[str, Any]) -> int:
+def chat_message_tokens(message: Mapping[str, Any], model: str = "") -> int:
     total = TOKENS_PER_MESSAGE + count_text(str(message.get("role", "")))
-    total += count_parts(message.get("content"))
+    total += count_parts(message.get("content"), model)
     if message.get("name"):
         total += count_text(str(message["name"])) + TOKENS_PER_NAME
     # One reasoning text under either name (vLLM sent both for a while): a template reads one.
@@ -118,21 +116,37 @@ def tools_tokens(tools: Iterable[Any] | None) -> int:
     return total + 12
 
 
+def definitions_tokens(body: Mapping[str, Any]) -> int:
+    """Legacy chat `functions` (function definitions, as tools) and a `json_schema` response
+    format (chat `response_format`, Responses `text.format`) as its JSON text."""
+    total = 0
+    functions = body.get("functions")
+    if isinstance(functions, list) and functions:
+        total += tools_tokens([{"type": "function", "function": f} for f in functions])
+    text = body.get("text")
+    schema = text.get("format") if isinstance(text, Mapping) else body.get("response_format")
+    if isinstance(schema, Mapping) and schema.get("type") == "json_schema":
+        total += count_text(_value_text(schema))
+    return total
+
+
 def chat_prompt_tokens(body: Mapping[str, Any]) -> int:
     messages = body.get("messages") or []
-    total = sum(chat_message_tokens(m) for m in messages if isinstance(m, Mapping))
-    return total + REPLY_PRIMING + tools_tokens(body.get("tools"))
+    model = str(body.get("model", ""))
+    total = sum(chat_message_tokens(m, model) for m in messages if isinstance(m, Mapping))
+    return total + REPLY_PRIMING + tools_tokens(body.get("tools")) + definitions_tokens(body)
 
 
-def responses_item_tokens(item: Mapping[str, Any]) -> int:
+def responses_item_tokens(item: Mapping[str, Any], model: str = "") -> int:
     kind = item.get("type") or "message"
     if kind == "message":
-        return TOKENS_PER_MESSAGE + count_text(str(item.get("role", ""))) + count_parts(item.get("content"))
+        return (TOKENS_PER_MESSAGE + count_text(str(item.get("role", "")))
+                + count_parts(item.get("content"), model))
     if kind == "reasoning":
         summary = item.get("summary") or []
         return sum(count_text(str(s.get("text", ""))) for s in summary if isinstance(s, Mapping))
     if kind.endswith("_call_output"):
-        return TOKENS_PER_MESSAGE + count_parts(item.get("output"))
+        return TOKENS_PER_MESSAGE + count_parts(item.get("output"), model)
     if kind.endswith("_call"):
         args = item.get("arguments", item.get("input", item.get("action", "")))
         return TOKENS_PER_CALL + count_text(str(item.get("name", ""))) + count_text(_value_text(args))
@@ -141,11 +155,12 @@ def responses_item_tokens(item: Mapping[str, Any]) -> int:
 
 def responses_prompt_tokens(body: Mapping[str, Any]) -> int:
     items = body.get("input")
+    model = str(body.get("model", ""))
     total = REPLY_PRIMING
     if isinstance(items, str):
         total += TOKENS_PER_MESSAGE + count_text(items)
     elif isinstance(items, list):
-        total += sum(responses_item_tokens(i) for i in items if isinstance(i, Mapping))
+        total += sum(responses_item_tokens(i, model) for i in items if isinstance(i, Mapping))
     if isinstance(body.get("instructions"), str):
         total += TOKENS_PER_MESSAGE + count_text(body["instructions"])
-    return total + tools_tokens(body.get("tools"))
+    return total + tools_tokens(body.get("tools")) + definitions_tokens(body)

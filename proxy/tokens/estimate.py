@@ -3,8 +3,10 @@
 A steady agent thread resends the same messages on every turn; each count is cached under the
 digest of the client's bytes (`Entry.key`) in a bounded LRU, so a request costs tokenizer work
 only for entries not seen before. Entries without client bytes (made or changed by a stage)
-are counted directly. Tool definitions and instructions, resent whole on every request, are
-cached by the digest of their text. The conservative total adds the reply priming and the
+are counted directly. Tool definitions, instructions and the rarer legacy `functions` and
+response schemas, resent whole on every request, are cached by the digest of their text. An
+estimator counts images (and PDF pages) by one model family's rule (`images.py`): the server
+keeps one per encoding and rule. The conservative total adds the reply priming and the
 configured safety margin, so it stays at or above what upstream counts.
 
 One estimator serves every tenant (SPEC §2), so every count it caches is a function of the
@@ -32,6 +34,7 @@ from proxy.lru import LRU, WeightedLRU
 from proxy.settings import TokenSettings
 from proxy.tokens import rules
 from proxy.tokens.encoding import Tokenizer
+from proxy.tokens.images import DEFAULT_RULE, ImageRule
 
 Tools = bytes | str | Sequence[Any] | None
 
@@ -46,14 +49,16 @@ _BLANK_LINE_TOKENS = 2  # the parts' sum bounds the whole: no token spans a blan
 
 
 class TokenEstimator:
-    def __init__(self, tokenizer: Tokenizer, settings: TokenSettings | None = None) -> None:
+    def __init__(self, tokenizer: Tokenizer, settings: TokenSettings | None = None,
+                 images: ImageRule = DEFAULT_RULE) -> None:
         settings = settings or TokenSettings()
         self.tokenizer = tokenizer
+        self.images = images
         # Logged with every request: worked out once.
         self.described = tokenizer.describe()
         self.margin = settings.safety_margin
         self._entries: LRU[bytes, int] = LRU(settings.cache_entries)
-        self._memo_key = ("tokens", tokenizer.name, self.margin)
+        self._memo_key = ("tokens", tokenizer.name, images.name, self.margin)
         self._blobs: LRU[bytes, int] = LRU(_BLOB_CACHE)
         # (characters, tokens) per long text: weighed by its length, which it keeps alive.
         self._texts: WeightedLRU[str, tuple[int, int]] = WeightedLRU(_TEXT_CACHE_CHARS, _chars)
@@ -94,8 +99,8 @@ class TokenEstimator:
 
     def _measure(self, entry: Entry) -> int:
         if entry.api is Api.CHAT:
-            return rules.chat_message_tokens(entry.raw, self.text_tokens)
-        return rules.responses_item_tokens(entry.raw, self.text_tokens)
+            return rules.chat_message_tokens(entry.raw, self.text_tokens, self.images)
+        return rules.responses_item_tokens(entry.raw, self.text_tokens, self.images)
 
     def sizes(self, entries: Iterable[Entry]) -> list[int]:
         # A steady request's entries were all counted before: a dict read each, no calls.
@@ -123,7 +128,15 @@ class TokenEstimator:
         data = (instructions.encode("utf-8", "surrogatepass") if isinstance(instructions, str)
                 else jsonio.dumps(instructions))
         return self._cached(b"i" + _digest(data),
-                            lambda: rules.instructions_tokens(instructions, self.text_tokens))
+                            lambda: rules.instructions_tokens(instructions, self.text_tokens,
+                                                              self.images))
+
+    def definitions_tokens(self, definitions: Any) -> int:
+        """`rules.request_definitions` of a request: None (nothing to count) on most."""
+        if definitions is None:
+            return 0
+        return self._cached(b"d" + _digest(jsonio.dumps(definitions)),
+                            lambda: rules.definitions_tokens(definitions, self.text_tokens))
 
     def _cached(self, key: bytes, compute: Callable[[], int]) -> int:
         found = self._blobs.get(key)
@@ -136,10 +149,13 @@ class TokenEstimator:
         return math.ceil(tokens * (1.0 + self.margin))
 
     def conservative_total(self, entries: Iterable[Entry], tools: Tools = None,
-                           instructions: Any = None, sizes: Sequence[int] | None = None) -> int:
+                           instructions: Any = None, sizes: Sequence[int] | None = None,
+                           definitions: Any = None) -> int:
         """The whole request, margin included: never below what upstream counts."""
         body = sum(sizes) if sizes is not None else sum(self.sizes(entries))
         fixed = rules.REPLY_PRIMING + self.tools_tokens(tools) + self.instructions_tokens(instructions)
+        if definitions is not None:
+            fixed += self.definitions_tokens(definitions)
         return self.with_margin(body + fixed)
 
 

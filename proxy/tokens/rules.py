@@ -4,9 +4,11 @@ OpenAI's published recipe (PROTOCOL.md §7): every message costs 3 tokens of fra
 role, content and name (a name 1 more); the reply is primed with 3; function definitions
 follow the cookbook's gpt-4o constants. Where the recipe is silent the rules below count what
 the model reads: each tool call as framing, name and arguments; reasoning text sent back
-(`reasoning_content`, `reasoning`, Responses reasoning summaries); images by their tiles
-(`images.py`); any other content part or item as its JSON text. Everything is a pure function
-of the parsed JSON and a `count(text) -> int`.
+(`reasoning_content`, `reasoning`, Responses reasoning summaries); images by the model's image
+rule (`images.py`); audio and files by what they are (`attachments.py`); legacy `functions` by the
+tool rule and response schemas as their JSON text; any other content part or item as its JSON
+text. Everything is a pure function of the parsed JSON, a `count(text) -> int` and the model's
+image rule.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Any
 
 from proxy import jsonio
 
-from proxy.tokens.images import image_tokens
+from proxy.tokens.attachments import audio_tokens, file_tokens
+from proxy.tokens.images import DEFAULT_RULE, ImageRule
 
 Count = Callable[[str], int]
 
@@ -39,19 +42,19 @@ def json_text(value: Any) -> str:
         return str(value)
 
 
-def content_tokens(content: Any, count: Count) -> int:
+def content_tokens(content: Any, count: Count, images: ImageRule = DEFAULT_RULE) -> int:
     """A message's `content` (or an output): a string or a list of parts."""
     if content is None:
         return 0
     if not isinstance(content, list):
         # A computer_call_output's `output` is one part, a screenshot: an image, not its base64.
         if isinstance(content, Mapping) and content.get("type") == "computer_screenshot":
-            return part_tokens(content, count)
+            return part_tokens(content, count, images)
         return count(json_text(content))
-    return sum(part_tokens(part, count) for part in content)
+    return sum(part_tokens(part, count, images) for part in content)
 
 
-def part_tokens(part: Any, count: Count) -> int:
+def part_tokens(part: Any, count: Count, images: ImageRule = DEFAULT_RULE) -> int:
     if not isinstance(part, Mapping):
         return count(json_text(part))
     text = part.get("text")
@@ -63,10 +66,16 @@ def part_tokens(part: Any, count: Count) -> int:
     if kind == "image_url":
         image = part.get("image_url")
         if isinstance(image, Mapping):
-            return image_tokens(_str(image.get("url")), _str(image.get("detail")))
-        return image_tokens(_str(image), None)
+            return images.tokens(_str(image.get("url")), _str(image.get("detail")))
+        return images.tokens(_str(image), None)
     if kind in _IMAGE_PARTS:
-        return image_tokens(_str(part.get("image_url")), _str(part.get("detail")))
+        return images.tokens(_str(part.get("image_url")), _str(part.get("detail")))
+    if kind == "input_audio":
+        return audio_tokens(part.get("input_audio"))
+    if kind == "file":
+        return file_tokens(part.get("file"), images)
+    if kind == "input_file":
+        return file_tokens(part, images)
     return count(json_text({k: v for k, v in part.items() if k != "type"}))
 
 
@@ -77,8 +86,10 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def chat_message_tokens(message: Mapping[str, Any], count: Count) -> int:
-    total = MESSAGE + count(str(message.get("role", ""))) + content_tokens(message.get("content"), count)
+def chat_message_tokens(message: Mapping[str, Any], count: Count,
+                        images: ImageRule = DEFAULT_RULE) -> int:
+    total = (MESSAGE + count(str(message.get("role", "")))
+             + content_tokens(message.get("content"), count, images))
     name = message.get("name")
     if name:
         total += NAME + count(str(name))
@@ -111,17 +122,18 @@ def chat_call_tokens(call: Any, count: Count) -> int:
     return CALL + count(str(body.get("name", ""))) + count(json_text(arguments))
 
 
-def responses_item_tokens(item: Mapping[str, Any], count: Count) -> int:
+def responses_item_tokens(item: Mapping[str, Any], count: Count,
+                          images: ImageRule = DEFAULT_RULE) -> int:
     kind = item.get("type") or "message"
     if kind == "message":
         role = str(item.get("role", ""))
-        return MESSAGE + count(role) + content_tokens(item.get("content"), count)
+        return MESSAGE + count(role) + content_tokens(item.get("content"), count, images)
     if kind == "reasoning":
         return _summary_tokens(item.get("summary"), count)
     if not isinstance(kind, str):
         return MESSAGE + count(json_text(item))
     if kind.endswith("_call_output"):
-        return MESSAGE + content_tokens(item.get("output"), count)
+        return MESSAGE + content_tokens(item.get("output"), count, images)
     if kind.endswith("_call"):
         arguments = item.get("arguments", item.get("input", item.get("action", "")))
         return CALL + count(str(item.get("name", ""))) + count(json_text(arguments))
@@ -134,11 +146,11 @@ def _summary_tokens(summary: Any, count: Count) -> int:
     return sum(count(str(s.get("text", ""))) for s in summary if isinstance(s, Mapping))
 
 
-def instructions_tokens(instructions: Any, count: Count) -> int:
+def instructions_tokens(instructions: Any, count: Count, images: ImageRule = DEFAULT_RULE) -> int:
     """Responses `instructions`: a system message of its own."""
     if instructions is None or instructions == "":
         return 0
-    return MESSAGE + content_tokens(instructions, count)
+    return MESSAGE + content_tokens(instructions, count, images)
 
 
 def tools_tokens(tools: Any, count: Count) -> int:
@@ -184,3 +196,32 @@ def _property_tokens(key: str, prop: Any, count: Count) -> int:
     # Nested schemas (items, properties, defaults) are read by the model too.
     rest = {k: v for k, v in prop.items() if k not in ("type", "description", "enum")}
     return total + (count(json_text(rest)) if rest else 0)
+
+
+def request_definitions(doc: Mapping[str, Any]) -> tuple[Any, Any] | None:
+    """A request's legacy chat `functions` and response schema (chat `response_format`,
+    Responses `text.format`), read beside its tools; None without either, the usual case."""
+    functions = doc.get("functions")
+    text = doc.get("text")
+    schema = text.get("format") if isinstance(text, Mapping) else doc.get("response_format")
+    if not functions and not _is_schema(schema):
+        return None
+    return functions or None, schema if _is_schema(schema) else None
+
+
+def _is_schema(value: Any) -> bool:
+    return isinstance(value, Mapping) and value.get("type") == "json_schema"
+
+
+def definitions_tokens(definitions: Any, count: Count) -> int:
+    """`functions` by the tool rule (each a bare function definition); a response schema as the
+    JSON text the model is given."""
+    if not isinstance(definitions, (tuple, list)) or len(definitions) != 2:
+        return 0
+    functions, schema = definitions
+    total = 0
+    if isinstance(functions, list) and functions:
+        total += tools_tokens([{"type": "function", "function": f} for f in functions], count)
+    if schema is not None:
+        total += count(json_text(schema))
+    return total
