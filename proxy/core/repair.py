@@ -14,7 +14,8 @@
   made since the last output with that id, and a call after that output needs its own.
 - The parallel calls of one assistant message (of one step, in Responses) are one unit.
 - Responses: a reasoning item left without the item it produced is dropped, and the server
-  ids of items that followed it are removed (`reasoning_items`).
+  ids of items that followed it are removed, or the items themselves when their id is required
+  (`reasoning_items`).
 A conversation that is already valid comes out as the same tuple of the same entries.
 """
 
@@ -50,10 +51,12 @@ class Repaired:
     dropped_results: int = 0
     dropped_reasoning: int = 0
     ids_removed: int = 0
+    dropped_items: int = 0  # server items gone with their reasoning item
 
     @property
     def changed(self) -> int:
-        return self.cancelled + self.dropped_results + self.dropped_reasoning + self.ids_removed
+        return (self.cancelled + self.dropped_results + self.dropped_reasoning + self.ids_removed
+                + self.dropped_items)
 
 
 def is_cancelled(entry: Entry) -> bool:
@@ -84,7 +87,8 @@ def _finish(original: Entries, out: list[Entry], origins: list[int | None],
     lost = drop_reasoning(out, origins, lambda i, _: i in gone)
     if not (cancelled or dropped or lost.reasoning):
         return Repaired(original, tuple(range(len(original))))
-    return Repaired(lost.entries, lost.origins, cancelled, dropped, lost.reasoning, lost.ids_removed)
+    return Repaired(lost.entries, lost.origins, cancelled, dropped, lost.reasoning, lost.ids_removed,
+                    lost.items_dropped)
 
 
 def _valid_chat(entries: Entries) -> bool:

@@ -21,9 +21,10 @@ summarizer requests, history files and the retry after a strict upstream rejecte
 passed through untouched); only the proxy's own compaction replaces that history. Under CHEAP it
 is treated as in the current loop: kept while its chain holds.
 Responses reasoning items go whole whenever they go, and the server ids (`fc_…`, `msg_…`) of
-the items that followed them go too. A Responses item's encrypted content is bound to the exact
+the items that followed them go too; a server-side item whose id is required (`web_search_call`,
+`mcp_call`, ...) goes with its reasoning item, with the outputs answering it (`reasoning_items`). A Responses item's encrypted content is bound to the exact
 items before it: under CHEAP it stays only while nothing before it was changed (`changed_at`).
-Visible text, tool calls (ids, names, arguments) and tool results are never touched.
+Otherwise visible text, tool calls (ids, names, arguments) and tool results are never touched.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ class Sanitized:
     plain: Mapping[str, int] = field(default_factory=dict)
     stand_ins: int = 0
     ids_removed: int = 0
+    items_dropped: int = 0
 
 
 def policy_for(*, compacted: bool, changed: bool, keep_loop: bool = False) -> Policy:
@@ -101,7 +103,7 @@ def sanitize(entries: Sequence[Entry], policy: Policy, *, changed_at: int | None
     if not changed:
         return Sanitized(entries, kept, policy)
     return Sanitized(out, kept, policy, changed, dict(tally.blobs), dict(tally.plain),
-                     tally.stand_ins, dropped.ids_removed)
+                     tally.stand_ins, dropped.ids_removed, dropped.items_dropped)
 
 
 def _stripped(entries: Entries, past: int, past_rule: Rule, loop_rule: Rule,
