@@ -77,6 +77,8 @@ class Entry:
 Entries = tuple[Entry, ...]
 
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
+# Responses outputs whose `output` is not text (see `takes_text_output`).
+_STRUCTURED_OUTPUTS = frozenset({"computer_call_output", "shell_call_output"})
 # Anthropic-style reasoning inside a chat message's `content` (PROTOCOL.md §4): private state,
 # not what the message says.
 THINKING_PARTS = frozenset({"thinking", "redacted_thinking"})
@@ -237,12 +239,27 @@ def with_result_text(entry: Entry, text: str) -> Entry:
     return replaced(entry, {**entry.raw, key: text})
 
 
+def takes_text_output(entry: Entry) -> bool:
+    """Whether a tool result's output may become text: not a Responses output that holds a
+    screenshot object or a list of command outcomes (openai-python `response_input_item_param.py`)."""
+    return entry.api is Api.CHAT or entry.raw.get("type") not in _STRUCTURED_OUTPUTS
+
+
 def with_call_arguments(entry: Entry, index: int, arguments: str) -> Entry:
-    """An entry whose `index`-th call has new arguments (or custom input)."""
+    """An entry whose `index`-th call has new arguments (or custom input); for a Responses
+    call that carries an `action` object instead (`shell_call`, `computer_call`, ...), that
+    object as `arguments` parse (the same entry when they are not an object)."""
     raw = entry.raw
     if entry.api is Api.RESPONSES:
-        key = "input" if entry.calls[0].custom else "arguments"
-        return replaced(entry, {**raw, key: arguments})
+        if entry.calls[0].custom:
+            return replaced(entry, {**raw, "input": arguments})
+        if "arguments" in raw or not isinstance(raw.get("action"), dict):
+            return replaced(entry, {**raw, "arguments": arguments})
+        try:
+            action = jsonio.loads(arguments)
+        except ValueError:
+            return entry
+        return replaced(entry, {**raw, "action": action}) if isinstance(action, dict) else entry
     target = entry.calls[index].id
     tool_calls = []
     for call in raw["tool_calls"]:

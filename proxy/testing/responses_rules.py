@@ -31,6 +31,22 @@ _KNOWN_KEYS: dict[str, set[str]] = {
     "reasoning": _COMMON | {"summary", "content", "encrypted_content"},
     "compaction": _COMMON | {"encrypted_content"},
     "item_reference": {"type", "id"},
+    # Tool items the model makes and the client runs or replays (openai-python
+    # `response_input_item_param.py`): what the proxy must not add keys to.
+    "web_search_call": _COMMON | {"action"},
+    "computer_call": _COMMON | {"call_id", "action", "actions", "pending_safety_checks"},
+    "computer_call_output": _COMMON | {"call_id", "output", "acknowledged_safety_checks"},
+    "local_shell_call": _COMMON | {"call_id", "action"},
+    "local_shell_call_output": _COMMON | {"output"},
+    "shell_call": _COMMON | {"call_id", "action", "caller", "environment"},
+    "shell_call_output": _COMMON | {"call_id", "output", "caller", "max_output_length"},
+    "apply_patch_call": _COMMON | {"call_id", "operation", "caller"},
+    "apply_patch_call_output": _COMMON | {"call_id", "output", "caller"},
+}
+# Outputs that are not text: a screenshot object, a list of command outcomes.
+_OUTPUT_SHAPE: dict[str, tuple[type, str]] = {
+    "computer_call_output": (Mapping, "an object"),
+    "shell_call_output": (list, "an array"),
 }
 # Calls the client must answer; other `*_call` items (server tools) have no output item.
 _NEEDS_OUTPUT = ("function_call", "custom_tool_call")
@@ -84,6 +100,11 @@ def _item_rule(i: int, item: Any) -> Rejection | None:
     if kind == "function_call" and isinstance(item_id, str) and not item_id.startswith("fc"):
         # [OBS] text; param and code as the other input errors of PROTOCOL.md §2.3
         return rejections.openai("Expected an ID that begins with 'fc'", param="input")
+    shape = _OUTPUT_SHAPE.get(kind)
+    if shape is not None and not isinstance(item.get("output"), shape[0]):  # wording [MEM]
+        param = f"input[{i}].output"
+        return rejections.openai(f"Invalid type for '{param}': expected {shape[1]}, but got "
+                                 "another type instead.", param=param, code="invalid_type")
     known = _KNOWN_KEYS.get(kind)
     unknown = [k for k in item if known is not None and k not in known]
     if unknown:  # [OBS]
