@@ -102,8 +102,8 @@ def _produced_after(entries: Sequence[Entry], doomed: set[int]) -> set[int]:
 
 def _items_of(entries: Sequence[Entry], doomed: set[int]) -> set[int]:
     """The id-required items whose reasoning item (the nearest one before them in their turn)
-    is doomed, and the later items that answer them: a `*_call_output` by `call_id`, a
-    `local_shell_call_output` by the call's id, an MCP approval response by the request's id."""
+    is doomed, and the later items that answer them: a `*_call_output` by `call_id` (a
+    `local_shell_call_output` maybe by `id`), an MCP approval response by the request's id."""
     found: set[int] = set()
     answered: set[str] = set()
     owner: int | None = None
@@ -125,12 +125,11 @@ def _answers(entry: Entry) -> set[str]:
     raw = entry.raw
     type_ = raw.get("type")
     if type_ == "mcp_approval_response":
-        key = "approval_request_id"
+        keys: tuple[str, ...] = ("approval_request_id",)
     elif type_ == "local_shell_call_output":
-        key = "id"
+        keys = ("call_id", "id")  # the SDK types name the call in `id`, the server in `call_id`
     elif entry.kind is Kind.RESULT:
-        key = "call_id"
+        keys = ("call_id",)
     else:
         return set()
-    value = raw.get(key)
-    return {value} if isinstance(value, str) else set()
+    return {v for v in map(raw.get, keys) if isinstance(v, str)}
