@@ -279,12 +279,21 @@ def without_keys(entry: Entry, keys: Iterable[str]) -> Entry:
     return replaced(entry, {k: v for k, v in entry.raw.items() if k not in drop})
 
 
-def make_result(api: Api, call: ToolCall, text: str) -> Entry:
-    """A tool result answering `call` (used for the explicit cancelled results of repair)."""
+def make_result(api: Api, call: ToolCall, text: str, call_type: str | None = None) -> Entry:
+    """A tool result answering `call` (used for the explicit cancelled results of repair); in
+    Responses, the output item of the call's type (`call_type`: a function call by default)
+    in the shape that type takes (openai-python `response_input_item_param.py`)."""
     if api is Api.CHAT:
         return entry_from_chat({"role": "tool", "tool_call_id": call.id, "content": text})
-    type_ = "custom_tool_call_output" if call.custom else "function_call_output"
-    return entry_from_responses({"type": type_, "call_id": call.id, "output": text})
+    if call_type is None or call_type == "function_call":
+        call_type = "custom_tool_call" if call.custom else "function_call"
+    item: dict[str, Any] = {"type": f"{call_type}_output", "call_id": call.id, "output": text}
+    if call_type == "shell_call":
+        # A list of outcomes; 130 is what a shell reports for a command interrupted by Ctrl-C.
+        item["output"] = [{"stdout": "", "stderr": text, "outcome": {"type": "exit", "exit_code": 130}}]
+    elif call_type == "apply_patch_call":
+        item["status"] = "failed"  # required: `completed` or `failed`; no result was recorded
+    return entry_from_responses(item)
 
 
 def make_user(api: Api, text: str) -> Entry:

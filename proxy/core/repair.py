@@ -35,8 +35,11 @@ from proxy.core.reasoning_items import drop_reasoning, is_produced, unfollowed_r
 CANCELLED_TEXT = ("[Tool call cancelled: the call was interrupted before it returned a result. "
                   "No output was recorded for it.]")
 _CANCELLED = ("repair.cancelled",)
-# Responses call types the client answers with an output item; others run on the server.
-_ANSWERED_BY_CLIENT = ("function_call", "custom_tool_call")
+# Responses call types the client answers with an output item, and repair can answer for it;
+# others run on the server. A `computer_call` is the client's too, but its output must be a
+# screenshot: nothing repair could make.
+_ANSWERED_BY_CLIENT = ("function_call", "custom_tool_call", "local_shell_call", "shell_call",
+                       "apply_patch_call")
 # Lists found valid: a steady thread's check walks only what its last request did not have.
 # What a valid chat list leaves open: nothing. A Responses one: whether an item_reference came.
 _VALID_CHAT: CheckedLists[tuple[()]] = CheckedLists(4096, ())
@@ -298,7 +301,7 @@ def _close_group(entries: Entries, group: list[int], last_answer: dict[str, int]
         call = entries[i].calls[0]
         if entries[i].raw.get("type") in _ANSWERED_BY_CLIENT and last_answer.get(call.id, -1) < i \
                 and call.id not in made:
-            out.append(make_result(Api.RESPONSES, call, CANCELLED_TEXT))
+            out.append(make_result(Api.RESPONSES, call, CANCELLED_TEXT, entries[i].raw.get("type")))
             origins.append(None)
             made.add(call.id)
     group.clear()
