@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from aiohttp import web
 
@@ -64,6 +65,25 @@ def test_a_stateful_turn_goes_up_as_sent_and_anchors_nothing(make_fake, make_pro
     assert line[state] is True and "passed through" in line["note"]
     # Its usage counts context held upstream: no anchor may pair it with the visible items.
     assert len(_state(loop_thread, proxy, thread).anchors) == 1
+
+
+def test_a_stateful_turn_the_upstream_refuses_is_not_sent_twice(make_fake, make_proxy,
+                                                                make_client) -> None:
+    """The proxy cannot shorten what the server holds: an overflow of a chained request is the
+    client's to handle (`truncation: "auto"`, `/responses/compact`), not a reason to resend it."""
+    fake = make_fake(limits={"small-*": 300})
+    proxy = make_proxy(fake, models={"small-*": {"max_input_tokens": 300}})
+    client = make_client(proxy.base_url)
+    fake.script(Reply.text("ok"))
+    first = client.responses.create(model="small-x", input=[{"role": "user", "content": "w " * 200}],
+                                    prompt_cache_key="chained-overflow")
+    before = len(fake.requests)
+    with pytest.raises(openai.BadRequestError, match="exceeds the context window"):
+        client.responses.create(model="small-x", previous_response_id=first.id,
+                                input=[{"role": "user", "content": "more " * 100}],
+                                prompt_cache_key="chained-overflow")
+    assert len(fake.requests) == before + 1
+    assert "retried" not in proxy.requests()[-1]
 
 
 def test_a_plain_string_input_goes_up_as_sent(make_fake, make_proxy) -> None:

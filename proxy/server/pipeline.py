@@ -198,8 +198,11 @@ class Pipeline:
     async def retry(self, prepared: Prepared, status: int, body: Any,
                     line: RequestLine) -> Prepared | None:
         """A second attempt after an upstream rejection, when one can help; else None."""
-        if prepared.attempt.retry or prepared.inbound.entries is None or status < 400:
+        inbound = prepared.inbound
+        if prepared.attempt.retry or inbound.entries is None or status < 400:
             return None
+        if inbound.stateful_upstream:
+            return None  # passed through, and would be again: the same body, the same answer
         if (is_context_overflow(status, body) and self.settings.compaction.enabled
                 and prepared.key is not None):
             attempt = Attempt(forced=True, reason="context_overflow")
