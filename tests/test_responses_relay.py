@@ -63,6 +63,7 @@ def test_a_stateful_turn_goes_up_as_sent_and_anchors_nothing(make_fake, make_pro
     assert fake.last("/responses").body == raw
     line = proxy.requests()[-1]
     assert line[state] is True and "passed through" in line["note"]
+    assert line["usage_input"] > 0, "the line still says what the turn cost"
     # Its usage counts context held upstream: no anchor may pair it with the visible items.
     assert len(_state(loop_thread, proxy, thread).anchors) == 1
 

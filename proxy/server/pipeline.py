@@ -258,10 +258,14 @@ class Pipeline:
         api = prepared.inbound.api
         estimator = prepared.estimator
         usage = normalize(raw_usage, api, response, estimator.tokenizer.count if estimator else None)
-        if usage is None or not response or prepared.key is None or not prepared.projection:
+        if usage is None:
             return
         line.set(usage_input=usage.input, usage_output=usage.output, usage_cached=usage.cached,
                  usage_reasoning=usage.reasoning)
+        # Passed through (state kept upstream): no projection, and a usage that counts context
+        # the proxy never saw, so no anchor.
+        if not response or prepared.key is None or not prepared.projection:
+            return
         digests = anchors.response_digests(api, response, self.identities)
         anchor = anchors.anchor_for(prepared.projection, prepared.context, digests, usage,
                                     prepared.inbound.model, self.clock())
