@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy.compaction.transcript import render_blocks
 from proxy.core.repair import repair
 from proxy.core.sanitize import Policy, sanitize
 from proxy.testing.rules import check_responses
@@ -94,3 +95,21 @@ def test_mcp_list_tools_follows_its_reasoning_item() -> None:
     entries = responses(r_user(), r_reasoning("rs_1"), tools, r_assistant("Listed."))
     assert repair(entries).entries is entries
     assert check_responses({"model": "m", "input": wire(entries)}) is None
+
+
+def test_a_transcript_or_history_file_keeps_the_server_items() -> None:
+    """Not sent as items: the summarizer and the history file keep the searches and the shell
+    calls, without ids, as they keep everything else."""
+    shell = {"type": "local_shell_call", "id": "lsh_1", "call_id": "call_sh", "status": "completed",
+             "action": {"type": "exec", "command": ["pytest", "-q"], "env": {}}}
+    listing = {"type": "local_shell_call_output", "call_id": "call_sh", "output": "3 passed"}
+    entries = responses(r_user("Look it up, then test."), r_reasoning("rs_1"), _search(),
+                        r_reasoning("rs_2"), shell, listing, r_assistant("Done.", id="msg_1"))
+    out = sanitize(entries, Policy.PRIVATE_FREE, upstream=False)
+    sent = wire(out.entries)
+    assert _types(sent) == ["message", "web_search_call", "local_shell_call",
+                            "local_shell_call_output", "message"]
+    assert not any("id" in item for item in sent[1:3]) and out.items_dropped == 0
+    blocks = render_blocks(entries, range(len(entries)), len, lambda e: 10)
+    text = "\n".join(b.text for b in blocks)
+    assert "web_search_call" in text and "pytest" in text and "3 passed" in text

@@ -62,21 +62,23 @@ class Dropped:
 
 
 def drop_reasoning(entries: Sequence[Entry], origins: Sequence[int | None],
-                   drop: Callable[[int, Entry], bool]) -> Dropped:
+                   drop: Callable[[int, Entry], bool], *, upstream: bool = True) -> Dropped:
     """Remove the reasoning items `drop` picks, the server ids of the items they produced, and
-    the server items that cannot go without their id."""
+    the server items that cannot go without their id. Not `upstream` (a transcript or history
+    file, never sent as items): those items stay, without their id, as everything else."""
     doomed = {i for i, e in enumerate(entries) if e.kind is Kind.REASONING and drop(i, e)}
     if not doomed:
         return Dropped(tuple(entries), tuple(origins), 0, 0)
     strip = _produced_after(entries, doomed)
-    gone = _items_of(entries, doomed)
+    gone = _items_of(entries, doomed) if upstream else set()
     out: list[Entry] = []
     kept_origins: list[int | None] = []
     ids_removed = 0
     for i, entry in enumerate(entries):
         if i in doomed or i in gone:
             continue
-        if i in strip and "id" in entry.raw and not needs_its_id(entry):  # else its owner stays
+        # An id-required item still here has its own reasoning item, when going upstream.
+        if i in strip and "id" in entry.raw and not (upstream and needs_its_id(entry)):
             entry = without_keys(entry, ("id",))
             ids_removed += 1
         out.append(entry)

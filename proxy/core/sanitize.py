@@ -82,8 +82,11 @@ def policy_for(*, compacted: bool, changed: bool, keep_loop: bool = False) -> Po
     return Policy.CHEAP if changed else Policy.TRANSPARENT
 
 
-def sanitize(entries: Sequence[Entry], policy: Policy, *, changed_at: int | None = None) -> Sanitized:
-    """Apply `policy`; `changed_at` is the first index whose entry is not the client's (CHEAP)."""
+def sanitize(entries: Sequence[Entry], policy: Policy, *, changed_at: int | None = None,
+             upstream: bool = True) -> Sanitized:
+    """Apply `policy`; `changed_at` is the first index whose entry is not the client's (CHEAP).
+    Not `upstream`: for a transcript or a history file, which keeps the server items
+    (`web_search_call`, ...) a dropped reasoning item would take along (`reasoning_items`)."""
     entries = tuple(entries)
     if policy is Policy.TRANSPARENT or not entries:
         return Sanitized(entries, tuple(range(len(entries))), policy)
@@ -96,7 +99,8 @@ def sanitize(entries: Sequence[Entry], policy: Policy, *, changed_at: int | None
     doomed = _doomed_items(stripped, past, loop_rule, policy, changed_at, tally)
     if not doomed and stripped is entries:
         return Sanitized(entries, tuple(range(len(entries))), policy)
-    dropped = drop_reasoning(stripped, tuple(range(len(entries))), lambda i, _: i in doomed)
+    dropped = drop_reasoning(stripped, tuple(range(len(entries))), lambda i, _: i in doomed,
+                             upstream=upstream)
     kept = tuple(i for i in dropped.origins if i is not None and i not in doomed)
     out = tuple(e for e, i in zip(dropped.entries, dropped.origins, strict=True) if i not in doomed)
     changed = len(entries) - len(out) + sum(1 for e, i in zip(out, kept, strict=True) if e is not entries[i])
