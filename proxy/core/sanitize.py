@@ -22,9 +22,10 @@ passed through untouched); only the proxy's own compaction replaces that history
 is treated as in the current loop: kept while its chain holds.
 Responses reasoning items go whole whenever they go, and the server ids (`fc_…`, `msg_…`) of
 the items that followed them go too; a server-side item whose id is required (`web_search_call`,
-`mcp_call`, ...) goes with its reasoning item, with the outputs answering it (`reasoning_items`). A Responses item's encrypted content is bound to the exact
-items before it: under CHEAP it stays only while nothing before it was changed (`changed_at`).
-Otherwise visible text, tool calls (ids, names, arguments) and tool results are never touched.
+`mcp_call`, ...) goes with its reasoning item, with the outputs answering it (`reasoning_items`),
+except in a transcript or history file (`upstream=False`). A Responses item's encrypted content
+is bound to the exact items before it: under CHEAP it stays only while nothing before it was
+changed (`changed_at`). Otherwise visible text, tool calls (ids, names, arguments) and tool results are never touched.
 """
 
 from __future__ import annotations
