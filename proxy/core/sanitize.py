@@ -25,7 +25,8 @@ the items that followed them go too; a server-side item whose id is required (`w
 `mcp_call`, ...) goes with its reasoning item, with the outputs answering it (`reasoning_items`),
 except in a transcript or history file (`upstream=False`). A Responses item's encrypted content
 is bound to the exact items before it: under CHEAP it stays only while nothing before it was
-changed (`changed_at`). Otherwise visible text, tool calls (ids, names, arguments) and tool results are never touched.
+changed (`changed_at`). Otherwise visible text, tool calls (ids, names, arguments) and tool
+results are never touched.
 """
 
 from __future__ import annotations
