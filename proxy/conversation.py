@@ -77,6 +77,8 @@ class Entry:
 Entries = tuple[Entry, ...]
 
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
+# Responses outputs whose `output` is not text (see `takes_text_output`).
+_STRUCTURED_OUTPUTS = frozenset({"computer_call_output", "shell_call_output"})
 # Anthropic-style reasoning inside a chat message's `content` (PROTOCOL.md §4): private state,
 # not what the message says.
 THINKING_PARTS = frozenset({"thinking", "redacted_thinking"})
@@ -237,12 +239,27 @@ def with_result_text(entry: Entry, text: str) -> Entry:
     return replaced(entry, {**entry.raw, key: text})
 
 
+def takes_text_output(entry: Entry) -> bool:
+    """Whether a tool result's output may become text: not a Responses output that holds a
+    screenshot object or a list of command outcomes (openai-python `response_input_item_param.py`)."""
+    return entry.api is Api.CHAT or entry.raw.get("type") not in _STRUCTURED_OUTPUTS
+
+
 def with_call_arguments(entry: Entry, index: int, arguments: str) -> Entry:
-    """An entry whose `index`-th call has new arguments (or custom input)."""
+    """An entry whose `index`-th call has new arguments (or custom input); for a Responses
+    call that carries an `action` object instead (`shell_call`, `computer_call`, ...), that
+    object as `arguments` parse (the same entry when they are not an object)."""
     raw = entry.raw
     if entry.api is Api.RESPONSES:
-        key = "input" if entry.calls[0].custom else "arguments"
-        return replaced(entry, {**raw, key: arguments})
+        if entry.calls[0].custom:
+            return replaced(entry, {**raw, "input": arguments})
+        if "arguments" in raw or not isinstance(raw.get("action"), dict):
+            return replaced(entry, {**raw, "arguments": arguments})
+        try:
+            action = jsonio.loads(arguments)
+        except ValueError:
+            return entry
+        return replaced(entry, {**raw, "action": action}) if isinstance(action, dict) else entry
     target = entry.calls[index].id
     tool_calls = []
     for call in raw["tool_calls"]:
@@ -262,12 +279,21 @@ def without_keys(entry: Entry, keys: Iterable[str]) -> Entry:
     return replaced(entry, {k: v for k, v in entry.raw.items() if k not in drop})
 
 
-def make_result(api: Api, call: ToolCall, text: str) -> Entry:
-    """A tool result answering `call` (used for the explicit cancelled results of repair)."""
+def make_result(api: Api, call: ToolCall, text: str, call_type: str | None = None) -> Entry:
+    """A tool result answering `call` (used for the explicit cancelled results of repair); in
+    Responses, the output item of the call's type (`call_type`: a function call by default)
+    in the shape that type takes (openai-python `response_input_item_param.py`)."""
     if api is Api.CHAT:
         return entry_from_chat({"role": "tool", "tool_call_id": call.id, "content": text})
-    type_ = "custom_tool_call_output" if call.custom else "function_call_output"
-    return entry_from_responses({"type": type_, "call_id": call.id, "output": text})
+    if call_type is None or call_type == "function_call":
+        call_type = "custom_tool_call" if call.custom else "function_call"
+    item: dict[str, Any] = {"type": f"{call_type}_output", "call_id": call.id, "output": text}
+    if call_type == "shell_call":
+        # A list of outcomes; 130 is what a shell reports for a command interrupted by Ctrl-C.
+        item["output"] = [{"stdout": "", "stderr": text, "outcome": {"type": "exit", "exit_code": 130}}]
+    elif call_type == "apply_patch_call":
+        item["status"] = "failed"  # required: `completed` or `failed`; no result was recorded
+    return entry_from_responses(item)
 
 
 def make_user(api: Api, text: str) -> Entry:

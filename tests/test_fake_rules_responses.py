@@ -54,7 +54,8 @@ def test_custom_and_generic_outputs_need_their_calls() -> None:
     custom = {"type": "custom_tool_call_output", "call_id": "call_c", "output": "ok"}
     assert error(check_responses(body(item_user("hi"), custom)))["message"] == (
         "No tool call found for custom tool call output with call_id call_c.")
-    shell = {"type": "shell_call_output", "call_id": "call_s", "output": "ok"}
+    shell = {"type": "shell_call_output", "call_id": "call_s",
+             "output": [{"stdout": "ok", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]}
     assert "shell call output" in error(check_responses(body(item_user("hi"), shell)))["message"]
 
 

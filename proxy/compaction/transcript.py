@@ -45,7 +45,8 @@ def render_blocks(entries: Sequence[Entry], span: range, count: Count, measure: 
     A block is sized by `measure` (the estimator's cached per-entry count) so a large prefix
     is not tokenized a second time; only a block over the cap is counted as text.
     """
-    clean = repair(sanitize(entries[span.start:span.stop], Policy.PRIVATE_FREE).entries).entries
+    clean = repair(sanitize(entries[span.start:span.stop], Policy.PRIVATE_FREE,
+                            upstream=False).entries).entries
     names: dict[str, str] = {}  # the latest call's tool per id: an id may come back later
     blocks = []
     for entry in clean:

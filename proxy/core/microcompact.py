@@ -18,7 +18,7 @@ from fnmatch import fnmatchcase
 from itertools import compress, filterfalse, repeat
 from operator import is_not, le
 
-from proxy.conversation import Api, Entry, with_result_text
+from proxy.conversation import Api, Entry, takes_text_output, with_result_text
 from proxy.core.kinds import CHAT, RESULT
 from proxy.core.memo import memoized_each
 from proxy.core.repair import CANCELLED_TEXT
@@ -53,8 +53,11 @@ def microcompact(entries: Sequence[Entry], ctx: StageContext) -> StageResult:
 
 
 def _cleared_twin(entry: Entry) -> Entry | None:
-    """The result with its output cleared, keyed for the token counter; None if it already is."""
-    return None if _cleared(entry) else with_key(with_result_text(entry, CLEARED_TEXT))
+    """The result with its output cleared, keyed for the token counter; None if it already is
+    or if its output cannot be text."""
+    if _cleared(entry) or not takes_text_output(entry):
+        return None
+    return with_key(with_result_text(entry, CLEARED_TEXT))
 
 
 def _reached(old: list[int], ctx: StageContext, reach: int | None) -> list[int]:

@@ -1,10 +1,16 @@
 """Responses `reasoning` items and the server ids of what they produced (PROTOCOL.md §2.3).
 
-A reasoning item must sit directly before an item it produced (an assistant message or a
-`*_call`). When one is dropped, the `id` of the items that followed it in its turn (`fc_…`,
-`msg_…`) goes too, `call_id` stays: an item whose id names a missing reasoning item is
-rejected, while an item without an id is always accepted, so removing one too many is harmless. Shared by
-repair (reasoning left without its item) and the sanitizer (reasoning dropped by policy).
+A reasoning item must sit directly before an item it produced (an assistant message, a
+`*_call`, an MCP tool list or approval request). When one is dropped, the `id` of the items that
+followed it in its turn (`fc_…`, `msg_…`) goes too, `call_id` stays: an item whose id names a
+missing reasoning item is rejected, while a message or function call without an id is accepted,
+so removing one too many is harmless.
+Server-side items (`web_search_call`, `mcp_call`, `computer_call`, ...) are different: their
+`id` is required (openai-python `response_input_item_param.py`) and, kept with its id but
+without its reasoning item, one is refused ("Item 'ws_…' of type 'web_search_call' was provided
+without its required 'reasoning' item", seen live by several clients). Such an item therefore
+goes with the reasoning item it follows, and so do the outputs that answer it. Shared by repair
+(reasoning left without its item) and the sanitizer (reasoning dropped by policy).
 """
 
 from __future__ import annotations
@@ -16,16 +22,28 @@ from proxy.conversation import Api, Entry, Kind, without_keys
 
 
 _TURN = (Kind.USER, Kind.INSTRUCTION)
+# Produced items whose `id` the API requires: they cannot lose it (see above).
+ID_REQUIRED = frozenset({
+    "web_search_call", "file_search_call", "computer_call", "code_interpreter_call",
+    "image_generation_call", "local_shell_call", "mcp_call", "mcp_list_tools",
+    "mcp_approval_request",
+})
 
 
 def is_produced(entry: Entry) -> bool:
-    """An item a reasoning item can produce: an assistant message or any `*_call` item."""
+    """An item a reasoning item can produce: an assistant message, any `*_call` item, an MCP
+    tool list or approval request."""
     if entry.api is not Api.RESPONSES:
         return False
     if entry.kind in (Kind.ASSISTANT, Kind.CALL):
         return True
     type_ = entry.raw.get("type")
-    return entry.kind is Kind.OTHER and isinstance(type_, str) and type_.endswith("_call")
+    return entry.kind is Kind.OTHER and isinstance(type_, str) and (
+        type_.endswith("_call") or type_ in ID_REQUIRED)
+
+
+def needs_its_id(entry: Entry) -> bool:
+    return entry.api is Api.RESPONSES and entry.raw.get("type") in ID_REQUIRED
 
 
 def unfollowed_reasoning(entries: Sequence[Entry]) -> set[int]:
@@ -40,27 +58,32 @@ class Dropped:
     origins: tuple[int | None, ...]
     reasoning: int
     ids_removed: int
+    items_dropped: int = 0  # server items (and their outputs) gone with their reasoning item
 
 
 def drop_reasoning(entries: Sequence[Entry], origins: Sequence[int | None],
-                   drop: Callable[[int, Entry], bool]) -> Dropped:
-    """Remove the reasoning items `drop` picks and the server ids of the items they produced."""
+                   drop: Callable[[int, Entry], bool], *, upstream: bool = True) -> Dropped:
+    """Remove the reasoning items `drop` picks, the server ids of the items they produced, and
+    the server items that cannot go without their id. Not `upstream` (a transcript or history
+    file, never sent as items): those items stay, without their id, as everything else."""
     doomed = {i for i, e in enumerate(entries) if e.kind is Kind.REASONING and drop(i, e)}
     if not doomed:
         return Dropped(tuple(entries), tuple(origins), 0, 0)
     strip = _produced_after(entries, doomed)
+    gone = _items_of(entries, doomed) if upstream else set()
     out: list[Entry] = []
     kept_origins: list[int | None] = []
     ids_removed = 0
     for i, entry in enumerate(entries):
-        if i in doomed:
+        if i in doomed or i in gone:
             continue
-        if i in strip and "id" in entry.raw:
+        # An id-required item still here has its own reasoning item, when going upstream.
+        if i in strip and "id" in entry.raw and not (upstream and needs_its_id(entry)):
             entry = without_keys(entry, ("id",))
             ids_removed += 1
         out.append(entry)
         kept_origins.append(origins[i])
-    return Dropped(tuple(out), tuple(kept_origins), len(doomed), ids_removed)
+    return Dropped(tuple(out), tuple(kept_origins), len(doomed), ids_removed, len(gone))
 
 
 def _produced_after(entries: Sequence[Entry], doomed: set[int]) -> set[int]:
@@ -77,3 +100,38 @@ def _produced_after(entries: Sequence[Entry], doomed: set[int]) -> set[int]:
         elif stripping and is_produced(entry):
             found.add(j)
     return found
+
+
+def _items_of(entries: Sequence[Entry], doomed: set[int]) -> set[int]:
+    """The id-required items whose reasoning item (the nearest one before them in their turn)
+    is doomed, and the later items that answer them: a `*_call_output` by `call_id` (a
+    `local_shell_call_output` maybe by `id`), an MCP approval response by the request's id."""
+    found: set[int] = set()
+    answered: set[str] = set()
+    owner: int | None = None
+    for j, entry in enumerate(entries):
+        if entry.kind is Kind.REASONING:
+            owner = j
+        elif entry.kind in _TURN:
+            owner = None
+        elif owner in doomed and needs_its_id(entry):
+            found.add(j)
+            answered.update(v for v in (entry.raw.get("id"), entry.raw.get("call_id"))
+                            if isinstance(v, str))
+        elif answered and _answers(entry) & answered:
+            found.add(j)
+    return found
+
+
+def _answers(entry: Entry) -> set[str]:
+    raw = entry.raw
+    type_ = raw.get("type")
+    if type_ == "mcp_approval_response":
+        keys: tuple[str, ...] = ("approval_request_id",)
+    elif type_ == "local_shell_call_output":
+        keys = ("call_id", "id")  # the SDK types name the call in `id`, the server in `call_id`
+    elif entry.kind is Kind.RESULT:
+        keys = ("call_id",)
+    else:
+        return set()
+    return {v for v in map(raw.get, keys) if isinstance(v, str)}

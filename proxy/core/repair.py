@@ -14,7 +14,8 @@
   made since the last output with that id, and a call after that output needs its own.
 - The parallel calls of one assistant message (of one step, in Responses) are one unit.
 - Responses: a reasoning item left without the item it produced is dropped, and the server
-  ids of items that followed it are removed (`reasoning_items`).
+  ids of items that followed it are removed, or the items themselves when their id is required
+  (`reasoning_items`).
 A conversation that is already valid comes out as the same tuple of the same entries.
 """
 
@@ -34,8 +35,11 @@ from proxy.core.reasoning_items import drop_reasoning, is_produced, unfollowed_r
 CANCELLED_TEXT = ("[Tool call cancelled: the call was interrupted before it returned a result. "
                   "No output was recorded for it.]")
 _CANCELLED = ("repair.cancelled",)
-# Responses call types the client answers with an output item; others run on the server.
-_ANSWERED_BY_CLIENT = ("function_call", "custom_tool_call")
+# Responses call types the client answers with an output item, and repair can answer for it;
+# others run on the server. A `computer_call` is the client's too, but its output must be a
+# screenshot: nothing repair could make.
+_ANSWERED_BY_CLIENT = ("function_call", "custom_tool_call", "local_shell_call", "shell_call",
+                       "apply_patch_call")
 # Lists found valid: a steady thread's check walks only what its last request did not have.
 # What a valid chat list leaves open: nothing. A Responses one: whether an item_reference came.
 _VALID_CHAT: CheckedLists[tuple[()]] = CheckedLists(4096, ())
@@ -50,10 +54,12 @@ class Repaired:
     dropped_results: int = 0
     dropped_reasoning: int = 0
     ids_removed: int = 0
+    dropped_items: int = 0  # server items gone with their reasoning item
 
     @property
     def changed(self) -> int:
-        return self.cancelled + self.dropped_results + self.dropped_reasoning + self.ids_removed
+        return (self.cancelled + self.dropped_results + self.dropped_reasoning + self.ids_removed
+                + self.dropped_items)
 
 
 def is_cancelled(entry: Entry) -> bool:
@@ -84,7 +90,8 @@ def _finish(original: Entries, out: list[Entry], origins: list[int | None],
     lost = drop_reasoning(out, origins, lambda i, _: i in gone)
     if not (cancelled or dropped or lost.reasoning):
         return Repaired(original, tuple(range(len(original))))
-    return Repaired(lost.entries, lost.origins, cancelled, dropped, lost.reasoning, lost.ids_removed)
+    return Repaired(lost.entries, lost.origins, cancelled, dropped, lost.reasoning, lost.ids_removed,
+                    lost.items_dropped)
 
 
 def _valid_chat(entries: Entries) -> bool:
@@ -294,7 +301,7 @@ def _close_group(entries: Entries, group: list[int], last_answer: dict[str, int]
         call = entries[i].calls[0]
         if entries[i].raw.get("type") in _ANSWERED_BY_CLIENT and last_answer.get(call.id, -1) < i \
                 and call.id not in made:
-            out.append(make_result(Api.RESPONSES, call, CANCELLED_TEXT))
+            out.append(make_result(Api.RESPONSES, call, CANCELLED_TEXT, entries[i].raw.get("type")))
             origins.append(None)
             made.add(call.id)
     group.clear()

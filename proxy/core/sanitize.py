@@ -26,9 +26,12 @@ summarizer requests, history files and the retry after a strict upstream rejecte
 passed through untouched); only the proxy's own compaction replaces that history. Under CHEAP it
 is treated as in the current loop: kept while its chain holds.
 Responses reasoning items go whole whenever they go, and the server ids (`fc_…`, `msg_…`) of
-the items that followed them go too. A Responses item's encrypted content is bound to the exact
-items before it: under CHEAP it stays only while nothing before it was changed (`changed_at`).
-Visible text, tool calls (ids, names, arguments) and tool results are never touched.
+the items that followed them go too; a server-side item whose id is required (`web_search_call`,
+`mcp_call`, ...) goes with its reasoning item, with the outputs answering it (`reasoning_items`),
+except in a transcript or history file (`upstream=False`). A Responses item's encrypted content
+is bound to the exact items before it: under CHEAP it stays only while nothing before it was
+changed (`changed_at`). Otherwise visible text, tool calls (ids, names, arguments) and tool
+results are never touched.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ class Sanitized:
     plain: Mapping[str, int] = field(default_factory=dict)
     stand_ins: int = 0
     ids_removed: int = 0
+    items_dropped: int = 0
 
 
 def policy_for(*, compacted: bool, changed: bool, keep_loop: bool = False) -> Policy:
@@ -86,8 +90,11 @@ def policy_for(*, compacted: bool, changed: bool, keep_loop: bool = False) -> Po
     return Policy.CHEAP if changed else Policy.TRANSPARENT
 
 
-def sanitize(entries: Sequence[Entry], policy: Policy, *, changed_at: int | None = None) -> Sanitized:
-    """Apply `policy`; `changed_at` is the first index whose entry is not the client's (CHEAP)."""
+def sanitize(entries: Sequence[Entry], policy: Policy, *, changed_at: int | None = None,
+             upstream: bool = True) -> Sanitized:
+    """Apply `policy`; `changed_at` is the first index whose entry is not the client's (CHEAP).
+    Not `upstream`: for a transcript or a history file, which keeps the server items
+    (`web_search_call`, ...) a dropped reasoning item would take along (`reasoning_items`)."""
     entries = tuple(entries)
     if policy is Policy.TRANSPARENT or not entries:
         return Sanitized(entries, tuple(range(len(entries))), policy)
@@ -102,14 +109,15 @@ def sanitize(entries: Sequence[Entry], policy: Policy, *, changed_at: int | None
     doomed = _doomed_items(stripped, past, loop_rule, policy, changed_at, tally)
     if not doomed and stripped is entries:
         return Sanitized(entries, tuple(range(len(entries))), policy)
-    dropped = drop_reasoning(stripped, tuple(range(len(entries))), lambda i, _: i in doomed)
+    dropped = drop_reasoning(stripped, tuple(range(len(entries))), lambda i, _: i in doomed,
+                             upstream=upstream)
     kept = tuple(i for i in dropped.origins if i is not None and i not in doomed)
     out = tuple(e for e, i in zip(dropped.entries, dropped.origins, strict=True) if i not in doomed)
     changed = len(entries) - len(out) + sum(1 for e, i in zip(out, kept, strict=True) if e is not entries[i])
     if not changed:
         return Sanitized(entries, kept, policy)
     return Sanitized(out, kept, policy, changed, dict(tally.blobs), dict(tally.plain),
-                     tally.stand_ins, dropped.ids_removed)
+                     tally.stand_ins, dropped.ids_removed, dropped.items_dropped)
 
 
 def _stripped(entries: Entries, past: int, past_rules: tuple[Rule, Rule], loop_rule: Rule,

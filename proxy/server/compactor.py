@@ -321,7 +321,7 @@ class Compactor:
         messages; returns where they went, the error if they did not, and the file size the
         new checkpoint accounts for (`history_end`)."""
         indexes = list(cutoff.new_entries)
-        clean = sanitize([job.entries[i] for i in indexes], Policy.PRIVATE_FREE)
+        clean = sanitize([job.entries[i] for i in indexes], Policy.PRIVATE_FREE, upstream=False)
         records = [{"id": job.ids[indexes[k]], "index": indexes[k], "message": entry.raw}
                    for k, entry in zip(clean.kept, clean.entries)]
         end = committed

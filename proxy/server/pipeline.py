@@ -213,8 +213,11 @@ class Pipeline:
     async def retry(self, prepared: Prepared, status: int, body: Any,
                     line: RequestLine) -> Prepared | None:
         """A second attempt after an upstream rejection, when one can help; else None."""
-        if prepared.attempt.retry or prepared.inbound.entries is None or status < 400:
+        inbound = prepared.inbound
+        if prepared.attempt.retry or inbound.entries is None or status < 400:
             return None
+        if inbound.stateful_upstream:
+            return None  # passed through, and would be again: the same body, the same answer
         if (is_context_overflow(status, body) and self.settings.compaction.enabled
                 and prepared.key is not None):
             attempt = Attempt(forced=True, reason="context_overflow")
@@ -270,10 +273,14 @@ class Pipeline:
         api = prepared.inbound.api
         estimator = prepared.estimator
         usage = normalize(raw_usage, api, response, estimator.tokenizer.count if estimator else None)
-        if usage is None or not response or prepared.key is None or not prepared.projection:
+        if usage is None:
             return
         line.set(usage_input=usage.input, usage_output=usage.output, usage_cached=usage.cached,
                  usage_reasoning=usage.reasoning)
+        # Passed through (state kept upstream): no projection, and a usage that counts context
+        # the proxy never saw, so no anchor.
+        if not response or prepared.key is None or not prepared.projection:
+            return
         digests = anchors.response_digests(api, response, self.identities)
         anchor = anchors.anchor_for(prepared.projection, prepared.context, digests, usage,
                                     prepared.inbound.model, self.clock())

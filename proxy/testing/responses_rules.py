@@ -1,10 +1,12 @@
 """What OpenAI's Responses API checks in `input` items, with its exact texts (PROTOCOL.md §2.3).
 
-Item-local checks (a chat-style `tool` role, unknown keys) name `input[i]`; the rest look at the
-whole chain: items of stored earlier responses (`prior`, when `previous_response_id` is used)
-followed by this request's items. Calls pair with outputs by `call_id`; a reasoning item is
-followed by what it produced; ids the fake issued next to a reasoning item need that item;
-`store: false` cannot refer to items by id; encrypted reasoning must belong to its history.
+Item-local checks (a chat-style `tool` role, a server item without its required `id`, unknown
+keys) name `input[i]`; the rest look at the whole chain: items of stored earlier responses
+(`prior`, when `previous_response_id` is used) followed by this request's items. Calls pair
+with outputs by `call_id`; a reasoning item is followed by what it produced; ids the fake issued
+next to a reasoning item need that item (`ws_…` ids too, for tests that replay server tool
+calls); `store: false` cannot refer to items by id; encrypted reasoning must belong to its
+history.
 """
 
 from __future__ import annotations
@@ -29,9 +31,34 @@ _KNOWN_KEYS: dict[str, set[str]] = {
     "reasoning": _COMMON | {"summary", "content", "encrypted_content"},
     "compaction": _COMMON | {"encrypted_content"},
     "item_reference": {"type", "id"},
+    # Tool items the model makes and the client runs or replays (openai-python
+    # `response_input_item_param.py`): what the proxy must not add keys to.
+    "web_search_call": _COMMON | {"action"},
+    "computer_call": _COMMON | {"call_id", "action", "actions", "pending_safety_checks"},
+    "computer_call_output": _COMMON | {"call_id", "output", "acknowledged_safety_checks"},
+    "local_shell_call": _COMMON | {"call_id", "action"},
+    "local_shell_call_output": _COMMON | {"call_id", "output"},
+    "shell_call": _COMMON | {"call_id", "action", "caller", "environment"},
+    "shell_call_output": _COMMON | {"call_id", "output", "caller", "max_output_length"},
+    "apply_patch_call": _COMMON | {"call_id", "operation", "caller"},
+    "apply_patch_call_output": _COMMON | {"call_id", "output", "caller"},
+}
+# Outputs that are not text: a screenshot object, a list of command outcomes.
+_OUTPUT_SHAPE: dict[str, tuple[type, str]] = {
+    "computer_call_output": (Mapping, "an object"),
+    "shell_call_output": (list, "an array"),
 }
 # Calls the client must answer; other `*_call` items (server tools) have no output item.
-_NEEDS_OUTPUT = ("function_call", "custom_tool_call")
+# [OBS] for the local shell ("No tool output found for local shell call call_...",
+# openai/openai-agents-python#1855); the shell and apply-patch tools are client-run the same way.
+_NEEDS_OUTPUT = ("function_call", "custom_tool_call", "local_shell_call", "shell_call",
+                 "apply_patch_call")
+# Input items whose `id` is required (openai-python `response_input_item_param.py`).
+_ID_REQUIRED = frozenset({
+    "web_search_call", "file_search_call", "computer_call", "code_interpreter_call",
+    "image_generation_call", "local_shell_call", "mcp_call", "mcp_list_tools",
+    "mcp_approval_request",
+})
 
 
 def input_items(body: Mapping[str, Any]) -> list[Any]:
@@ -68,9 +95,19 @@ def _item_rule(i: int, item: Any) -> Rejection | None:
                                  "'system', 'developer', and 'user'.", param=f"input[{i}].role",
                                  code="invalid_value")
     item_id = item.get("id")
+    if kind in _ID_REQUIRED and not isinstance(item_id, str):
+        # Required by the SDK's types; OpenAI's usual wording for a missing parameter [MEM]
+        param = f"input[{i}].id"
+        return rejections.openai(f"Missing required parameter: '{param}'.", param=param,
+                                 code="missing_required_parameter")
     if kind == "function_call" and isinstance(item_id, str) and not item_id.startswith("fc"):
         # [OBS] text; param and code as the other input errors of PROTOCOL.md §2.3
         return rejections.openai("Expected an ID that begins with 'fc'", param="input")
+    shape = _OUTPUT_SHAPE.get(kind)
+    if shape is not None and not isinstance(item.get("output"), shape[0]):  # wording [MEM]
+        param = f"input[{i}].output"
+        return rejections.openai(f"Invalid type for '{param}': expected {shape[1]}, but got "
+                                 "another type instead.", param=param, code="invalid_type")
     known = _KNOWN_KEYS.get(kind)
     unknown = [k for k in item if known is not None and k not in known]
     if unknown:  # [OBS]
@@ -101,7 +138,12 @@ def _pairing(chain: Sequence[Any]) -> Rejection | None:
     open_calls: dict[str, str] = {}
     known_calls: set[str] = set()
     for item in chain:
-        kind, call_id = item_type(item), item.get("call_id")
+        kind = item_type(item)
+        call_id = item.get("call_id")
+        if kind == "local_shell_call_output" and call_id is None:
+            # The SDK types name the call in `id`; the server reads `call_id` [OBS
+            # openai/openai-agents-python#1855]. Either is taken here.
+            call_id = item.get("id")
         if kind.endswith("_call_output"):
             if call_id not in known_calls:  # [OBS]
                 return rejections.openai(f"No tool call found for {_label(kind[:-7])} output with "
@@ -118,7 +160,8 @@ def _pairing(chain: Sequence[Any]) -> Rejection | None:
 
 def _produced(item: Any) -> bool:
     kind = item_type(item)
-    return (kind == "message" and item.get("role") == "assistant") or kind.endswith("_call")
+    return ((kind == "message" and item.get("role") == "assistant") or kind.endswith("_call")
+            or kind in ("mcp_list_tools", "mcp_approval_request"))
 
 
 def _reasoning_followed(chain: Sequence[Any]) -> Rejection | None:

@@ -1,0 +1,47 @@
+"""Repair answers an interrupted call of every client-run Responses tool, not only function
+calls: a local shell, shell or apply-patch call left without its output is refused upstream
+("No tool output found for local shell call call_...", openai/openai-agents-python#1855), so it
+gets the cancelled output in the shape of its own output type."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.core.repair import CANCELLED_TEXT, repair
+from proxy.testing.rules import check_responses
+from tests.factories import r_user, responses, wire
+
+CALLS: dict[str, dict[str, Any]] = {
+    "local_shell_call": {"type": "local_shell_call", "id": "lsh_1", "call_id": "call_1",
+                         "status": "completed",
+                         "action": {"type": "exec", "command": ["sleep", "99"], "env": {}}},
+    "shell_call": {"type": "shell_call", "call_id": "call_1", "status": "completed",
+                   "action": {"commands": ["sleep 99"]}},
+    "apply_patch_call": {"type": "apply_patch_call", "call_id": "call_1", "status": "completed",
+                         "operation": {"type": "delete_file", "path": "old.py"}},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CALLS))
+def test_an_interrupted_client_run_call_gets_a_cancelled_output(kind: str) -> None:
+    before = [r_user("Run it."), CALLS[kind], r_user("Stop; do something else.")]
+    assert "No tool output found" in check_responses({"model": "m", "input": before}).body[
+        "error"]["message"]
+    out = repair(responses(*before))
+    sent = wire(out.entries)
+    assert out.cancelled == 1
+    output = sent[2]
+    assert output["type"] == f"{kind}_output" and output["call_id"] == "call_1"
+    assert CANCELLED_TEXT in str(output["output"])
+    assert check_responses({"model": "m", "input": sent}) is None
+    assert repair(out.entries).entries == out.entries, "the answer counts as an answer"
+
+
+def test_a_shell_output_is_a_list_of_outcomes_and_a_patch_output_has_a_status() -> None:
+    shell = wire(repair(responses(r_user(), CALLS["shell_call"], r_user("x"))).entries)[2]
+    assert shell["output"][0]["stderr"] == CANCELLED_TEXT
+    assert shell["output"][0]["outcome"]["type"] == "exit"
+    patch = wire(repair(responses(r_user(), CALLS["apply_patch_call"], r_user("x"))).entries)[2]
+    assert patch["status"] == "failed" and patch["output"] == CANCELLED_TEXT
