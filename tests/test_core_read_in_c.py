@@ -156,7 +156,7 @@ def test_the_sanitizer_visits_the_entries_the_loops_visited(drawn: tuple[str, En
     everything = Rule(blobs=True, plain=True)
     expected_stripped = [i for i, e in enumerate(entries)
                          if e.kind is Kind.ASSISTANT and e.api is Api.CHAT and strippable(e)]
-    stripped = sanitize._stripped(entries, past, everything, everything, Tally())
+    stripped = sanitize._stripped(entries, past, (everything, everything), everything, Tally())
     assert [i for i, (a, b) in enumerate(zip(entries, stripped, strict=True)) if a is not b] == \
         [i for i in expected_stripped if _strips(entries[i])]
     for policy in sanitize.Policy:
