@@ -144,10 +144,11 @@ def _stripped(entries: Entries, past: int, past_rules: tuple[Rule, Rule], loop_r
 def _turns_with_calls(entries: Entries, past: int) -> list[bool]:
     """For each entry before `past`, whether its turn (the span between two user messages)
     has an assistant message that made tool calls."""
+    end = min(past, len(entries))
     marks = [False] * past
     start, calls = 0, False
-    for i in range(past + 1):
-        if i == past or entries[i].kind is Kind.USER:
+    for i in range(end + 1):
+        if i == end or entries[i].kind is Kind.USER:
             if calls:
                 marks[start:i] = [True] * (i - start)
             start, calls = i + 1, False
