@@ -1,4 +1,4 @@
-"""The `compaction-proxy` command: serve, check-config, threads, inspect."""
+"""The `compaction-proxy` command: serve, check-config, threads, inspect, check-state."""
 
 from __future__ import annotations
 
@@ -65,7 +65,12 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("thread_id")
     inspect.set_defaults(run=_inspect)
 
-    for command in (serve, check, threads, inspect):
+    check_state = commands.add_parser(
+        "check-state", help="check the whole state database for damage (read-only; "
+                            "it may run beside the proxy)")
+    check_state.set_defaults(run=_check_state)
+
+    for command in (serve, check, threads, inspect, check_state):
         command.add_argument("--config", default=DEFAULT_CONFIG_PATH,
                              help=f"YAML config file (default {DEFAULT_CONFIG_PATH})")
     return parser
@@ -193,6 +198,11 @@ def _threads(settings: Settings, args: argparse.Namespace) -> int:
 def _inspect(settings: Settings, args: argparse.Namespace) -> int:
     from proxy.cli_state import inspect_thread
     return inspect_thread(settings, args.thread_id)
+
+
+def _check_state(settings: Settings, args: argparse.Namespace) -> int:
+    from proxy.cli_state import check_state
+    return check_state(settings)
 
 
 if __name__ == "__main__":

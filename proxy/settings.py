@@ -91,6 +91,7 @@ class ThreadSettings:
 class StateSettings:
     backend: str = "sqlite"
     path: str = "./data"
+    check_on_start: bool = True  # PRAGMA quick_check before serving (proxy/store/damage.py)
 
 
 @dataclass(frozen=True)
@@ -348,6 +349,7 @@ def _state(r: Reader) -> StateSettings:
     s = StateSettings(
         backend=r.string("backend", StateSettings.backend, choices=("sqlite",)),
         path=r.string("path", StateSettings.path),
+        check_on_start=r.boolean("check_on_start", StateSettings.check_on_start),
     )
     r.finish()
     return s

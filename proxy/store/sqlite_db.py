@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, TypeVar
 from proxy.lru import LRU
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
 from proxy.store import jsoncodec
+from proxy.store import damage
 from proxy.store.base import ANCHORS_KEPT, StoreError, ThreadSummary
 from proxy.store.schema import migrate
 
@@ -37,16 +38,27 @@ class StateDb:
         self._known: LRU[ThreadKey, int] = LRU(_KNOWN_THREADS)
 
     @classmethod
-    def connect(cls, root: Path, anchors_kept: int = ANCHORS_KEPT) -> StateDb:
-        """Open (creating directory 0700 and file 0600) and migrate `root/state.db`."""
+    def connect(cls, root: Path, anchors_kept: int = ANCHORS_KEPT, *,
+                check: bool = False) -> StateDb:
+        """Open (creating directory 0700 and file 0600) and migrate `root/state.db`; with
+        `check`, refuse (StoreError) a file that `PRAGMA quick_check` finds damaged."""
         path = _prepare(root)
         conn = sqlite3.connect(path, isolation_level=None, timeout=5.0)
         try:
             _configure(conn)
             migrate(conn)
+            problems = damage.check(conn) if check else []
+        except sqlite3.DatabaseError as error:
+            conn.close()
+            if damage.is_damage(error):
+                raise StoreError(damage.damaged_message(path, [str(error)])) from None
+            raise
         except BaseException:
             conn.close()
             raise
+        if problems:
+            conn.close()
+            raise StoreError(damage.damaged_message(path, problems))
         return cls(conn, anchors_kept)
 
     def close(self) -> None:
@@ -217,7 +229,8 @@ class StateDb:
         return [self.load(ThreadKey(tenant, thread)) for (tenant,) in rows]
 
     def integrity_check(self) -> str:
-        return "; ".join(row[0] for row in self.conn.execute("PRAGMA integrity_check"))
+        """"ok", or the problems `PRAGMA integrity_check` finds, joined by "; "."""
+        return "; ".join(damage.check(self.conn, "integrity_check")) or "ok"
 
 
 class AnchorWrite(NamedTuple):
