@@ -13,7 +13,7 @@ from pathlib import Path
 
 from proxy.store.base import StoreError
 from proxy.store.damage import damaged_message, is_damage
-from proxy.store.schema import MIGRATIONS, current_version
+from proxy.store.schema import MIGRATIONS, current_version, unversioned_problem
 from proxy.store.sqlite_db import DB_FILE, StateDb
 
 
@@ -70,6 +70,8 @@ def _check_version(conn: sqlite3.Connection, path: Path) -> None:
         if is_damage(error):
             raise StoreError(damaged_message(path, [str(error)])) from None
         raise StoreError(f"{path} is not a compaction-proxy state database") from None
+    if (problem := unversioned_problem(conn, path)) is not None:
+        raise StoreError(problem)
     if found < len(MIGRATIONS):
         raise StoreError(f"{path} is at schema version {found}, older than this proxy "
                          f"({len(MIGRATIONS)}); start the proxy once to migrate it")

@@ -46,7 +46,7 @@ class StateDb:
         conn = sqlite3.connect(path, isolation_level=None, timeout=5.0)
         try:
             _configure(conn)
-            migrate(conn)
+            migrate(conn, path=path)
             problems = damage.check(conn) if check else []
         except sqlite3.DatabaseError as error:
             conn.close()
