@@ -14,6 +14,7 @@ import yaml
 from aiohttp import web
 
 from proxy.settings import DEFAULT_CONFIG_PATH, ConfigError, Settings, load_settings, masked
+from proxy.settings_reader import shown
 from proxy.store.base import StoreError
 from proxy.tokens.encoding import KNOWN_ENCODINGS
 
@@ -37,7 +38,7 @@ def _check_tokenizers(settings: Settings) -> None:
     """A profile's `tokenizer` must name an encoding the proxy can load (the settings layer
     does not know the tokenizers: checked here, for every command, as a config problem)."""
     known = ", ".join(sorted(KNOWN_ENCODINGS))
-    problems = [f"models.{p.pattern}.tokenizer: unknown encoding {p.tokenizer!r} (known: {known})"
+    problems = [f"models.{p.pattern}.tokenizer: unknown encoding {shown(p.tokenizer)} (known: {known})"
                 for p in settings.models if p.tokenizer and p.tokenizer not in KNOWN_ENCODINGS]
     if problems:
         raise ConfigError(problems)

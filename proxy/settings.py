@@ -22,7 +22,7 @@ from proxy.settings_compaction import (DEFAULT_EXPLORATION_TOOLS, DEFAULT_FILE_T
                                        CompactionSettings, MicrocompactSettings,
                                        RestoreSettings, SummarizerSettings, TruncateSettings,
                                        parse_compaction)
-from proxy.settings_reader import ConfigError, Reader, environment, interpolate
+from proxy.settings_reader import ConfigError, Reader, environment, interpolate, shown
 
 __all__ = ["DEFAULT_EXPLORATION_TOOLS", "DEFAULT_FILE_TOOLS", "DEFAULT_PLAN_TOOLS",
            "BreakerSettings", "CollapseSettings", "CompactionSettings", "ConfigError",
@@ -257,12 +257,12 @@ def _base_url(u: Reader) -> str:
     # An empty one too (`${URL}` with URL set empty): every request would fail. A missing one
     # is already reported, and `problem` keeps one a key.
     if not _is_http_url(base_url):
-        u.problem("base_url", f"must be an http(s) URL, got {redacted_url(base_url)!r}")
+        u.problem("base_url", f"must be an http(s) URL, got {shown(redacted_url(base_url))}")
     elif base_url and "@" in urlsplit(base_url).netloc:
         # aiohttp cannot send URL credentials beside an Authorization header, and every
         # request here carries one (the client's, or api_key's).
         u.problem("base_url", f"must not carry credentials (user:password@), got "
-                              f"{redacted_url(base_url)!r}; set api_key instead")
+                              f"{shown(redacted_url(base_url))}; set api_key instead")
     return base_url.rstrip("/")
 
 
@@ -306,7 +306,7 @@ def _routes(root: Reader, upstreams: Mapping[str, UpstreamSettings]) -> tuple[Ro
         r = Reader(item, f"routes[{i}]", root.problems)
         route = Route(model=r.string("model"), upstream=r.string("upstream"))
         if route.upstream and route.upstream not in upstreams:
-            r.problem("upstream", f"no upstream named {route.upstream!r} "
+            r.problem("upstream", f"no upstream named {shown(route.upstream)} "
                                   f"(known: {', '.join(sorted(upstreams)) or 'none'})")
         r.finish()
         routes.append(route)
@@ -377,7 +377,7 @@ def _tokens(r: Reader) -> TokenSettings:
 def _check_references(s: Settings, problems: list[str]) -> None:
     upstream = s.compaction.summarizer.upstream
     if upstream is not None and upstream not in s.upstreams:
-        problems.append(f"compaction.summarizer.upstream: no upstream named {upstream!r}")
+        problems.append(f"compaction.summarizer.upstream: no upstream named {shown(upstream)}")
 
 
 def redacted_url(url: str) -> str:

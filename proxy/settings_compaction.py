@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from proxy.settings_reader import Reader
+from proxy.settings_reader import Reader, shown
 
 DEFAULT_EXPLORATION_TOOLS = ("read_file", "grep", "glob", "web_search", "list_dir", "search")
 DEFAULT_FILE_TOOLS = ("read_file", "read", "view", "open", "cat")
@@ -118,7 +118,7 @@ def _timezone(r: Reader) -> str | None:
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        r.problem("timezone", f"unknown time zone {name!r}")
+        r.problem("timezone", f"unknown time zone {shown(name)}")
         return None
     return name
 
@@ -129,7 +129,7 @@ def _manual_command(r: Reader) -> str:
     # space at either end would match none.
     if not command or command != command.strip():
         r.problem("manual_command", f"must be non-empty, without spaces at either end, "
-                                    f"got {command!r}")
+                                    f"got {shown(command)}")
     return command
 
 
