@@ -222,7 +222,8 @@ def parse_settings(raw: Any, env: Mapping[str, str]) -> Settings:
 
 def _server(r: Reader) -> ServerSettings:
     s = ServerSettings(
-        host=r.string("host", ServerSettings.host),
+        host=_not_empty(r, "host", ServerSettings.host,
+                        "an empty host listens on every interface; write 0.0.0.0 to mean that"),
         port=r.integer("port", ServerSettings.port, 0, 65535),
         max_body_mb=r.integer("max_body_mb", ServerSettings.max_body_mb, 1, 4096),
         shutdown_grace_s=r.number("shutdown_grace_s", ServerSettings.shutdown_grace_s, 0),
@@ -348,11 +349,22 @@ def _threads(r: Reader) -> ThreadSettings:
 def _state(r: Reader) -> StateSettings:
     s = StateSettings(
         backend=r.string("backend", StateSettings.backend, choices=("sqlite",)),
-        path=r.string("path", StateSettings.path),
+        path=_not_empty(r, "path", StateSettings.path,
+                        "an empty path is the working directory; write . to mean that"),
         check_on_start=r.boolean("check_on_start", StateSettings.check_on_start),
     )
     r.finish()
     return s
+
+
+def _not_empty(r: Reader, key: str, default: str, meaning: str) -> str:
+    """A text key whose empty value (most often an empty `${VAR}`) would silently mean
+    something else: refused, with what it would have meant."""
+    value = r.string(key, default)
+    if not value.strip():
+        r.problem(key, f"must not be empty: {meaning}")
+        return default
+    return value
 
 
 def _logging(r: Reader) -> LoggingSettings:
