@@ -8,7 +8,6 @@ The documented reference of every key is `config/proxy.yaml`.
 from __future__ import annotations
 
 import fnmatch
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,17 +21,15 @@ from proxy.settings_compaction import (DEFAULT_EXPLORATION_TOOLS, DEFAULT_FILE_T
                                        CompactionSettings, MicrocompactSettings,
                                        RestoreSettings, SummarizerSettings, TruncateSettings,
                                        parse_compaction)
+from proxy.settings_masked import masked, redacted_url
 from proxy.settings_reader import ConfigError, Reader, environment, interpolate, shown
 
 __all__ = ["DEFAULT_EXPLORATION_TOOLS", "DEFAULT_FILE_TOOLS", "DEFAULT_PLAN_TOOLS",
            "BreakerSettings", "CollapseSettings", "CompactionSettings", "ConfigError",
            "MicrocompactSettings", "RestoreSettings", "Settings", "SummarizerSettings",
-           "TruncateSettings", "load_settings", "parse_settings"]
+           "TruncateSettings", "load_settings", "masked", "parse_settings", "redacted_url"]
 
 DEFAULT_CONFIG_PATH = "config/proxy.yaml"
-# The password of a URL's userinfo: up to the last '@' before the path, as urlsplit reads it.
-_URL_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*:)[^/?#]*@")
-_QUERY_VALUE = re.compile(r"((?:^|&)[^=&]*=)[^&]*")
 
 
 @dataclass(frozen=True)
@@ -390,30 +387,3 @@ def _check_references(s: Settings, problems: list[str]) -> None:
     upstream = s.compaction.summarizer.upstream
     if upstream is not None and upstream not in s.upstreams:
         problems.append(f"compaction.summarizer.upstream: no upstream named {shown(upstream)}")
-
-
-def redacted_url(url: str) -> str:
-    """`url` with the password of its userinfo (`http://user:password@host`) and every query
-    value shown as `***`: some endpoints take their key in the query (`?key=...`)."""
-    url = _URL_PASSWORD.sub(r"\1***@", url)
-    base, mark, rest = url.partition("?")
-    if not mark:
-        return url
-    query, hash_mark, fragment = rest.partition("#")
-    return base + mark + _QUERY_VALUE.sub(r"\1***", query) + hash_mark + fragment
-
-
-def masked(settings: Settings) -> dict[str, Any]:
-    """The resolved settings as plain data with every secret replaced, for `check-config`."""
-    from dataclasses import asdict
-    data = asdict(settings)
-    del data["warnings"]
-    for upstream in data["upstreams"].values():
-        upstream["base_url"] = redacted_url(upstream["base_url"])
-        if upstream.get("api_key"):
-            key = upstream["api_key"]
-            upstream["api_key"] = f"{key[:3]}***" if len(key) > 12 else "***"
-    data["routes"] = [asdict(r) for r in settings.routes]
-    data["models"] = {p.pattern: {k: v for k, v in asdict(p).items() if k != "pattern"}
-                      for p in settings.models}
-    return data

@@ -6,6 +6,11 @@ what `redact` masks in logs and anything shaped like a key."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -65,9 +70,25 @@ def test_an_unknown_key_that_is_a_pasted_secret_is_masked() -> None:
     assert problems == ["server.sk-***: unknown key"]
 
 
-def test_the_tokenizer_check_of_the_cli_does_not_echo_a_key(tmp_path) -> None:
+def test_the_tokenizer_check_of_the_cli_does_not_echo_a_key(tmp_path: Path) -> None:
     config = tmp_path / "p.yaml"
     config.write_text(BASE + f"models:\n  gpt-4o:\n    tokenizer: {KEYS['hex']}\n")
     result = cli("check-config", "--config", str(config))
     assert result.returncode == 1 and "models.gpt-4o.tokenizer: unknown encoding" in result.stderr
     assert KEYS["hex"] not in result.stderr and KEYS["hex"] not in result.stdout
+
+
+def test_check_config_masks_a_key_under_a_text_key_that_accepts_anything(
+        tmp_path: Path) -> None:
+    config = tmp_path / "p.yaml"
+    config.write_text(BASE + "compaction:\n  summarizer:\n    model: ${KEY}\n"
+                             "state:\n  path: ./state/${KEY}\n")
+    root = str(Path(__file__).resolve().parents[1])
+    result = subprocess.run([sys.executable, "-m", "proxy", "check-config", "--config",
+                             str(config)], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONPATH": root, "KEY": KEYS["openai"]})
+    assert result.returncode == 0, result.stderr
+    assert KEYS["openai"][3:] not in result.stdout
+    printed = yaml.safe_load(result.stdout)
+    assert printed["compaction"]["summarizer"]["model"] == "sk-***"
+    assert printed["state"]["path"] == "./state/sk-***"
