@@ -8,6 +8,7 @@ The documented reference of every key is `config/proxy.yaml`.
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,6 +31,8 @@ __all__ = ["DEFAULT_EXPLORATION_TOOLS", "DEFAULT_FILE_TOOLS", "DEFAULT_PLAN_TOOL
            "TruncateSettings", "load_settings", "masked", "parse_settings", "redacted_url"]
 
 DEFAULT_CONFIG_PATH = "config/proxy.yaml"
+# RFC 9110's token: the characters a header name may have.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
 @dataclass(frozen=True)
@@ -303,7 +306,7 @@ def _routes(root: Reader, upstreams: Mapping[str, UpstreamSettings]) -> tuple[Ro
     for i, item in enumerate(raw):
         r = Reader(item, f"routes[{i}]", root.problems)
         route = Route(model=r.string("model"), upstream=r.string("upstream"))
-        if route.upstream and route.upstream not in upstreams:
+        if route.upstream not in upstreams:  # "" too: it would fail every request it routes
             r.problem("upstream", f"no upstream named {shown(route.upstream)} "
                                   f"(known: {', '.join(sorted(upstreams)) or 'none'})")
         r.finish()
@@ -334,13 +337,19 @@ def _models(r: Reader) -> tuple[ModelProfile, ...]:
 def _threads(r: Reader) -> ThreadSettings:
     d = ThreadSettings()
     s = ThreadSettings(
-        headers=tuple(h.lower() for h in r.strings("headers", d.headers)),
-        body_fields=r.strings("body_fields", d.body_fields),
+        headers=tuple(h.lower() for h in r.strings("headers", d.headers, _HEADER_NAME.fullmatch,
+                                                   "is not an HTTP header name")),
+        body_fields=r.strings("body_fields", d.body_fields, _dotted_path,
+                              "is not a dotted path (names joined by single dots)"),
         fallback=r.string("fallback", d.fallback, choices=("fingerprint", "none")),
         forward_headers=r.boolean("forward_headers", d.forward_headers),
     )
     r.finish()
     return s
+
+
+def _dotted_path(path: str) -> bool:
+    return all(path.split("."))
 
 
 def _state(r: Reader) -> StateSettings:

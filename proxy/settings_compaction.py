@@ -168,13 +168,21 @@ def _microcompact(r: Reader) -> MicrocompactSettings:
 def _summarizer(r: Reader) -> SummarizerSettings:
     d = SummarizerSettings()
     s = SummarizerSettings(
-        model=r.string("model", None),
+        model=_summarizer_model(r),
         upstream=r.string("upstream", None),
         max_output_tokens=r.integer("max_output_tokens", d.max_output_tokens, 256),
         timeout_s=r.number("timeout_s", d.timeout_s, 1),
     )
     r.finish()
     return s
+
+
+def _summarizer_model(r: Reader) -> str | None:
+    model = r.string("model", None)
+    if model is not None and not model.strip():
+        r.problem("model", "must not be empty (null: the request's own model)")
+        return None
+    return model
 
 
 def _restore(r: Reader) -> RestoreSettings:

@@ -179,10 +179,17 @@ class Reader:
     def boolean(self, key: str, default: bool) -> bool:
         return self.typed(key, default, bool, "true or false")
 
-    def strings(self, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    def strings(self, key: str, default: tuple[str, ...],
+                valid: Callable[[str], object] | None = None, invalid: str = "") -> tuple[str, ...]:
+        """A list of non-empty strings; with `valid`, each must pass it (a name that could
+        never match anything is refused, `invalid` saying why)."""
         value = self.get(key, list(default))
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             self.problem(key, "expected a list of non-empty strings")
+            return default
+        wrong = [v for v in value if valid is not None and not valid(v)]
+        if wrong:
+            self.problem(key, f"{shown(wrong[0])} {invalid}")
             return default
         return tuple(str(v) for v in value)
 
