@@ -33,9 +33,11 @@ DAMAGED, SOUND = "thread-007", "thread-100"
 PAGE = 4096
 
 
-async def damaged_state(root: Path) -> None:
+async def damaged_state(root: Path, how: str = "garbage") -> None:
     """A state of `THREADS` threads with one checkpoint each, cleanly closed, then the page
-    that holds DAMAGED's checkpoint overwritten with garbage (SOUND's is on another page)."""
+    that holds DAMAGED's checkpoint damaged (SOUND's is on another page): overwritten with
+    garbage, or its first cell pointer sent past the end. quick_check stops on the first;
+    on the second it lists the bad cell or stops, as SQLite happens to choose."""
     store = SqliteStore(root)
     await store.open()
     for i in range(THREADS):
@@ -47,7 +49,11 @@ async def damaged_state(root: Path) -> None:
     data = bytearray((root / "state.db").read_bytes())
     page = data.find(b"MARK-007-") // PAGE
     assert page > 1 and data.find(b"MARK-100-") // PAGE != page
-    data[page * PAGE:(page + 1) * PAGE] = b"\xa5" * PAGE
+    if how == "garbage":
+        data[page * PAGE:(page + 1) * PAGE] = b"\xa5" * PAGE
+    else:
+        assert data[page * PAGE] == 10  # a leaf of the events b-tree (WITHOUT ROWID)
+        data[page * PAGE + 8:page * PAGE + 10] = (PAGE - 1).to_bytes(2, "big")
     (root / "state.db").write_bytes(bytes(data))
 
 
@@ -59,9 +65,10 @@ class Lines:
         return lambda event, **fields: self.lines.append((level, event, fields))
 
 
+@pytest.mark.parametrize("how", ["garbage", "cell_pointer"])
 async def test_opening_refuses_a_damaged_file_with_its_path_and_the_remedy(
-        tmp_path: Path) -> None:
-    await damaged_state(tmp_path)
+        tmp_path: Path, how: str) -> None:
+    await damaged_state(tmp_path, how)
     before = hashlib.sha256((tmp_path / "state.db").read_bytes()).digest()
     store = create_store(StateSettings(path=str(tmp_path)))
     with pytest.raises(StoreError) as refused:
@@ -98,6 +105,14 @@ async def test_a_bad_page_fails_only_its_threads_with_state_damaged_and_one_erro
     level, _, fields = damaged[0]
     assert level == "error" and fields["path"] == str(tmp_path / "state.db")
     assert fields["sqlite_error"] == "SQLITE_CORRUPT" and "restore" in fields["remedy"]
+
+
+def test_the_message_names_the_first_problems_sqlite_listed_and_how_many_more() -> None:
+    from proxy.store.damage import damaged_message
+    found = [f"On tree page {n} cell 0: Offset 4095 out of range" for n in range(2, 8)]
+    message = damaged_message(Path("/s/state.db"), found)
+    assert message.startswith("/s/state.db is damaged: On tree page 2 cell 0")
+    assert "page 4" in message and "page 5" not in message and "(and 3 more)" in message
 
 
 def test_integrity_check_reports_a_damage_that_stops_the_check_itself(tmp_path: Path) -> None:
