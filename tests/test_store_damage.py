@@ -183,3 +183,32 @@ def test_an_error_that_is_not_a_bad_page_is_not_called_damage() -> None:
         with pytest.raises(sqlite3.OperationalError) as busy:
             conn.execute("SELECT * FROM missing")
     assert not is_damage(busy.value)
+
+
+@pytest.mark.parametrize(("table", "data"), [("events", "{\"cutoff_index\": 1, \"cut"),
+                                             ("events", "[1, 2]"),
+                                             ("anchors", "{\"position\": 3}"),
+                                             ("threads", "not json")])
+async def test_a_row_sqlite_reads_but_the_proxy_cannot_decode_is_damage_too(
+        tmp_path: Path, table: str, data: str) -> None:
+    # Bit rot inside a row's payload passes every SQLite check: the row's JSON is what breaks.
+    store = SqliteStore(tmp_path, log=Lines())
+    await store.open()
+    try:
+        for thread in (DAMAGED, SOUND):
+            key = ThreadKey(TENANT, thread)
+            await store.record_request(key, 1000.0, 100)
+            await store.add_event(key, CompactionEvent(1, "m", "p", {"role": "user"}))
+        await store.flush()
+        with closing(sqlite3.connect(tmp_path / "state.db", isolation_level=None)) as conn:
+            column = "microcompact" if table == "threads" else "data"
+            if table == "anchors":
+                conn.execute("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
+                             (TENANT, DAMAGED, data))
+            else:
+                conn.execute(f"UPDATE {table} SET {column} = ? WHERE thread = ?", (data, DAMAGED))
+        with pytest.raises(StateDamaged):
+            await store.load(ThreadKey(TENANT, DAMAGED))
+        assert (await store.load(ThreadKey(TENANT, SOUND))).event is not None
+    finally:
+        await store.close()

@@ -39,9 +39,17 @@ class StateDamaged(StoreError, ProxyError):
                          "(state_damaged).")
 
 
+class UnreadableRow(sqlite3.DatabaseError):
+    """A row SQLite reads but the proxy cannot decode (its JSON broken, or not the record it
+    should be): bit rot inside a payload passes every SQLite check. A `sqlite3.DatabaseError`,
+    so every path that reports a database error reports this one."""
+
+
 def is_damage(error: BaseException) -> bool:
-    """SQLite's own verdict: a malformed page (SQLITE_CORRUPT and its extended codes) or a
-    file that is not a database (SQLITE_NOTADB). Never a busy, full or read-only database."""
+    """A malformed page (SQLITE_CORRUPT and its extended codes), a file that is not a
+    database (SQLITE_NOTADB), or an `UnreadableRow`. Never a busy, full or read-only one."""
+    if isinstance(error, UnreadableRow):
+        return True
     code = getattr(error, "sqlite_errorname", None) or ""
     return isinstance(error, sqlite3.DatabaseError) and (
         code.startswith("SQLITE_CORRUPT") or code == "SQLITE_NOTADB")

@@ -184,7 +184,7 @@ class StateDb:
                 key, created_at=created_at, last_activity=last_activity,
                 anchors=self._anchors(key), event=self._latest_event(key),
                 event_count=event_count,
-                microcompact=MicrocompactMark.from_data(jsoncodec.loads(microcompact))
+                microcompact=decoded(MicrocompactMark, microcompact)
                 if microcompact else None,
                 last_estimate=last_estimate)
 
@@ -205,17 +205,17 @@ class StateDb:
     def _anchors(self, key: ThreadKey) -> tuple[Anchor, ...]:
         rows = self.conn.execute("SELECT data FROM anchors WHERE tenant = ? AND thread = ? "
                                  "ORDER BY id DESC LIMIT ?", (*key_args(key), self.anchors_kept))
-        return tuple(Anchor.from_data(jsoncodec.loads(data)) for (data,) in rows)
+        return tuple(decoded(Anchor, data) for (data,) in rows)
 
     def _latest_event(self, key: ThreadKey) -> CompactionEvent | None:
         row = self.conn.execute("SELECT data FROM events WHERE tenant = ? AND thread = ? "
                                 "ORDER BY seq DESC LIMIT 1", key_args(key)).fetchone()
-        return CompactionEvent.from_data(jsoncodec.loads(row[0])) if row else None
+        return decoded(CompactionEvent, row[0]) if row else None
 
     def events(self, key: ThreadKey) -> list[CompactionEvent]:
         rows = self.conn.execute("SELECT data FROM events WHERE tenant = ? AND thread = ? "
                                  "ORDER BY seq", key_args(key))
-        return [CompactionEvent.from_data(jsoncodec.loads(data)) for (data,) in rows]
+        return [decoded(CompactionEvent, data) for (data,) in rows]
 
     def list_threads(self, limit: int) -> list[ThreadSummary]:
         rows = self.conn.execute(
@@ -244,6 +244,16 @@ class AnchorWrite(NamedTuple):
 
     def __call__(self) -> None:
         self.db.add_anchor(self.key, self.anchor)
+
+
+def decoded(record: Any, text: str) -> Any:
+    """`record.from_data` of a stored JSON text, or `damage.UnreadableRow` naming the record
+    type (never the text: it holds client content)."""
+    try:
+        return record.from_data(jsoncodec.loads(text))
+    except (ValueError, TypeError, AttributeError) as error:  # JSON errors are ValueErrors
+        raise damage.UnreadableRow(f"a stored {record.__name__} cannot be decoded "
+                                   f"({type(error).__name__})") from None
 
 
 def key_args(key: ThreadKey) -> tuple[str, str]:
