@@ -38,7 +38,8 @@ def _check_tokenizers(settings: Settings) -> None:
     """A profile's `tokenizer` must name an encoding the proxy can load (the settings layer
     does not know the tokenizers: checked here, for every command, as a config problem)."""
     known = ", ".join(sorted(KNOWN_ENCODINGS))
-    problems = [f"models.{p.pattern}.tokenizer: unknown encoding {shown(p.tokenizer)} (known: {known})"
+    problems = [f"models.{p.pattern}.tokenizer: unknown encoding {shown(p.tokenizer)} "
+                f"(known: {known})"
                 for p in settings.models if p.tokenizer and p.tokenizer not in KNOWN_ENCODINGS]
     if problems:
         raise ConfigError(problems)

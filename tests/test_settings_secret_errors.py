@@ -17,8 +17,8 @@ import yaml
 from proxy.settings import ConfigError, parse_settings
 from tests.process import cli
 
-KEYS = {"openai": "sk-proj-Abc123def456GHI789jkl012", "google": "AIzaSyD4f7Qx9Lm2Np8Rt5Vw1Yz3Bc6Ef0Gh",
-        "hex": "3f9a8c7e6d5b4a3928170f1e2d3c4b5a"}
+KEYS = {"openai": "sk-proj-Abc123def456GHI789jkl012",
+        "google": "AIzaSyD4f7Qx9Lm2Np8Rt5Vw1Yz3Bc6Ef0Gh", "hex": "3f9a8c7e6d5b4a3928170f1e2d3c4b5a"}
 BASE = "upstreams:\n  u:\n    base_url: http://127.0.0.1:9/v1\n"
 # One wrong place per kind of check: numbers, booleans, mappings, lists, choices, names, URLs.
 WRONG_PLACES = {

@@ -7,6 +7,7 @@ page, in OpenAI's error shape, with one ERROR line naming the file and the remed
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import sqlite3
 from collections.abc import Callable
@@ -19,9 +20,9 @@ import pytest
 
 from proxy.errors import ProxyError
 from proxy.records import CompactionEvent, ThreadKey
-from proxy.store import SqliteStore, StoreError, create_store, open_read_only
-from proxy.store.damage import StateDamaged
 from proxy.settings import StateSettings
+from proxy.store import SqliteStore, StoreError, create_store, open_read_only
+from proxy.store.damage import StateDamaged, damaged_message, is_damage
 from proxy.threads import tenant_digest
 from tests.conftest import API_KEY
 from tests.harness import RunningProxy
@@ -108,7 +109,6 @@ async def test_a_bad_page_fails_only_its_threads_with_state_damaged_and_one_erro
 
 
 def test_the_message_names_the_first_problems_sqlite_listed_and_how_many_more() -> None:
-    from proxy.store.damage import damaged_message
     found = [f"On tree page {n} cell 0: Offset 4095 out of range" for n in range(2, 8)]
     message = damaged_message(Path("/s/state.db"), found)
     assert message.startswith("/s/state.db is damaged: On tree page 2 cell 0")
@@ -116,7 +116,6 @@ def test_the_message_names_the_first_problems_sqlite_listed_and_how_many_more() 
 
 
 def test_integrity_check_reports_a_damage_that_stops_the_check_itself(tmp_path: Path) -> None:
-    import asyncio
     asyncio.run(damaged_state(tmp_path))
     with closing(open_read_only(tmp_path)) as db:
         verdict = db.integrity_check()
@@ -125,11 +124,11 @@ def test_integrity_check_reports_a_damage_that_stops_the_check_itself(tmp_path: 
 
 def test_check_state_reports_sound_and_damaged_states_and_changes_nothing(
         tmp_path: Path) -> None:
-    import asyncio
     sound, damaged = tmp_path / "sound", tmp_path / "damaged"
     asyncio.run(_filled(sound))
     asyncio.run(damaged_state(damaged))
-    ok = cli("check-state", "--config", str(write_config(tmp_path / "a.yaml", "http://h/v1", sound)))
+    ok = cli("check-state", "--config",
+             str(write_config(tmp_path / "a.yaml", "http://h/v1", sound)))
     assert ok.returncode == 0 and ok.stdout.startswith(f"ok: {sound / 'state.db'}"), ok
     before = hashlib.sha256((damaged / "state.db").read_bytes()).digest()
     bad = cli("check-state", "--config", str(write_config(tmp_path / "b.yaml", "http://h/v1",
@@ -140,7 +139,6 @@ def test_check_state_reports_sound_and_damaged_states_and_changes_nothing(
 
 
 def test_serve_refuses_to_start_on_a_damaged_state(tmp_path: Path) -> None:
-    import asyncio
     asyncio.run(damaged_state(tmp_path / "state"))
     config = write_config(tmp_path / "p.yaml", "http://127.0.0.1:9/v1", tmp_path / "state")
     result = cli("serve", "--config", str(config))
@@ -178,7 +176,6 @@ async def _filled(root: Path) -> None:
 
 
 def test_an_error_that_is_not_a_bad_page_is_not_called_damage() -> None:
-    from proxy.store.damage import is_damage
     with closing(sqlite3.connect(":memory:")) as conn:
         with pytest.raises(sqlite3.OperationalError) as busy:
             conn.execute("SELECT * FROM missing")

@@ -70,5 +70,6 @@ def check(conn: sqlite3.Connection, pragma: str = "quick_check") -> list[str]:
 def damaged_message(path: Path, problems: list[str]) -> str:
     """One line for the operator: which file, what SQLite found (the first few), the remedy."""
     shown = "; ".join(problems[:_SHOWN_PROBLEMS])
-    more = f" (and {len(problems) - _SHOWN_PROBLEMS} more)" if len(problems) > _SHOWN_PROBLEMS else ""
+    hidden = len(problems) - _SHOWN_PROBLEMS
+    more = f" (and {hidden} more)" if hidden > 0 else ""
     return f"{path} is damaged: {shown}{more}; {REMEDY}"
