@@ -1,4 +1,4 @@
-"""The `compaction-proxy` command: serve, check-config, threads, inspect."""
+"""The `compaction-proxy` command: serve, check-config, threads, inspect, check-state."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import yaml
 from aiohttp import web
 
 from proxy.settings import DEFAULT_CONFIG_PATH, ConfigError, Settings, load_settings, masked
+from proxy.settings_reader import shown
 from proxy.store.base import StoreError
 from proxy.tokens.encoding import KNOWN_ENCODINGS
 from proxy.tokens.images import RULES as IMAGE_RULES
@@ -39,7 +40,8 @@ def _check_token_rules(settings: Settings) -> None:
     family the proxy knows (the settings layer does not know the token rules: checked here, for
     every command, as a config problem)."""
     known = ", ".join(sorted(KNOWN_ENCODINGS))
-    problems = [f"models.{p.pattern}.tokenizer: unknown encoding {p.tokenizer!r} (known: {known})"
+    problems = [f"models.{p.pattern}.tokenizer: unknown encoding {shown(p.tokenizer)} "
+                f"(known: {known})"
                 for p in settings.models if p.tokenizer and p.tokenizer not in KNOWN_ENCODINGS]
     families = ", ".join(IMAGE_RULES)
     problems += [f"models.{p.pattern}.image_rule: unknown family {p.image_rule!r} "
@@ -71,7 +73,12 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("thread_id")
     inspect.set_defaults(run=_inspect)
 
-    for command in (serve, check, threads, inspect):
+    check_state = commands.add_parser(
+        "check-state", help="check the whole state database for damage (read-only; "
+                            "it may run beside the proxy)")
+    check_state.set_defaults(run=_check_state)
+
+    for command in (serve, check, threads, inspect, check_state):
         command.add_argument("--config", default=DEFAULT_CONFIG_PATH,
                              help=f"YAML config file (default {DEFAULT_CONFIG_PATH})")
     return parser
@@ -199,6 +206,11 @@ def _threads(settings: Settings, args: argparse.Namespace) -> int:
 def _inspect(settings: Settings, args: argparse.Namespace) -> int:
     from proxy.cli_state import inspect_thread
     return inspect_thread(settings, args.thread_id)
+
+
+def _check_state(settings: Settings, args: argparse.Namespace) -> int:
+    from proxy.cli_state import check_state
+    return check_state(settings)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""`compaction-proxy threads` and `inspect`: the operator's view of the stored state.
+"""`compaction-proxy threads`, `inspect` and `check-state`: the operator's view of the state.
 
-Both open the state database read-only (`proxy.store.open_read_only`): they create nothing,
+All three open the state database read-only (`proxy.store.open_read_only`): they create nothing,
 never write, and read alongside a running proxy. A problem is one line on stderr and exit 1.
 `threads` prints every id whole, as stored, so any id it lists can be given to `inspect`.
 """
@@ -20,8 +20,11 @@ from proxy import jsonio
 from proxy.records import ThreadState
 from proxy.settings import Settings
 from proxy.store import StateDb, StoreError, ThreadSummary, open_read_only, thread_key_text
+from proxy.store.damage import REMEDY, damaged_message, is_damage
+from proxy.store.sqlite_db import DB_FILE
 
 T = TypeVar("T")
+_PROBLEMS_SHOWN = 100
 HEADER = ("LAST ACTIVITY", "EVENTS", "LAST ESTIMATE", "TENANT", "THREAD")
 
 
@@ -63,6 +66,27 @@ def inspect_thread(settings: Settings, thread_id: str) -> int:
     return 0
 
 
+def check_state(settings: Settings) -> int:
+    """`PRAGMA integrity_check` over the whole database (every page, index and constraint),
+    read-only: it can run beside the serving proxy. Exit 0 when sound, 1 when damaged."""
+    path = Path(settings.state.path) / DB_FILE
+    started = time.monotonic()
+    verdict = _read(settings, lambda db: db.integrity_check())
+    if verdict is None:
+        return 1
+    took = f"{time.monotonic() - started:.1f} s, {path.stat().st_size / 1e6:.1f} MB"
+    if verdict == "ok":
+        print(f"ok: {path} (integrity_check, {took})")
+        return 0
+    problems = verdict.split("; ")
+    for problem in problems[:_PROBLEMS_SHOWN]:
+        print(problem)
+    if len(problems) > _PROBLEMS_SHOWN:
+        print(f"... and {len(problems) - _PROBLEMS_SHOWN} more")
+    _error(f"{path} is damaged ({len(problems)} problems, {took}); {REMEDY}")
+    return 1
+
+
 def state_as_data(state: ThreadState) -> dict[str, Any]:
     data = asdict(state)
     data["key"] = {"tenant": state.key.tenant, "thread": state.key.thread}
@@ -77,6 +101,11 @@ def _read(settings: Settings, action: Callable[[StateDb], T]) -> T | None:
             return action(db)
     except StoreError as error:
         _error(str(error))
+    except sqlite3.DatabaseError as error:
+        if is_damage(error):  # a bad page that only this read reached
+            _error(damaged_message(Path(settings.state.path) / DB_FILE, [str(error)]))
+        else:
+            _error(f"cannot read the state in {settings.state.path}: {error}")
     except (sqlite3.Error, OSError) as error:
         _error(f"cannot read the state in {settings.state.path}: {error}")
     return None

@@ -22,17 +22,17 @@ from proxy.settings_compaction import (DEFAULT_EXPLORATION_TOOLS, DEFAULT_FILE_T
                                        CompactionSettings, MicrocompactSettings,
                                        RestoreSettings, SummarizerSettings, TruncateSettings,
                                        parse_compaction)
-from proxy.settings_reader import ConfigError, Reader, environment, interpolate
+from proxy.settings_masked import masked, redacted_url
+from proxy.settings_reader import ConfigError, Reader, environment, interpolate, shown
 
 __all__ = ["DEFAULT_EXPLORATION_TOOLS", "DEFAULT_FILE_TOOLS", "DEFAULT_PLAN_TOOLS",
            "BreakerSettings", "CollapseSettings", "CompactionSettings", "ConfigError",
            "MicrocompactSettings", "RestoreSettings", "Settings", "SummarizerSettings",
-           "TruncateSettings", "load_settings", "parse_settings"]
+           "TruncateSettings", "load_settings", "masked", "parse_settings", "redacted_url"]
 
 DEFAULT_CONFIG_PATH = "config/proxy.yaml"
-# The password of a URL's userinfo: up to the last '@' before the path, as urlsplit reads it.
-_URL_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*:)[^/?#]*@")
-_QUERY_VALUE = re.compile(r"((?:^|&)[^=&]*=)[^&]*")
+# RFC 9110's token: the characters a header name may have.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,7 @@ class ThreadSettings:
 class StateSettings:
     backend: str = "sqlite"
     path: str = "./data"
+    check_on_start: bool = True  # PRAGMA quick_check before serving (proxy/store/damage.py)
 
 
 @dataclass(frozen=True)
@@ -222,7 +223,8 @@ def parse_settings(raw: Any, env: Mapping[str, str]) -> Settings:
 
 def _server(r: Reader) -> ServerSettings:
     s = ServerSettings(
-        host=r.string("host", ServerSettings.host),
+        host=_not_empty(r, "host", ServerSettings.host,
+                        "an empty host listens on every interface; write 0.0.0.0 to mean that"),
         port=r.integer("port", ServerSettings.port, 0, 65535),
         max_body_mb=r.integer("max_body_mb", ServerSettings.max_body_mb, 1, 4096),
         shutdown_grace_s=r.number("shutdown_grace_s", ServerSettings.shutdown_grace_s, 0),
@@ -257,12 +259,12 @@ def _base_url(u: Reader) -> str:
     # An empty one too (`${URL}` with URL set empty): every request would fail. A missing one
     # is already reported, and `problem` keeps one a key.
     if not _is_http_url(base_url):
-        u.problem("base_url", f"must be an http(s) URL, got {redacted_url(base_url)!r}")
+        u.problem("base_url", f"must be an http(s) URL, got {shown(redacted_url(base_url))}")
     elif base_url and "@" in urlsplit(base_url).netloc:
         # aiohttp cannot send URL credentials beside an Authorization header, and every
         # request here carries one (the client's, or api_key's).
         u.problem("base_url", f"must not carry credentials (user:password@), got "
-                              f"{redacted_url(base_url)!r}; set api_key instead")
+                              f"{shown(redacted_url(base_url))}; set api_key instead")
     return base_url.rstrip("/")
 
 
@@ -305,8 +307,8 @@ def _routes(root: Reader, upstreams: Mapping[str, UpstreamSettings]) -> tuple[Ro
     for i, item in enumerate(raw):
         r = Reader(item, f"routes[{i}]", root.problems)
         route = Route(model=r.string("model"), upstream=r.string("upstream"))
-        if route.upstream and route.upstream not in upstreams:
-            r.problem("upstream", f"no upstream named {route.upstream!r} "
+        if route.upstream not in upstreams:  # "" too: it would fail every request it routes
+            r.problem("upstream", f"no upstream named {shown(route.upstream)} "
                                   f"(known: {', '.join(sorted(upstreams)) or 'none'})")
         r.finish()
         routes.append(route)
@@ -337,8 +339,10 @@ def _models(r: Reader) -> tuple[ModelProfile, ...]:
 def _threads(r: Reader) -> ThreadSettings:
     d = ThreadSettings()
     s = ThreadSettings(
-        headers=tuple(h.lower() for h in r.strings("headers", d.headers)),
-        body_fields=r.strings("body_fields", d.body_fields),
+        headers=tuple(h.lower() for h in r.strings("headers", d.headers, _HEADER_NAME.fullmatch,
+                                                   "is not an HTTP header name")),
+        body_fields=r.strings("body_fields", d.body_fields, _dotted_path,
+                              "is not a dotted path (names joined by single dots)"),
         fallback=r.string("fallback", d.fallback, choices=("fingerprint", "none")),
         forward_headers=r.boolean("forward_headers", d.forward_headers),
     )
@@ -346,13 +350,29 @@ def _threads(r: Reader) -> ThreadSettings:
     return s
 
 
+def _dotted_path(path: str) -> bool:
+    return all(path.split("."))
+
+
 def _state(r: Reader) -> StateSettings:
     s = StateSettings(
         backend=r.string("backend", StateSettings.backend, choices=("sqlite",)),
-        path=r.string("path", StateSettings.path),
+        path=_not_empty(r, "path", StateSettings.path,
+                        "an empty path is the working directory; write . to mean that"),
+        check_on_start=r.boolean("check_on_start", StateSettings.check_on_start),
     )
     r.finish()
     return s
+
+
+def _not_empty(r: Reader, key: str, default: str, meaning: str) -> str:
+    """A text key whose empty value (most often an empty `${VAR}`) would silently mean
+    something else: refused, with what it would have meant."""
+    value = r.string(key, default)
+    if not value.strip():
+        r.problem(key, f"must not be empty: {meaning}")
+        return default
+    return value
 
 
 def _logging(r: Reader) -> LoggingSettings:
@@ -377,31 +397,4 @@ def _tokens(r: Reader) -> TokenSettings:
 def _check_references(s: Settings, problems: list[str]) -> None:
     upstream = s.compaction.summarizer.upstream
     if upstream is not None and upstream not in s.upstreams:
-        problems.append(f"compaction.summarizer.upstream: no upstream named {upstream!r}")
-
-
-def redacted_url(url: str) -> str:
-    """`url` with the password of its userinfo (`http://user:password@host`) and every query
-    value shown as `***`: some endpoints take their key in the query (`?key=...`)."""
-    url = _URL_PASSWORD.sub(r"\1***@", url)
-    base, mark, rest = url.partition("?")
-    if not mark:
-        return url
-    query, hash_mark, fragment = rest.partition("#")
-    return base + mark + _QUERY_VALUE.sub(r"\1***", query) + hash_mark + fragment
-
-
-def masked(settings: Settings) -> dict[str, Any]:
-    """The resolved settings as plain data with every secret replaced, for `check-config`."""
-    from dataclasses import asdict
-    data = asdict(settings)
-    del data["warnings"]
-    for upstream in data["upstreams"].values():
-        upstream["base_url"] = redacted_url(upstream["base_url"])
-        if upstream.get("api_key"):
-            key = upstream["api_key"]
-            upstream["api_key"] = f"{key[:3]}***" if len(key) > 12 else "***"
-    data["routes"] = [asdict(r) for r in settings.routes]
-    data["models"] = {p.pattern: {k: v for k, v in asdict(p).items() if k != "pattern"}
-                      for p in settings.models}
-    return data
+        problems.append(f"compaction.summarizer.upstream: no upstream named {shown(upstream)}")

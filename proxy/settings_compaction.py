@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from proxy.settings_reader import Reader
+from proxy.settings_reader import Reader, shown
 
 DEFAULT_EXPLORATION_TOOLS = ("read_file", "grep", "glob", "web_search", "list_dir", "search")
 DEFAULT_FILE_TOOLS = ("read_file", "read", "view", "open", "cat")
@@ -118,7 +118,7 @@ def _timezone(r: Reader) -> str | None:
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        r.problem("timezone", f"unknown time zone {name!r}")
+        r.problem("timezone", f"unknown time zone {shown(name)}")
         return None
     return name
 
@@ -129,7 +129,7 @@ def _manual_command(r: Reader) -> str:
     # space at either end would match none.
     if not command or command != command.strip():
         r.problem("manual_command", f"must be non-empty, without spaces at either end, "
-                                    f"got {command!r}")
+                                    f"got {shown(command)}")
     return command
 
 
@@ -168,13 +168,21 @@ def _microcompact(r: Reader) -> MicrocompactSettings:
 def _summarizer(r: Reader) -> SummarizerSettings:
     d = SummarizerSettings()
     s = SummarizerSettings(
-        model=r.string("model", None),
+        model=_summarizer_model(r),
         upstream=r.string("upstream", None),
         max_output_tokens=r.integer("max_output_tokens", d.max_output_tokens, 256),
         timeout_s=r.number("timeout_s", d.timeout_s, 1),
     )
     r.finish()
     return s
+
+
+def _summarizer_model(r: Reader) -> str | None:
+    model = r.string("model", None)
+    if model is not None and not model.strip():
+        r.problem("model", "must not be empty (null: the request's own model)")
+        return None
+    return model
 
 
 def _restore(r: Reader) -> RestoreSettings:

@@ -2,6 +2,10 @@
 
 `settings.py` describes the configuration; this module only knows how to read one value,
 check it, remember that the key was seen, and report everything wrong at once.
+
+A problem never quotes a value that could be a secret (an API key put under the wrong key, or
+a `${VAR}` naming the wrong variable): a type error names the type of a string, never its
+text, and a text key (a choice, a name) quotes its value only through `shown`.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from typing import Any, TypeVar
 
 import yaml
 
+from proxy.server.redaction import redact
+
 T = TypeVar("T")
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -22,6 +28,11 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 # environment value cannot bring structure into the config.
 _SCALAR_CHARS = re.compile(r"[-+.:_0-9A-Za-z]+")
 _MISSING = object()
+# A credential's shape, as a whole word of the value: a long run of key characters mixing
+# letters and digits (a model name that long is masked too, a small price for never printing
+# a key).
+_TOKEN_LIKE = re.compile(r"(?<!\S)(?=\S*[0-9])(?=\S*[A-Za-z])[A-Za-z0-9_+/=.-]{20,}(?!\S)")
+_SHOWN_CHARS = 60
 
 
 class ConfigError(Exception):
@@ -132,7 +143,7 @@ class Reader:
         if kind is float and isinstance(value, int):
             value = float(value)
         if not isinstance(value, kind):
-            self.problem(key, f"expected {name}, got {type(value).__name__} {value!r}")
+            self.problem(key, f"expected {name}, got {described(value)}")
             return default
         if check is not None and (text := check(value)) is not None:
             self.problem(key, text)
@@ -147,7 +158,7 @@ class Reader:
             self.problem(key, f"expected a string, got {type(value).__name__}")
             return default if default is not _MISSING else ""
         if choices and value not in choices:
-            self.problem(key, f"must be one of {', '.join(choices)}, got {value!r}")
+            self.problem(key, f"must be one of {', '.join(choices)}, got {shown(value)}")
             return default if default is not _MISSING else ""
         return str(value)  # a plain str, not the `WholeReference` it may be
 
@@ -168,10 +179,17 @@ class Reader:
     def boolean(self, key: str, default: bool) -> bool:
         return self.typed(key, default, bool, "true or false")
 
-    def strings(self, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    def strings(self, key: str, default: tuple[str, ...],
+                valid: Callable[[str], object] | None = None, invalid: str = "") -> tuple[str, ...]:
+        """A list of non-empty strings; with `valid`, each must pass it (a name that could
+        never match anything is refused, `invalid` saying why)."""
         value = self.get(key, list(default))
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             self.problem(key, "expected a list of non-empty strings")
+            return default
+        wrong = [v for v in value if valid is not None and not valid(v)]
+        if wrong:
+            self.problem(key, f"{shown(wrong[0])} {invalid}")
             return default
         return tuple(str(v) for v in value)
 
@@ -181,7 +199,32 @@ class Reader:
     def finish(self) -> None:
         for key in self.raw:
             if key not in self.seen:
-                self.problems.append(f"{self.where(str(key))}: unknown key")
+                self.problems.append(f"{_join(self.path, shown(str(key), quoted=False))}: "
+                                     "unknown key")
+
+
+def described(value: Any) -> str:
+    """A value of the wrong type as a problem names it: a number with its value (the bound it
+    missed is the point), anything else by its type alone: a string there may be a secret."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{type(value).__name__} {value!r}"
+    if isinstance(value, str):
+        return (f"a string of {len(value)} characters (not shown: it may be a secret)"
+                if value else "an empty string")
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
+
+
+def shown(text: str, quoted: bool = True) -> str:
+    """Text a problem may quote: credentials masked as `redact` masks them in logs, anything
+    shaped like a key replaced by `***`, and cut at `_SHOWN_CHARS`."""
+    text = _TOKEN_LIKE.sub("***", redact(text))
+    if len(text) > _SHOWN_CHARS:
+        text = text[:_SHOWN_CHARS] + "..."
+    return repr(text) if quoted else text
 
 
 def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:

@@ -247,7 +247,8 @@ def test_check_config_reads_a_port_from_the_environment(tmp_path: Path, monkeypa
 
 def test_interpolation_inside_longer_text_stays_text() -> None:
     problems = _problems(BASE + "server:\n  port: 80${TAIL}\n", TAIL="80")
-    assert "server.port: expected an integer, got str '8080'" in problems
+    assert ("server.port: expected an integer, got a string of 4 characters (not shown: it may "
+            "be a secret)") in problems
 
 
 def test_text_keys_keep_a_numeric_env_value_as_text() -> None:
@@ -262,7 +263,8 @@ def test_text_keys_keep_a_numeric_env_value_as_text() -> None:
                                    "!!int 8080", "8080 # the port", "", "null", "2024-01-01"])
 def test_an_env_value_that_is_not_a_plain_number_stays_text(value: str) -> None:
     problems = _problems(BASE + "server:\n  port: ${PORT}\n", PORT=value)
-    assert f"server.port: expected an integer, got str {value!r}" in problems
+    got = f"a string of {len(value)} characters" if value else "an empty string"
+    assert any(p.startswith(f"server.port: expected an integer, got {got}") for p in problems)
 
 
 def test_an_env_value_never_becomes_a_list_or_a_mapping() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from proxy.records import CompactionEvent, ThreadKey
-from proxy.store import SqliteStore
+from proxy.store import SqliteStore, StoreError
 from proxy.store.keys import thread_key_text
 from tests.process import cli, write_config
 
@@ -182,3 +182,36 @@ def _read_only_run(directory: Path, argv: list[str]) -> subprocess.CompletedProc
 
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+async def test_a_newer_schema_is_refused_by_every_command_and_never_written(
+        tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    await filled(state, ["t1"])
+    with sqlite3.connect(state / "state.db", isolation_level=None) as conn:
+        conn.execute("INSERT INTO schema_version VALUES (99, 0)")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    before = _digest(state / "state.db")
+    config = config_for(tmp_path, state)
+    for command in (["threads"], ["inspect", "t1"], ["check-state"]):
+        assert_one_line_error(cli(*command, "--config", config), "schema version 99", "newer")
+    with pytest.raises(StoreError, match="newer"):
+        await SqliteStore(state).open()
+    assert _digest(state / "state.db") == before
+
+
+@pytest.mark.parametrize("owner_running", [False, True], ids=["stopped", "running"])
+async def test_check_state_runs_beside_the_owner_and_on_a_read_only_directory(
+        tmp_path: Path, owner_running: bool) -> None:
+    state = tmp_path / "state"
+    owner = await filled(state, IDS, keep_open=owner_running)
+    try:
+        config = config_for(tmp_path, state)
+        beside = cli("check-state", "--config", config)
+        assert beside.returncode == 0 and beside.stdout.startswith("ok: "), beside
+        read_only = _read_only_run(state, [sys.executable, "-m", "proxy", "check-state",
+                                           "--config", config])
+        assert read_only.returncode == 0 and read_only.stdout.startswith("ok: "), read_only
+    finally:
+        await owner.close()

@@ -24,7 +24,7 @@ def create_store(settings: StateSettings) -> StateStore:
     """The configured store, not yet open."""
     if settings.backend != "sqlite":
         raise StoreError(f"state.backend {settings.backend!r} is not supported")
-    return SqliteStore(settings.path)
+    return SqliteStore(settings.path, check_on_open=settings.check_on_start)
 
 
 def create_history(settings: StateSettings) -> HistoryFiles:

@@ -23,8 +23,8 @@ ANCHORS_KEPT = 16
 
 
 class StoreError(Exception):
-    """The store cannot serve: not open, closed, its directory owned by another process, or a
-    database newer than this code."""
+    """The store cannot serve: not open, closed, its directory owned by another process, a
+    database newer than this code, or a damaged one (`proxy.store.damage`)."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ import sqlite3
 from pathlib import Path
 
 from proxy.store.base import StoreError
-from proxy.store.schema import MIGRATIONS, current_version
+from proxy.store.damage import damaged_message, is_damage
+from proxy.store.schema import MIGRATIONS, current_version, unversioned_problem
 from proxy.store.sqlite_db import DB_FILE, StateDb
 
 
@@ -65,8 +66,12 @@ def _probe(conn: sqlite3.Connection) -> None:
 def _check_version(conn: sqlite3.Connection, path: Path) -> None:
     try:
         found = current_version(conn)
-    except sqlite3.Error:
+    except sqlite3.Error as error:
+        if is_damage(error):
+            raise StoreError(damaged_message(path, [str(error)])) from None
         raise StoreError(f"{path} is not a compaction-proxy state database") from None
+    if (problem := unversioned_problem(conn, path)) is not None:
+        raise StoreError(problem)
     if found < len(MIGRATIONS):
         raise StoreError(f"{path} is at schema version {found}, older than this proxy "
                          f"({len(MIGRATIONS)}); start the proxy once to migrate it")

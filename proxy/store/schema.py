@@ -57,16 +57,37 @@ def current_version(conn: sqlite3.Connection) -> int:
     return int(row[0] or 0)
 
 
-def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration] = MIGRATIONS) -> int:
+def unversioned_problem(conn: sqlite3.Connection, path: object) -> str | None:
+    """Why a database at version 0 that already has tables cannot be used, or None.
+
+    Only tampering makes one (a proxy writes version 1 in the transaction that creates the
+    tables): migration 1 would fail on the first existing table, and the data is not ours to
+    guess about."""
+    if current_version(conn) != 0:
+        return None
+    tables = [name for (name,) in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+        "AND name != 'schema_version' ORDER BY name")]
+    if not tables:
+        return None
+    return (f"{path} has tables ({', '.join(tables[:5])}) but no schema version: its "
+            f"schema_version rows were removed, or it is another program's database; restore "
+            f"it from a backup, or move it away to start from an empty state")
+
+
+def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration] = MIGRATIONS,
+            path: object = "the state database") -> int:
     """Bring the database to the latest version; returns it. `conn` is in autocommit mode."""
     conn.execute("CREATE TABLE IF NOT EXISTS schema_version "
                  "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
+    if (problem := unversioned_problem(conn, path)) is not None:
+        raise StoreError(problem)
     for version in range(1, len(migrations) + 1):
         _apply(conn, version, migrations[version - 1])
     found = current_version(conn)
     if found > len(migrations):
-        raise StoreError(f"state database is at schema version {found}, newer than this "
-                         f"proxy ({len(migrations)}); upgrade the proxy or use another state.path")
+        raise StoreError(f"{path} is at schema version {found}, newer than this proxy "
+                         f"({len(migrations)}); upgrade the proxy or use another state.path")
     return found
 
 

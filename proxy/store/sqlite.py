@@ -7,12 +7,15 @@ own writes. See `proxy/store/base.py` for the guarantees of each method.
 
 An open store owns its directory: it holds `proxy.store.lock.StateLock` until it closes, and
 a second store (another proxy) on the same directory fails to open. Queued writes that fail
-are logged as `state_write_failed` (rate-limited, see `proxy/store/failures.py`).
+are logged as `state_write_failed` (rate-limited, see `proxy/store/failures.py`). A statement
+that meets a damaged page raises `StateDamaged` and is logged as `state_damaged` (an ERROR
+with the remedy, rate-limited too; see `proxy/store/damage.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +28,7 @@ import structlog
 
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
 from proxy.store.base import ANCHORS_KEPT, StoreError, ThreadSummary
+from proxy.store.damage import REMEDY, StateDamaged, is_damage
 from proxy.store.failures import WriteFailures
 from proxy.store.keys import storable_key, thread_key_text
 from proxy.store.lock import StateLock
@@ -36,12 +40,17 @@ T = TypeVar("T")
 # How long a queued write may wait for company before its batch is committed. A kill within
 # this window loses at most these touches and anchors (never a checkpoint: those are awaited).
 WRITE_DELAY_S = 0.01
+# A damaged page fails every request of its threads: one `state_damaged` line this often.
+DAMAGE_REPORT_INTERVAL_S = 60.0
 
 
 class SqliteStore:
     def __init__(self, root: str | Path, *, anchors_kept: int = ANCHORS_KEPT,
-                 write_delay_s: float = WRITE_DELAY_S, log: Any = None) -> None:
+                 write_delay_s: float = WRITE_DELAY_S, log: Any = None,
+                 check_on_open: bool = True) -> None:
+        """`check_on_open`: run `PRAGMA quick_check` when opening, refusing a damaged file."""
         self.root = Path(root)
+        self._check_on_open = check_on_open
         self.path = self.root / DB_FILE
         self._anchors_kept = anchors_kept
         self._executor: ThreadPoolExecutor | None = None
@@ -54,6 +63,7 @@ class SqliteStore:
         # (the store is built before logging is configured in some paths, and logs rarely).
         self._log = log if log is not None else structlog.get_logger("proxy")
         self._failures = WriteFailures()
+        self._damage = WriteFailures(DAMAGE_REPORT_INTERVAL_S)
 
     async def open(self) -> None:
         if self._executor is not None:
@@ -116,7 +126,7 @@ class SqliteStore:
         make_state_dir(self.root)
         lock = StateLock.acquire(self.root)  # before any write: a second proxy changes nothing
         try:
-            return lock, StateDb.connect(self.root, self._anchors_kept)
+            return lock, StateDb.connect(self.root, self._anchors_kept, check=self._check_on_open)
         except BaseException:
             lock.release()
             raise
@@ -132,6 +142,18 @@ class SqliteStore:
 
     def _write_failed(self, count: int, error: Exception) -> None:
         self._report(self._failures.record(count, error, time.monotonic()))
+        if is_damage(error):
+            self._damaged(error, count)
+
+    def _damaged(self, error: Exception, count: int = 1) -> None:
+        fields = self._damage.record(count, error, time.monotonic())
+        if fields is None:
+            return
+        try:
+            self._log.error("state_damaged", **fields, path=str(self.path), remedy=REMEDY,
+                            check="compaction-proxy check-state")
+        except Exception:  # noqa: BLE001 - as in `_report`
+            pass
 
     def _report(self, fields: dict[str, Any] | None) -> None:
         if fields is None:
@@ -144,7 +166,13 @@ class SqliteStore:
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         job = partial(self._after_drain, fn, *args, **kwargs)
-        return await asyncio.wrap_future(self._require_executor().submit(job))
+        try:
+            return await asyncio.wrap_future(self._require_executor().submit(job))
+        except sqlite3.DatabaseError as error:
+            if not is_damage(error):
+                raise
+            self._damaged(error)
+            raise StateDamaged() from error
 
     def _after_drain(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         self.writer.drain()

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, TypeVar
 from proxy.lru import LRU
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
 from proxy.store import jsoncodec
+from proxy.store import damage
 from proxy.store.base import ANCHORS_KEPT, StoreError, ThreadSummary
 from proxy.store.schema import migrate
 
@@ -37,16 +38,27 @@ class StateDb:
         self._known: LRU[ThreadKey, int] = LRU(_KNOWN_THREADS)
 
     @classmethod
-    def connect(cls, root: Path, anchors_kept: int = ANCHORS_KEPT) -> StateDb:
-        """Open (creating directory 0700 and file 0600) and migrate `root/state.db`."""
+    def connect(cls, root: Path, anchors_kept: int = ANCHORS_KEPT, *,
+                check: bool = False) -> StateDb:
+        """Open (creating directory 0700 and file 0600) and migrate `root/state.db`; with
+        `check`, refuse (StoreError) a file that `PRAGMA quick_check` finds damaged."""
         path = _prepare(root)
         conn = sqlite3.connect(path, isolation_level=None, timeout=5.0)
         try:
             _configure(conn)
-            migrate(conn)
+            migrate(conn, path=path)
+            problems = damage.check(conn) if check else []
+        except sqlite3.DatabaseError as error:
+            conn.close()
+            if damage.is_damage(error):
+                raise StoreError(damage.damaged_message(path, [str(error)])) from None
+            raise
         except BaseException:
             conn.close()
             raise
+        if problems:
+            conn.close()
+            raise StoreError(damage.damaged_message(path, problems))
         return cls(conn, anchors_kept)
 
     def close(self) -> None:
@@ -172,7 +184,7 @@ class StateDb:
                 key, created_at=created_at, last_activity=last_activity,
                 anchors=self._anchors(key), event=self._latest_event(key),
                 event_count=event_count,
-                microcompact=MicrocompactMark.from_data(jsoncodec.loads(microcompact))
+                microcompact=decoded(MicrocompactMark, microcompact)
                 if microcompact else None,
                 last_estimate=last_estimate)
 
@@ -193,17 +205,17 @@ class StateDb:
     def _anchors(self, key: ThreadKey) -> tuple[Anchor, ...]:
         rows = self.conn.execute("SELECT data FROM anchors WHERE tenant = ? AND thread = ? "
                                  "ORDER BY id DESC LIMIT ?", (*key_args(key), self.anchors_kept))
-        return tuple(Anchor.from_data(jsoncodec.loads(data)) for (data,) in rows)
+        return tuple(decoded(Anchor, data) for (data,) in rows)
 
     def _latest_event(self, key: ThreadKey) -> CompactionEvent | None:
         row = self.conn.execute("SELECT data FROM events WHERE tenant = ? AND thread = ? "
                                 "ORDER BY seq DESC LIMIT 1", key_args(key)).fetchone()
-        return CompactionEvent.from_data(jsoncodec.loads(row[0])) if row else None
+        return decoded(CompactionEvent, row[0]) if row else None
 
     def events(self, key: ThreadKey) -> list[CompactionEvent]:
         rows = self.conn.execute("SELECT data FROM events WHERE tenant = ? AND thread = ? "
                                  "ORDER BY seq", key_args(key))
-        return [CompactionEvent.from_data(jsoncodec.loads(data)) for (data,) in rows]
+        return [decoded(CompactionEvent, data) for (data,) in rows]
 
     def list_threads(self, limit: int) -> list[ThreadSummary]:
         rows = self.conn.execute(
@@ -217,7 +229,8 @@ class StateDb:
         return [self.load(ThreadKey(tenant, thread)) for (tenant,) in rows]
 
     def integrity_check(self) -> str:
-        return "; ".join(row[0] for row in self.conn.execute("PRAGMA integrity_check"))
+        """"ok", or the problems `PRAGMA integrity_check` finds, joined by "; "."""
+        return "; ".join(damage.check(self.conn, "integrity_check")) or "ok"
 
 
 class AnchorWrite(NamedTuple):
@@ -231,6 +244,16 @@ class AnchorWrite(NamedTuple):
 
     def __call__(self) -> None:
         self.db.add_anchor(self.key, self.anchor)
+
+
+def decoded(record: Any, text: str) -> Any:
+    """`record.from_data` of a stored JSON text, or `damage.UnreadableRow` naming the record
+    type (never the text: it holds client content)."""
+    try:
+        return record.from_data(jsoncodec.loads(text))
+    except (ValueError, TypeError, AttributeError) as error:  # JSON errors are ValueErrors
+        raise damage.UnreadableRow(f"a stored {record.__name__} cannot be decoded "
+                                   f"({type(error).__name__})") from None
 
 
 def key_args(key: ThreadKey) -> tuple[str, str]:

@@ -1,0 +1,58 @@
+"""The settings as `check-config` prints them: every secret masked.
+
+Split from `proxy/settings.py`; `proxy.settings` re-exports both names. `redacted_url` also
+serves the settings' own problems about a base_url. Beyond the keys known to hold secrets
+(api_key, a base_url's password and query), every text value goes through the log redaction:
+a key pasted under a text key that accepts anything (a model name, a path) is masked too.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from proxy.server.redaction import redact
+
+if TYPE_CHECKING:
+    from proxy.settings import Settings
+
+# The password of a URL's userinfo: up to the last '@' before the path, as urlsplit reads it.
+_URL_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*:)[^/?#]*@")
+_QUERY_VALUE = re.compile(r"((?:^|&)[^=&]*=)[^&]*")
+
+
+def redacted_url(url: str) -> str:
+    """`url` with the password of its userinfo (`http://user:password@host`) and every query
+    value shown as `***`: some endpoints take their key in the query (`?key=...`)."""
+    url = _URL_PASSWORD.sub(r"\1***@", url)
+    base, mark, rest = url.partition("?")
+    if not mark:
+        return url
+    query, hash_mark, fragment = rest.partition("#")
+    return base + mark + _QUERY_VALUE.sub(r"\1***", query) + hash_mark + fragment
+
+
+def masked(settings: Settings) -> dict[str, Any]:
+    """The resolved settings as plain data with every secret replaced, for `check-config`."""
+    data = asdict(settings)
+    del data["warnings"]
+    for upstream in data["upstreams"].values():
+        upstream["base_url"] = redacted_url(upstream["base_url"])
+        if upstream.get("api_key"):
+            key = upstream["api_key"]
+            upstream["api_key"] = f"{key[:3]}***" if len(key) > 12 else "***"
+    data["routes"] = [asdict(r) for r in settings.routes]
+    data["models"] = {p.pattern: {k: v for k, v in asdict(p).items() if k != "pattern"}
+                      for p in settings.models}
+    return _redacted(data)
+
+
+def _redacted(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: _redacted(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_redacted(item) for item in value)
+    return value
