@@ -398,3 +398,11 @@ def _check_references(s: Settings, problems: list[str]) -> None:
     upstream = s.compaction.summarizer.upstream
     if upstream is not None and upstream not in s.upstreams:
         problems.append(f"compaction.summarizer.upstream: no upstream named {shown(upstream)}")
+    for p in s.models:
+        # A profile's ratio stands with the section's other one: a kept tail at or above the
+        # trigger makes every compaction fail its post-check.
+        trigger = s.compaction.trigger_ratio if p.trigger_ratio is None else p.trigger_ratio
+        keep = s.compaction.keep_ratio if p.keep_ratio is None else p.keep_ratio
+        if (p.trigger_ratio is not None or p.keep_ratio is not None) and keep >= trigger:
+            problems.append(f"models.{p.pattern}: keep_ratio ({keep:g}) must be smaller than "
+                            f"trigger_ratio ({trigger:g})")
