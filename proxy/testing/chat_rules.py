@@ -25,7 +25,7 @@ class Violation:
     kind: str
     index: int  # the message the provider names
     ids: tuple[str, ...] = ()
-    call: int = 0  # index inside `tool_calls`
+    call: int = 0  # index inside `tool_calls` (or `content` for a content part)
     value: Any = None
 
 
@@ -91,6 +91,32 @@ def _shape(i: int, message: Any) -> Violation | None:
         return Violation("missing_param", i, value=f"messages[{i}].role")
     if message["role"] not in ROLES:
         return Violation("bad_role", i, value=message["role"])
+    if message["role"] == "tool":
+        return _tool_content(i, message)
+    return None
+
+
+def _tool_content(i: int, message: Mapping[str, Any]) -> Violation | None:
+    """A tool message's content is a string or a non-empty array of text parts (PROTOCOL.md §1.1:
+    `minItems: 1`, "only type `text` is supported"); the schema is checked before pairing."""
+    if "content" not in message:
+        return Violation("missing_param", i, value=f"messages[{i}].content")
+    content = message["content"]
+    if isinstance(content, str):
+        return None
+    if not isinstance(content, list):
+        return Violation("content_type", i, value=content)
+    if not content:
+        return Violation("empty_content", i)
+    for j, part in enumerate(content):
+        if not isinstance(part, Mapping):
+            return Violation("part_not_object", i, call=j, value=part)
+        if part.get("type") == "image_url":
+            return Violation("tool_image", i)
+        if part.get("type") != "text":
+            return Violation("part_type", i, call=j, value=part.get("type"))
+        if not isinstance(part.get("text"), str):
+            return Violation("missing_param", i, value=f"messages[{i}].content[{j}].text")
     return None
 
 
@@ -181,10 +207,52 @@ def openai_text(v: Violation) -> Rejection:
                                  f"string with maximum length {MAX_STRING}, but got a string with "
                                  f"length {v.value} instead.", param=f"messages[{i}].content",
                                  code="string_above_max_length")
+    if v.kind in _TOOL_CONTENT_TEXTS:
+        return _TOOL_CONTENT_TEXTS[v.kind](v)
     if v.kind == "null_content":  # [OBS] as relayed by a gateway
         return rejections.openai("Invalid value for 'content': expected a string, got null.",
                                  param=f"messages.[{i}].content")
     return _openai_shape_text(v)
+
+
+def _content_type_text(v: Violation) -> Rejection:  # [OBS] text and code
+    path = f"messages[{v.index}].content"
+    return rejections.openai(f"Invalid type for '{path}': expected one of a string or array of "
+                             f"objects, but got {_type_name(v.value)} instead.", param=path,
+                             code="invalid_type")
+
+
+def _empty_content_text(v: Violation) -> Rejection:  # OpenAI's `empty_array` family [OBS]
+    path = f"messages[{v.index}].content"
+    return rejections.openai(f"Invalid '{path}': empty array. Expected an array with minimum length "
+                             "1, but got an empty array instead.", param=path, code="empty_array")
+
+
+def _tool_image_text(v: Violation) -> Rejection:
+    # Text [OBS] (OpenHands#7700, openai-node#1030); param and code [MEM]. Newer models
+    # (GPT-5.2) were reported to accept the part since (openai-openapi#523); the spec still
+    # lists text only, so the fake keeps the stricter rule.
+    return rejections.openai(f"Invalid 'messages[{v.index}]'. Image URLs are only allowed for "
+                             "messages with role 'user', but this message with role 'tool' "
+                             "contains an image URL.", param=f"messages[{v.index}]")
+
+
+def _part_type_text(v: Violation) -> Rejection:  # OpenAI's `invalid_value` family [MEM]
+    path = f"messages[{v.index}].content[{v.call}].type"
+    return rejections.openai(f"Invalid value: '{v.value}'. Supported values are: 'text'.",
+                             param=path, code="invalid_value")
+
+
+def _part_not_object_text(v: Violation) -> Rejection:  # OpenAI's `invalid_type` family [MEM]
+    path = f"messages[{v.index}].content[{v.call}]"
+    return rejections.openai(f"Invalid type for '{path}': expected an object, but got "
+                             f"{_type_name(v.value)} instead.", param=path, code="invalid_type")
+
+
+_TOOL_CONTENT_TEXTS: dict[str, Callable[[Violation], Rejection]] = {
+    "part_not_object": _part_not_object_text, "content_type": _content_type_text, "empty_content": _empty_content_text,
+    "tool_image": _tool_image_text, "part_type": _part_type_text,
+}
 
 
 def _openai_shape_text(v: Violation) -> Rejection:
