@@ -36,6 +36,7 @@ from proxy.testing.usage import USAGE_STYLES, Counts, PromptCache
 DEFAULT_MODEL = "fake-model"
 DEFAULT_TEXT = "This is the fake upstream's reply."
 DEFAULT_REASONING = "Thinking it through before answering."
+_REASONING_DIALECTS = ("deepseek-thinking", "deepseek-r1-legacy", "openrouter")
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,7 @@ class FakeUpstream:
         if reply is None and self._script:
             reply = self._script.pop(0)
         reply = reply or Reply.text(DEFAULT_TEXT)
-        needs_reasoning = self.always_reason or self.dialect in ("deepseek-thinking", "openrouter")
+        needs_reasoning = self.always_reason or self.dialect in _REASONING_DIALECTS
         if needs_reasoning and not reply.reasoning and not reply.is_error:
             reply = reply.with_reasoning(DEFAULT_REASONING)
         return reply
