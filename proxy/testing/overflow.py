@@ -19,7 +19,8 @@ from proxy.testing import rejections
 from proxy.testing.rejections import Rejection
 
 OVERFLOW_STYLES = ("openai", "responses", "anthropic", "llama.cpp", "vllm", "openrouter", "gemini",
-                   "groq", "cerebras", "deepseek", "mistral", "ollama")
+                   "groq", "cerebras", "deepseek", "mistral", "ollama", "bedrock", "xai",
+                   "moonshot", "lm-studio")
 RESPONSES_TEXT = ("Your input exceeds the context window of this model. Please adjust your input "
                   "and try again.")
 
@@ -183,9 +184,33 @@ def _ollama(size: Size, limit: int) -> Rejection:
     return Rejection(400, {"error": inner})
 
 
+def _bedrock(size: Size, limit: int) -> Rejection:
+    # Text [OBS] (a ValidationException); the body is Bedrock's bare `{"message"}` [MEM].
+    return Rejection(400, {"message": "The model returned the following errors: prompt is too "
+                                      f"long: {size.prompt} tokens > {limit} maximum"})
+
+
+def _xai(size: Size, limit: int) -> Rejection:  # text [3P]; envelope [MEM]
+    return rejections.openai(f"This model's maximum prompt length is {limit} but the request "
+                             f"contains {size.prompt} tokens.")
+
+
+def _moonshot(size: Size, limit: int) -> Rejection:  # text [3P]; envelope [MEM]
+    return rejections.openai(f"Invalid request: Your request exceeded model token limit: {limit}")
+
+
+def _lm_studio(size: Size, limit: int) -> Rejection:
+    # Text [3P] up to where PROTOCOL.md §3 quotes it (its rest is not recorded); envelope [MEM].
+    # The "first N tokens" LM Studio keeps is its own policy: the whole prompt stands in here.
+    return rejections.openai(f"Trying to keep the first {size.prompt} tokens when context the "
+                             "overflows. However, the model is loaded with context length of "
+                             f"only {limit} tokens, which is not enough.")
+
+
 _COMPLETION_BUILDERS = {"openai": _openai_completion, "anthropic": _anthropic_completion,
                         "vllm": _vllm_completion, "deepseek": _deepseek}
 _BUILDERS = {"openai": _openai, "responses": _responses, "anthropic": _anthropic,
              "llama.cpp": _llama_cpp, "vllm": _vllm, "openrouter": _openrouter, "gemini": _gemini,
              "groq": _groq, "cerebras": _cerebras, "deepseek": _deepseek, "mistral": _mistral,
-             "ollama": _ollama}
+             "ollama": _ollama, "bedrock": _bedrock, "xai": _xai, "moonshot": _moonshot,
+             "lm-studio": _lm_studio}
