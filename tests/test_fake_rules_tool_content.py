@@ -1,5 +1,6 @@
 """The fake's check of a tool message's content: a string or a non-empty array of text parts
-(PROTOCOL.md §1.1), with OpenAI's texts, checked before the pairing rules."""
+(PROTOCOL.md §1.1), with OpenAI's texts, checked before the pairing rules; and of the parts
+system and developer messages may send (text only, too)."""
 
 from __future__ import annotations
 
@@ -84,3 +85,12 @@ def test_content_is_checked_before_pairing_as_a_schema_validator_does() -> None:
 def test_every_dialect_refuses_an_image_in_a_tool_message(dialect: str) -> None:
     found = check_chat(_with_tool_content([IMAGE]), dialect)
     assert found is not None and found.status == 400
+
+
+@pytest.mark.parametrize("role", ["system", "developer"])
+def test_images_are_for_user_messages_only(role: str) -> None:
+    body = {"model": "m", "messages": [{"role": role, "content": [IMAGE]}, user("x")]}
+    assert _error(body)["message"] == (
+        f"Invalid 'messages[0]'. Image URLs are only allowed for messages with role 'user', but "
+        f"this message with role '{role}' contains an image URL.")
+

@@ -93,7 +93,7 @@ def _shape(i: int, message: Any) -> Violation | None:
         return Violation("bad_role", i, value=message["role"])
     if message["role"] == "tool":
         return _tool_content(i, message)
-    return None
+    return _parts(i, message)
 
 
 def _tool_content(i: int, message: Mapping[str, Any]) -> Violation | None:
@@ -108,14 +108,28 @@ def _tool_content(i: int, message: Mapping[str, Any]) -> Violation | None:
         return Violation("content_type", i, value=content)
     if not content:
         return Violation("empty_content", i)
+    return _parts(i, message)
+
+
+# The content parts each role may send (PROTOCOL.md §1.1); a user message may send any. The
+# assistant's are left alone: LiteLLM clients replay `thinking` parts there (§4.7), which the
+# reasoning rules of each dialect judge.
+PART_TYPES = {"tool": ("text",), "system": ("text",), "developer": ("text",)}
+
+
+def _parts(i: int, message: Mapping[str, Any]) -> Violation | None:
+    allowed = PART_TYPES.get(message["role"])
+    content = message.get("content")
+    if allowed is None or not isinstance(content, list):
+        return None
     for j, part in enumerate(content):
         if not isinstance(part, Mapping):
             return Violation("part_not_object", i, call=j, value=part)
         if part.get("type") == "image_url":
-            return Violation("tool_image", i)
-        if part.get("type") != "text":
-            return Violation("part_type", i, call=j, value=part.get("type"))
-        if not isinstance(part.get("text"), str):
+            return Violation("image_outside_user", i, value=message["role"])
+        if part.get("type") not in allowed:
+            return Violation("part_type", i, call=j, value=(part.get("type"), allowed))
+        if part["type"] == "text" and not isinstance(part.get("text"), str):
             return Violation("missing_param", i, value=f"messages[{i}].content[{j}].text")
     return None
 
@@ -228,18 +242,21 @@ def _empty_content_text(v: Violation) -> Rejection:  # OpenAI's `empty_array` fa
                              "1, but got an empty array instead.", param=path, code="empty_array")
 
 
-def _tool_image_text(v: Violation) -> Rejection:
-    # Text [OBS] (OpenHands#7700, openai-node#1030); param and code [MEM]. Newer models
-    # (GPT-5.2) were reported to accept the part since (openai-openapi#523); the spec still
-    # lists text only, so the fake keeps the stricter rule.
+def _image_text(v: Violation) -> Rejection:
+    # Text [OBS] for roles tool and assistant (OpenHands#7700, openai-node#1030), the same
+    # pattern assumed for system and developer [MEM]; param and code [MEM]. Newer models
+    # (GPT-5.2) were reported to accept images in tool messages since (openai-openapi#523);
+    # the spec still lists text only, so the fake keeps the stricter rule.
     return rejections.openai(f"Invalid 'messages[{v.index}]'. Image URLs are only allowed for "
-                             "messages with role 'user', but this message with role 'tool' "
+                             f"messages with role 'user', but this message with role '{v.value}' "
                              "contains an image URL.", param=f"messages[{v.index}]")
 
 
 def _part_type_text(v: Violation) -> Rejection:  # OpenAI's `invalid_value` family [MEM]
+    found, allowed = v.value
     path = f"messages[{v.index}].content[{v.call}].type"
-    return rejections.openai(f"Invalid value: '{v.value}'. Supported values are: 'text'.",
+    supported = " and ".join(f"'{t}'" for t in allowed)
+    return rejections.openai(f"Invalid value: '{found}'. Supported values are: {supported}.",
                              param=path, code="invalid_value")
 
 
@@ -251,7 +268,7 @@ def _part_not_object_text(v: Violation) -> Rejection:  # OpenAI's `invalid_type`
 
 _TOOL_CONTENT_TEXTS: dict[str, Callable[[Violation], Rejection]] = {
     "part_not_object": _part_not_object_text, "content_type": _content_type_text, "empty_content": _empty_content_text,
-    "tool_image": _tool_image_text, "part_type": _part_type_text,
+    "image_outside_user": _image_text, "part_type": _part_type_text,
 }
 
 
