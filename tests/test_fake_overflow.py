@@ -8,6 +8,7 @@ import aiohttp
 import orjson
 import pytest
 
+from proxy.compaction.overflow import is_context_overflow
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.messages import user
 from proxy.testing.overflow import OVERFLOW_STYLES, chat_overflow
@@ -50,6 +51,17 @@ EXPECTED: dict[str, Any] = {
     "mistral": {"object": "error", "message": "Prompt contains 150 tokens and 0 draft tokens, too large "
                 "for model with 100 maximum context length", "type": "invalid_request_error",
                 "param": None, "code": None},
+    "bedrock": {"message": "The model returned the following errors: prompt is too long: 150 "
+                           "tokens > 100 maximum"},
+    "xai": {"error": {"message": "This model's maximum prompt length is 100 but the request "
+                      "contains 150 tokens.", "type": "invalid_request_error", "param": None,
+                      "code": None}},
+    "moonshot": {"error": {"message": "Invalid request: Your request exceeded model token limit: "
+                           "100", "type": "invalid_request_error", "param": None, "code": None}},
+    "lm-studio": {"error": {"message": "Trying to keep the first 150 tokens when context the "
+                            "overflows. However, the model is loaded with context length of only "
+                            "100 tokens, which is not enough.", "type": "invalid_request_error",
+                            "param": None, "code": None}},
 }
 
 
@@ -57,6 +69,12 @@ EXPECTED: dict[str, Any] = {
 def test_each_style_has_the_providers_payload(style: str) -> None:
     rejection = chat_overflow(style, 150, 100)
     assert rejection.status == 400 and rejection.body == EXPECTED[style]
+
+
+@pytest.mark.parametrize("style", sorted(EXPECTED))
+def test_the_proxy_recognizes_each_styles_overflow(style: str) -> None:
+    rejection = chat_overflow(style, 150, 100)
+    assert is_context_overflow(rejection.status, rejection.to_bytes())
 
 
 def test_every_style_is_covered_and_unknown_styles_fail() -> None:

@@ -34,7 +34,7 @@ VALID = body(system("s"), user("hi"), assistant_calls("c1", "c2"), tool_result("
 
 
 @pytest.mark.parametrize("dialect", ["openai", "openai-strict", "cerebras", "mistral", "openrouter",
-                                     "vllm"])
+                                     "vllm", "deepseek-r1-legacy"])
 def test_valid_conversation_passes_every_dialect_without_private_state(dialect: str) -> None:
     assert check_chat(VALID, dialect) is None
 
@@ -194,6 +194,17 @@ def test_cerebras_rejects_reasoning_content() -> None:
     assert check_chat(body(user("hi"), assistant("x", reasoning="r")), "cerebras") is None
 
 
+def test_deepseek_r1_legacy_rejects_any_reasoning_content_in_its_own_marked_words() -> None:
+    messages = body(system("s"), user("hi"), assistant("x", reasoning_content=""), user("more"))
+    found = error(check_chat(messages, "deepseek-r1-legacy"))
+    assert found["message"].startswith("Fake upstream's own wording")
+    assert "reasoning_content field is included" in found["message"] and "messages[2]" in found["message"]
+    assert found["code"] == "invalid_request_error"
+    assert check_chat(body(user("hi"), assistant("x", reasoning="r")), "deepseek-r1-legacy") is None
+    assert error(check_chat(body(user("hi"), tool_result("c1")), "deepseek-r1-legacy"))["message"] \
+        .startswith("Messages with role 'tool' must be a response to a preceding message")
+
+
 DEEPSEEK_TEXT = "The `reasoning_content` in the thinking mode must be passed back to the API."
 
 
@@ -342,5 +353,5 @@ def test_openrouter_rejects_changed_details(change: str) -> None:
 
 
 def test_every_dialect_is_listed() -> None:
-    assert set(DIALECTS) == {"openai", "openai-strict", "cerebras", "deepseek-thinking", "gemini",
-                             "mistral", "openrouter", "vllm"}
+    assert set(DIALECTS) == {"openai", "openai-strict", "cerebras", "deepseek-thinking",
+                             "deepseek-r1-legacy", "gemini", "mistral", "openrouter", "vllm"}

@@ -29,6 +29,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--api-key", default=None, help="require this bearer key")
     parser.add_argument("--always-reason", action="store_true", help="every reply reasons")
     parser.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between SSE frames")
+    parser.add_argument("--window-counts-completion", action="store_true",
+                        help="a --limit is a total window: max_tokens must fit in it too")
     return parser.parse_args(argv)
 
 
@@ -46,7 +48,8 @@ async def serve(args: argparse.Namespace) -> None:
     fake = FakeUpstream(limits=parse_limits(args.limit), dialect=args.dialect,
                         usage_style=args.usage_style, overflow_style=args.overflow_style,
                         api_key=args.api_key, always_reason=args.always_reason,
-                        chunk_delay=args.chunk_delay)
+                        chunk_delay=args.chunk_delay,
+                        window_counts_completion=args.window_counts_completion)
     await fake.start(args.host, args.port)
     print(f"fake upstream ({args.dialect}) listening on {fake.url}", file=sys.stderr, flush=True)
     stop = asyncio.Event()

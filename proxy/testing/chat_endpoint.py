@@ -14,8 +14,10 @@ from aiohttp import web
 
 from proxy.testing.chat_render import chunks, completion, reasoning_fields, wire_calls
 from proxy.testing.misc_endpoints import parse_body, request_headers
-from proxy.testing.overflow import chat_overflow, silently_truncates
+from proxy.testing.overflow import (Size, chat_overflow, exceeds, requested_completion,
+                                    silently_truncates)
 from proxy.testing.prompt_units import prompt_tokens
+from proxy.testing.reference_tokens import tools_tokens
 from proxy.testing.rejections import Rejection
 from proxy.testing.rules import check_chat
 from proxy.testing.sse import DONE, data_frame, reject, send_failure, send_stream
@@ -36,9 +38,10 @@ async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
     units = fake.units.chat(body)
     prompt = prompt_tokens(units)
     limit = fake.limit_for(body["model"])
-    if limit is not None and prompt > limit:
+    size = _size(body, prompt, fake.window_counts_completion)
+    if limit is not None and exceeds(fake.overflow_style, size, limit):
         if not silently_truncates(fake.overflow_style):
-            return reject(chat_overflow(fake.overflow_style, prompt, limit))
+            return reject(chat_overflow(fake.overflow_style, size, limit))
         prompt = limit  # Ollama cuts the prompt's front and says nothing (PROTOCOL.md §3)
     reply = fake.next_reply(recorded)
     if reply.forced_overflow:
@@ -51,6 +54,11 @@ async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
         if failed is not None:
             return failed
     return await _answer(fake, request, body, fake.turn(body, reply, prompt, units), stream)
+
+
+def _size(body: dict[str, Any], prompt: int, counts_completion: bool) -> Size:
+    completion = requested_completion(body) if counts_completion else 0
+    return Size(prompt, tools_tokens(body.get("tools")), completion)
 
 
 async def _answer(fake: FakeUpstream, request: web.Request, body: dict[str, Any], turn: Turn,

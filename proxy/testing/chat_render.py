@@ -23,8 +23,8 @@ def reasoning_fields(turn: Turn, signer: Signer) -> dict[str, Any]:
     text = turn.reply.reasoning
     if not text:
         return {}
-    if turn.dialect == "deepseek-thinking":
-        return {"reasoning_content": text}
+    if turn.dialect in ("deepseek-thinking", "deepseek-r1-legacy"):
+        return {"reasoning_content": text}  # R1 returned it too, and refused it back
     if turn.dialect == "cerebras":
         return {"reasoning": text}
     if turn.dialect == "openrouter":

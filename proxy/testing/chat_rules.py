@@ -25,7 +25,7 @@ class Violation:
     kind: str
     index: int  # the message the provider names
     ids: tuple[str, ...] = ()
-    call: int = 0  # index inside `tool_calls`
+    call: int = 0  # index inside `tool_calls` (or `content` for a content part)
     value: Any = None
 
 
@@ -91,6 +91,46 @@ def _shape(i: int, message: Any) -> Violation | None:
         return Violation("missing_param", i, value=f"messages[{i}].role")
     if message["role"] not in ROLES:
         return Violation("bad_role", i, value=message["role"])
+    if message["role"] == "tool":
+        return _tool_content(i, message)
+    return _parts(i, message)
+
+
+def _tool_content(i: int, message: Mapping[str, Any]) -> Violation | None:
+    """A tool message's content is a string or a non-empty array of text parts (PROTOCOL.md §1.1:
+    `minItems: 1`, "only type `text` is supported"); the schema is checked before pairing."""
+    if "content" not in message:
+        return Violation("missing_param", i, value=f"messages[{i}].content")
+    content = message["content"]
+    if isinstance(content, str):
+        return None
+    if not isinstance(content, list):
+        return Violation("content_type", i, value=content)
+    if not content:
+        return Violation("empty_content", i)
+    return _parts(i, message)
+
+
+# The content parts each role may send (PROTOCOL.md §1.1); a user message may send any. The
+# assistant's are left alone: LiteLLM clients replay `thinking` parts there (§4.7), which the
+# reasoning rules of each dialect judge.
+PART_TYPES = {"tool": ("text",), "system": ("text",), "developer": ("text",)}
+
+
+def _parts(i: int, message: Mapping[str, Any]) -> Violation | None:
+    allowed = PART_TYPES.get(message["role"])
+    content = message.get("content")
+    if allowed is None or not isinstance(content, list):
+        return None
+    for j, part in enumerate(content):
+        if not isinstance(part, Mapping):
+            return Violation("part_not_object", i, call=j, value=part)
+        if part.get("type") == "image_url":
+            return Violation("image_outside_user", i, value=message["role"])
+        if part.get("type") not in allowed:
+            return Violation("part_type", i, call=j, value=(part.get("type"), allowed))
+        if part["type"] == "text" and not isinstance(part.get("text"), str):
+            return Violation("missing_param", i, value=f"messages[{i}].content[{j}].text")
     return None
 
 
@@ -181,10 +221,55 @@ def openai_text(v: Violation) -> Rejection:
                                  f"string with maximum length {MAX_STRING}, but got a string with "
                                  f"length {v.value} instead.", param=f"messages[{i}].content",
                                  code="string_above_max_length")
+    if v.kind in _TOOL_CONTENT_TEXTS:
+        return _TOOL_CONTENT_TEXTS[v.kind](v)
     if v.kind == "null_content":  # [OBS] as relayed by a gateway
         return rejections.openai("Invalid value for 'content': expected a string, got null.",
                                  param=f"messages.[{i}].content")
     return _openai_shape_text(v)
+
+
+def _content_type_text(v: Violation) -> Rejection:  # [OBS] text and code
+    path = f"messages[{v.index}].content"
+    return rejections.openai(f"Invalid type for '{path}': expected one of a string or array of "
+                             f"objects, but got {_type_name(v.value)} instead.", param=path,
+                             code="invalid_type")
+
+
+def _empty_content_text(v: Violation) -> Rejection:  # OpenAI's `empty_array` family [OBS]
+    path = f"messages[{v.index}].content"
+    return rejections.openai(f"Invalid '{path}': empty array. Expected an array with minimum length "
+                             "1, but got an empty array instead.", param=path, code="empty_array")
+
+
+def _image_text(v: Violation) -> Rejection:
+    # Text [OBS] for roles tool and assistant (OpenHands#7700, openai-node#1030), the same
+    # pattern assumed for system and developer [MEM]; param and code [MEM]. Newer models
+    # (GPT-5.2) were reported to accept images in tool messages since (openai-openapi#523);
+    # the spec still lists text only, so the fake keeps the stricter rule.
+    return rejections.openai(f"Invalid 'messages[{v.index}]'. Image URLs are only allowed for "
+                             f"messages with role 'user', but this message with role '{v.value}' "
+                             "contains an image URL.", param=f"messages[{v.index}]")
+
+
+def _part_type_text(v: Violation) -> Rejection:  # OpenAI's `invalid_value` family [MEM]
+    found, allowed = v.value
+    path = f"messages[{v.index}].content[{v.call}].type"
+    supported = " and ".join(f"'{t}'" for t in allowed)
+    return rejections.openai(f"Invalid value: '{found}'. Supported values are: {supported}.",
+                             param=path, code="invalid_value")
+
+
+def _part_not_object_text(v: Violation) -> Rejection:  # OpenAI's `invalid_type` family [MEM]
+    path = f"messages[{v.index}].content[{v.call}]"
+    return rejections.openai(f"Invalid type for '{path}': expected an object, but got "
+                             f"{_type_name(v.value)} instead.", param=path, code="invalid_type")
+
+
+_TOOL_CONTENT_TEXTS: dict[str, Callable[[Violation], Rejection]] = {
+    "part_not_object": _part_not_object_text, "content_type": _content_type_text, "empty_content": _empty_content_text,
+    "image_outside_user": _image_text, "part_type": _part_type_text,
+}
 
 
 def _openai_shape_text(v: Violation) -> Rejection:

@@ -97,6 +97,20 @@ def cerebras_reasoning(messages: Messages, _: Signer) -> Rejection | None:
     return None
 
 
+def legacy_reasoning(messages: Messages, _: Signer) -> Rejection | None:
+    """DeepSeek R1's first API: "if the reasoning_content field is included in the sequence of
+    input messages, the API will return a 400 error" (PROTOCOL.md §4.4, archived doc). The
+    status and envelope are DeepSeek's; the doc gives no text, so the message is THE FAKE'S
+    OWN WORDING, built from the doc's sentence (it says so)."""
+    for i, message in enumerate(messages):
+        if "reasoning_content" in message:
+            return rejections.deepseek(
+                "Fake upstream's own wording (no provider text is documented): the "
+                f"reasoning_content field is included in the sequence of input messages "
+                f"(messages[{i}]); remove it before making the API request.")
+    return None
+
+
 def json_arguments(messages: Messages, _: Signer) -> Rejection | None:
     """vLLM and SGLang parse `function.arguments` and refuse what is not JSON (issue reports
     such as vllm-project/vllm#48922; PROTOCOL.md does not record the rejection).
@@ -236,6 +250,7 @@ DIALECTS: dict[str, Dialect] = {
     "openai-strict": Dialect(schema=(strict_keys,)),
     "cerebras": Dialect(schema=(cerebras_reasoning,)),
     "deepseek-thinking": Dialect(wording="deepseek", semantic=(deepseek_reasoning,)),
+    "deepseek-r1-legacy": Dialect(wording="deepseek", schema=(legacy_reasoning,)),
     "gemini": Dialect(semantic=(gemini_signatures,)),
     "mistral": Dialect(wording="mistral", semantic=(mistral_order,)),
     "openrouter": Dialect(semantic=(openrouter_details,)),

@@ -36,6 +36,7 @@ from proxy.testing.usage import USAGE_STYLES, Counts, PromptCache
 DEFAULT_MODEL = "fake-model"
 DEFAULT_TEXT = "This is the fake upstream's reply."
 DEFAULT_REASONING = "Thinking it through before answering."
+_REASONING_DIALECTS = ("deepseek-thinking", "deepseek-r1-legacy", "openrouter")
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class FakeUpstream:
                  usage_style: str = "openai", overflow_style: str = "openai",
                  api_key: str | None = None, models: tuple[str, ...] = (),
                  always_reason: bool = False, responses_stream_overflow: str = "event",
+                 window_counts_completion: bool = False,
                  chunk_delay: float = 0.0, seed: int = 0, key: bytes = DEFAULT_KEY) -> None:
         _require(dialect, DIALECTS, "dialect")
         _require(usage_style, USAGE_STYLES, "usage_style")
@@ -69,6 +71,10 @@ class FakeUpstream:
         self.extra_models = models
         self.always_reason = always_reason
         self.responses_stream_overflow = responses_stream_overflow
+        # A limit is the prompt's by default (what the proxy's `max_input_tokens` means); when
+        # it is a total context window, the requested completion must fit in it too, and the
+        # providers that say so answer in their own words (PROTOCOL.md §3, `overflow`).
+        self.window_counts_completion = window_counts_completion
         self.chunk_delay = chunk_delay
         self.signer = Signer(key)
         self.ids = Ids(seed)
@@ -162,7 +168,7 @@ class FakeUpstream:
         if reply is None and self._script:
             reply = self._script.pop(0)
         reply = reply or Reply.text(DEFAULT_TEXT)
-        needs_reasoning = self.always_reason or self.dialect in ("deepseek-thinking", "openrouter")
+        needs_reasoning = self.always_reason or self.dialect in _REASONING_DIALECTS
         if needs_reasoning and not reply.reasoning and not reply.is_error:
             reply = reply.with_reasoning(DEFAULT_REASONING)
         return reply
