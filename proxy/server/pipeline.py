@@ -123,8 +123,10 @@ class Pipeline:
             previous = known.entries if known is not None and known.api is inbound.api else ()
             inbound = with_entries(inbound, previous)
         estimator = self.estimator(inbound.model)
+        definitions = request_definitions(inbound.doc)
         prepared = Prepared(inbound, identity, upstream, client_headers, inbound.body, attempt,
-                            key=key, estimator=estimator, context=self._context(inbound))
+                            key=key, estimator=estimator,
+                            context=self._context(inbound, definitions))
         if inbound.entries is None or inbound.stateful_upstream:
             return self._pass_through(prepared, line)
         known = known_of(inbound) if key is not None else None
@@ -134,7 +136,7 @@ class Pipeline:
         if command is not None and key is None:
             return self._no_thread_command(prepared, line)
         state = await self.store.load(key) if key else None
-        view = self._view(inbound, prepared.context)
+        view = self._view(inbound, prepared.context, definitions)
         situation = self._situation(inbound, estimator, state, attempt)
         if command is not None:
             return await self.flow.manual_compact(prepared, view, situation, state, command, line)
@@ -312,13 +314,13 @@ class Pipeline:
             self._estimators[key] = found
         return found
 
-    def _view(self, inbound: Inbound, context: bytes) -> View:
+    def _view(self, inbound: Inbound, context: bytes, definitions: Any) -> View:
         config = self.settings.compaction
         command = config.manual_command if config.enabled else None
         assert inbound.entries is not None
         return view_of(inbound.entries, self.identities, command, tools=inbound.doc.get("tools"),
                        instructions=inbound.doc.get("instructions"), context=context,
-                       definitions=request_definitions(inbound.doc))
+                       definitions=definitions)
 
     def _situation(self, inbound: Inbound, estimator: TokenEstimator,
                    state: ThreadState | None, attempt: Attempt) -> Situation:
@@ -345,10 +347,12 @@ class Pipeline:
         out["<default>"] = self.estimator("").described
         return out
 
-    def _context(self, inbound: Inbound) -> bytes:
+    @staticmethod
+    def _context(inbound: Inbound, definitions: Any) -> bytes:
+        """What besides the list shapes the count (`rules.request_definitions`: `definitions`)."""
         doc = inbound.doc
         return anchors.context_bytes(doc.get("tools"), doc.get("instructions"), inbound.model,
-                                     request_definitions(doc))
+                                     definitions)
 
     @staticmethod
     def _tap_factory(api: Api, hide_usage: bool) -> Callable[[], StreamTap]:

@@ -203,10 +203,11 @@ def request_definitions(doc: Mapping[str, Any]) -> tuple[Any, Any] | None:
     Responses `text.format`), read beside its tools; None without either, the usual case."""
     functions = doc.get("functions")
     text = doc.get("text")
+    if functions is None and text is None and "response_format" not in doc:
+        return None  # the usual request: no more steps
     schema = text.get("format") if isinstance(text, Mapping) else doc.get("response_format")
-    if not functions and not _is_schema(schema):
-        return None
-    return functions or None, schema if _is_schema(schema) else None
+    schema = schema if _is_schema(schema) else None
+    return (functions or None, schema) if functions or schema is not None else None
 
 
 def _is_schema(value: Any) -> bool:
