@@ -253,6 +253,8 @@ def stability(bodies: list[bytes], lines: list[dict], api: str = "chat") -> tupl
     for n in range(1, len(bodies)):
         if lines[n].get("compaction") == "compacted" or lines[n - 1].get("compaction") == "compacted":
             continue
+        if lines[n]["status"] != 200 or lines[n - 1]["status"] != 200:
+            continue  # a refused turn sent nothing upstream to compare
         previous = orjson.loads(bodies[n - 1]).get(key) or []
         current = orjson.loads(bodies[n]).get(key) or []
         total += 1
