@@ -220,7 +220,9 @@ def report_anomalies(turns: list[list[Replayed]], lines: list[list[dict]],
                     anomalies.append(f"{where}: {problem}")
     failures = Counter(f"{e.get('stage')}: {e.get('error')}" for e in logs.events("compaction_failed"))
     calls = Counter(e.get("summarizer_calls", 0) for e in logs.events("compaction_started"))
-    print(f"  summarizer calls per compaction: {dict(sorted(calls.items()))}; "
+    refused = len(logs.events("summarizer_overflow"))
+    print(f"  summarizer calls per compaction (as planned): {dict(sorted(calls.items()))}; "
+          f"summaries re-planned after the summarizer refused one as too long: {refused}; "
           f"compaction_failed: {dict(failures) or 'none'}")
     print(f"  anomalies: {len(anomalies)}")
     for anomaly in anomalies[:40]:
