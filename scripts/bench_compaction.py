@@ -13,7 +13,13 @@ requests whose projection starts with the previous projection byte for byte (min
 
 `--traces FILE` replays recorded conversations instead (JSON lines, each with `messages` and
 `tools`), one thread each, and also reports how many requests succeeded, used a usage anchor and
-were parsed as a delta of the thread's previous request.
+were parsed as a delta of the thread's previous request. The replay behaves like a client: it
+sends its history, appends the answer it received, and can speak either API, stream, and talk to
+a fake upstream with a provider's stricter rules (see the options). Each turn's upstream request
+is checked against SPEC invariants (scripts/trace_replay.py); failures are listed as anomalies.
+
+    .venv/bin/python scripts/bench_compaction.py --traces ../shared/traces/open-agents.jsonl \
+        --window 32000 --api responses --stream usage --dialect openai-strict
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,10 +39,13 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from proxy.testing.dialects import DIALECTS  # noqa: E402
 from proxy.testing.fake_upstream import FakeUpstream  # noqa: E402
+from proxy.testing.prompt_units import PromptUnits  # noqa: E402
 from proxy.testing.replies import Reply  # noqa: E402
 from proxy.testing.sessions import coding_session  # noqa: E402
 from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request  # noqa: E402
+from scripts.trace_replay import ClientMode, Sent, check_turn, post_turn, responses_items  # noqa: E402
 from tests.harness import LoopThread, proxy_settings, start_proxy, stop_proxy  # noqa: E402
 
 
@@ -48,17 +58,39 @@ class Conversation:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=2000)
-    parser.add_argument("--window", type=int, default=64_000)
+    parser.add_argument("--messages", type=int, default=2000,
+                        help="length of the synthetic thread (without --traces)")
+    parser.add_argument("--window", type=int, default=64_000,
+                        help="the model's input window: its profile and the fake's limit")
     parser.add_argument("--traces", type=Path, help="replay these recorded conversations")
+    parser.add_argument("--only", type=int, default=None,
+                        help="replay only the first N conversations of --traces")
+    parser.add_argument("--api", choices=("chat", "responses"), default="chat",
+                        help="send the history as chat messages or as Responses input items")
+    parser.add_argument("--stream", choices=("off", "usage", "plain"), default="off",
+                        help="stream the answers: with stream_options.include_usage, or plain")
+    parser.add_argument("--dialect", choices=sorted(DIALECTS), default="openai",
+                        help="the fake upstream's provider rules (chat API)")
+    parser.add_argument("--strategy", choices=("partial", "full"), default="partial",
+                        help="compaction.strategy of the proxy")
+    parser.add_argument("--trigger-ratio", type=float, default=0.75,
+                        help="compaction.trigger_ratio of the proxy")
+    parser.add_argument("--keep-ratio", type=float, default=0.10,
+                        help="compaction.keep_ratio of the proxy (below --trigger-ratio)")
+    parser.add_argument("--no-profile", action="store_true",
+                        help="a model without a profile: the proxy falls back to its defaults "
+                             "(trigger at 100,000 tokens, keep 6 messages); the fake keeps --window")
     args = parser.parse_args()
     loop = LoopThread()
-    fake = FakeUpstream(limits={"bench-*": args.window})
+    fake = FakeUpstream(limits={"bench-*": args.window, "unprofiled-*": args.window},
+                        dialect=args.dialect)
     loop.run(fake.start())
     FakeSummarizer.install(fake)
     with tempfile.TemporaryDirectory() as state:
         proxy = loop.run(start_proxy(proxy_settings(
             fake.url, state, models={"bench-*": {"max_input_tokens": args.window}},
+            compaction={"strategy": args.strategy, "trigger_ratio": args.trigger_ratio,
+                        "keep_ratio": args.keep_ratio},
             logging={"level": "info"})))
         try:
             run(proxy, fake, args)
@@ -72,26 +104,42 @@ def conversations(args: argparse.Namespace) -> list[Conversation]:
     if args.traces is None:
         return [Conversation("bench", coding_session(args.messages, seed=21))]
     with args.traces.open("rb") as lines:
-        return [Conversation(f"trace-{n}", record["messages"], record.get("tools"))
-                for n, record in enumerate(map(orjson.loads, lines))]
+        found = [Conversation(f"trace-{n}", record["messages"], record.get("tools"))
+                 for n, record in enumerate(map(orjson.loads, lines))]
+    return found[:args.only]
+
+
+@dataclass
+class Replayed:
+    """One client turn and the main (non-summarizer) requests upstream received for it."""
+
+    sent: Sent
+    upstream: list[bytes]
 
 
 def run(proxy, fake: FakeUpstream, args: argparse.Namespace) -> None:  # type: ignore[no-untyped-def]
     replayed = conversations(args)
-    bodies: list[list[bytes]] = []  # per conversation, what the model received each turn
+    model = "unprofiled-model" if args.no_profile else "bench-model"
+    mode = ClientMode(args.api, args.stream, model)
+    turns: list[list[Replayed]] = []  # per conversation, each turn
     started = time.perf_counter()
     with httpx.Client(timeout=120) as client:
         for conversation in replayed:
-            bodies.append(replay(client, proxy.base_url, fake, conversation))
+            turns.append(replay(client, proxy.base_url, fake, conversation, mode))
     elapsed = time.perf_counter() - started
+    # per conversation, what the model received each turn (its last attempt)
+    bodies = [[t.upstream[-1] if t.upstream else b"{}" for t in per] for per in turns]
     lines = proxy.requests()
     done = proxy.logs.events("compaction_completed")
     where = (f"{len(replayed)} recorded conversations ({sum(map(len, bodies))} turns)"
              if args.traces else f"a {args.messages}-message thread")
     print(f"{len(lines)} requests over {where} in {elapsed:.1f} s; "
-          f"window {args.window:,} tokens; {len(done)} compactions")
+          f"window {args.window:,} tokens; {len(done)} compactions; api {args.api}, stream "
+          f"{args.stream}, dialect {args.dialect}, strategy {args.strategy}, trigger/keep "
+          f"{args.trigger_ratio}/{args.keep_ratio}{', no profile' if args.no_profile else ''}")
     if args.traces:
         report_replay(lines, bodies)
+        report_anomalies(turns, by_conversation(lines, bodies), args, proxy.logs)
     if not done:
         return
     work = [e["duration_ms"] - e["summarizer_ms"] for e in done]
@@ -108,15 +156,16 @@ def run(proxy, fake: FakeUpstream, args: argparse.Namespace) -> None:  # type: i
     after = [e["tokens_after"] / args.window for e in done]
     summary = [e["summary_tokens"] / args.window for e in done]
     # The budget of issue 5: keep_ratio + summary + restore (files <= 15%, users <= 8% of the trigger).
-    trigger = 0.75 * args.window
-    within = sum(e["tokens_after"] <= 0.10 * args.window + e["summary_tokens"] + 0.23 * trigger
+    trigger = args.trigger_ratio * args.window
+    within = sum(e["tokens_after"] <= args.keep_ratio * args.window + e["summary_tokens"] + 0.23 * trigger
                  for e in done)
     print(f"projection after compaction: p50 {statistics.median(after):.1%} of the window, "
           f"max {max(after):.1%}; summary p50 {statistics.median(summary):.1%}; "
-          f"{within}/{len(done)} within keep 10% + summary + restore budget (23% of the trigger)")
+          f"{within}/{len(done)} within keep {args.keep_ratio:.0%} + summary + restore budget "
+          "(23% of the trigger)")
     stable = total = checked = 0
     for per_thread, thread_lines in zip(bodies, by_conversation(lines, bodies)):
-        pairs = stability(per_thread, thread_lines)
+        pairs = stability(per_thread, thread_lines, args.api)
         stable, total, checked = stable + pairs[0], total + pairs[1], checked + pairs[2]
     print(f"prefix stability between compactions: {stable / total if total else 1.0:.1%} of "
           f"{total} consecutive requests extend the previous projection byte for byte (the "
@@ -124,23 +173,60 @@ def run(proxy, fake: FakeUpstream, args: argparse.Namespace) -> None:  # type: i
           "on average)")
 
 
-def replay(client: httpx.Client, base_url: str, fake: FakeUpstream,
-           conversation: Conversation) -> list[bytes]:
-    """Send `messages[:k]` at every k where the model speaks next, scripting that answer."""
-    messages, sent = conversation.messages, []
-    for k in range(1, len(messages)):
-        if messages[k]["role"] != "assistant":
+def replay(client: httpx.Client, base_url: str, fake: FakeUpstream, conversation: Conversation,
+           mode: ClientMode) -> list[Replayed]:
+    """At every point where the model speaks next, send the history so far, scripting the
+    recorded message as the model's answer; the history then continues with the answer received
+    (with the recorded message when the request failed, so the replay goes on)."""
+    history: list[dict] = []
+    out = []
+    for message in conversation.messages:
+        if message["role"] != "assistant":
+            history += [message] if mode.api == "chat" else responses_items(message)
             continue
-        fake.script(Reply.repeating(messages[k]))
-        body = {"model": "bench-model", "messages": messages[:k]}
-        if conversation.tools:
-            body["tools"] = conversation.tools
-        answer = client.post(f"{base_url}/chat/completions", json=body,
-                             headers={"x-thread-id": conversation.thread})
-        assert answer.status_code == 200, answer.text
-        main = [r for r in fake.requests if not is_summarizer_request(r.json)]
-        sent.append(main[-1].body)
-    return sent
+        fake.script(Reply.repeating(message))
+        before = len(fake.requests)
+        sent = post_turn(client, base_url, conversation.thread, history, conversation.tools, mode)
+        fake._script.clear()  # a turn that never reached the model must not answer the next one
+        main = [r.body for r in fake.requests[before:] if not is_summarizer_request(r.json)]
+        out.append(Replayed(sent, main))
+        if sent.status == 200 and sent.answer and sent.error is None:
+            history += sent.answer
+        else:
+            history += [message] if mode.api == "chat" else responses_items(message)
+    return out
+
+
+def report_anomalies(turns: list[list[Replayed]], lines: list[list[dict]],
+                     args: argparse.Namespace, logs) -> None:  # type: ignore[no-untyped-def]
+    """Statuses, usage shown to the client, and the SPEC checks on what reached upstream."""
+    units = PromptUnits()
+    anomalies: list[str] = []
+    usage_expected = args.stream == "usage" or args.api == "responses"
+    for n, (per, per_lines) in enumerate(zip(turns, lines)):
+        for k, (turn, line) in enumerate(zip(per, per_lines)):
+            where = f"trace-{n} turn {k} ({len(turn.sent.history)} entries)"
+            if turn.sent.status != 200 or turn.sent.error:
+                anomalies.append(f"{where}: status {turn.sent.status} {turn.sent.error}")
+                continue
+            if args.stream != "off" and turn.sent.saw_usage != usage_expected:
+                anomalies.append(f"{where}: usage shown: {turn.sent.saw_usage}")
+            if len(turn.upstream) > 1:
+                anomalies.append(f"{where}: {len(turn.upstream)} upstream attempts "
+                                 f"(retried={line.get('retried')})")
+            for body in turn.upstream[-1:]:
+                for problem in check_turn(turn.sent, orjson.loads(body), line, args.api,
+                                          args.window, units):
+                    anomalies.append(f"{where}: {problem}")
+    failures = Counter(f"{e.get('stage')}: {e.get('error')}" for e in logs.events("compaction_failed"))
+    calls = Counter(e.get("summarizer_calls", 0) for e in logs.events("compaction_started"))
+    refused = len(logs.events("summarizer_overflow"))
+    print(f"  summarizer calls per compaction (as planned): {dict(sorted(calls.items()))}; "
+          f"summaries re-planned after the summarizer refused one as too long: {refused}; "
+          f"compaction_failed: {dict(failures) or 'none'}")
+    print(f"  anomalies: {len(anomalies)}")
+    for anomaly in anomalies[:40]:
+        print(f"    {anomaly}")
 
 
 def by_conversation(lines: list[dict], bodies: list[list[bytes]]) -> list[list[dict]]:
@@ -162,14 +248,17 @@ def report_replay(lines: list[dict], bodies: list[list[bytes]]) -> None:
           f"usage anchor used on {anchored}/{len(later)}, delta parse on {delta}/{len(later)}")
 
 
-def stability(bodies: list[bytes], lines: list[dict]) -> tuple[int, int, int]:
+def stability(bodies: list[bytes], lines: list[dict], api: str = "chat") -> tuple[int, int, int]:
     """(stable, compared, messages checked) over one thread's consecutive requests."""
+    key = "messages" if api == "chat" else "input"
     stable = total = checked = 0
     for n in range(1, len(bodies)):
         if lines[n].get("compaction") == "compacted" or lines[n - 1].get("compaction") == "compacted":
             continue
-        previous = orjson.loads(bodies[n - 1])["messages"]
-        current = orjson.loads(bodies[n])["messages"]
+        if lines[n]["status"] != 200 or lines[n - 1]["status"] != 200:
+            continue  # a refused turn sent nothing upstream to compare
+        previous = orjson.loads(bodies[n - 1]).get(key) or []
+        current = orjson.loads(bodies[n]).get(key) or []
         total += 1
         # The previous projection minus its protected window (the client's messages at its end
         # that a cheap stage may still change) must be a prefix of this one.

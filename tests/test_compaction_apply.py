@@ -193,7 +193,9 @@ def test_finish_gives_up_restored_files_before_failing() -> None:
 
 def test_latest_user_message_is_restored_whole_or_the_post_check_fails() -> None:
     latest = "requirement " * 600  # about 1800 tokens
-    entries = conv(Api.CHAT, [user(latest), assistant("a" * 20_000), user("tail")])
+    # The user's current request: no user message in the kept tail (were there one, the
+    # post-check would leave this older message to the summary instead).
+    entries = conv(Api.CHAT, [user(latest), assistant("a" * 20_000), assistant("still on it")])
     cutoff = Cutoff(index=2, lead=0, start=0, strategy=PARTIAL)
     restored = collect(entries, cutoff, RestoreSettings(user_messages_tokens=100), count)
 

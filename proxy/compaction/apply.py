@@ -3,7 +3,8 @@
 projection = leading system/developer entries + summary + restored messages + the raw tail.
 
 `finish` turns a summary into a `CompactionEvent` and its projection, post-checked (restored
-files, then the plan, are given up when they alone break the limit). `rebuild` is run on every
+files, then the plan, then an older user message quoted whole beyond its budget, are given up
+when they alone break the limit). `rebuild` is run on every
 later request: it finds the boundary by `cutoff_message_id`, else by `cutoff_index`, checks
 again that the boundary is a safe cut, and checks the digest of the summarized raw prefix: a
 client that edited or branched that part gets None (the stale summary is not applied). So does
@@ -133,8 +134,9 @@ def _checked(entries: Sequence[Entry], cutoff: Cutoff, event: CompactionEvent,
 
 def _restore_levels(restored: Restored) -> list[Restored]:
     levels = [restored]
-    for lesser in (restored.without_files(), restored.users_only()):
-        if lesser.messages != levels[-1].messages:
+    for lesser in (restored.without_files(), restored.users_only(),
+                   restored.users_within_budget_only()):
+        if lesser is not None and lesser.messages != levels[-1].messages:
             levels.append(lesser)
     return levels
 

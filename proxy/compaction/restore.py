@@ -10,8 +10,11 @@ From the summarized part only:
   has a newer one.
 - the user's own messages, verbatim, chosen newest first within `user_messages_tokens` (a
   message that does not fit is skipped, older short ones may still fit); the latest one always,
-  whole, however long (SPEC §4, §5: the latest user message is never cut). When it cannot fit
-  the window beside the summary, the post-check fails the compaction with the clear error.
+  whole, however long (SPEC §4, §5: the latest user message is never cut). When it is the
+  user's current request (no user message in the kept tail) and cannot fit the window beside
+  the summary, the post-check fails the compaction with the clear error. When a newer user
+  message is kept raw, it is an earlier instruction: the post-check's last resort holds it to
+  the budget like the others (`users_within_budget`), and the summary covers it.
 
 Each becomes a user message that says plainly what it is; the server counts their tokens in
 the post-check, which may drop the files (then the plan) when they alone break the window.
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -57,6 +60,11 @@ class Restored:
     notes: tuple[str, ...] = ()  # what was skipped and why, for the log
     # (text, tokens) of each file message: an exact count or a bound a few tokens over it.
     file_counts: tuple[tuple[str, int], ...] = ()
+    # The user-message quote held to its budget, when that differs from `users`: the latest
+    # summarized message was forced in whole though a newer user message is kept raw.
+    users_within_budget: tuple[dict[str, Any], ...] | None = None
+    user_messages_within_budget: int = 0
+    latest_whole: bool = True  # `users` quotes the latest summarized user message whole
 
     @property
     def messages(self) -> tuple[dict[str, Any], ...]:
@@ -67,13 +75,24 @@ class Restored:
         """What the messages hold, as a failed post-check names it."""
         if self.files or self.plan:
             return "the restored files, plan and user messages"
+        if not self.latest_whole:
+            return "the user's own messages restored verbatim"
         return "the user's own messages restored verbatim, the latest one whole"
 
     def without_files(self) -> Restored:
-        return Restored((), self.plan, self.users, (), self.user_messages, self.notes)
+        return replace(self, files=(), file_paths=(), file_counts=())
 
     def users_only(self) -> Restored:
-        return Restored((), (), self.users, (), self.user_messages, self.notes)
+        return replace(self.without_files(), plan=())
+
+    def users_within_budget_only(self) -> Restored | None:
+        """The last resort of the post-check: an older user message that alone breaks the
+        compaction is left to the summary (the user's current request is never)."""
+        if self.users_within_budget is None:
+            return None
+        return replace(self.users_only(), users=self.users_within_budget,
+                       user_messages=self.user_messages_within_budget,
+                       users_within_budget=None, latest_whole=False)
 
 
 @dataclass(frozen=True)
@@ -93,11 +112,13 @@ def collect(entries: Sequence[Entry], cutoff: Cutoff, settings: RestoreSettings,
     span = cutoff.summarized
     files, paths, notes = _files(entries, span, cutoff.index, settings, count, measure)
     plan = _plan(entries, span, cutoff.index, settings, count)
-    users, quoted = _users(entries, span, cutoff.index, settings.user_messages_tokens, count)
+    users, budgeted = _users(entries, span, cutoff.index, settings.user_messages_tokens, count)
     return Restored(tuple(_message(api, t) for t, _ in files),
                     tuple(_message(api, t) for t in plan),
-                    tuple(_message(api, t) for t in users), tuple(paths), quoted, tuple(notes),
-                    tuple(files))
+                    tuple(_message(api, t) for t in users.texts), tuple(paths), users.quoted,
+                    tuple(notes), tuple(files),
+                    None if budgeted is None else tuple(_message(api, t) for t in budgeted.texts),
+                    0 if budgeted is None else budgeted.quoted)
 
 
 # ---------------------------------------------------------------- files
@@ -275,23 +296,48 @@ def _plan(entries: Sequence[Entry], span: range, tail_start: int, settings: Rest
 
 # ---------------------------------------------------------------- the user's own messages
 
+@dataclass(frozen=True)
+class _Quote:
+    texts: list[str]  # the one quoting message, or none
+    quoted: int  # how many user messages it quotes
+
+
 def _users(entries: Sequence[Entry], span: range, tail_start: int, budget: int,
-           count: Count) -> tuple[list[str], int]:
+           count: Count) -> tuple[_Quote, _Quote | None]:
+    """The quote of the summarized user messages, and the same held to the budget when that
+    differs (None: it does not)."""
     texts = [(i, _user_text(entries[i])) for i in reversed(span) if entries[i].kind is Kind.USER]
     if not texts:
-        return [], 0
+        return _Quote([], 0), None
     # An agent that runs a long tool loop after one request has that request summarized: the
     # latest quoted message is then the task still under way, and must not read as history.
     current = not any(e.kind is Kind.USER for e in entries[tail_start:])
-    chosen = [texts[0]]  # the latest: always, whole
-    used = count(texts[0][1])
-    for i, text in texts[1:]:
-        tokens = count(text)
-        if used + tokens <= budget:
-            chosen.append((i, text))
+    sizes = [count(text) for _, text in texts]
+    whole = _within(texts, sizes, budget, latest_whole=True)  # the latest: always, whole
+    quote = _Quote([_users_message(whole, len(texts), current)], len(whole))
+    if current:
+        return quote, None
+    # A newer user message is kept raw: this one is an earlier instruction, which the
+    # post-check may hold to the budget when it alone breaks the compaction.
+    budgeted = _within(texts, sizes, budget, latest_whole=False)
+    if budgeted == whole:
+        return quote, None
+    return quote, _Quote([_users_message(budgeted, len(texts), False)] if budgeted else [],
+                         len(budgeted))
+
+
+def _within(texts: list[tuple[int, str]], sizes: list[int], budget: int, *,
+            latest_whole: bool) -> list[tuple[int, str]]:
+    """Newest first within the budget (a message that does not fit is skipped, older short
+    ones may still fit), in the order they were written."""
+    chosen: list[tuple[int, str]] = []
+    used = 0
+    for n, (text, tokens) in enumerate(zip(texts, sizes)):
+        if (n == 0 and latest_whole) or used + tokens <= budget:
+            chosen.append(text)
             used += tokens
     chosen.sort()
-    return [_users_message(chosen, len(texts), current)], len(chosen)
+    return chosen
 
 
 def _user_text(entry: Entry) -> str:

@@ -39,6 +39,7 @@ from proxy.store.history import Appended
 from proxy.tokens.estimate import TokenEstimator
 
 T = TypeVar("T")
+_OVERFLOW_REPLANS = 4  # halvings of the summarizer's window when it refuses a step as too long
 
 
 class CompactionFailed(Exception):
@@ -226,12 +227,8 @@ class Compactor:
                                    restore_budgets(self.settings.compaction.restore,
                                                    job.thresholds.trigger),
                                    job.estimator.text_tokens, measure=job.estimator.entry_tokens)
-        plan = summarizer.plan_summary(
-            job.entries, cutoff, api=Api(summary_upstream.api), model=summary_model,
-            now=self._now(), settings=self.settings.compaction.summarizer,
-            window=self._window(summary_model), count=job.estimator.text_tokens,
-            measure=job.estimator.entry_tokens, zone_name=self.settings.compaction.timezone,
-            focus=job.focus, client_doc=job.client_doc)
+        window = self._window(summary_model)
+        plan = self._plan(job, cutoff, summary_model, summary_upstream, window)
         trial = self._claim(job)
         healthy: bool | None = None
         try:
@@ -241,6 +238,14 @@ class Compactor:
                           summarizer_calls=plan.steps, summarizer_model=summary_model,
                           forced=job.forced)
             outcome = await self._summarize(job, plan, summary_upstream)
+            for _ in range(_OVERFLOW_REPLANS):
+                if outcome.text is not None or not outcome.overflow:
+                    break
+                # Its window is smaller than its profile (or the fallback trigger) says.
+                window //= 2
+                self.log.info("summarizer_overflow", **job.who, retry_window=window)
+                plan = self._plan(job, cutoff, summary_model, summary_upstream, window)
+                outcome = await self._summarize(job, plan, summary_upstream)
             healthy = outcome.text is not None
             if outcome.text is None:
                 raise self._failed(job, "summarize", outcome.error)
@@ -259,6 +264,14 @@ class Compactor:
             return written.result()
         finally:
             self._settle(job, trial, healthy)
+
+    def _plan(self, job: Job, cutoff: Cutoff, model: str, upstream: UpstreamSettings,
+              window: int) -> SummaryPlan:
+        return summarizer.plan_summary(
+            job.entries, cutoff, api=Api(upstream.api), model=model, now=self._now(),
+            settings=self.settings.compaction.summarizer, window=window,
+            count=job.estimator.text_tokens, measure=job.estimator.entry_tokens,
+            zone_name=self.settings.compaction.timezone, focus=job.focus, client_doc=job.client_doc)
 
     def _finish(self, job: Job, cutoff: Cutoff, summary: str, restored: restore.Restored,
                 summary_model: str) -> apply.Finished:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from proxy import jsonio
 from proxy.compaction import postcheck
+from proxy.compaction.overflow import is_context_overflow
 from proxy.compaction.summarizer import SummaryPlan, read_reply
 from proxy.conversation import Api
 from proxy.errors import ProxyError
@@ -33,6 +34,7 @@ class SummaryOutcome:
     calls: int = 0
     duration_ms: float = 0.0
     output_tokens: int = 0
+    overflow: bool = False  # a step was refused as longer than the summarizer's window
 
 
 async def run_summary(plan: SummaryPlan, upstream: UpstreamSettings, client: UpstreamClient,
@@ -50,7 +52,9 @@ async def run_summary(plan: SummaryPlan, upstream: UpstreamSettings, client: Ups
         except ProxyError as error:
             return _failed(error.message, step, started)
         if status != 200:
-            return _failed(f"the summarizer answered HTTP {status}: {_excerpt(data)}", step, started)
+            failed = _failed(f"the summarizer answered HTTP {status}: {_excerpt(data)}", step,
+                             started)
+            return replace(failed, overflow=is_context_overflow(status, data))
         reply = read_reply(plan.api, data)
         verdict = postcheck.check_reply(reply)
         if not verdict.ok:

@@ -1,0 +1,62 @@
+"""A model without a profile whose real window is below the fallback trigger (SPEC §5, §9).
+
+The proxy learns the window only from the upstream's overflow error, which buys one forced
+compaction. The summarizer is then the same model: it cannot take the whole rejected prefix in
+one request either, whatever the 100,000-token fallback says. Found replaying recorded
+coding-agent conversations against a 32k model without a profile: every summary overflowed, no
+compaction ever completed, and from then on every turn failed with the upstream's 400.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import orjson
+
+from proxy.testing.reference_tokens import chat_prompt_tokens
+from proxy.testing.replies import Reply
+from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request
+from tests.compaction_session import task_then_loop
+from tests.conftest import API_KEY
+
+WINDOW = 16_000  # the model's real input window; the proxy has no profile for it
+
+
+def _twice_the_window(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first request-shaped prefix (ending before an assistant turn) of twice the window:
+    a thread moved from a larger model, or a client that sends a long history at once."""
+    for k in range(1, len(messages)):
+        if (messages[k]["role"] == "assistant"
+                and chat_prompt_tokens({"messages": messages[:k]}) > 2 * WINDOW):
+            return messages[:k]
+    raise AssertionError("the session never grows that long")
+
+
+def test_an_overflow_of_an_unprofiled_model_is_summarized_within_its_window(make_fake,
+                                                                            make_proxy) -> None:
+    fake = make_fake(limits={"unprofiled-*": WINDOW})
+    summarizer = FakeSummarizer.install(fake)
+    proxy = make_proxy(fake)
+    # A tool the cheap stages leave alone: the request reaches upstream as large as it was sent.
+    request = _twice_the_window(task_then_loop(task_lines=40, steps=60))
+    fake.script(Reply.text("next step"))
+    answer = httpx.post(f"{proxy.base_url}/chat/completions", timeout=60,
+                        content=orjson.dumps({"model": "unprofiled-model", "messages": request}),
+                        headers={"content-type": "application/json", "x-thread-id": "unprofiled",
+                                 "authorization": f"Bearer {API_KEY}"})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["choices"][0]["message"]["content"] == "next step"
+    refused = proxy.logs.events("summarizer_overflow")
+    assert refused and all(e["retry_window"] < 100_000 for e in refused)
+    assert summarizer.requests, "a summary was made in chunks the model took"
+    main = [r for r in fake.requests if not is_summarizer_request(r.json)]
+    assert len(main) == 2, "the rejected request, then the compacted retry"
+    retried = orjson.loads(main[-1].body)["messages"]
+    assert chat_prompt_tokens({"messages": retried}) <= WINDOW
+    assert retried[-6:] == request[-6:], "without a profile the last 6 messages stay raw"
+    assert retried[0] == request[0] and retried[1]["content"].startswith("Summary of the earlier")
+    assert any(request[1]["content"] in m["content"] for m in retried[2:-6]), \
+        "the user's current request is restored whole"
+    assert [e["forced"] for e in proxy.logs.events("compaction_started")] == [True]
+    assert proxy.logs.events("compaction_completed")
