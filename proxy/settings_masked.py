@@ -12,7 +12,7 @@ import re
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from proxy.server.redaction import redact
+from proxy.redaction import redact
 
 if TYPE_CHECKING:
     from proxy.settings import Settings

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from proxy.server.redaction import redact
+from proxy.redaction import redact
 
 T = TypeVar("T")
 

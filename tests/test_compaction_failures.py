@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from proxy.compaction.manual import MARKER
+from proxy.server import breakers
 from proxy.testing.replies import Reply
 from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request
 from tests.compaction_session import LIMIT, MODEL, planted_session, summary_of, task_then_loop
@@ -46,7 +47,12 @@ def _main_requests(fake) -> list[Any]:
             and not is_summarizer_request(r.json)]
 
 
-def test_breaker_opens_doubles_its_cooldown_and_closes_on_success(make_fake, make_proxy) -> None:
+def test_breaker_opens_doubles_its_cooldown_and_closes_on_success(make_fake, make_proxy,
+                                                                  monkeypatch) -> None:
+    # The breakers' clock moves only when the test moves it: a loaded machine cannot let a
+    # cooldown run out between two requests.
+    now = [1_000.0]
+    monkeypatch.setattr(breakers, "clock", lambda: now[0])
     fake = make_fake(limits={"small-*": LIMIT})
     summarizer = FakeSummarizer.install(fake, fail=100)
     proxy = make_proxy(fake, models=MODELS, compaction={
@@ -64,8 +70,8 @@ def test_breaker_opens_doubles_its_cooldown_and_closes_on_success(make_fake, mak
     assert [f["stage"] for f in failures] == ["summarize", "summarize", "breaker_open"]
     assert all(f["degraded"] for f in failures)
     first_cooldown = failures[-1]["retry_after_s"]
-    assert 0 < first_cooldown <= 0.4
-    time.sleep(0.45)
+    assert first_cooldown == 0.4
+    now[0] += 0.45
     fake.script(Reply.text("ok"))
     _post(proxy, between, "brk")  # the half-open trial, failing
     assert summarizer.calls == 3
@@ -73,9 +79,9 @@ def test_breaker_opens_doubles_its_cooldown_and_closes_on_success(make_fake, mak
     _post(proxy, between, "brk")
     reopened = proxy.logs.events("compaction_failed")[-1]
     assert reopened["stage"] == "breaker_open"
-    assert 0.4 < reopened["retry_after_s"] <= 0.8, "the cooldown doubled"
+    assert reopened["retry_after_s"] == 0.8, "the cooldown doubled"
     summarizer.fail = 0
-    time.sleep(0.85)
+    now[0] += 0.85
     fake.script(Reply.text("ok"))
     answer = _post(proxy, between, "brk")
     assert answer.status_code == 200 and answer.headers["x-compaction"] == "compacted"

@@ -18,7 +18,7 @@ from aiohttp.http_exceptions import BadHttpMessage
 
 from proxy.server.logs import configure_logging, get_logger
 from proxy.server.metrics import Metrics
-from proxy.server.redaction import redact
+from proxy.redaction import redact
 from proxy.server.request_line import RequestLine
 from proxy.settings import LoggingSettings
 from tests.process import ProxyProcess, write_config

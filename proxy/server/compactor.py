@@ -30,6 +30,7 @@ from proxy.compaction.trigger import Thresholds, thresholds
 from proxy.conversation import Api, Entries
 from proxy.core.sanitize import Policy, sanitize
 from proxy.records import CompactionEvent, ThreadKey
+from proxy.server.breakers import SummarizerBreakers
 from proxy.server.detach import outlive_client
 from proxy.server.summarizer_client import SummaryOutcome, run_summary
 from proxy.server.upstream import UpstreamClient
@@ -116,7 +117,7 @@ class Compactor:
         self.log = log
         self.metrics = metrics
         self.clock = clock
-        self._breakers: dict[str, breaker.BreakerState] = {}
+        self.breakers = SummarizerBreakers(settings.compaction.breaker)
         self._locks: weakref.WeakValueDictionary[ThreadKey, asyncio.Lock] = weakref.WeakValueDictionary()
         self._detached: set[asyncio.Task[CompactionEvent]] = set()  # clients gone, still running
 
@@ -142,41 +143,24 @@ class Compactor:
     def breaker_blocked(self, model: str, upstream: UpstreamSettings) -> breaker.Blocked | None:
         """None when a summary may be tried now; else how long to wait, and why. Only looks:
         the trial, if any, is claimed by `compact` once the request holds the thread's lock."""
-        state = self._breakers.get(self._breaker_key(model, upstream), breaker.CLOSED)
-        return breaker.blocked(state, time.monotonic())
+        return self.breakers.blocked(self._breaker_key(model, upstream))
 
     def _breaker_key(self, model: str, upstream: UpstreamSettings) -> str:
         summarizer_model, chosen = self.summarizer_of(model, upstream)
         return breaker.breaker_key(summarizer_model, chosen.name)
 
     def _claim(self, job: Job) -> float | None:
-        """Let the breaker decide on this attempt; returns the trial's stamp when it is the
-        half-open trial. A forced compaction (an upstream overflow) bypasses it (SPEC §9)."""
+        """The half-open trial's stamp when this attempt is it; BreakerOpen when the breaker
+        refuses it. A forced compaction (an upstream overflow) bypasses it (SPEC §9)."""
         if job.forced:
             return None
-        key = self._breaker_key(job.model, job.upstream)
-        state = self._breakers.get(key, breaker.CLOSED)
-        now = time.monotonic()
-        blocked = breaker.blocked(state, now)
+        blocked, trial = self.breakers.claim(self._breaker_key(job.model, job.upstream))
         if blocked is not None:
             raise BreakerOpen(blocked)
-        claimed = breaker.allow(state, now)[1]
-        self._breakers[key] = claimed
-        return claimed.trial_started_at
+        return trial
 
     def _settle(self, job: Job, trial: float | None, healthy: bool | None) -> None:
-        """`healthy`: the summarizer worked and its summary was kept (True), it failed or the
-        checkpoint could not be kept (False), or no verdict (None: cancelled, or a bug)."""
-        key = self._breaker_key(job.model, job.upstream)
-        state = self._breakers.get(key, breaker.CLOSED)
-        if healthy is None:
-            state = breaker.abandon(state, trial)
-        elif healthy:
-            state = breaker.record_success(state)
-        else:
-            state = breaker.record_failure(state, time.monotonic(),
-                                           self.settings.compaction.breaker)
-        self._breakers[key] = state
+        self.breakers.settle(self._breaker_key(job.model, job.upstream), trial, healthy)
 
     # ---------------------------------------------------------------- the compaction
 

@@ -19,7 +19,7 @@ from typing import Any, BinaryIO, TextIO
 import orjson
 import structlog
 
-from proxy.server.redaction import redact
+from proxy.redaction import redact
 from proxy.settings import LoggingSettings
 
 _SECRET_FIELDS = frozenset({"authorization", "api_key", "api-key", "x-api-key", "password", "token"})

@@ -20,7 +20,7 @@ from proxy.conversation import Api
 from proxy.errors import ProxyError
 from proxy.server.headers import upstream_request_headers
 from proxy.server.inflate import answer_encoding, inflated
-from proxy.server.redaction import redact
+from proxy.redaction import redact
 from proxy.server.upstream import UpstreamClient, read_body
 from proxy.settings import UpstreamSettings
 

@@ -17,7 +17,7 @@ import aiohttp
 from yarl import URL
 
 from proxy.errors import BadRequest, NotFound, UpstreamTimeout, UpstreamUnavailable
-from proxy.server.redaction import redact
+from proxy.redaction import redact
 from proxy.settings import UpstreamSettings
 
 

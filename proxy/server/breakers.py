@@ -1,0 +1,49 @@
+"""The summarizers' circuit breakers (SPEC §9), one per summarizer model and upstream: the state
+machine is pure (`compaction/breaker.py`); this keeps each breaker's state, read on the clock.
+
+`clock` is looked up at every call (monotonic seconds), so a test can move it instead of
+sleeping through cooldowns.
+"""
+
+from __future__ import annotations
+
+import time
+
+from proxy.compaction import breaker
+from proxy.settings_compaction import BreakerSettings
+
+clock = time.monotonic
+
+
+class SummarizerBreakers:
+    def __init__(self, settings: BreakerSettings) -> None:
+        self.settings = settings
+        self._states: dict[str, breaker.BreakerState] = {}
+
+    def blocked(self, key: str) -> breaker.Blocked | None:
+        """None when a summary may be tried now; else how long to wait, and why. Only looks."""
+        return breaker.blocked(self._states.get(key, breaker.CLOSED), clock())
+
+    def claim(self, key: str) -> tuple[breaker.Blocked | None, float | None]:
+        """Let the breaker decide on an attempt: what blocks it, or (when it is the half-open
+        trial) the trial's stamp."""
+        state = self._states.get(key, breaker.CLOSED)
+        now = clock()
+        found = breaker.blocked(state, now)
+        if found is not None:
+            return found, None
+        claimed = breaker.allow(state, now)[1]
+        self._states[key] = claimed
+        return None, claimed.trial_started_at
+
+    def settle(self, key: str, trial: float | None, healthy: bool | None) -> None:
+        """`healthy`: the summarizer worked and its summary was kept (True), it failed or the
+        checkpoint could not be kept (False), or no verdict (None: cancelled, or a bug)."""
+        state = self._states.get(key, breaker.CLOSED)
+        if healthy is None:
+            state = breaker.abandon(state, trial)
+        elif healthy:
+            state = breaker.record_success(state)
+        else:
+            state = breaker.record_failure(state, clock(), self.settings)
+        self._states[key] = state
