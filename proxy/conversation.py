@@ -260,15 +260,16 @@ def with_call_arguments(entry: Entry, index: int, arguments: str) -> Entry:
         except ValueError:
             return entry
         return replaced(entry, {**raw, "action": action}) if isinstance(action, dict) else entry
-    target = entry.calls[index].id
-    tool_calls = []
-    for call in raw["tool_calls"]:
-        if isinstance(call, dict) and call.get("id") == target:
-            if call.get("type") == "custom":
-                call = {**call, "custom": {**call["custom"], "input": arguments}}
-            else:
-                call = {**call, "function": {**call.get("function", {}), "arguments": arguments}}
-        tool_calls.append(call)
+    # By position among the calls `_chat_calls` read, not by id: two parallel calls may share
+    # one, and a custom call's input must not land in the other's JSON arguments.
+    tool_calls = list(raw["tool_calls"])
+    at = [k for k, c in enumerate(tool_calls) if isinstance(c, dict) and isinstance(c.get("id"), str)][index]
+    call = tool_calls[at]
+    if call.get("type") == "custom" and isinstance(call.get("custom"), dict):
+        tool_calls[at] = {**call, "custom": {**call["custom"], "input": arguments}}
+    else:
+        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        tool_calls[at] = {**call, "function": {**function, "arguments": arguments}}
     return replaced(entry, {**raw, "tool_calls": tool_calls})
 
 

@@ -5,7 +5,8 @@ instructions, turns of a user message (text, parts, images, empty, CJK) and assi
 (text, or one to three parallel tool calls with short, long, error, empty or multi-part
 results; custom tools with free-form input), with provider-private reasoning of every kind.
 `messy=True` then damages the list the ways clients do: interrupted calls, orphan results,
-duplicate results, results moved away from their call, reasoning items left dangling.
+duplicate results, results moved away from their call, two parallel calls given one id,
+reasoning items left dangling.
 `dialect` draws a conversation that the fake upstream's dialect accepts as sent, with blobs
 signed by the fake's signer (`SIGNER`), so tests can check the proxy keeps it acceptable.
 """
@@ -18,6 +19,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from proxy.testing.signing import DEFAULT_SIGNER as SIGNER
+from tests.damage import damaged, is_result, with_shared_id
 
 Wire = dict[str, Any]
 
@@ -245,44 +247,13 @@ def sign_encrypted(items: list[Wire]) -> list[Wire]:
     return out
 
 
-# ---------------------------------------------------------------- damage
-
-@st.composite
-def _damaged(draw: st.DrawFn, elements: list[Wire], api: str) -> list[Wire]:
-    out = list(elements)
-    for _ in range(draw(st.integers(1, 4))):
-        results = [i for i, e in enumerate(out) if _is_result(e)]
-        move = draw(st.sampled_from(("interrupt", "orphan", "duplicate", "displace", "dangling")))
-        if move == "interrupt" and results:
-            del out[draw(st.sampled_from(results))]
-        elif move == "duplicate" and results:
-            i = draw(st.sampled_from(results))
-            out.insert(draw(st.integers(i + 1, len(out))), out[i])
-        elif move == "displace" and results:
-            i = draw(st.sampled_from(results))
-            out.insert(draw(st.integers(i, len(out) - 1)), out.pop(i))
-        elif move == "orphan":
-            orphan = ({"role": "tool", "tool_call_id": "call_orphan", "content": "stray"} if api == "chat"
-                      else {"type": "function_call_output", "call_id": "call_orphan", "output": "stray"})
-            out.insert(draw(st.integers(0, len(out))), orphan)
-        elif move == "dangling" and api == "responses":
-            dangling = {"type": "reasoning", "id": "rs_dangling", "summary": [],
-                        "encrypted_content": "gAAAAABx"}
-            out.insert(draw(st.integers(0, len(out))), dangling)
-    return out
-
-
-def _is_result(element: Wire) -> bool:
-    return element.get("role") == "tool" or str(element.get("type", "")).endswith("_call_output")
-
-
 @st.composite
 def conversations(draw: st.DrawFn, api: str = "chat", messy: bool = False,
                   dialect: str | None = None, max_turns: int = 4) -> list[Wire]:
     turns = draw(_turns(max_turns))
     elements = draw(_chat(turns, dialect) if api == "chat" else _responses(turns, dialect))
     if messy:
-        elements = draw(_damaged(elements, api))
+        elements = draw(damaged(elements, api))
     return sign_encrypted(elements) if api == "responses" else elements
 
 
@@ -298,7 +269,7 @@ def interrupted(draw: st.DrawFn, api: str = "chat", max_turns: int = 4) -> list[
     """A valid conversation with each tool result lost at even odds: parallel groups that
     lack several answers at once, the case where the order of made results shows."""
     elements = draw(conversations(api, max_turns=max_turns))
-    return [e for e in elements if not (_is_result(e) and draw(st.booleans()))]
+    return [e for e in elements if not (is_result(e) and draw(st.booleans()))]
 
 
 @st.composite
@@ -368,10 +339,10 @@ def request_points(elements: list[Wire]) -> list[int]:
     for n in range(1, len(elements) + 1):
         last = elements[n - 1]
         after = elements[n] if n < len(elements) else None
-        if last.get("role") == "user" or (_is_result(last) and (after is None or not _is_result(after))):
+        if last.get("role") == "user" or (is_result(last) and (after is None or not is_result(after))):
             points.append(n)
     return points
 
 
 __all__ = ["MARK", "SECRETS", "SIGNER", "cascade_contexts", "conversation_of", "conversations", "interrupted",
-           "marked", "request_points", "sign_encrypted"]
+           "marked", "request_points", "sign_encrypted", "with_shared_id"]

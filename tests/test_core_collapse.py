@@ -108,3 +108,13 @@ def test_record_arguments_are_exact_json_of_the_short_scalars() -> None:
     line = record.splitlines()[1]
     args = json.loads(line[len("- grep "):line.index(" -> ")])
     assert args["pattern"] == "路径" and args["context"] == 3 and len(args["body"]) < 250
+
+
+def test_a_run_that_ends_the_list_is_not_folded_even_outside_the_window() -> None:
+    # Its next step may extend it: folded now, it would be folded differently on the next
+    # request. The cascade's window never leaves it outside (`settled_start`); the stage
+    # holds on its own too.
+    entries = chat(user(), assistant_calls(read("a")), tool_result("a"),
+                   assistant_calls(read("b")), tool_result("b"), assistant_calls(read("c")),
+                   tool_result("c"))
+    assert collapse(entries, stage_context(entries, tail=0)).entries is entries

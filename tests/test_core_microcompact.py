@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from proxy.conversation import content_text
 from proxy.core.microcompact import CLEARED_TEXT, microcompact
+from proxy.core.repair import CANCELLED_TEXT, repair
 from proxy.records import MicrocompactMark
 from proxy.settings import CompactionSettings, MicrocompactSettings
 from tests.factories import (assistant_calls, call, chat, r_call, r_output, r_user, read,
@@ -101,3 +102,14 @@ def test_responses_outputs_with_parts_are_cleared_to_text() -> None:
                         r_user("next"))
     out = microcompact(entries, stage_context(entries, tail=1, now=1e9, last_activity=0.0))
     assert out.entries[2].raw == {"type": "function_call_output", "call_id": "a", "output": CLEARED_TEXT}
+
+
+def test_a_cancellation_notice_is_never_cleared() -> None:
+    # Repair's notice says what happened to the call; cleared, the call would read as if it
+    # had returned a result that was later dropped (SPEC §5: never invent an outcome).
+    entries = repair(chat(user("go"), assistant_calls(read("lost", "g.py")),
+                           *(e.raw for e in _reads(6)[1:]))).entries
+    assert content_text(entries[2]) == CANCELLED_TEXT  # results at 2 (the notice), 4, ..., 14
+    out = microcompact(entries, stage_context(entries, tail=1, now=7 * HOUR, last_activity=0.0))
+    assert out.entries[2] is entries[2]
+    assert _cleared(out.entries) == [4]  # the notice does not count among the latest five either

@@ -123,3 +123,15 @@ def test_arguments_under_the_limit_are_left_alone() -> None:
     entries = chat(user(), assistant_calls(call("write_file", "a", {"content": "b" * 3000})),
                    tool_result("a"), user("next"))
     assert truncate(entries, stage_context(entries, tail=1, settings=settings)).entries is entries
+
+
+def test_two_calls_sharing_an_id_are_cut_each_on_its_own() -> None:
+    # A client numbered two parallel calls alike: the custom call's cut input must not land in
+    # the other call's JSON arguments (upstream rejects them as invalid JSON), nor the reverse.
+    patch, read_ = custom_call("apply_patch", "c1", "x" * 5000), call("read_file", "c1", {"path": "a.py"})
+    entries = chat(user("a"), assistant_calls(patch, read_), tool_result("c1"), user("b"))
+    out = truncate(entries, stage_context(entries, tail=1,
+                                          settings=CompactionSettings(truncate=TruncateSettings(max_arg_chars=100))))
+    calls = out.entries[1].raw["tool_calls"]
+    assert calls[1] == read_
+    assert calls[0]["custom"]["input"] == "x" * 500 + MARKER.format(n=4500)

@@ -189,6 +189,16 @@ def test_a_compacted_responses_projection_passes_with_its_blobs_checked(case: tu
     assert check_responses({"input": body}, verify_encrypted=SIGNER.encrypted_valid) is None
 
 
+@given(conversations("responses"), st.data())
+def test_an_uncompacted_responses_projection_keeps_only_blobs_whose_chain_holds(
+        elements: list, data: st.DataObject) -> None:
+    """SPEC §7 (CHEAP): a reasoning blob is bound to every item before it; once a stage
+    changed one of them, the blob must go, and the ones before the change stay valid."""
+    context = data.draw(cascade_contexts(len(elements)))
+    body = wire(_run("responses", elements, context)[1].entries)
+    assert check_responses({"input": body}, verify_encrypted=SIGNER.encrypted_valid) is None
+
+
 # ---------------------------------------------------------------- nothing to change
 
 @given(apis.flatmap(lambda api: st.tuples(st.just(api), conversations(api))), st.booleans())

@@ -22,13 +22,14 @@ from hypothesis import strategies as st
 from proxy.conversation import Entries, Kind, content_text
 from proxy.core.repair import CANCELLED_TEXT, Repaired, repair
 from tests.factories import entries_of
-from tests.strategies import cascade_contexts, conversations, interrupted
+from tests.strategies import cascade_contexts, conversations, interrupted, with_shared_id
 
 ROOT = Path(__file__).resolve().parent.parent
 _CLIENT_CALLS = ("function_call", "custom_tool_call")
 
-damaged = st.sampled_from(("chat", "responses")).flatmap(
-    lambda api: st.tuples(st.just(api), conversations(api, messy=True) | interrupted(api)))
+damaged = st.sampled_from(("chat", "responses")).flatmap(lambda api: st.tuples(
+    st.just(api), conversations(api, messy=True) | interrupted(api)
+    | interrupted(api).flatmap(with_shared_id)))
 
 
 def _expected_chat(entries: Entries) -> tuple[list[int], list[str]]:
@@ -127,8 +128,37 @@ def test_in_chat_each_group_is_its_call_then_real_answers_then_cancellations(
         made = [out.entries[q].answers for q in run if out.origins[q] is None]
         assert run == sorted(run, key=lambda q: out.origins[q] is None)  # real answers first
         assert real == sorted(real)  # in the client's order
-        ids = [c.id for c in entry.calls]
+        ids = list(dict.fromkeys(c.id for c in entry.calls))  # two calls may share an id
         assert made == [i for i in ids if i in made]  # cancellations in the order of the calls
+
+
+_COMPUTER_CALL = {"type": "computer_call", "id": "cu_1", "call_id": "call_computer",
+                  "action": {"type": "screenshot"}, "pending_safety_checks": [], "status": "completed"}
+
+
+@st.composite
+def _with_a_computer_call(draw: st.DrawFn, elements: list) -> list:
+    """A `computer_call` somewhere, answered (a screenshot) or not."""
+    out = list(elements)
+    at = draw(st.integers(0, len(out)))
+    answer = [] if draw(st.booleans()) else [
+        {"type": "computer_call_output", "call_id": "call_computer",
+         "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64,iVBORw0KGgo="}}]
+    return out[:at] + [_COMPUTER_CALL, *answer] + out[at:]
+
+
+@given((conversations("responses", messy=True) | interrupted("responses")).flatmap(_with_a_computer_call))
+def test_a_made_result_answers_its_call_in_kind(elements: list) -> None:
+    """SPEC §5, never invent a success: a made output is a cancellation of the type its call
+    is answered with; a call whose output cannot honestly be made up (a computer_call wants a
+    screenshot) never gets one, and no output is made for it in another call's type."""
+    entries = entries_of("responses", elements)
+    out = repair(entries)
+    kinds = {e.calls[0].id: e.raw["type"] for e in entries if e.kind is Kind.CALL}
+    for entry, origin in zip(out.entries, out.origins, strict=True):
+        if origin is None:
+            assert entry.raw["type"] == f"{kinds[entry.answers]}_output"
+            assert kinds[entry.answers] in _CLIENT_CALLS
 
 
 # ---------------------------------------------------------------- across processes

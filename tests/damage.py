@@ -1,0 +1,89 @@
+"""How clients damage a conversation: the `messy=True` moves of `tests.strategies`.
+
+Interrupted calls (a result lost), orphan results, duplicate results, results moved away from
+their call, two parallel calls given one id, and (Responses) reasoning items left dangling.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+Wire = dict[str, Any]
+
+
+@st.composite
+def damaged(draw: st.DrawFn, elements: list[Wire], api: str) -> list[Wire]:
+    out = list(elements)
+    for _ in range(draw(st.integers(1, 4))):
+        results = [i for i, e in enumerate(out) if is_result(e)]
+        move = draw(st.sampled_from(("interrupt", "orphan", "duplicate", "displace", "dangling", "same id")))
+        parallel = _parallel_calls(out)
+        if move == "same id" and parallel:
+            out = _one_id(out, draw(st.sampled_from(parallel)), draw(st.integers(0, 2)))
+        elif move == "interrupt" and results:
+            del out[draw(st.sampled_from(results))]
+        elif move == "duplicate" and results:
+            i = draw(st.sampled_from(results))
+            out.insert(draw(st.integers(i + 1, len(out))), out[i])
+        elif move == "displace" and results:
+            i = draw(st.sampled_from(results))
+            out.insert(draw(st.integers(i, len(out) - 1)), out.pop(i))
+        elif move == "orphan":
+            orphan = ({"role": "tool", "tool_call_id": "call_orphan", "content": "stray"} if api == "chat"
+                      else {"type": "function_call_output", "call_id": "call_orphan", "output": "stray"})
+            out.insert(draw(st.integers(0, len(out))), orphan)
+        elif move == "dangling" and api == "responses":
+            dangling = {"type": "reasoning", "id": "rs_dangling", "summary": [],
+                        "encrypted_content": "gAAAAABx"}
+            out.insert(draw(st.integers(0, len(out))), dangling)
+    return out
+
+
+def _parallel_calls(elements: list[Wire]) -> list[int]:
+    """Where a step has a second call: a chat message with two or more, or a Responses call
+    item right after another."""
+    return [i for i, e in enumerate(elements) if len(e.get("tool_calls") or ()) > 1
+            or (i > 0 and _is_call(e) and _is_call(elements[i - 1]))]
+
+
+def _one_id(elements: list[Wire], i: int, answers: int) -> list[Wire]:
+    """A client that numbered two parallel calls alike: their results then share the id too,
+    and the client kept both of them, the first only (`answers`: 2, 1) or none (0)."""
+    element = elements[i]
+    if "tool_calls" in element:
+        calls = element["tool_calls"]
+        twin, same = calls[1]["id"], calls[0]["id"]
+        edited = {**element, "tool_calls": [calls[0], {**calls[1], "id": same}, *calls[2:]]}
+        key = "tool_call_id"
+    else:
+        twin, same = element["call_id"], elements[i - 1]["call_id"]
+        edited = {**element, "call_id": same}
+        key = "call_id"
+    out = []
+    for k, e in enumerate(elements):
+        if is_result(e) and e.get(key) in (same, twin):
+            if (answers == 0 or (answers == 1 and e.get(key) == twin)) and k > i:
+                continue
+            e = {**e, key: same}
+        out.append(edited if k == i else e)
+    return out
+
+
+def _is_call(element: Wire) -> bool:
+    return element.get("type") in ("function_call", "custom_tool_call")
+
+
+def is_result(element: Wire) -> bool:
+    return element.get("role") == "tool" or str(element.get("type", "")).endswith("_call_output")
+
+
+@st.composite
+def with_shared_id(draw: st.DrawFn, elements: list[Wire]) -> list[Wire]:
+    """The list with two parallel calls of one step given one id (when it has such a step),
+    their results kept, the first only, or none: the "same id" damage, drawn every time."""
+    parallel = _parallel_calls(elements)
+    if not parallel:
+        return elements
+    return _one_id(elements, draw(st.sampled_from(parallel)), draw(st.integers(0, 2)))

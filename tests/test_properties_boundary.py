@@ -1,0 +1,106 @@
+"""Safe cuts against the rules read from the list alone (SPEC §5, `proxy.core.boundary`).
+
+The cutoff, the protected window and every stage move their cuts with `safe_cuts` and its two
+walks, so they are checked here on damaged lists too: results with no call before them, results
+moved away from their call, duplicates, reasoning items left dangling, and (Responses) server
+calls such as `web_search_call` that a reasoning item produced. A valid list alone never shows
+the rule "the kept part never starts with a tool result": there every result sits right after
+its call, and the open-call rule already forbids that cut.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.conversation import Entries, Kind, latest_user_index, leading_instructions
+from proxy.core.boundary import cut_at_or_after, cut_at_or_before, nearest_safe_cut, safe_cuts
+from proxy.core.reasoning_items import is_produced
+from proxy.core.window import window_of
+from tests.factories import entries_of
+from tests.strategies import Wire, conversations, interrupted
+
+_WEB_SEARCH = {"type": "web_search_call", "id": "ws_1", "status": "completed",
+               "action": {"type": "search", "query": "修复 the test"}}
+
+
+@st.composite
+def _with_server_calls(draw: st.DrawFn, elements: list[Wire]) -> list[Wire]:
+    """Some reasoning items followed by a server call they produced (no `call_id`: no result)."""
+    out: list[Wire] = []
+    for element in elements:
+        out.append(element)
+        if element.get("type") == "reasoning" and draw(st.integers(0, 2)) == 0:
+            out.append(_WEB_SEARCH)
+    return out
+
+
+damaged = st.sampled_from(("chat", "responses")).flatmap(lambda api: st.tuples(
+    st.just(api),
+    (conversations(api, messy=True) | interrupted(api) | conversations(api)).flatmap(
+        _with_server_calls if api == "responses" else st.just)))
+
+
+def _expected_safe(entries: Entries) -> list[bool]:
+    """`safe[b]` by the four rules, walked naively over every cut."""
+    n = len(entries)
+    safe = [True] * (n + 1)
+    for b in range(n + 1):
+        if b < n and entries[b].kind is Kind.RESULT:
+            safe[b] = False  # the kept part would start with a result
+        if b > 0 and entries[b - 1].kind is Kind.REASONING:
+            safe[b] = False  # a reasoning item would lose what it produced
+        if 0 < b < n and is_produced(entries[b - 1]) and is_produced(entries[b]):
+            safe[b] = False  # one Responses step's items stay on one side
+    for j, result in enumerate(entries):
+        if result.kind is not Kind.RESULT:
+            continue
+        made = [i for i in range(j) if any(c.id == result.answers for c in entries[i].calls)]
+        if made:
+            for b in range(made[-1] + 1, j + 1):
+                safe[b] = False  # the latest call with its id before it, answered after the cut
+    return safe
+
+
+@given(damaged)
+def test_safe_cuts_are_exactly_the_cuts_that_split_nothing_paired(drawn: tuple[str, list]) -> None:
+    api, elements = drawn
+    entries = entries_of(api, elements)
+    assert safe_cuts(entries) == _expected_safe(entries)
+
+
+@given(damaged, st.data())
+def test_the_walks_find_the_nearest_safe_cut_on_their_side(drawn: tuple[str, list],
+                                                            data: st.DataObject) -> None:
+    api, elements = drawn
+    entries = entries_of(api, elements)
+    safe = safe_cuts(entries)
+    n = len(entries)
+    index = data.draw(st.integers(0, n), "index")
+    floor = data.draw(st.integers(0, index), "floor")
+    before = cut_at_or_before(safe, index, floor)
+    cuts_before = [b for b in range(floor, index + 1) if safe[b]]
+    assert before == (cuts_before[-1] if cuts_before else None)
+    after = cut_at_or_after(safe, index)
+    cuts_after = [b for b in range(index, n + 1) if safe[b]]
+    assert after == (cuts_after[0] if cuts_after else None)
+    lead = leading_instructions(entries)
+    nearest = nearest_safe_cut(entries, index, safe)
+    earlier = [b for b in range(lead + 1, index + 1) if safe[b]]
+    later = [b for b in range(max(index, lead + 1), n + 1) if safe[b]]
+    assert nearest == (earlier[-1] if earlier else later[0] if later else lead)
+
+
+@given(damaged, st.data())
+def test_a_stage_may_touch_only_what_lies_between_the_lead_and_the_window(
+        drawn: tuple[str, list], data: st.DataObject) -> None:
+    """The leading instructions, the latest user message and the protected tail are never
+    touchable, whichever way a stage asks (SPEC §5). No stage today acts on a user message:
+    without this, the window's own guard for it could go and no other test would notice."""
+    api, elements = drawn
+    entries = entries_of(api, elements)
+    window = window_of(entries, data.draw(st.integers(0, len(entries)), "tail"))
+    lead, latest = leading_instructions(entries), latest_user_index(entries)
+    allowed = [i for i in range(lead, window.start) if i != latest]
+    assert [i for i in range(len(entries)) if window.touchable(i)] == allowed
+    assert window.touchable_among(range(len(entries))) == allowed
