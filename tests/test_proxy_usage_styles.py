@@ -70,3 +70,5 @@ def test_a_mid_stream_error_frame_is_relayed_as_it_came(make_fake, make_proxy) -
     assert len(frames) == 3 and b"[DONE]" not in answer.content
     line = proxy.requests()[-1]
     assert line["status"] == 200 and "usage_input" not in line
+    # The line says the stream ended in an error, by its code and type, never its message.
+    assert line["upstream_error"] == "error frame: server_error"

@@ -267,6 +267,12 @@ class Pipeline:
             return
         if isinstance(tap, ChatTap) and tap.hidden:
             line.set(usage_chunk_hidden=True)
+        error = tap.stream.error
+        if error is not None and line.fields.get("upstream_error") is None:
+            # A 200 stream that ended in an error frame (or `response.failed`): relayed as it
+            # came, and said on the line. Its code and type only: a message may quote the prompt.
+            named = ", ".join(str(error[k]) for k in ("code", "type") if error.get(k))
+            line.set(upstream_error=f"error frame: {named}" if named else "error frame")
         if prepared.key is not None and tap.complete:
             await self._record_usage(prepared, tap.response(), tap.usage(), line)
 
