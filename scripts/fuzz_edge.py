@@ -94,6 +94,8 @@ def main() -> int:
                         failures[name] = failures.get(name, 0) + 1
                         print(f"--- {name} failed:", file=sys.stderr)
                         traceback.print_exc()
+                    print(f"{time.strftime('%H:%M:%S')} {name} batch {runs[name]} done "
+                          f"({failures.get(name, 0)} failed so far)", flush=True)
         finally:
             loop.run(stop_proxy(scripted))
             loop.run(stop_proxy(proxy))
