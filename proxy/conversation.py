@@ -90,6 +90,8 @@ def entry_from_chat(message: Any, source: bytes | None = None) -> Entry:
     if not isinstance(message, dict):
         return Entry(Api.CHAT, Kind.OTHER, {"value": message}, source)
     role = message.get("role")
+    if not isinstance(role, str):
+        role = None  # an object or a list is no role (and unhashable): upstream judges it
     if role in _INSTRUCTION_ROLES:
         kind = Kind.INSTRUCTION
     elif role == "user":
@@ -103,7 +105,7 @@ def entry_from_chat(message: Any, source: bytes | None = None) -> Entry:
     else:
         kind = Kind.OTHER
     calls = _chat_calls(message.get("tool_calls")) if kind is Kind.ASSISTANT else ()
-    return Entry(Api.CHAT, kind, message, source, role if isinstance(role, str) else None, calls)
+    return Entry(Api.CHAT, kind, message, source, role, calls)
 
 
 def _chat_calls(tool_calls: Any) -> tuple[ToolCall, ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 import orjson
@@ -43,6 +44,11 @@ def locate_array(body: bytes, key: str, parsed: Sequence[Any],
     one): an element found at its place with those exact bytes needs no serializing.
     """
     return _fast(body, key, parsed, hints) or _scan(body, key, len(parsed))
+
+
+@lru_cache(maxsize=8)
+def _array_under(key: str) -> re.Pattern[bytes]:
+    return re.compile(re.escape(jsonio.dumps(key)) + rb"[ \t\r\n]*:[ \t\r\n]*\[")
 
 
 def skip_ws(body: bytes, i: int) -> int:
@@ -78,7 +84,8 @@ def _fast(body: bytes, key: str, parsed: Sequence[Any],
     if colon < 0 or body[colon] != ord(":"):
         return None
     key_end = _skip_ws_back(body, colon - 1) + 1
-    if body[key_end - len(key_bytes):key_end] != key_bytes:
+    key_start = key_end - len(key_bytes)
+    if body[key_start:key_end] != key_bytes:
         return None
     known = _known_prefix(body, first, hints, len(parsed))
     rest = following_elements(body, known[-1][1] if known else first, parsed[len(known):],
@@ -88,6 +95,12 @@ def _fast(body: bytes, key: str, parsed: Sequence[Any],
     spans, i = known + rest[0], rest[1] - 1
     if body.find(first_bytes, i) >= 0:
         return None  # another copy of the list further on (nested?): only the scanner can tell
+    opening = _array_under(key)
+    if opening.search(body, 0, key_start) or opening.search(body, i + 1):
+        # Another array under the same key, before or after (`metadata.messages`): the one
+        # found may be that nested copy, and the client's own list one the fast path missed
+        # (spaced differently). Only the scanner knows which is at the top level.
+        return None
     # Slices of the body, not orjson's buffers: those carry kilobytes of spare capacity each.
     return ArraySpans(start, i + 1, tuple(body[a:b] for a, b in spans))
 

@@ -8,7 +8,6 @@ the rest when the client sent no `stream_options`.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from proxy import jsonio
@@ -74,5 +73,5 @@ def _exact_fields(inbound: Inbound) -> dict[str, Any]:
     if spans is None:
         return dict(inbound.doc)
     rest = inbound.body[:spans.start] + b"null" + inbound.body[spans.end:]
-    fields = json.loads(rest.decode("utf-8", "surrogatepass"))
+    fields = jsonio.loads_exact(rest.decode("utf-8", "surrogatepass"))
     return fields if isinstance(fields, dict) else dict(inbound.doc)
