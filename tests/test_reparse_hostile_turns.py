@@ -23,16 +23,25 @@ def _canonical(value: Any) -> bytes:
 
 
 def _wide_ints_as_floats(value: Any) -> Any:
-    # orjson reads an integer beyond 64 bits as a float, the standard library (which parses a
-    # body with a lone surrogate) as an int: the same client bytes either way, which is what
-    # goes upstream (`proxy/outbound.py` reads such fields exactly where it writes them).
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2 ** 63:
-        return float(value)
-    if isinstance(value, list):
-        return [_wide_ints_as_floats(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _wide_ints_as_floats(v) for k, v in value.items()}
-    return value
+    """A copy of `value` with integers beyond 64 bits as floats. orjson reads them as floats,
+    the standard library (which parses a body with a lone surrogate) as ints: the same client
+    bytes either way, which is what goes upstream (`proxy/outbound.py` reads such fields
+    exactly where it writes them). A loop, not a recursion: the turns nest 1,000 levels deep."""
+    top: list[Any] = [None]
+    work: list[tuple[Any, Any, Any]] = [(value, top, 0)]
+    while work:
+        item, parent, key = work.pop()
+        if isinstance(item, list):
+            parent[key] = copy = [None] * len(item)
+            work.extend((v, copy, i) for i, v in enumerate(item))
+        elif isinstance(item, dict):
+            parent[key] = copy = dict.fromkeys(item)
+            work.extend((v, copy, k) for k, v in item.items())
+        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) >= 2 ** 63:
+            parent[key] = float(item)
+        else:
+            parent[key] = item
+    return top[0]
 
 
 def _whole(api: Api, body: bytes) -> Inbound | None:
