@@ -142,7 +142,9 @@ class Pipeline:
             return await self.flow.manual_compact(prepared, view, situation, state, command, line)
         built = build(view, state.event if state else None, situation)
         built = await self.flow.auto(prepared, view, situation, state, built, line)
-        return await self._finish_prepare(prepared, built, state, line)
+        # An earlier `/compact` exchange left out of the view changes the body too.
+        return await self._finish_prepare(prepared, built, state, line,
+                                          edited=view.entries is not inbound.entries)
 
     def _pass_through(self, prepared: Prepared, line: RequestLine) -> Prepared:
         inbound = prepared.inbound
@@ -153,7 +155,7 @@ class Pipeline:
         return prepared
 
     async def _finish_prepare(self, prepared: Prepared, built: Built, state: ThreadState | None,
-                              line: RequestLine) -> Prepared:
+                              line: RequestLine, edited: bool = False) -> Prepared:
         inbound, key = prepared.inbound, prepared.key
         cascade = built.cascade
         if (state is not None and key is not None and cascade.mark is not None
@@ -167,7 +169,7 @@ class Pipeline:
         prepared.body = build_body(inbound, built.projection, include_usage=hide_usage)
         prepared.stream_tap = self._tap_factory(inbound.api, hide_usage)
         compaction = ("compacted" if line.fields.get("compacted") else
-                      "applied" if built.rebuilt is not None or cascade.changed else "none")
+                      "applied" if built.rebuilt is not None or cascade.changed or edited else "none")
         prepared.response_headers = {"x-context-tokens": str(built.tokens),
                                      "x-compaction": compaction}
         if key is not None:
