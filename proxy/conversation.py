@@ -77,11 +77,13 @@ class Entry:
 Entries = tuple[Entry, ...]
 
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
-# Responses outputs whose `output` is not text (see `takes_text_output`).
-_STRUCTURED_OUTPUTS = frozenset({"computer_call_output", "shell_call_output"})
+# Responses outputs whose `output` is not text (see `takes_text_output`). This and the tuple
+# below are tuples, not sets: a client's `type` may be a list or an object, which a set lookup
+# raises on.
+_STRUCTURED_OUTPUTS = ("computer_call_output", "shell_call_output")
 # Anthropic-style reasoning inside a chat message's `content` (PROTOCOL.md §4): private state,
 # not what the message says.
-THINKING_PARTS = frozenset({"thinking", "redacted_thinking"})
+THINKING_PARTS = ("thinking", "redacted_thinking")
 
 
 # ---------------------------------------------------------------- reading the wire form

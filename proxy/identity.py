@@ -24,7 +24,7 @@ from proxy.lru import LRU
 # the ABC's Python-level `__instancecheck__`; other mappings still pass.
 _MAPPING = (dict, Mapping)
 
-_TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
+_TEXT_PARTS = ("text", "input_text", "output_text")  # a tuple: a part's `type` may be unhashable
 # Part fields that describe presentation or caching, not what the message says.
 _PART_NOISE = frozenset({"annotations", "logprobs", "cache_control", "prompt_cache_breakpoint"})
 

@@ -43,7 +43,8 @@ def is_produced(entry: Entry) -> bool:
 
 
 def needs_its_id(entry: Entry) -> bool:
-    return entry.api is Api.RESPONSES and entry.raw.get("type") in ID_REQUIRED
+    type_ = entry.raw.get("type")
+    return entry.api is Api.RESPONSES and isinstance(type_, str) and type_ in ID_REQUIRED
 
 
 def unfollowed_reasoning(entries: Sequence[Entry]) -> set[int]:
