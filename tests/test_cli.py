@@ -141,11 +141,16 @@ def test_a_recursive_alias_is_named_not_a_traceback(tmp_path: Path) -> None:
 ])
 def test_every_way_a_file_can_be_bad_is_a_config_error(tmp_path: Path, text: str,
                                                        problem: str) -> None:
-    config = tmp_path / "bad.yaml"
+    _, problems = _refused(tmp_path / "bad.yaml", text)
+    assert any(problem in line for line in problems), problems
+
+
+def _refused(config: Path, text: str) -> tuple[Path, list[str]]:
+    """`text` written to `config`, and the problems loading it raises."""
     config.write_text(text)
     with pytest.raises(ConfigError) as error:
         load_settings(config, {})
-    assert any(problem in line for line in error.value.problems), error.value.problems
+    return config, error.value.problems
 
 
 @pytest.mark.parametrize("text, problem", [
@@ -156,11 +161,8 @@ def test_every_way_a_file_can_be_bad_is_a_config_error(tmp_path: Path, text: str
 ], ids=["section", "key"])
 def test_a_key_given_twice_is_refused_not_silently_the_last(tmp_path: Path, text: str,
                                                              problem: str) -> None:
-    config = tmp_path / "twice.yaml"
-    config.write_text(text)
-    with pytest.raises(ConfigError) as error:
-        load_settings(config, {})
-    assert error.value.problems == [f"<file>: {config} is not valid YAML: {problem}"]
+    config, problems = _refused(tmp_path / "twice.yaml", text)
+    assert problems == [f"<file>: {config} is not valid YAML: {problem}"]
 
 
 def test_merged_keys_may_be_overridden(tmp_path: Path) -> None:

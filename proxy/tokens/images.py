@@ -114,10 +114,6 @@ def image_rule(model: str, override: str | None = None) -> ImageRule:
     return DEFAULT_RULE
 
 
-def image_tokens(url: str | None, detail: str | None, rule: ImageRule = DEFAULT_RULE) -> int:
-    return rule.tokens(url, detail)
-
-
 def tile_tokens(width: int, height: int) -> int:
     """The gpt-4o tile rule's cost of a `high` image."""
     return DEFAULT_RULE.size_tokens(width, height)
