@@ -139,6 +139,8 @@ def entry_from_responses(item: Any, source: bytes | None = None) -> Entry:
     if type_ == "reasoning":
         return Entry(Api.RESPONSES, Kind.REASONING, item, source, item_id=item_id)
     call_id = item.get("call_id")
+    if not isinstance(call_id, str) and type_ == "local_shell_call_output":
+        call_id = item.get("id")  # the SDK types name the call in `id`, the server in `call_id`
     if isinstance(type_, str) and isinstance(call_id, str):
         if type_.endswith("_call_output"):
             return Entry(Api.RESPONSES, Kind.RESULT, item, source, answers=call_id, item_id=item_id)

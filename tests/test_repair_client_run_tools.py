@@ -45,3 +45,13 @@ def test_a_shell_output_is_a_list_of_outcomes_and_a_patch_output_has_a_status() 
     assert shell["output"][0]["outcome"]["type"] == "exit"
     patch = wire(repair(responses(r_user(), CALLS["apply_patch_call"], r_user("x"))).entries)[2]
     assert patch["status"] == "failed" and patch["output"] == CANCELLED_TEXT
+
+
+def test_a_local_shell_output_naming_its_call_in_id_answers_it() -> None:
+    """The SDK types name the call of a `local_shell_call_output` in `id`: that output answers
+    its call, so repair makes no cancelled output beside it."""
+    shell = {"type": "local_shell_call", "id": "lsh_1", "call_id": "call_sh", "status": "completed",
+             "action": {"type": "exec", "command": ["ls"], "env": {}}}
+    listing = {"type": "local_shell_call_output", "id": "call_sh", "output": "a.py"}
+    entries = responses(r_user(), shell, listing, r_user("next"))
+    assert repair(entries).entries is entries

@@ -105,8 +105,8 @@ def _produced_after(entries: Sequence[Entry], doomed: set[int]) -> set[int]:
 
 def _items_of(entries: Sequence[Entry], doomed: set[int]) -> set[int]:
     """The id-required items whose reasoning item (the nearest one before them in their turn)
-    is doomed, and the later items that answer them: a `*_call_output` by `call_id` (a
-    `local_shell_call_output` maybe by `id`), an MCP approval response by the request's id."""
+    is doomed, and the later items that answer them: a `*_call_output` by the call it answers,
+    an MCP approval response by the request's id."""
     found: set[int] = set()
     answered: set[str] = set()
     owner: int | None = None
@@ -125,14 +125,9 @@ def _items_of(entries: Sequence[Entry], doomed: set[int]) -> set[int]:
 
 
 def _answers(entry: Entry) -> set[str]:
-    raw = entry.raw
-    type_ = raw.get("type")
-    if type_ == "mcp_approval_response":
-        keys: tuple[str, ...] = ("approval_request_id",)
-    elif type_ == "local_shell_call_output":
-        keys = ("call_id", "id")  # the SDK types name the call in `id`, the server in `call_id`
-    elif entry.kind is Kind.RESULT:
-        keys = ("call_id",)
-    else:
-        return set()
-    return {v for v in map(raw.get, keys) if isinstance(v, str)}
+    if entry.answers is not None:  # a `*_call_output` (`conversation` reads whichever id it uses)
+        return {entry.answers}
+    request = entry.raw.get("approval_request_id")
+    if entry.raw.get("type") == "mcp_approval_response" and isinstance(request, str):
+        return {request}
+    return set()
