@@ -56,19 +56,23 @@ def test_upstream_errors_raise_the_sdks_classes(client: openai.OpenAI, fake, sta
     assert caught.value.code == code and caught.value.body["message"] == f"upstream says {code}"
 
 
-def test_the_proxys_own_errors_raise_the_sdks_classes(make_fake, make_proxy,
-                                                      make_client) -> None:
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_proxys_own_errors_raise_the_sdks_classes(make_fake, make_proxy, make_client,
+                                                      stream: bool) -> None:
     fake = make_fake(limits={"small-*": LIMIT})
     proxy = make_proxy(fake, models={"small-*": {"max_input_tokens": LIMIT}},
                        threads={"fallback": "none"}, server={"max_body_mb": 1})
     client = make_client(proxy.base_url)
     messages, _ = planted_session(200)
     with pytest.raises(openai.BadRequestError) as insufficient:
-        client.chat.completions.create(model=MODEL, messages=messages)
+        client.chat.completions.create(model=MODEL, messages=messages, stream=stream)
     assert insufficient.value.code == "context_compaction_insufficient"
+    with pytest.raises(openai.BadRequestError) as responses:
+        client.responses.create(model=MODEL, input=messages, stream=stream)
+    assert responses.value.code == "context_compaction_insufficient"
     with pytest.raises(openai.APIStatusError) as too_large:
         client.chat.completions.create(model=MODEL, messages=[
-            {"role": "user", "content": "x" * (1 << 20)}])
+            {"role": "user", "content": "x" * (1 << 20)}], stream=stream)
     assert (too_large.value.status_code, too_large.value.code) == (413, "request_too_large")
     assert fake.requests == []
 
