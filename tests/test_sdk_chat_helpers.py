@@ -97,3 +97,23 @@ async def test_usage_chunk_only_for_a_client_that_asked(aclient: openai.AsyncOpe
     assert len(usage_chunks) == (1 if asked else 0)
     assert all(c.choices for c in chunks if c.usage is None), "no empty chunk left behind"
     assert fake.last("/chat/completions").json["stream_options"] == {"include_usage": True}
+
+
+def test_a_parsed_answer_echoed_as_the_sdk_dumps_it_keeps_its_anchor(client: openai.OpenAI,
+                                                                     proxy, fake) -> None:
+    fake.script(Reply.text(WEATHER.model_dump_json()),
+                Reply.tool_calls(call("get_weather", {"city": "Paris", "celsius": 21})),
+                Reply.text(WEATHER.model_dump_json()))
+    tool = openai.pydantic_function_tool(Weather, name="get_weather")
+    history: list[dict] = list(USER)
+    for _ in range(2):
+        done = client.chat.completions.parse(model="gpt-4o", messages=history, tools=[tool],
+                                             response_format=Weather, extra_headers=THREAD)
+        history += [done.choices[0].message.model_dump(exclude_none=True, warnings=False),
+                    {"role": "user", "content": "And tomorrow?"}]
+    assert "parsed" in history[1] and "parsed_arguments" in history[3]["tool_calls"][0]["function"]
+    history[-1] = {"role": "tool", "tool_call_id": history[3]["tool_calls"][0]["id"],
+                   "content": "21"}
+    client.chat.completions.parse(model="gpt-4o", messages=history, tools=[tool],
+                                  response_format=Weather, extra_headers=THREAD)
+    assert [line["anchor_used"] for line in proxy.requests()] == [False, True, True]

@@ -45,3 +45,16 @@ def test_parse_with_a_pydantic_text_format(client: openai.OpenAI, fake) -> None:
     assert sent["type"] == "json_schema" and sent["strict"] is True
     assert sent["schema"] == openai.lib._pydantic.to_strict_json_schema(Plan)
 
+
+
+def test_a_parsed_answer_echoed_as_the_sdk_dumps_it_keeps_its_anchor(client: openai.OpenAI,
+                                                                     proxy, fake) -> None:
+    fake.script(Reply.text(PLAN.model_dump_json()), Reply.text(PLAN.model_dump_json()))
+    history: list[dict] = [{"role": "user", "content": "Plan it."}]
+    done = client.responses.parse(model=MODEL, input=history, text_format=Plan,
+                                  extra_headers=THREAD)
+    history += [item.model_dump(exclude_none=True, warnings=False) for item in done.output]
+    assert "parsed" in history[-1]["content"][0], "what an SDK user echoes"
+    history.append({"role": "user", "content": "Go on."})
+    client.responses.parse(model=MODEL, input=history, text_format=Plan, extra_headers=THREAD)
+    assert [line["anchor_used"] for line in proxy.requests()] == [False, True]
