@@ -277,7 +277,8 @@ class Pipeline:
             line.set(upstream_error=f"error frame: {named}" if named else "error frame")
         if prepared.key is not None and tap.complete:
             choices = tap.stream.messages() if isinstance(tap, ChatTap) else None
-            await self._record_usage(prepared, tap.response(), tap.usage(), line, choices)
+            response = tap.response() if choices is None else next(iter(choices), None)
+            await self._record_usage(prepared, response, tap.usage(), line, choices)
 
     async def _record_usage(self, prepared: Prepared, response: Any, raw_usage: Any,
                             line: RequestLine, choices: list[Any] | None = None) -> None:
