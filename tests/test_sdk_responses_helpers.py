@@ -58,3 +58,13 @@ def test_a_parsed_answer_echoed_as_the_sdk_dumps_it_keeps_its_anchor(client: ope
     history.append({"role": "user", "content": "Go on."})
     client.responses.parse(model=MODEL, input=history, text_format=Plan, extra_headers=THREAD)
     assert [line["anchor_used"] for line in proxy.requests()] == [False, True]
+
+
+def test_the_beta_responses_surface_goes_through_the_pipeline(client: openai.OpenAI, proxy,
+                                                              fake) -> None:
+    done = client.beta.responses.create(model=MODEL, input=[{"role": "user", "content": "Hi."}],
+                                        extra_headers=THREAD)
+    assert done.status == "completed" and done.output[0].content[0].text
+    assert fake.last("/responses").query == {"beta": "true"}
+    line = proxy.requests()[-1]
+    assert line["path"] == "/v1/responses" and line["compaction"] == "none"
