@@ -4,6 +4,7 @@ to compact; each reaches upstream with its method, path and query, and its answe
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -74,3 +75,26 @@ def test_stored_objects_and_helpers_go_up_as_sent(make_upstream, make_proxy, mak
     assert (seen_method, seen_path) == (method, "/tenant-a/v1" + path)
     line = proxy.requests()[-1]
     assert line["status"] == 200 and line.get("passthrough") is True
+
+
+def test_a_background_stream_resumed_by_id_is_relayed_as_events(make_upstream, make_proxy,
+                                                                 make_client) -> None:
+    events = [{"type": "response.output_text.delta", "sequence_number": 4, "item_id": "msg_1",
+               "output_index": 0, "content_index": 0, "delta": "lo", "logprobs": []},
+              {"type": "response.completed", "sequence_number": 5,
+               "response": {**RESPONSE, "usage": None}}]
+
+    async def resumed(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        for event in events:
+            await response.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+        return response
+
+    upstream = make_upstream(resumed)
+    proxy = make_proxy(upstream.url)
+    stream = make_client(proxy.base_url).responses.retrieve("resp_1", stream=True,
+                                                            starting_after=3)
+    assert [event.sequence_number for event in stream] == [4, 5]
+    (method, path, _, _), = upstream.seen
+    assert (method, path) == ("GET", "/tenant-a/v1/responses/resp_1?starting_after=3&stream=true")
