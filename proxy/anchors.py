@@ -123,7 +123,8 @@ def choice_anchors(projection: Sequence[Entry], context: bytes,
     prefix = projection_digest(projection, context)
     return [Anchor(response_digests=digests, position=len(projection), prefix_digest=prefix,
                    input_tokens=usage.input, output_tokens=0, cached_tokens=usage.cached,
-                   model=model, created_at=created_at) for digests in choices]
+                   model=model, created_at=created_at)
+            for digests in dict.fromkeys(choices)]  # equal choices: one anchor serves them
 
 
 def echoed(entries: Sequence[Entry], anchor: Anchor, digest: Digest) -> list[int] | None:
