@@ -98,3 +98,22 @@ def test_a_background_stream_resumed_by_id_is_relayed_as_events(make_upstream, m
     assert [event.sequence_number for event in stream] == [4, 5]
     (method, path, _, _), = upstream.seen
     assert (method, path) == ("GET", "/tenant-a/v1/responses/resp_1?starting_after=3&stream=true")
+
+
+def test_models_and_embeddings_go_both_ways_untouched(fake, client: openai.OpenAI,
+                                                      make_client) -> None:
+    direct = make_client(fake.url)
+    calls: list[Callable[[openai.OpenAI], Any]] = [
+        lambda c: c.models.with_raw_response.list(),
+        lambda c: c.models.with_raw_response.retrieve("fake-model"),
+        lambda c: c.embeddings.with_raw_response.create(model="text-embedding-3-small",
+                                                        input=["a", "b"], dimensions=8),
+    ]
+    for call in calls:
+        straight = call(direct)
+        sent = fake.requests[-1]
+        relayed = call(client)
+        assert relayed.http_response.content == straight.http_response.content
+        assert (fake.requests[-1].method, fake.requests[-1].path, fake.requests[-1].body) == \
+            (sent.method, sent.path, sent.body)
+    assert relayed.parse().data[0].embedding == straight.parse().data[0].embedding
