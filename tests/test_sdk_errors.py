@@ -134,3 +134,22 @@ def test_a_retried_request_after_a_compaction_is_not_compacted_again(make_fake, 
     assert summarizer.calls == calls, "the retry summarized nothing"
     main = [r for r in fake.requests if not is_summarizer_request(r.json)]
     assert main[0].body == main[1].body, "the retry sent the same projection"
+
+
+def test_the_proxys_503_paces_the_sdks_retry_by_its_retry_after(make_fake, make_proxy) -> None:
+    fake = make_fake(limits={"small-*": LIMIT})
+    FakeSummarizer.install(fake, fail=100)
+    proxy = make_proxy(fake, models={"small-*": {"max_input_tokens": LIMIT}})
+    messages, _ = planted_session(200)
+    with openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=1,
+                       timeout=60) as client:
+        started = time.monotonic()
+        with pytest.raises(openai.InternalServerError) as caught:
+            client.chat.completions.create(model=MODEL, messages=messages,
+                                           extra_headers={"x-thread-id": "unavailable"})
+    assert time.monotonic() - started >= 1.0, "the SDK waited the proxy's Retry-After"
+    assert (caught.value.status_code, caught.value.code) == (503, "compaction_unavailable")
+    assert int(caught.value.response.headers["retry-after"]) >= 1
+    assert [line["status"] for line in proxy.requests()] == [503, 503]
+    assert not [r for r in fake.requests if not is_summarizer_request(r.json)], \
+        "an over-long request was never forwarded"
