@@ -117,3 +117,21 @@ def test_models_and_embeddings_go_both_ways_untouched(fake, client: openai.OpenA
         assert (fake.requests[-1].method, fake.requests[-1].path, fake.requests[-1].body) == \
             (sent.method, sent.path, sent.body)
     assert relayed.parse().data[0].embedding == straight.parse().data[0].embedding
+
+
+def test_a_file_upload_goes_up_byte_for_byte(make_upstream, make_proxy, make_client) -> None:
+    async def created(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"id": "file-1", "object": "file", "bytes": 3, "created_at": 1,
+                                  "filename": "batch.jsonl", "purpose": "batch",
+                                  "status": "processed"})
+
+    upstream = make_upstream(created)
+    proxy = make_proxy(upstream.url)
+    content = b'{"custom_id": "a"}\n' * 5000
+    done = make_client(proxy.base_url).files.create(file=("batch.jsonl", content),
+                                                    purpose="batch")
+    assert done.id == "file-1"
+    (method, path, headers, body), = upstream.seen
+    assert (method, path) == ("POST", "/tenant-a/v1/files")
+    assert headers["content-type"].startswith("multipart/form-data; boundary=")
+    assert content in body and int(headers["content-length"]) == len(body)
