@@ -109,6 +109,24 @@ def anchor_for(projection: Sequence[Entry], context: bytes, digests: tuple[str, 
                   model=model, created_at=created_at)
 
 
+def choice_anchors(projection: Sequence[Entry], context: bytes,
+                   choices: Sequence[tuple[str, ...]], usage: Usage, model: str = "",
+                   created_at: float = 0.0) -> list[Anchor]:
+    """The anchors for an answer of several choices (`n` > 1), `choices` their digests.
+
+    The client keeps one of them, any: each gets an anchor. Upstream's output count is all the
+    choices' together, with no share per choice, so none is claimed: the kept choice counts by
+    its own estimate (`_anchored` takes the larger), and the input count is upstream's.
+    """
+    if len(choices) == 1:
+        return [anchor_for(projection, context, choices[0], usage, model, created_at)]
+    prefix = projection_digest(projection, context)
+    return [Anchor(response_digests=digests, position=len(projection), prefix_digest=prefix,
+                   input_tokens=usage.input, output_tokens=0, cached_tokens=usage.cached,
+                   model=model, created_at=created_at)
+            for digests in dict.fromkeys(choices)]  # equal choices: one anchor serves them
+
+
 def echoed(entries: Sequence[Entry], anchor: Anchor, digest: Digest) -> list[int] | None:
     """Indexes of the anchor's response entries in `entries`, at its position; None if absent."""
     if anchor.position > len(entries):

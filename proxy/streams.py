@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from enum import StrEnum
+from operator import itemgetter
 from typing import Any
 
 from proxy.sse import SseEvent
@@ -175,6 +176,10 @@ class ChatStream:
     def finish_reason(self) -> str | None:
         return self.finish_reasons.get(0)
 
+    def messages(self) -> list[dict[str, Any]]:
+        """Every choice's message, by index (more than one when the request asked `n` > 1)."""
+        return [m for i in sorted(self._choices) if (m := self.message(i)) is not None]
+
     def message(self, index: int = 0) -> dict[str, Any] | None:
         """The assistant message as a client rebuilds it; None when nothing came for it."""
         acc = self._choices.get(index)
@@ -292,6 +297,18 @@ def chat_message(body: Any, index: int = 0) -> dict[str, Any] | None:
             message = choice.get("message")
             return dict(message) if isinstance(message, _MAPPING) else None
     return None
+
+
+def chat_messages(body: Any) -> list[dict[str, Any]]:
+    """Every choice's message in a non-streaming chat completion, by index."""
+    choices = body.get("choices") if isinstance(body, _MAPPING) else None
+    found = []
+    for n, choice in enumerate(choices if isinstance(choices, list) else ()):
+        message = choice.get("message") if isinstance(choice, _MAPPING) else None
+        index = choice.get("index", n) if isinstance(message, _MAPPING) else None
+        if isinstance(index, int):
+            found.append((index, dict(message)))
+    return [message for _, message in sorted(found, key=itemgetter(0))]
 
 
 def responses_output(body: Any) -> list[dict[str, Any]]:

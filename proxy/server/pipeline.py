@@ -46,7 +46,7 @@ from proxy.store import HistoryFiles, StateStore, create_history, create_store, 
 from proxy.store.cached import CachedStore
 from proxy.store.failures import describe
 from proxy.store.keys import MAX_KEPT_CHARS
-from proxy.streams import chat_message, responses_output, usage_of
+from proxy.streams import chat_messages, responses_output, usage_of
 from proxy.threads import ThreadIdentity, loggable
 from proxy.tokens.encoding import encoding_name, tokenizer_for
 from proxy.tokens.estimate import TokenEstimator
@@ -259,9 +259,9 @@ class Pipeline:
             body = jsonio.loads(data)
         except ValueError:
             return
-        api = prepared.inbound.api
-        response = chat_message(body) if api is Api.CHAT else responses_output(body)
-        await self._record_usage(prepared, response, usage_of(body), line)
+        choices = chat_messages(body) if prepared.inbound.api is Api.CHAT else None
+        response = responses_output(body) if choices is None else next(iter(choices), None)
+        await self._record_usage(prepared, response, usage_of(body), line, choices)
 
     async def finish_stream(self, prepared: Prepared, tap: StreamTap, status: int,
                             line: RequestLine) -> None:
@@ -276,10 +276,12 @@ class Pipeline:
             named = ", ".join(str(error[k]) for k in ("code", "type") if error.get(k))
             line.set(upstream_error=f"error frame: {named}" if named else "error frame")
         if prepared.key is not None and tap.complete:
-            await self._record_usage(prepared, tap.response(), tap.usage(), line)
+            choices = tap.stream.messages() if isinstance(tap, ChatTap) else None
+            response = tap.response() if choices is None else next(iter(choices), None)
+            await self._record_usage(prepared, response, tap.usage(), line, choices)
 
     async def _record_usage(self, prepared: Prepared, response: Any, raw_usage: Any,
-                            line: RequestLine) -> None:
+                            line: RequestLine, choices: list[Any] | None = None) -> None:
         api = prepared.inbound.api
         estimator = prepared.estimator
         usage = normalize(raw_usage, api, response, estimator.tokenizer.count if estimator else None)
@@ -291,10 +293,12 @@ class Pipeline:
         # the proxy never saw, so no anchor.
         if not response or prepared.key is None or not prepared.projection:
             return
-        digests = anchors.response_digests(api, response, self.identities)
-        anchor = anchors.anchor_for(prepared.projection, prepared.context, digests, usage,
-                                    prepared.inbound.model, self.clock())
-        await self.store.add_anchor(prepared.key, anchor)
+        # `choices`: every chat choice's message; of several (`n` > 1) the client keeps any one.
+        answers = choices if choices is not None and len(choices) > 1 else [response]
+        digests = [anchors.response_digests(api, a, self.identities) for a in answers]
+        for anchor in anchors.choice_anchors(prepared.projection, prepared.context, digests,
+                                             usage, prepared.inbound.model, self.clock()):
+            await self.store.add_anchor(prepared.key, anchor)
 
     # ---------------------------------------------------------------- helpers
 
