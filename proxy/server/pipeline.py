@@ -46,7 +46,7 @@ from proxy.store import HistoryFiles, StateStore, create_history, create_store, 
 from proxy.store.cached import CachedStore
 from proxy.store.failures import describe
 from proxy.store.keys import MAX_KEPT_CHARS
-from proxy.streams import chat_messages, responses_output, usage_of
+from proxy.streams import chat_message, chat_messages, responses_output, usage_of
 from proxy.threads import ThreadIdentity, loggable
 from proxy.tokens.encoding import encoding_name, tokenizer_for
 from proxy.tokens.estimate import TokenEstimator
@@ -259,8 +259,12 @@ class Pipeline:
             body = jsonio.loads(data)
         except ValueError:
             return
-        choices = chat_messages(body) if prepared.inbound.api is Api.CHAT else None
-        response = responses_output(body) if choices is None else next(iter(choices), None)
+        if prepared.inbound.api is not Api.CHAT:
+            await self._record_usage(prepared, responses_output(body), usage_of(body), line)
+            return
+        response = chat_message(body)
+        # A message found means a list of choices; of several (`n` > 1) the client keeps any.
+        choices = chat_messages(body) if response and len(body["choices"]) > 1 else None
         await self._record_usage(prepared, response, usage_of(body), line, choices)
 
     async def finish_stream(self, prepared: Prepared, tap: StreamTap, status: int,
@@ -293,9 +297,14 @@ class Pipeline:
         # the proxy never saw, so no anchor.
         if not response or prepared.key is None or not prepared.projection:
             return
-        # `choices`: every chat choice's message; of several (`n` > 1) the client keeps any one.
-        answers = choices if choices is not None and len(choices) > 1 else [response]
-        digests = [anchors.response_digests(api, a, self.identities) for a in answers]
+        if choices is None or len(choices) < 2:
+            digests = anchors.response_digests(api, response, self.identities)
+            await self.store.add_anchor(prepared.key, anchors.anchor_for(
+                prepared.projection, prepared.context, digests, usage, prepared.inbound.model,
+                self.clock()))
+            return
+        # Several choices (`n` > 1): the client keeps any one of them.
+        digests = [anchors.response_digests(api, a, self.identities) for a in choices]
         for anchor in anchors.choice_anchors(prepared.projection, prepared.context, digests,
                                              usage, prepared.inbound.model, self.clock()):
             await self.store.add_anchor(prepared.key, anchor)
