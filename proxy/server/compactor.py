@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -33,6 +32,7 @@ from proxy.records import CompactionEvent, ThreadKey
 from proxy.server.breakers import SummarizerBreakers
 from proxy.server.detach import outlive_client
 from proxy.server.summarizer_client import SummaryOutcome, run_summary
+from proxy.server.turns import ThreadTurns
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import RestoreSettings, Settings, UpstreamSettings
 from proxy.store import HistoryFiles, StateStore
@@ -118,22 +118,14 @@ class Compactor:
         self.metrics = metrics
         self.clock = clock
         self.breakers = SummarizerBreakers(settings.compaction.breaker)
-        self._locks: weakref.WeakValueDictionary[ThreadKey, asyncio.Lock] = weakref.WeakValueDictionary()
+        self.turns = ThreadTurns()  # one compaction per thread at a time
         self._detached: set[asyncio.Task[CompactionEvent]] = set()  # clients gone, still running
 
     # ---------------------------------------------------------------- guards
 
-    def lock(self, key: ThreadKey) -> asyncio.Lock:
-        found = self._locks.get(key)
-        if found is None:
-            found = asyncio.Lock()
-            self._locks[key] = found
-        return found
-
     def running(self, key: ThreadKey) -> bool:
         """A compaction of this thread holds its lock (perhaps detached, or the breaker's trial)."""
-        found = self._locks.get(key)
-        return found is not None and found.locked()
+        return self.turns.running(key)
 
     def summarizer_of(self, model: str, upstream: UpstreamSettings) -> tuple[str, UpstreamSettings]:
         config = self.settings.compaction.summarizer
@@ -169,6 +161,9 @@ class Compactor:
         ended, `ClientLeft`. The caller (with the thread's lock it holds) waits until then."""
         finished, left = await outlive_client(self.compact(job),
                                               lambda task: self._detach(job, task))
+        error = None if finished.cancelled() else finished.exception()
+        if isinstance(error, CompactionFailed):  # for the requests waiting their turn
+            self.turns.of(job.key).failed(error.stage, error.reason)
         if left:
             raise self._left(job, finished)
         return finished.result()
