@@ -16,6 +16,7 @@ import httpx
 
 from proxy.records import ThreadKey
 from proxy.server.services import SERVICES
+from proxy.testing.reference_tokens import chat_prompt_tokens
 from proxy.testing.replies import Reply
 from proxy.testing.summarizer import FakeSummarizer
 from tests.compaction_session import LIMIT, planted_session, summary_of
@@ -152,3 +153,35 @@ def test_compact_sent_twice_at_once_shares_the_summarys_failure(loop_thread, gat
     assert summarizer.calls == 1
     assert [bool(f.get("shared")) for f in proxy.logs.events("compaction_failed")] == [
         False, True]
+
+
+def test_a_tab_that_waited_and_is_still_over_the_limit_is_refused_not_forwarded(
+        loop_thread, gated: GatedFake, make_proxy) -> None:
+    """The other tab's new message is so long that, on the checkpoint the first one wrote, it
+    is over the limit yet below the hysteresis' re-arm point: the clear 400 a request that did
+    not wait gets, and nothing over the limit goes upstream (SPEC §5, §9)."""
+    FakeSummarizer.install(gated)
+    proxy = make_proxy(gated, models=MODELS, compaction={
+        **COMPACTION, "trigger_ratio": 0.9, "rearm_ratio": 1.0})
+    first = over_the_limit()
+    long_task = "".join(f"requirement {i:04d}: keep this line\n" for i in range(1250))
+    later = [*first, {"role": "assistant", "content": "done"},
+             {"role": "user", "content": long_task}]  # about 12,500 tokens more
+    gated.script(Reply.text("first tab"))
+    drain = proxy.app[SERVICES].drain
+    with ThreadPoolExecutor(2) as pool:
+        a = pool.submit(post, proxy, first, "long-tab")
+        wait_for(lambda: gated.summarizer_requests >= 1)
+        b = pool.submit(post, proxy, later, "long-tab")
+        wait_for(lambda: drain.in_flight == 2)
+        time.sleep(0.2)
+        open_gate(loop_thread, gated)
+        answers = [a.result(), b.result()]
+    assert answers[0].status_code == 200
+    assert answers[1].status_code == 400, answers[1].text
+    assert answers[1].json()["error"]["code"] == "context_compaction_insufficient"
+    assert "hysteresis" in answers[1].json()["error"]["message"]
+    [main] = _main_requests(gated)  # the first tab's only
+    assert chat_prompt_tokens(main.json) <= LIMIT
+    refused = [r for r in proxy.requests() if r["status"] == 400]
+    assert refused[0]["compaction_failed"] == "hysteresis" and refused[0]["compaction_reused"]

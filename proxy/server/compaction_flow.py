@@ -54,12 +54,7 @@ class CompactionFlow:
         if not config.enabled or decision.action in (Action.NONE, Action.HOLD):
             return built
         if decision.action is Action.REFUSE:
-            self._failed_line(line, prepared, "hysteresis", "the context did not shrink enough "
-                              "since the last compaction", degraded=False)
-            raise postcheck.insufficient(
-                "hysteresis: it is over the model's input limit, and it has not grown enough "
-                "since the last compaction for another one to help", built.tokens, th.trigger,
-                th.limit)
+            self._refuse(prepared, built, th, line)
         if prepared.key is None:
             return self._stateless(built, th, line)
         if not prepared.attempt.forced and not self.compactor.running(prepared.key):
@@ -86,9 +81,12 @@ class CompactionFlow:
             built = build(view, latest.event, replace(situation, anchors=latest.anchors))
             decision = decide(built.tokens, situation.thresholds, built.event,
                               self.settings.compaction.rearm_ratio)
+            line.set(compaction_reused=latest.event.seq if latest.event else None)
+            if decision.action is Action.REFUSE:  # as for a request that did not wait
+                self._refuse(prepared, built, situation.thresholds, line)
             if decision.action is not Action.COMPACT:
-                line.set(compaction_reused=latest.event.seq if latest.event else None)
                 return built
+            line.set(compaction_reused=None)
         job = self._job(prepared, view, situation, built, strategy=self.settings.compaction.strategy)
         th = situation.thresholds
         fits = job.fits_without_compaction
@@ -138,6 +136,15 @@ class CompactionFlow:
                    tokens_before=built.tokens, estimate=measure_projection(view, situation),
                    estimator=prepared.estimator, client_doc=inbound.doc, focus=focus,
                    forced=prepared.attempt.forced)
+
+    def _refuse(self, prepared: Prepared, built: Built, th: Thresholds, line: RequestLine) -> None:
+        """Hysteresis: over the limit, and too soon after the last compaction for another."""
+        self._failed_line(line, prepared, "hysteresis", "the context did not shrink enough "
+                          "since the last compaction", degraded=False)
+        raise postcheck.insufficient(
+            "hysteresis: it is over the model's input limit, and it has not grown enough "
+            "since the last compaction for another one to help", built.tokens, th.trigger,
+            th.limit)
 
     def _shared(self, prepared: Prepared, failed: SharedFailure | None) -> SharedFailure | None:
         """The failure this request shares instead of compacting: one that came while it
