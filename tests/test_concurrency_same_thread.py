@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import pytest
 
 from proxy.records import ThreadKey
 from proxy.server.services import SERVICES
@@ -64,10 +65,18 @@ def test_two_tabs_on_one_thread_share_one_compaction_and_its_history(
     assert len(history.read_bytes().splitlines()) == started["summarized_messages"]
 
 
+# How a summarizer fails (the fake's option), and words of the reason the client is told.
+FAILURES = [("fail", "summarizer overloaded"), ("cut_short", "cut short"),
+            ("hang", "did not answer within 1s")]
+
+
+@pytest.mark.parametrize(("failure", "said"), FAILURES, ids=[f for f, _ in FAILURES])
 def test_requests_queued_behind_a_failed_summary_share_its_failure(
-        loop_thread, gated: GatedFake, make_proxy) -> None:
-    summarizer = FakeSummarizer.install(gated, fail=100)  # the breaker opens at its default 3
-    proxy = make_proxy(gated, models=MODELS, compaction=COMPACTION)
+        loop_thread, gated: GatedFake, make_proxy, failure: str, said: str) -> None:
+    # Failing every time: the breaker would open at its default third failure.
+    summarizer = FakeSummarizer.install(gated, **{failure: 100})
+    proxy = make_proxy(gated, models=MODELS, compaction={**COMPACTION,
+                                                         "summarizer": {"timeout_s": 1}})
     over = over_the_limit()
     drain = proxy.app[SERVICES].drain
     with ThreadPoolExecutor(3) as pool:
@@ -81,14 +90,14 @@ def test_requests_queued_behind_a_failed_summary_share_its_failure(
     assert summarizer.calls == 1, "a queued request repeated the summary that had just failed"
     for answer in answers:
         assert_retry_later(answer)
-    assert "summarizer overloaded" in answers[1].json()["error"]["message"]
+    assert said in answers[1].json()["error"]["message"]
     failed = proxy.logs.events("compaction_failed")
     assert sorted(f["stage"] for f in failed) == ["summarize"] * 3
     assert sum(bool(f.get("shared")) for f in failed) == 2
     assert not _main_requests(gated)
     # One failure for the breaker, not three: it is still closed for the next request.
     gated.script(Reply.text("recovered"))
-    summarizer.fail = 0
+    setattr(summarizer, failure, 0)
     answer = post(proxy, over, "queue")
     assert answer.status_code == 200 and answer.headers["x-compaction"] == "compacted"
 
