@@ -36,7 +36,7 @@ def test_two_tabs_on_one_thread_share_one_compaction_and_its_history(
     messages, _ = planted_session(200)
     first = _prefix(messages, int(LIMIT * 1.05), LIMIT * 2)
     later = messages[:len(first) + 2]  # the other tab is one exchange further
-    gated.script(Reply.text("first tab"), Reply.text("second tab"))
+    gated.script(Reply.text("first tab"), Reply.text("second tab"), *[Reply.text("more")] * 2)
     drain = proxy.app[SERVICES].drain
     with ThreadPoolExecutor(2) as pool:
         a = pool.submit(post, proxy, first, "tabs")
@@ -63,6 +63,18 @@ def test_two_tabs_on_one_thread_share_one_compaction_and_its_history(
     history = Path(event.history_file)
     assert history.stat().st_size == event.history_end
     assert len(history.read_bytes().splitlines()) == started["summarized_messages"]
+    # Each tab's answer left an anchor for its own projection: the next turn of either is
+    # estimated from one, as closely as the estimate's margin allows.
+    for sent, answer in ((first, answers[0]), (later, answers[1])):
+        reply = answer.json()["choices"][0]["message"]
+        follow = post(proxy, [*sent, {"role": "assistant", "content": reply["content"]},
+                              {"role": "user", "content": "go on"}], "tabs")
+        assert follow.status_code == 200
+        line = proxy.requests()[-1]
+        assert line["anchor_used"] is True and line["checkpoint"] == completed["seq"]
+        upstream = chat_prompt_tokens(_main_requests(gated)[-1].json)
+        margin = proxy.settings.tokens.safety_margin  # the estimate stays at or above it
+        assert upstream <= line["tokens_estimate"] <= upstream * (1 + margin + 0.01)
 
 
 # How a summarizer fails (the fake's option), and words of the reason the client is told.
