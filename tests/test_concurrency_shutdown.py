@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from proxy.records import ThreadKey
 from proxy.server.services import SERVICES
@@ -83,3 +84,63 @@ def test_a_stop_cuts_a_running_compaction_its_queue_and_a_stream_and_leaves_no_t
     assert not history.exists() or not any(history.iterdir())
     breakers = proxy.app[SERVICES].pipeline.compactor.breakers
     assert all(state.failures == 0 for state in breakers._states.values())
+
+
+@pytest.mark.parametrize("client_left", [False, True], ids=["client-waiting", "client-left"])
+def test_a_checkpoint_written_across_the_cut_is_reported_as_written(
+        loop_thread: LoopThread, tmp_path: Path, client_left: bool) -> None:
+    """The cut lands while the checkpoint is being written: the write completes (a cancelled
+    await would only lose its outcome), and the request's line says the compaction was made,
+    as its `compaction_completed` does, not that it was cancelled."""
+    fake = GatedFake(limits={"small-*": 16_000})
+    loop_thread.run(fake.start())
+    FakeSummarizer.install(fake)
+    proxy = loop_thread.run(start_proxy(proxy_settings(
+        fake.url, str(tmp_path / "state"), models=MODELS, compaction=COMPACTION,
+        server={"shutdown_grace_s": 0.2})))
+    store = proxy.app[SERVICES].pipeline.compactor.store
+    writing, release = threading.Event(), asyncio.Event()
+    add_event = store.add_event
+
+    async def slow_add_event(*args: Any) -> Any:
+        writing.set()
+        await release.wait()
+        return await add_event(*args)
+
+    store.add_event = slow_add_event
+    answers: list[Any] = []
+
+    def ask() -> None:
+        try:
+            answers.append(httpx.post(f"{proxy.base_url}/chat/completions",
+                                      timeout=0.5 if client_left else 30,
+                                      headers={"x-thread-id": "late"},
+                                      json={"model": "small-coder", "messages": over}))
+        except httpx.TimeoutException as left:
+            answers.append(left)
+
+    over = over_the_limit()
+    try:
+        asking = threading.Thread(target=ask)
+        asking.start()
+        if client_left:
+            asking.join(10)
+            wait_for(lambda: bool(proxy.logs.events("compaction_detached")))
+        loop_thread.loop.call_soon_threadsafe(fake.gate.set)
+        assert writing.wait(10)
+        stopping = asyncio.run_coroutine_threadsafe(stop_proxy(proxy), loop_thread.loop)
+        wait_for(lambda: bool(proxy.logs.events("requests_cut")))
+        loop_thread.loop.call_soon_threadsafe(release.set)
+        stopping.result(20)
+        asking.join(10)
+    finally:
+        loop_thread.run(fake.stop())
+
+    [completed] = proxy.logs.events("compaction_completed")
+    assert not proxy.logs.events("compaction_failed")
+    [line] = [r for r in proxy.requests() if r.get("thread") == "late"]
+    assert line["status"] == (499 if client_left else 503)
+    assert line.get("compacted") is True, line
+    assert "compaction_failed" not in line, line
+    if not client_left:
+        assert answers[0].json()["error"]["code"] == "proxy_shutting_down"

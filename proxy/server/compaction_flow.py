@@ -26,8 +26,8 @@ from proxy.errors import CompactionInsufficient, CompactionUnavailable, ProxyErr
 from proxy.projection import Built, Situation, View, build, measure_projection
 from proxy.records import ThreadState
 from proxy.server import manual_answer
-from proxy.server.compactor import (BreakerOpen, ClientLeft, CompactionFailed, Compactor, Job,
-                                    NothingToCompact)
+from proxy.server.compactor import (BreakerOpen, ClientLeft, CompactionCut, CompactionFailed,
+                                    Compactor, Job, NothingToCompact)
 from proxy.server.prepared import Prepared
 from proxy.server.request_line import RequestLine
 from proxy.server.turns import SharedFailure
@@ -102,8 +102,8 @@ class CompactionFlow:
         except ClientLeft as left:
             _detached_line(line, left)
             raise
-        except asyncio.CancelledError:
-            line.set(compaction_failed="cancelled")
+        except asyncio.CancelledError as cancelled:
+            _cancelled_line(line, cancelled)
             raise
         except NothingToCompact:
             if fits:
@@ -240,8 +240,8 @@ class CompactionFlow:
             except ClientLeft as left:
                 _detached_line(line, left)
                 raise
-            except asyncio.CancelledError:
-                line.set(compaction_failed="cancelled")
+            except asyncio.CancelledError as cancelled:
+                _cancelled_line(line, cancelled)
                 raise
             except CompactionFailed as failed:
                 line.set(compaction_failed=failed.stage)
@@ -276,6 +276,15 @@ def _retry_after(blocked: Blocked | None) -> dict[str, str]:
 
 def _waited_for(failed: SharedFailure) -> str:
     return f"the compaction this request waited for failed just now ({failed.reason})"
+
+
+def _cancelled_line(line: RequestLine, cancelled: asyncio.CancelledError) -> None:
+    """The shutdown cut the compaction: made all the same when its checkpoint was being
+    written, else cancelled."""
+    if isinstance(cancelled, CompactionCut) and cancelled.event is not None:
+        line.set(compacted=True)
+    else:
+        line.set(compaction_failed="cancelled")
 
 
 def _detached_line(line: RequestLine, left: ClientLeft) -> None:
