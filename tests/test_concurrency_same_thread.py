@@ -8,7 +8,6 @@ would open the breaker every thread shares).
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -20,13 +19,21 @@ from proxy.server.services import SERVICES
 from proxy.testing.reference_tokens import chat_prompt_tokens
 from proxy.testing.replies import Reply
 from proxy.testing.summarizer import FakeSummarizer
+from proxy.threads import tenant_digest
 from tests.compaction_session import LIMIT, planted_session, summary_of
+from tests.conftest import API_KEY
 from tests.test_compaction_detached import COMPACTION, GatedFake, gated, open_gate  # noqa: F401
 from tests.test_compaction_failure_paths import (assert_retry_later, between_trigger_and_limit,
                                                  over_the_limit, post, stages, wait_for)
-from tests.test_compaction_failures import MODELS, NO_CHEAP, _main_requests, _prefix
+from tests.test_compaction_failures import MODELS, _main_requests, _prefix
 
 
+
+
+def waiting(proxy, thread: str) -> int:
+    """How many requests of `thread` (under the tests' credential) wait for its lock."""
+    key = ThreadKey(tenant_digest({"authorization": f"Bearer {API_KEY}"}), thread)
+    return proxy.app[SERVICES].pipeline.compactor.turns.waiting(key)
 
 
 def test_two_tabs_on_one_thread_share_one_compaction_and_its_history(
@@ -37,13 +44,11 @@ def test_two_tabs_on_one_thread_share_one_compaction_and_its_history(
     first = _prefix(messages, int(LIMIT * 1.05), LIMIT * 2)
     later = messages[:len(first) + 2]  # the other tab is one exchange further
     gated.script(Reply.text("first tab"), Reply.text("second tab"), *[Reply.text("more")] * 2)
-    drain = proxy.app[SERVICES].drain
     with ThreadPoolExecutor(2) as pool:
         a = pool.submit(post, proxy, first, "tabs")
         wait_for(lambda: gated.summarizer_requests >= 1)
         b = pool.submit(post, proxy, later, "tabs")
-        wait_for(lambda: drain.in_flight == 2)
-        time.sleep(0.2)
+        wait_for(lambda: waiting(proxy, "tabs") == 1)  # at the thread's lock
         assert gated.summarizer_requests == 1
         open_gate(loop_thread, gated)
         answers = [a.result(), b.result()]
@@ -77,9 +82,12 @@ def test_two_tabs_on_one_thread_share_one_compaction_and_its_history(
         assert upstream <= line["tokens_estimate"] <= upstream * (1 + margin + 0.01)
 
 
-# How a summarizer fails (the fake's option), and words of the reason the client is told.
+# How a summarizer fails (the fake's option), and words of the reason the client is told. The
+# summarizer's timeout runs from its request, held at the gate until the queue has formed:
+# long enough for a loaded machine to form it.
+TIMEOUT_S = 3
 FAILURES = [("fail", "summarizer overloaded"), ("cut_short", "cut short"),
-            ("hang", "did not answer within 1s")]
+            ("hang", f"did not answer within {TIMEOUT_S}s")]
 
 
 @pytest.mark.parametrize(("failure", "said"), FAILURES, ids=[f for f, _ in FAILURES])
@@ -88,15 +96,13 @@ def test_requests_queued_behind_a_failed_summary_share_its_failure(
     # Failing every time: the breaker would open at its default third failure.
     summarizer = FakeSummarizer.install(gated, **{failure: 100})
     proxy = make_proxy(gated, models=MODELS, compaction={**COMPACTION,
-                                                         "summarizer": {"timeout_s": 1}})
+                                                         "summarizer": {"timeout_s": TIMEOUT_S}})
     over = over_the_limit()
-    drain = proxy.app[SERVICES].drain
     with ThreadPoolExecutor(3) as pool:
         first = pool.submit(post, proxy, over, "queue")
         wait_for(lambda: gated.summarizer_requests >= 1)
         rest = [pool.submit(post, proxy, over, "queue") for _ in range(2)]
-        wait_for(lambda: drain.in_flight == 3)
-        time.sleep(0.2)
+        wait_for(lambda: waiting(proxy, "queue") == 2)  # at the thread's lock
         open_gate(loop_thread, gated)
         answers = [first.result(), *(r.result() for r in rest)]
     assert summarizer.calls == 1, "a queued request repeated the summary that had just failed"
@@ -120,13 +126,11 @@ def test_a_queued_request_that_fits_goes_on_after_the_failure_it_waited_for(
     proxy = make_proxy(gated, models=MODELS, compaction=COMPACTION)
     between = between_trigger_and_limit()
     gated.script(Reply.text("ok"), Reply.text("ok"))
-    drain = proxy.app[SERVICES].drain
     with ThreadPoolExecutor(2) as pool:
         first = pool.submit(post, proxy, between, "fits")
         wait_for(lambda: gated.summarizer_requests >= 1)
         second = pool.submit(post, proxy, between, "fits")
-        wait_for(lambda: drain.in_flight == 2)
-        time.sleep(0.2)
+        wait_for(lambda: waiting(proxy, "fits") == 1)  # at the thread's lock
         open_gate(loop_thread, gated)
         answers = [first.result(), second.result()]
     assert [a.status_code for a in answers] == [200, 200]
@@ -139,13 +143,11 @@ def test_a_queued_request_that_fits_goes_on_after_the_failure_it_waited_for(
 def _compact_twice(loop_thread, gated: GatedFake, proxy, thread: str) -> list[httpx.Response]:
     messages, _ = planted_session(40)
     command = [*messages[:21], {"role": "user", "content": "/compact"}]
-    drain = proxy.app[SERVICES].drain
     with ThreadPoolExecutor(2) as pool:
         first = pool.submit(post, proxy, command, thread)
         wait_for(lambda: gated.summarizer_requests >= 1)
         second = pool.submit(post, proxy, command, thread)
-        wait_for(lambda: drain.in_flight == 2)
-        time.sleep(0.2)
+        wait_for(lambda: waiting(proxy, thread) == 1)  # at the thread's lock
         open_gate(loop_thread, gated)
         return [first.result(), second.result()]
 
@@ -189,13 +191,11 @@ def test_a_tab_that_waited_and_is_still_over_the_limit_is_refused_not_forwarded(
     later = [*first, {"role": "assistant", "content": "done"},
              {"role": "user", "content": long_task}]  # about 12,500 tokens more
     gated.script(Reply.text("first tab"))
-    drain = proxy.app[SERVICES].drain
     with ThreadPoolExecutor(2) as pool:
         a = pool.submit(post, proxy, first, "long-tab")
         wait_for(lambda: gated.summarizer_requests >= 1)
         b = pool.submit(post, proxy, later, "long-tab")
-        wait_for(lambda: drain.in_flight == 2)
-        time.sleep(0.2)
+        wait_for(lambda: waiting(proxy, "long-tab") == 1)  # at the thread's lock
         open_gate(loop_thread, gated)
         answers = [a.result(), b.result()]
     assert answers[0].status_code == 200

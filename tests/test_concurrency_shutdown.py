@@ -17,6 +17,7 @@ from proxy.records import ThreadKey
 from proxy.server.services import SERVICES
 from proxy.testing.replies import Reply
 from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request
+from proxy.threads import ANONYMOUS
 from tests.harness import LoopThread, proxy_settings, start_proxy, stop_proxy
 from tests.test_compaction_detached import COMPACTION, GatedFake
 from tests.test_compaction_failure_paths import over_the_limit, wait_for
@@ -56,7 +57,8 @@ def test_a_stop_cuts_a_running_compaction_its_queue_and_a_stream_and_leaves_no_t
         wait_for(lambda: fake.summarizer_requests == 1)
         queued = threading.Thread(target=ask, args=("queued",))
         queued.start()
-        wait_for(lambda: proxy.app[SERVICES].drain.in_flight == 3)
+        turns = proxy.app[SERVICES].pipeline.compactor.turns
+        wait_for(lambda: turns.waiting(ThreadKey(ANONYMOUS, "busy")) == 1)
         signalled = time.monotonic()
         asyncio.run_coroutine_threadsafe(stop_proxy(proxy), loop_thread.loop).result(20)
         first.join(10)

@@ -65,11 +65,9 @@ class CompactionFlow:
             if blocked is not None:
                 return self._degrade(prepared, built, th.fits(built.tokens), "breaker_open",
                                      blocked.reason, line, blocked)
-        turn = self.compactor.turns.of(prepared.key)
-        seen = turn.failures
-        async with turn.lock:
+        async with self.compactor.turns.of(prepared.key).take() as failed_meanwhile:
             return await self._compact_locked(prepared, view, situation, state, built, line,
-                                              turn.failure_since(seen))
+                                              failed_meanwhile)
 
     async def _compact_locked(self, prepared: Prepared, view: View, situation: Situation,
                               state: ThreadState | None, built: Built, line: RequestLine,
@@ -209,12 +207,10 @@ class CompactionFlow:
                       line: RequestLine) -> Prepared:
         assert prepared.key is not None
         line.set(manual_compact=True)
-        turn = self.compactor.turns.of(prepared.key)
-        seen = turn.failures
-        async with turn.lock:
+        async with self.compactor.turns.of(prepared.key).take() as failed_meanwhile:
             latest = await self.store.load(prepared.key)
             built = build(view, latest.event, replace(situation, anchors=latest.anchors))
-            shared = self._shared(prepared, turn.failure_since(seen))
+            shared = self._shared(prepared, failed_meanwhile)
             if shared is not None:
                 self._failed_line(line, prepared, shared.stage, _waited_for(shared),
                                   degraded=False, shared=True)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from proxy.records import ThreadKey
@@ -37,6 +39,22 @@ class ThreadTurn:
         self.lock = asyncio.Lock()
         self.failures = 0  # how many have failed so far: a waiter notes it before it waits
         self.last: SharedFailure | None = None
+        self.waiting = 0  # requests waiting for the lock
+
+    @asynccontextmanager
+    async def take(self) -> AsyncIterator[SharedFailure | None]:
+        """Hold the thread's lock; yields the failure of a compaction that ended while this
+        request waited for it, if one did."""
+        seen = self.failures
+        self.waiting += 1
+        try:
+            await self.lock.acquire()
+        finally:
+            self.waiting -= 1
+        try:
+            yield self.failure_since(seen)
+        finally:
+            self.lock.release()
 
     def failed(self, stage: str, reason: str) -> None:
         if stage in SHARED_STAGES:
@@ -65,3 +83,8 @@ class ThreadTurns:
         """A compaction of this thread holds its lock (perhaps detached, or the breaker's trial)."""
         found = self._turns.get(key)
         return found is not None and found.lock.locked()
+
+    def waiting(self, key: ThreadKey) -> int:
+        """How many requests of this thread wait for its lock."""
+        found = self._turns.get(key)
+        return found.waiting if found is not None else 0
