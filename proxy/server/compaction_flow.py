@@ -1,8 +1,9 @@
 """LLM compaction inside a request: when to summarize, what to do when it fails, `/compact`.
 
 `auto` runs after the cheap cascade: below the trigger nothing happens; above it, one summary
-per thread at a time (a request that waited reuses the checkpoint another one wrote, and asks
-the breaker again: the one before it may have just opened it), with the breaker, the
+per thread at a time (a request that waited reuses the checkpoint another one wrote, or shares
+the failure of the summary it waited for, `proxy/server/turns.py`, and asks the breaker again:
+the one before it may have just opened it), with the breaker, the
 hysteresis and the fallbacks of SPEC §9: forward with the cheap stages only while the
 projection fits, else a clear error (a 503 always says when to retry). `manual` answers
 `/compact` (SPEC §8) itself. `overflow_retry_failed` records the forced compaction an upstream
@@ -25,10 +26,11 @@ from proxy.errors import CompactionInsufficient, CompactionUnavailable, ProxyErr
 from proxy.projection import Built, Situation, View, build, measure_projection
 from proxy.records import ThreadState
 from proxy.server import manual_answer
-from proxy.server.compactor import (BreakerOpen, ClientLeft, CompactionFailed, Compactor, Job,
-                                    NothingToCompact)
+from proxy.server.compactor import (BreakerOpen, ClientLeft, CompactionCut, CompactionFailed,
+                                    Compactor, Job, NothingToCompact)
 from proxy.server.prepared import Prepared
 from proxy.server.request_line import RequestLine
+from proxy.server.turns import SharedFailure
 from proxy.settings import Settings
 from proxy.store import StateStore
 from proxy.threads import loggable
@@ -52,12 +54,7 @@ class CompactionFlow:
         if not config.enabled or decision.action in (Action.NONE, Action.HOLD):
             return built
         if decision.action is Action.REFUSE:
-            self._failed_line(line, prepared, "hysteresis", "the context did not shrink enough "
-                              "since the last compaction", degraded=False)
-            raise postcheck.insufficient(
-                "hysteresis: it is over the model's input limit, and it has not grown enough "
-                "since the last compaction for another one to help", built.tokens, th.trigger,
-                th.limit)
+            self._refuse(prepared, built, th, line)
         if prepared.key is None:
             return self._stateless(built, th, line)
         if not prepared.attempt.forced and not self.compactor.running(prepared.key):
@@ -68,11 +65,13 @@ class CompactionFlow:
             if blocked is not None:
                 return self._degrade(prepared, built, th.fits(built.tokens), "breaker_open",
                                      blocked.reason, line, blocked)
-        async with self.compactor.lock(prepared.key):
-            return await self._compact_locked(prepared, view, situation, state, built, line)
+        async with self.compactor.turns.of(prepared.key).take() as failed_meanwhile:
+            return await self._compact_locked(prepared, view, situation, state, built, line,
+                                              failed_meanwhile)
 
     async def _compact_locked(self, prepared: Prepared, view: View, situation: Situation,
-                              state: ThreadState | None, built: Built, line: RequestLine) -> Built:
+                              state: ThreadState | None, built: Built, line: RequestLine,
+                              failed_meanwhile: SharedFailure | None) -> Built:
         assert prepared.key is not None
         latest = await self.store.load(prepared.key)
         if _seq(latest) != _seq(state):
@@ -80,12 +79,19 @@ class CompactionFlow:
             built = build(view, latest.event, replace(situation, anchors=latest.anchors))
             decision = decide(built.tokens, situation.thresholds, built.event,
                               self.settings.compaction.rearm_ratio)
+            line.set(compaction_reused=latest.event.seq if latest.event else None)
+            if decision.action is Action.REFUSE:  # as for a request that did not wait
+                self._refuse(prepared, built, situation.thresholds, line)
             if decision.action is not Action.COMPACT:
-                line.set(compaction_reused=latest.event.seq if latest.event else None)
                 return built
+            line.set(compaction_reused=None)
         job = self._job(prepared, view, situation, built, strategy=self.settings.compaction.strategy)
         th = situation.thresholds
         fits = job.fits_without_compaction
+        shared = self._shared(prepared, failed_meanwhile)
+        if shared is not None:
+            return self._degrade(prepared, built, fits, shared.stage, _waited_for(shared), line,
+                                 None, shared=True)
         try:
             event = await self.compactor.compact_past_client(job)
         except BreakerOpen as refused:
@@ -94,8 +100,8 @@ class CompactionFlow:
         except ClientLeft as left:
             _detached_line(line, left)
             raise
-        except asyncio.CancelledError:
-            line.set(compaction_failed="cancelled")
+        except asyncio.CancelledError as cancelled:
+            _cancelled_line(line, cancelled)
             raise
         except NothingToCompact:
             if fits:
@@ -129,14 +135,34 @@ class CompactionFlow:
                    estimator=prepared.estimator, client_doc=inbound.doc, focus=focus,
                    forced=prepared.attempt.forced)
 
+    def _refuse(self, prepared: Prepared, built: Built, th: Thresholds, line: RequestLine) -> None:
+        """Hysteresis: over the limit, and too soon after the last compaction for another."""
+        self._failed_line(line, prepared, "hysteresis", "the context did not shrink enough "
+                          "since the last compaction", degraded=False)
+        raise postcheck.insufficient(
+            "hysteresis: it is over the model's input limit, and it has not grown enough "
+            "since the last compaction for another one to help", built.tokens, th.trigger,
+            th.limit)
+
+    def _shared(self, prepared: Prepared, failed: SharedFailure | None) -> SharedFailure | None:
+        """The failure this request shares instead of compacting: one that came while it
+        waited, unless the breaker has opened since (its own answer, with its wait, is then
+        the better one) or an upstream overflow bought this attempt (SPEC §9)."""
+        if failed is None or prepared.attempt.forced or self._breaker_after(prepared) is not None:
+            return None
+        return failed
+
     def _degrade(self, prepared: Prepared, built: Built, fits: bool, stage: str, reason: str,
-                 line: RequestLine, blocked: Blocked | None, logged: bool = False) -> Built:
+                 line: RequestLine, blocked: Blocked | None, logged: bool = False,
+                 shared: bool = False) -> Built:
         """Forward with the cheap stages only when it fits; else a 503 that says when to retry
-        (`blocked`: the breaker's wait, None when it is closed)."""
+        (`blocked`: the breaker's wait, None when it is closed). `shared`: the failure is the
+        compaction's this request waited for."""
         if not logged:
             self._failed_line(line, prepared, stage, reason, degraded=fits,
-                              retry_after=blocked.wait_s if blocked else None)
-        line.set(compaction_degraded=stage)
+                              retry_after=blocked.wait_s if blocked else None,
+                              **({"shared": True} if shared else {}))
+        line.set(compaction_degraded=stage, compaction_shared=shared or None)
         if fits:
             return built
         if blocked is not None and blocked.reason != reason:
@@ -181,9 +207,17 @@ class CompactionFlow:
                       line: RequestLine) -> Prepared:
         assert prepared.key is not None
         line.set(manual_compact=True)
-        async with self.compactor.lock(prepared.key):
+        async with self.compactor.turns.of(prepared.key).take() as failed_meanwhile:
             latest = await self.store.load(prepared.key)
             built = build(view, latest.event, replace(situation, anchors=latest.anchors))
+            shared = self._shared(prepared, failed_meanwhile)
+            if shared is not None:
+                self._failed_line(line, prepared, shared.stage, _waited_for(shared),
+                                  degraded=False, shared=True)
+                line.set(compaction_shared=True)
+                raise CompactionUnavailable(
+                    f"Compaction failed: {_waited_for(shared)}. The conversation is unchanged; "
+                    "try again later.", headers=_retry_after(None))
             job = self._job(prepared, view, situation, built, strategy="manual",
                             focus=command.focus)
             try:
@@ -202,8 +236,8 @@ class CompactionFlow:
             except ClientLeft as left:
                 _detached_line(line, left)
                 raise
-            except asyncio.CancelledError:
-                line.set(compaction_failed="cancelled")
+            except asyncio.CancelledError as cancelled:
+                _cancelled_line(line, cancelled)
                 raise
             except CompactionFailed as failed:
                 line.set(compaction_failed=failed.stage)
@@ -234,6 +268,19 @@ class CompactionFlow:
 def _retry_after(blocked: Blocked | None) -> dict[str, str]:
     # A failure that left the breaker closed may be retried at once; 1 s keeps it from spinning.
     return {"Retry-After": str(blocked.retry_after if blocked is not None else 1)}
+
+
+def _waited_for(failed: SharedFailure) -> str:
+    return f"the compaction this request waited for failed just now ({failed.reason})"
+
+
+def _cancelled_line(line: RequestLine, cancelled: asyncio.CancelledError) -> None:
+    """The shutdown cut the compaction: made all the same when its checkpoint was being
+    written, else cancelled."""
+    if isinstance(cancelled, CompactionCut) and cancelled.event is not None:
+        line.set(compacted=True)
+    else:
+        line.set(compaction_failed="cancelled")
 
 
 def _detached_line(line: RequestLine, left: ClientLeft) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -32,7 +31,9 @@ from proxy.core.sanitize import Policy, sanitize
 from proxy.records import CompactionEvent, ThreadKey
 from proxy.server.breakers import SummarizerBreakers
 from proxy.server.detach import outlive_client
+from proxy.server.drain import CUT
 from proxy.server.summarizer_client import SummaryOutcome, run_summary
+from proxy.server.turns import ThreadTurns
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import RestoreSettings, Settings, UpstreamSettings
 from proxy.store import HistoryFiles, StateStore
@@ -62,6 +63,16 @@ class ClientLeft(asyncio.CancelledError):
         super().__init__("the client went away; its compaction ran on")
         self.event = event  # the checkpoint written, if any
         self.stage = stage  # the stage that failed, if one did
+
+
+class CompactionCut(asyncio.CancelledError):
+    """The shutdown's cut reached a compaction whose client was still there; raised once that
+    compaction has ended. `event`: the checkpoint written all the same (the cut came while it
+    was being written, which completes), else None."""
+
+    def __init__(self, event: CompactionEvent | None) -> None:
+        super().__init__(CUT)  # the drain's own cut, as `is_cut` knows it
+        self.event = event
 
 
 class BreakerOpen(Exception):
@@ -118,22 +129,14 @@ class Compactor:
         self.metrics = metrics
         self.clock = clock
         self.breakers = SummarizerBreakers(settings.compaction.breaker)
-        self._locks: weakref.WeakValueDictionary[ThreadKey, asyncio.Lock] = weakref.WeakValueDictionary()
+        self.turns = ThreadTurns()  # one compaction per thread at a time
         self._detached: set[asyncio.Task[CompactionEvent]] = set()  # clients gone, still running
 
     # ---------------------------------------------------------------- guards
 
-    def lock(self, key: ThreadKey) -> asyncio.Lock:
-        found = self._locks.get(key)
-        if found is None:
-            found = asyncio.Lock()
-            self._locks[key] = found
-        return found
-
     def running(self, key: ThreadKey) -> bool:
         """A compaction of this thread holds its lock (perhaps detached, or the breaker's trial)."""
-        found = self._locks.get(key)
-        return found is not None and found.locked()
+        return self.turns.running(key)
 
     def summarizer_of(self, model: str, upstream: UpstreamSettings) -> tuple[str, UpstreamSettings]:
         config = self.settings.compaction.summarizer
@@ -167,10 +170,16 @@ class Compactor:
     async def compact_past_client(self, job: Job) -> CompactionEvent:
         """`compact`, run to its end even when the client leaves meanwhile: then, once it has
         ended, `ClientLeft`. The caller (with the thread's lock it holds) waits until then."""
-        finished, left = await outlive_client(self.compact(job),
-                                              lambda task: self._detach(job, task))
+        finished, left, cut = await outlive_client(self.compact(job),
+                                                   lambda task: self._detach(job, task))
+        error = None if finished.cancelled() else finished.exception()
+        if isinstance(error, CompactionFailed):  # for the requests waiting their turn
+            self.turns.of(job.key).failed(error.stage, error.reason)
         if left:
             raise self._left(job, finished)
+        if cut:
+            raise CompactionCut(finished.result() if error is None and not finished.cancelled()
+                                else None)
         return finished.result()
 
     def _detach(self, job: Job, task: asyncio.Task[CompactionEvent]) -> None:
@@ -243,9 +252,9 @@ class Compactor:
             healthy = written.exception() is None
             if healthy:
                 self._completed(job, written.result(), finished, started, outcome.duration_ms)
-            if cancelled:
+            elif cancelled:
                 raise asyncio.CancelledError()
-            return written.result()
+            return written.result()  # written: a cancellation that came meanwhile came too late
         finally:
             self._settle(job, trial, healthy)
 

@@ -19,10 +19,11 @@ T = TypeVar("T")
 
 
 async def outlive_client(work: Coroutine[Any, Any, T], on_leave: Callable[[asyncio.Task[T]], None]
-                         ) -> tuple[asyncio.Task[T], bool]:
-    """Run `work` to its end; returns its finished task and whether the client left meanwhile
-    (`on_leave` is called when it does). The shutdown's cut cancels `work`, and is raised once
-    `work` has ended, unless the client had left: its request ends as a client's anyway."""
+                         ) -> tuple[asyncio.Task[T], bool, bool]:
+    """Run `work` to its end; returns its finished task, whether the client left meanwhile
+    (`on_leave` is called when it does) and whether the shutdown's cut came. The cut cancels
+    `work`; the caller raises it (`is_cut`) once `work` has ended, unless the client had left:
+    its request ends as a client's anyway."""
     task = asyncio.ensure_future(work)
     left = False
     cut: asyncio.CancelledError | None = None
@@ -36,6 +37,4 @@ async def outlive_client(work: Coroutine[Any, Any, T], on_leave: Callable[[async
             elif not left:
                 left = True
                 on_leave(task)
-    if cut is not None and not left:
-        raise cut
-    return task, left
+    return task, left, cut is not None
