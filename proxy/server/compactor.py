@@ -24,10 +24,11 @@ from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
 from proxy.compaction import apply, breaker, restore, summarizer
+from proxy.compaction.budgets import TailCap, restore_budgets, tail_cap
 from proxy.compaction.cutoff import Cutoff, Previous, choose_cutoff
 from proxy.compaction.summarizer import SummaryPlan
 from proxy.compaction.trigger import Thresholds, thresholds
-from proxy.conversation import Api, Entries
+from proxy.conversation import Api, Entries, Kind, leading_instructions
 from proxy.core.sanitize import Policy, sanitize
 from proxy.records import CompactionEvent, ThreadKey
 from proxy.server.breakers import SummarizerBreakers
@@ -202,15 +203,16 @@ class Compactor:
         or BreakerOpen (before anything is logged)."""
         started = time.perf_counter()
         sizes = job.estimator.sizes(job.entries)
+        budgets = restore_budgets(self.settings.compaction.restore, job.thresholds.trigger)
         cutoff = choose_cutoff(job.entries, sizes, job.thresholds,
-                               "full" if job.strategy == "full" else "partial", job.previous)
+                               "full" if job.strategy == "full" else "partial", job.previous,
+                               cap=self._tail_cap(job, budgets, sizes))
         if cutoff is None:
             raise NothingToCompact()
         summary_model, summary_upstream = self.summarizer_of(job.model, job.upstream)
-        restored = restore.collect(job.entries, cutoff,
-                                   restore_budgets(self.settings.compaction.restore,
-                                                   job.thresholds.trigger),
-                                   job.estimator.text_tokens, measure=job.estimator.entry_tokens)
+        restored = restore.collect(job.entries, cutoff, budgets, job.estimator.text_tokens,
+                                   measure=job.estimator.entry_tokens)
+        self._refuse_hopeless(job, cutoff, restored)
         window = self._window(summary_model)
         plan = self._plan(job, cutoff, summary_model, summary_upstream, window)
         trial = self._claim(job)
@@ -248,6 +250,29 @@ class Compactor:
             return written.result()
         finally:
             self._settle(job, trial, healthy)
+
+    def _tail_cap(self, job: Job, budgets: RestoreSettings, sizes: Sequence[int]) -> TailCap:
+        """Room under the trigger for the kept tail once instructions, tools, the longest
+        summary and the restores have theirs (`budgets.tail_cap`)."""
+        entries = job.entries
+        lead = leading_instructions(entries)
+        latest = next((i for i in range(len(entries) - 1, lead - 1, -1)
+                       if entries[i].kind is Kind.USER), -1)
+        return tail_cap(job.thresholds.trigger, job.estimate(entries[:lead]),
+                        job.estimator.margin, self.settings.compaction.summarizer.max_output_tokens,
+                        budgets, latest, sizes[latest] if latest >= 0 else 0)
+
+    def _refuse_hopeless(self, job: Job, cutoff: Cutoff, restored: restore.Restored) -> None:
+        """The post-check's failure before the summarizer is paid, when no summary can pass it
+        (what must stay verbatim is over the trigger already)."""
+        verdict = apply.hopeless(job.entries, job.ids, cutoff, restored, estimate=job.estimate,
+                                 measure=job.estimator.entry_tokens,
+                                 trigger=job.thresholds.trigger, limit=job.thresholds.limit,
+                                 tokens_before=job.tokens_before, strategy=job.strategy,
+                                 model=job.model)
+        if verdict is not None:
+            raise self._failed(job, "post_check", f"{verdict.reason} (known before summarizing: "
+                               "no summary was asked for)", verdict)
 
     def _plan(self, job: Job, cutoff: Cutoff, model: str, upstream: UpstreamSettings,
               window: int) -> SummaryPlan:
@@ -419,16 +444,3 @@ def committed_end(latest: CompactionEvent | None) -> int | None:
 def _describe(exc: BaseException) -> str:
     detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
     return f"{type(exc).__name__}: {detail}"
-
-
-# Restored material may take at most these shares of the trigger: configured budgets are
-# absolute, and a small model's window must still hold the summary and the kept tail.
-_RESTORE_SHARE = 0.15
-_USERS_SHARE = 0.08
-
-
-def restore_budgets(config: RestoreSettings, trigger: int) -> RestoreSettings:
-    total = min(config.total_tokens, int(trigger * _RESTORE_SHARE))
-    return replace(config, total_tokens=total, per_file_tokens=min(config.per_file_tokens, total),
-                   user_messages_tokens=min(config.user_messages_tokens,
-                                            int(trigger * _USERS_SHARE)))
