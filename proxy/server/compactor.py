@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import partial
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
@@ -33,7 +34,7 @@ from proxy.core.sanitize import Policy, sanitize
 from proxy.records import CompactionEvent, ThreadKey
 from proxy.server.breakers import SummarizerBreakers
 from proxy.server.detach import outlive_client
-from proxy.server.summarizer_client import SummaryOutcome, run_summary
+from proxy.server.summarizer_client import SummaryOutcome, run_replanning, too_many_calls
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import RestoreSettings, Settings, UpstreamSettings
 from proxy.store import HistoryFiles, StateStore
@@ -41,7 +42,6 @@ from proxy.store.history import Appended
 from proxy.tokens.estimate import TokenEstimator
 
 T = TypeVar("T")
-_OVERFLOW_REPLANS = 4  # halvings of the summarizer's window when it refuses a step as too long
 
 
 class CompactionFailed(Exception):
@@ -214,7 +214,12 @@ class Compactor:
                                    measure=job.estimator.entry_tokens)
         self._refuse_hopeless(job, cutoff, restored)
         window = self._window(summary_model)
-        plan = self._plan(job, cutoff, summary_model, summary_upstream, window)
+        plan_for = partial(self._plan, job, cutoff, summary_model, summary_upstream)
+        plan = plan_for(window)
+        allowed = self.settings.compaction.summarizer.max_calls
+        if plan.steps > allowed:
+            # Refused before a call: the summarizer did nothing wrong, its breaker is not asked.
+            raise self._failed(job, "summarize", too_many_calls(plan.steps, allowed))
         trial = self._claim(job)
         healthy: bool | None = None
         try:
@@ -223,15 +228,7 @@ class Compactor:
                           summarized_messages=len(cutoff.new_entries),
                           summarizer_calls=plan.steps, summarizer_model=summary_model,
                           forced=job.forced)
-            outcome = await self._summarize(job, plan, summary_upstream)
-            for _ in range(_OVERFLOW_REPLANS):
-                if outcome.text is not None or not outcome.overflow:
-                    break
-                # Its window is smaller than its profile (or the fallback trigger) says.
-                window //= 2
-                self.log.info("summarizer_overflow", **job.who, retry_window=window)
-                plan = self._plan(job, cutoff, summary_model, summary_upstream, window)
-                outcome = await self._summarize(job, plan, summary_upstream)
+            outcome = await self._summarize(job, plan, window, plan_for, summary_upstream)
             healthy = outcome.text is not None
             if outcome.text is None:
                 raise self._failed(job, "summarize", outcome.error)
@@ -300,11 +297,15 @@ class Compactor:
             raise self._failed(job, "post_check", verdict.reason, verdict)
         return finished
 
-    async def _summarize(self, job: Job, plan: SummaryPlan,
+    async def _summarize(self, job: Job, plan: SummaryPlan, window: int,
+                         plan_for: Callable[[int], SummaryPlan],
                          upstream: UpstreamSettings) -> SummaryOutcome:
+        config = self.settings.compaction.summarizer
         try:
-            return await run_summary(plan, upstream, self.client, job.credentials,
-                                     self.settings.compaction.summarizer.timeout_s)
+            return await run_replanning(
+                plan, window, plan_for, config.max_calls,
+                lambda size: self.log.info("summarizer_overflow", **job.who, retry_window=size),
+                upstream, self.client, job.credentials, config.timeout_s)
         except asyncio.CancelledError:
             self._failed(job, "cancelled", "the compaction was cancelled while the summarizer "
                          "worked (the shutdown grace ended); nothing was written", degraded=False)
