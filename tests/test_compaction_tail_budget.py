@@ -91,6 +91,29 @@ def test_the_planned_tail_stays_within_the_cap_unless_it_is_the_minimal_one(
         assert kept <= min(keep, cap.at(cut.index))
 
 
+@given(sessions, st.integers(500, 20_000), st.integers(0, 3_000), st.floats(0.0, 0.2),
+       st.integers(0, 4_096), st.integers(0, 2_000), st.integers(0, 1_000))
+def test_a_planned_tail_and_everything_else_fit_under_the_trigger(
+        case: tuple, trigger: int, fixed: int, margin: float, summary: int, files: int,
+        users: int) -> None:
+    api, leading, plan = case
+    entries = conv(api, session(api, leading, plan))
+    measured = sizes(entries)
+    latest = _latest_user(entries)
+    budgets = restore_budgets(RestoreSettings(total_tokens=files, user_messages_tokens=users),
+                              trigger)
+    cap = tail_cap(trigger, fixed, margin, summary, budgets, latest,
+                   measured[latest] if latest >= 0 else 0)
+    cut = choose_cutoff(entries, measured, _th(keep=trigger, trigger=trigger), PARTIAL, cap=cap)
+    if cut is None or cut.index == _minimal(entries):
+        return  # the minimal tail is kept whatever it costs; the post-check judges it
+    quoted = budgets.user_messages_tokens
+    if 0 <= latest < cut.index:  # summarized, no user message kept raw: restored whole
+        quoted = max(quoted, measured[latest])
+    rest = summary + budgets.total_tokens + quoted + sum(measured[cut.index:])
+    assert fixed + rest * (1 + margin) <= trigger
+
+
 @given(sessions, st.integers(0, 3000), st.integers(0, 3000))
 def test_the_cap_bounds_a_tail_kept_by_messages_too(case: tuple, keep: int,
                                                     cap_tokens: int) -> None:
