@@ -41,6 +41,7 @@ class SummarizerSettings:
     upstream: str | None = None
     max_output_tokens: int = 4096
     timeout_s: float = 120.0
+    max_calls: int = 64  # summarizer calls one compaction may make (chunks and re-plans)
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,7 @@ def _summarizer(r: Reader) -> SummarizerSettings:
         upstream=r.string("upstream", None),
         max_output_tokens=r.integer("max_output_tokens", d.max_output_tokens, 256),
         timeout_s=r.number("timeout_s", d.timeout_s, 1),
+        max_calls=r.integer("max_calls", d.max_calls, 1),
     )
     r.finish()
     return s

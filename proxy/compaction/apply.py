@@ -4,7 +4,8 @@ projection = leading system/developer entries + summary + restored messages + th
 
 `finish` turns a summary into a `CompactionEvent` and its projection, post-checked (restored
 files, then the plan, then an older user message quoted whole beyond its budget, are given up
-when they alone break the limit). `rebuild` is run on every
+when they alone break the limit); `hopeless` tells before the summary is paid for when that
+post-check cannot pass whatever the summary says. `rebuild` is run on every
 later request: it finds the boundary by `cutoff_message_id`, else by `cutoff_index`, checks
 again that the boundary is a safe cut, and checks the digest of the summarized raw prefix: a
 client that edited or branched that part gets None (the stale summary is not applied). So does
@@ -115,15 +116,33 @@ def finish(entries: Sequence[Entry], ids: Sequence[str], cutoff: Cutoff, summary
     raise AssertionError("unreachable: the last restore level always returns")
 
 
+def hopeless(entries: Sequence[Entry], ids: Sequence[str], cutoff: Cutoff, restored: Restored,
+             *, estimate: Estimate, measure: Measure, trigger: int, limit: int,
+             tokens_before: int, strategy: str, model: str) -> Verdict | None:
+    """The post-check's failure, when it is certain before the summarizer is paid: the
+    projection with an empty summary and the least restore `finish` would fall back to is
+    already over `trigger` (a summary only adds to it). None when a summary may still fit."""
+    least = _restore_levels(restored)[-1]
+    event = build_event(entries, ids, cutoff, "", least, strategy=strategy,
+                        tokens_before=tokens_before, created_at=0.0, model=model,
+                        summarizer_model=model)
+    # Measured as if it shrank the context: only its size against the trigger is known yet.
+    done = _checked(entries, cutoff, event, least, estimate, measure, trigger, limit,
+                    against_before=False)
+    return None if done.verdict.ok else done.verdict
+
+
 def _checked(entries: Sequence[Entry], cutoff: Cutoff, event: CompactionEvent,
              restored: Restored, estimate: Estimate, measure: Measure, trigger: int,
-             limit: int) -> Finished:
+             limit: int, *, against_before: bool = True) -> Finished:
+    """`against_before` False: whether it shrank the context is not asked (`hopeless`)."""
     projection = project(entries, cutoff.lead, cutoff.index, event)
     after = estimate(projection)
     made = projection[cutoff.lead:cutoff.lead + 1 + len(restored.messages)]
     summary_tokens, restore_tokens = measure(made[0]), sum(measure(e) for e in made[1:])
+    before = event.tokens_before if against_before else after + 1
     verdict = postcheck.check_projection(
-        tokens_before=event.tokens_before, tokens_after=after, trigger=trigger, limit=limit,
+        tokens_before=before, tokens_after=after, trigger=trigger, limit=limit,
         summary_tokens=summary_tokens, restore_tokens=restore_tokens,
         tail_sizes=[measure(e) for e in entries[cutoff.index:]], restored=restored.what)
     if not verdict.ok:

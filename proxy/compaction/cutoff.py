@@ -15,15 +15,20 @@ latest user message, the user's corrections) comes back through `restore`, which
 carries the latest summarized user message. Keeping the whole current tool loop instead would
 defeat `full` for agents that run hundreds of calls after one user message.
 
+The tail is also held to a cap in tokens (`budgets.tail_cap`: what the trigger leaves once the
+instructions, tools, summary and restores have their room), by tokens or by messages alike.
+
 Re-compaction never moves the cut backwards: it summarizes the previous summary plus the raw
 entries from the previous cut to the new one.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from proxy.compaction.budgets import TailCap
 from proxy.compaction.trigger import Thresholds
 from proxy.conversation import Entry, leading_instructions
 from proxy.core.boundary import cut_at_or_after, cut_at_or_before, safe_cuts
@@ -59,8 +64,10 @@ class Cutoff:
 
 
 def choose_cutoff(entries: Sequence[Entry], sizes: Sequence[int], th: Thresholds,
-                  strategy: str = PARTIAL, previous: Previous | None = None) -> Cutoff | None:
-    """The cut, or None when there is nothing new to summarize."""
+                  strategy: str = PARTIAL, previous: Previous | None = None,
+                  cap: TailCap | None = None) -> Cutoff | None:
+    """The cut, or None when there is nothing new to summarize. `cap` (`budgets.tail_cap`)
+    bounds the kept tail's tokens beside the keep budget; never below the minimal tail."""
     n = len(entries)
     lead = leading_instructions(entries)
     start = max(lead, previous.cut if previous is not None else lead)
@@ -68,7 +75,7 @@ def choose_cutoff(entries: Sequence[Entry], sizes: Sequence[int], th: Thresholds
     minimal = cut_at_or_before(flags, n - 1, start + 1) if n > start + 1 else None
     if minimal is None:
         return None
-    cut = minimal if strategy == FULL else _partial_cut(flags, sizes, th, lead, minimal)
+    cut = minimal if strategy == FULL else _partial_cut(flags, sizes, th, lead, minimal, cap)
     if cut <= start:
         return None
     return Cutoff(cut, lead, start, strategy,
@@ -76,19 +83,21 @@ def choose_cutoff(entries: Sequence[Entry], sizes: Sequence[int], th: Thresholds
 
 
 def _partial_cut(flags: Sequence[bool], sizes: Sequence[int], th: Thresholds, lead: int,
-                 minimal: int) -> int:
-    wanted = _budget_start(sizes, th, lead)
+                 minimal: int, cap: TailCap | None) -> int:
+    wanted = _budget_start(sizes, th, lead, cap)
     snapped = cut_at_or_after(flags, wanted)
     return minimal if snapped is None else min(snapped, minimal)
 
 
-def _budget_start(sizes: Sequence[int], th: Thresholds, lead: int) -> int:
-    """The earliest index whose tail fits the keep budget."""
+def _budget_start(sizes: Sequence[int], th: Thresholds, lead: int, cap: TailCap | None) -> int:
+    """The earliest index whose tail fits the keep budget and the cap."""
     n = len(sizes)
-    if th.keep_tokens is None:
-        return max(lead, n - (th.keep_messages or 0))
+    earliest = lead if th.keep_tokens is not None else max(lead, n - (th.keep_messages or 0))
+    if th.keep_tokens is None and cap is None:
+        return earliest
+    keep = th.keep_tokens if th.keep_tokens is not None else math.inf
     tail, i = 0, n
-    while i > lead and tail + sizes[i - 1] <= th.keep_tokens:
+    while i > earliest and tail + sizes[i - 1] <= min(keep, cap.at(i - 1) if cap else keep):
         tail += sizes[i - 1]
         i -= 1
     return i

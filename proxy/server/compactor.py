@@ -19,20 +19,23 @@ import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import partial
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
 from proxy.compaction import apply, breaker, restore, summarizer
+from proxy.compaction.budgets import TailCap, restore_budgets, tail_cap
 from proxy.compaction.cutoff import Cutoff, Previous, choose_cutoff
 from proxy.compaction.summarizer import SummaryPlan
 from proxy.compaction.trigger import Thresholds, thresholds
-from proxy.conversation import Api, Entries
+from proxy.conversation import Api, Entries, Kind, leading_instructions
 from proxy.core.sanitize import Policy, sanitize
 from proxy.records import CompactionEvent, ThreadKey
 from proxy.server.breakers import SummarizerBreakers
+from proxy.server.compaction_errors import (BreakerOpen, ClientLeft, CompactionCut,
+                                           CompactionFailed, NothingToCompact)
 from proxy.server.detach import outlive_client
-from proxy.server.drain import CUT
-from proxy.server.summarizer_client import SummaryOutcome, run_summary
+from proxy.server.summarizer_client import SummaryOutcome, run_replanning, too_many_calls
 from proxy.server.turns import ThreadTurns
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import RestoreSettings, Settings, UpstreamSettings
@@ -41,47 +44,6 @@ from proxy.store.history import Appended
 from proxy.tokens.estimate import TokenEstimator
 
 T = TypeVar("T")
-_OVERFLOW_REPLANS = 4  # halvings of the summarizer's window when it refuses a step as too long
-
-
-class CompactionFailed(Exception):
-    def __init__(self, stage: str, reason: str) -> None:
-        super().__init__(f"{stage}: {reason}")
-        self.stage = stage
-        self.reason = reason
-
-
-class NothingToCompact(Exception):
-    """No safe cutoff leaves anything new to summarize."""
-
-
-class ClientLeft(asyncio.CancelledError):
-    """The client went away while its compaction ran; raised once that compaction, which went
-    on without it, has ended. A cancellation: the request ends as one its client cancelled."""
-
-    def __init__(self, event: CompactionEvent | None, stage: str | None) -> None:
-        super().__init__("the client went away; its compaction ran on")
-        self.event = event  # the checkpoint written, if any
-        self.stage = stage  # the stage that failed, if one did
-
-
-class CompactionCut(asyncio.CancelledError):
-    """The shutdown's cut reached a compaction whose client was still there; raised once that
-    compaction has ended. `event`: the checkpoint written all the same (the cut came while it
-    was being written, which completes), else None."""
-
-    def __init__(self, event: CompactionEvent | None) -> None:
-        super().__init__(CUT)  # the drain's own cut, as `is_cut` knows it
-        self.event = event
-
-
-class BreakerOpen(Exception):
-    """The summarizer's breaker refused this attempt (it opened, or a trial began, while the
-    request waited for the thread's lock)."""
-
-    def __init__(self, blocked: breaker.Blocked) -> None:
-        super().__init__(blocked.reason)
-        self.blocked = blocked
 
 
 @dataclass(frozen=True)
@@ -211,17 +173,23 @@ class Compactor:
         or BreakerOpen (before anything is logged)."""
         started = time.perf_counter()
         sizes = job.estimator.sizes(job.entries)
+        budgets = restore_budgets(self.settings.compaction.restore, job.thresholds.trigger)
         cutoff = choose_cutoff(job.entries, sizes, job.thresholds,
-                               "full" if job.strategy == "full" else "partial", job.previous)
+                               "full" if job.strategy == "full" else "partial", job.previous,
+                               cap=self._tail_cap(job, budgets, sizes))
         if cutoff is None:
             raise NothingToCompact()
         summary_model, summary_upstream = self.summarizer_of(job.model, job.upstream)
-        restored = restore.collect(job.entries, cutoff,
-                                   restore_budgets(self.settings.compaction.restore,
-                                                   job.thresholds.trigger),
-                                   job.estimator.text_tokens, measure=job.estimator.entry_tokens)
+        restored = restore.collect(job.entries, cutoff, budgets, job.estimator.text_tokens,
+                                   measure=job.estimator.entry_tokens)
+        self._refuse_hopeless(job, cutoff, restored)
         window = self._window(summary_model)
-        plan = self._plan(job, cutoff, summary_model, summary_upstream, window)
+        plan_for = partial(self._plan, job, cutoff, summary_model, summary_upstream)
+        plan = plan_for(window)
+        allowed = self.settings.compaction.summarizer.max_calls
+        if plan.steps > allowed:
+            # Refused before a call: the summarizer did nothing wrong, its breaker is not asked.
+            raise self._failed(job, "summarize", too_many_calls(plan.steps, allowed))
         trial = self._claim(job)
         healthy: bool | None = None
         try:
@@ -230,15 +198,7 @@ class Compactor:
                           summarized_messages=len(cutoff.new_entries),
                           summarizer_calls=plan.steps, summarizer_model=summary_model,
                           forced=job.forced)
-            outcome = await self._summarize(job, plan, summary_upstream)
-            for _ in range(_OVERFLOW_REPLANS):
-                if outcome.text is not None or not outcome.overflow:
-                    break
-                # Its window is smaller than its profile (or the fallback trigger) says.
-                window //= 2
-                self.log.info("summarizer_overflow", **job.who, retry_window=window)
-                plan = self._plan(job, cutoff, summary_model, summary_upstream, window)
-                outcome = await self._summarize(job, plan, summary_upstream)
+            outcome = await self._summarize(job, plan, window, plan_for, summary_upstream)
             healthy = outcome.text is not None
             if outcome.text is None:
                 raise self._failed(job, "summarize", outcome.error)
@@ -257,6 +217,29 @@ class Compactor:
             return written.result()  # written: a cancellation that came meanwhile came too late
         finally:
             self._settle(job, trial, healthy)
+
+    def _tail_cap(self, job: Job, budgets: RestoreSettings, sizes: Sequence[int]) -> TailCap:
+        """Room under the trigger for the kept tail once instructions, tools, the longest
+        summary and the restores have theirs (`budgets.tail_cap`)."""
+        entries = job.entries
+        lead = leading_instructions(entries)
+        latest = next((i for i in range(len(entries) - 1, lead - 1, -1)
+                       if entries[i].kind is Kind.USER), -1)
+        return tail_cap(job.thresholds.trigger, job.estimate(entries[:lead]),
+                        job.estimator.margin, self.settings.compaction.summarizer.max_output_tokens,
+                        budgets, latest, sizes[latest] if latest >= 0 else 0)
+
+    def _refuse_hopeless(self, job: Job, cutoff: Cutoff, restored: restore.Restored) -> None:
+        """The post-check's failure before the summarizer is paid, when no summary can pass it
+        (what must stay verbatim is over the trigger already)."""
+        verdict = apply.hopeless(job.entries, job.ids, cutoff, restored, estimate=job.estimate,
+                                 measure=job.estimator.entry_tokens,
+                                 trigger=job.thresholds.trigger, limit=job.thresholds.limit,
+                                 tokens_before=job.tokens_before, strategy=job.strategy,
+                                 model=job.model)
+        if verdict is not None:
+            raise self._failed(job, "post_check", f"{verdict.reason} (known before summarizing: "
+                               "no summary was asked for)", verdict)
 
     def _plan(self, job: Job, cutoff: Cutoff, model: str, upstream: UpstreamSettings,
               window: int) -> SummaryPlan:
@@ -284,11 +267,15 @@ class Compactor:
             raise self._failed(job, "post_check", verdict.reason, verdict)
         return finished
 
-    async def _summarize(self, job: Job, plan: SummaryPlan,
+    async def _summarize(self, job: Job, plan: SummaryPlan, window: int,
+                         plan_for: Callable[[int], SummaryPlan],
                          upstream: UpstreamSettings) -> SummaryOutcome:
+        config = self.settings.compaction.summarizer
         try:
-            return await run_summary(plan, upstream, self.client, job.credentials,
-                                     self.settings.compaction.summarizer.timeout_s)
+            return await run_replanning(
+                plan, window, plan_for, config.max_calls,
+                lambda size: self.log.info("summarizer_overflow", **job.who, retry_window=size),
+                upstream, self.client, job.credentials, config.timeout_s)
         except asyncio.CancelledError:
             self._failed(job, "cancelled", "the compaction was cancelled while the summarizer "
                          "worked (the shutdown grace ended); nothing was written", degraded=False)
@@ -428,16 +415,3 @@ def committed_end(latest: CompactionEvent | None) -> int | None:
 def _describe(exc: BaseException) -> str:
     detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
     return f"{type(exc).__name__}: {detail}"
-
-
-# Restored material may take at most these shares of the trigger: configured budgets are
-# absolute, and a small model's window must still hold the summary and the kept tail.
-_RESTORE_SHARE = 0.15
-_USERS_SHARE = 0.08
-
-
-def restore_budgets(config: RestoreSettings, trigger: int) -> RestoreSettings:
-    total = min(config.total_tokens, int(trigger * _RESTORE_SHARE))
-    return replace(config, total_tokens=total, per_file_tokens=min(config.per_file_tokens, total),
-                   user_messages_tokens=min(config.user_messages_tokens,
-                                            int(trigger * _USERS_SHARE)))

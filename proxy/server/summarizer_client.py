@@ -3,13 +3,16 @@
 Each step is a plain, non-streaming request to the summarizer's upstream (chat completions or
 Responses, as `upstreams.<name>.api` says), authorized with the upstream's own key or else the
 client's credential, and nothing else of the client's: no thread headers, no cache keys.
+
+`run_replanning` re-plans a summary in halves of the summarizer's window when it refuses a step
+as too long, within a bound on the calls of one compaction (`summarizer.max_calls`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from proxy import jsonio
@@ -25,6 +28,7 @@ from proxy.server.upstream import UpstreamClient, read_body
 from proxy.settings import UpstreamSettings
 
 _PATHS = {Api.CHAT: "/chat/completions", Api.RESPONSES: "/responses"}
+_OVERFLOW_REPLANS = 4  # halvings of the summarizer's window when it refuses a step as too long
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,35 @@ async def run_summary(plan: SummaryPlan, upstream: UpstreamSettings, client: Ups
         output_tokens += reply.output_tokens or 0
     return SummaryOutcome(carried, calls=plan.steps, output_tokens=output_tokens,
                           duration_ms=_ms(started))
+
+
+async def run_replanning(plan: SummaryPlan, window: int, plan_for: Callable[[int], SummaryPlan],
+                         max_calls: int, replanned: Callable[[int], None],
+                         upstream: UpstreamSettings, client: UpstreamClient,
+                         credentials: Mapping[str, str], timeout_s: float) -> SummaryOutcome:
+    """`run_summary` of `plan` (made for `window`); when a step is refused as too long, again
+    with the plan `plan_for` makes for half the window (`replanned` is told), unless that would
+    take the calls past `max_calls`: then it fails as it is, and the error says so."""
+    outcome = await run_summary(plan, upstream, client, credentials, timeout_s)
+    calls = outcome.calls
+    for _ in range(_OVERFLOW_REPLANS):
+        if outcome.text is not None or not outcome.overflow:
+            break
+        # Its window is smaller than its profile (or the fallback trigger) says.
+        window //= 2
+        plan = plan_for(window)
+        if calls + plan.steps > max_calls:
+            return replace(outcome, calls=calls, error=f"{outcome.error}; a re-plan for a "
+                           f"smaller window: {too_many_calls(calls + plan.steps, max_calls)}")
+        replanned(window)
+        outcome = await run_summary(plan, upstream, client, credentials, timeout_s)
+        calls += outcome.calls
+    return replace(outcome, calls=calls)
+
+
+def too_many_calls(needed: int, allowed: int) -> str:
+    return (f"the summary would take {needed} summarizer calls, more than "
+            f"compaction.summarizer.max_calls ({allowed}) allows")
 
 
 async def _post(client: UpstreamClient, upstream: UpstreamSettings, api: Api,

@@ -1,0 +1,53 @@
+"""How one compaction can end other than with its checkpoint: the values the pipeline acts on.
+
+`proxy/server/compactor.py` raises them; `proxy/server/compaction_flow.py` turns each into what
+the client gets (forwarded with the cheap stages, a 503, a 400, the request ended as cancelled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from proxy.compaction import breaker
+from proxy.records import CompactionEvent
+from proxy.server.drain import CUT
+
+
+class CompactionFailed(Exception):
+    def __init__(self, stage: str, reason: str) -> None:
+        super().__init__(f"{stage}: {reason}")
+        self.stage = stage
+        self.reason = reason
+
+
+class NothingToCompact(Exception):
+    """No safe cutoff leaves anything new to summarize."""
+
+
+class ClientLeft(asyncio.CancelledError):
+    """The client went away while its compaction ran; raised once that compaction, which went
+    on without it, has ended. A cancellation: the request ends as one its client cancelled."""
+
+    def __init__(self, event: CompactionEvent | None, stage: str | None) -> None:
+        super().__init__("the client went away; its compaction ran on")
+        self.event = event  # the checkpoint written, if any
+        self.stage = stage  # the stage that failed, if one did
+
+
+class CompactionCut(asyncio.CancelledError):
+    """The shutdown's cut reached a compaction whose client was still there; raised once that
+    compaction has ended. `event`: the checkpoint written all the same (the cut came while it
+    was being written, which completes), else None."""
+
+    def __init__(self, event: CompactionEvent | None) -> None:
+        super().__init__(CUT)  # the drain's own cut, as `is_cut` knows it
+        self.event = event
+
+
+class BreakerOpen(Exception):
+    """The summarizer's breaker refused this attempt (it opened, or a trial began, while the
+    request waited for the thread's lock)."""
+
+    def __init__(self, blocked: breaker.Blocked) -> None:
+        super().__init__(blocked.reason)
+        self.blocked = blocked
