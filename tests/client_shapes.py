@@ -32,6 +32,11 @@ from tests.conftest import API_KEY
 
 Wire = dict[str, Any]
 EPHEMERAL = {"type": "ephemeral"}
+# Not a fault: a summarized latest user message comes back verbatim after the summary (SPEC §5).
+RESTORED = "latest user message restored (it was summarized)"
+# Provider-private reasoning fields: the sanitizer's business (SPEC §7), not transparency's.
+PRIVATE = ("reasoning_content", "reasoning", "reasoning_details", "thinking_blocks",
+           "reasoning_items", "provider_specific_fields")
 
 
 def _text_parts(text: str) -> list[Wire]:
@@ -161,7 +166,7 @@ def chat_anomalies(sent: bytes, received: bytes, dialect: str = "openai") -> lis
         if not any(words in _text(orjson.loads(e).get("content")) for e in model):
             problems.append("latest user message neither sent nor restored")
         else:
-            problems.append("latest user message restored (it was summarized)")
+            problems.append(RESTORED)
     if received == sent:
         return problems
     originals = {_key(orjson.loads(e)): orjson.loads(e) for e in client}
@@ -172,9 +177,7 @@ def chat_anomalies(sent: bytes, received: bytes, dialect: str = "openai") -> lis
         original = originals.get(_key(message)) if _key(message) is not None else None
         if original is None:
             continue  # made by the proxy (summary, restored, collapse record, cancelled result)
-        for name in original.keys() - {"content", "tool_calls", "function_call",
-                                       "reasoning_content", "thinking_blocks",
-                                       "provider_specific_fields"}:
+        for name in original.keys() - {"content", "tool_calls", "function_call", *PRIVATE}:
             if message.get(name) != original[name]:
                 problems.append(f"field {name!r} of a kept message changed: {message.get(name)!r}")
         if isinstance(original.get("content"), list) and not isinstance(message.get("content"), list):
