@@ -67,10 +67,11 @@ def litellm_session(n: int, seed: int = 11) -> list[Wire]:
     return out
 
 
-def with_moving_markers(messages: Sequence[Wire]) -> list[Wire]:
+def with_moving_markers(messages: Sequence[Wire], roles: tuple[str, ...] = ("user",)) -> list[Wire]:
     """Cline's Anthropic caching through OpenAI format: the last part of the last two user
-    messages carries `cache_control`; older user messages lose it as the thread grows."""
-    users = [i for i, m in enumerate(messages) if m["role"] == "user"][-2:]
+    messages carries `cache_control`; older user messages lose it as the thread grows.
+    OpenHands marks its newest tool results the same way (`roles`)."""
+    users = [i for i, m in enumerate(messages) if m["role"] in roles][-2:]
     out = list(messages)
     for i in users:
         parts = [dict(p) for p in out[i]["content"]]
@@ -170,10 +171,14 @@ def chat_anomalies(sent: bytes, received: bytes, dialect: str = "openai") -> lis
     if received == sent:
         return problems
     originals = {_key(orjson.loads(e)): orjson.loads(e) for e in client}
+    said = {(m["role"], _text(m.get("content"))) for m in map(orjson.loads, client)
+            if m["role"] in ("user", "system", "assistant") and _key(m) is None}
     for element in model:
         if element in client:
             continue
         message = orjson.loads(element)
+        if (message.get("role"), _text(message.get("content"))) in said:
+            problems.append(f"a {message['role']} message went up re-serialized")
         original = originals.get(_key(message)) if _key(message) is not None else None
         if original is None:
             continue  # made by the proxy (summary, restored, collapse record, cancelled result)
