@@ -1,16 +1,18 @@
 """Sessions in the request shapes of real agent clients, and what every upstream request of
 them must still be (SPEC §4, §5, §11).
 
-The shapes, from the clients' public types and docs (uncertain details are noted where built):
+The shapes, from LiteLLM's message types (PROTOCOL.md §4.7) and the clients as remembered
+[MEM: where each client puts its markers and names is not from a recorded trace]:
 - LiteLLM-fronted agents (OpenHands, Cline): content as part lists with Anthropic-style
-  `cache_control` markers that move to the newest user messages each turn, `name` on messages,
-  assistant `content: null` beside `tool_calls`, `reasoning_content` and `thinking_blocks`
-  (PROTOCOL.md §4.7), tool results as part lists; or the legacy `functions` / `function_call`
-  form with `role: "function"` results.
-- Aider / Continue: a long system prompt, a repo map in user messages, no tools, `stop`.
+  `cache_control` markers that move to the newest user messages (and tool results) each turn,
+  `name` on messages, assistant `content: null` beside `tool_calls`, `reasoning_content`,
+  signed `thinking_blocks` and `provider_specific_fields`, tool results as part lists;
+- the legacy `functions` / `function_call` form with `role: "function"` results.
+Aider: `aider_shapes`; Codex on the Responses API: `codex_shapes`.
 
-A driver replays a session prefix by prefix as the client would send it, the fake upstream
-answering each turn with the session's next assistant message.
+`replay` sends a session prefix by prefix as the client would, the fake upstream answering each
+turn with the session's next assistant message; `send_turns` posts bodies a client rebuilt.
+`chat_anomalies` lists what is wrong with one upstream request against the client's.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import orjson
 
 from proxy.jsonspan import locate_array
 from proxy.testing.fake_upstream import FakeUpstream
-from proxy.testing.replies import Reply, call
+from proxy.testing.replies import Reply
 from proxy.testing.rules import check_chat
 from proxy.testing.sessions import coding_session
 from proxy.testing.summarizer import is_summarizer_request
@@ -106,6 +108,8 @@ FUNCTIONS = [{"name": name, "description": f"{name} tool",
 
 
 def reply_for(message: Wire) -> Reply:
+    # The fake renders no legacy `function_call`: its answer is text, and the client's own
+    # message (with the call) is what the next request carries.
     if message.get("function_call"):
         fc = message["function_call"]
         return Reply.text(message.get("content") or f"calling {fc['name']}")
@@ -171,14 +175,16 @@ def chat_anomalies(sent: bytes, received: bytes, dialect: str = "openai") -> lis
     if received == sent:
         return problems
     originals = {_key(orjson.loads(e)): orjson.loads(e) for e in client}
-    said = {(m["role"], _text(m.get("content"))) for m in map(orjson.loads, client)
+    said = {(m["role"], _text(m.get("content"))): _public(m) for m in map(orjson.loads, client)
             if m["role"] in ("user", "system", "assistant") and _key(m) is None}
     for element in model:
         if element in client:
             continue
         message = orjson.loads(element)
-        if (message.get("role"), _text(message.get("content"))) in said:
-            problems.append(f"a {message['role']} message went up re-serialized")
+        original = said.get((message.get("role"), _text(message.get("content"))))
+        # Only the sanitizer touches a kept message, and only an assistant's private fields.
+        if original is not None and (message["role"] != "assistant" or original != _public(message)):
+            problems.append(f"a {message['role']} message went up changed")
         original = originals.get(_key(message)) if _key(message) is not None else None
         if original is None:
             continue  # made by the proxy (summary, restored, collapse record, cancelled result)
@@ -203,6 +209,10 @@ def _key(message: Wire) -> Any:
     if calls:
         return ("calls", tuple(c.get("id") for c in calls))
     return None
+
+
+def _public(message: Wire) -> Wire:
+    return {k: v for k, v in message.items() if k not in PRIVATE}
 
 
 def _text(content: Any) -> str:
