@@ -97,3 +97,39 @@ def test_markers_moved_every_turn_do_not_hide_upstreams_count(loop_thread, make_
     moving = _counted_more(loop_thread, make_proxy, _markers)
     assert moving == _counted_more(loop_thread, make_proxy, list)
     assert moving[2] <= 10
+
+
+def _with_freeform_patches(messages: list[dict]) -> list[dict]:
+    """Edits as calls of a freeform `custom` tool (OpenAI chat's `type: "custom"` calls)."""
+    out = []
+    for m in messages:
+        calls = m.get("tool_calls")
+        if m["role"] == "assistant" and calls:
+            calls = [{"id": c["id"], "type": "custom", "custom": {
+                "name": "apply_patch", "input": f"*** Begin Patch\n{c['function']['arguments']}\n*** End Patch"}}
+                if c["function"]["name"] in ("edit_file", "write_file") else c for c in calls]
+            m = {**m, "tool_calls": calls}
+        out.append(m)
+    return out
+
+
+def test_freeform_calls_keep_their_own_shape_when_cut_and_compacted(make_fake, make_proxy) -> None:
+    fake = make_fake(limits={"small-*": LIMIT})
+    FakeSummarizer.install(fake)
+    proxy = make_proxy(fake, models={"small-*": {"max_input_tokens": LIMIT}})
+
+    run = replay(proxy.base_url, fake, _with_freeform_patches(litellm_session(240)), "freeform",
+                 shape=_markers)
+
+    assert len(proxy.logs.events("compaction_completed")) >= 3
+    assert _problems(run) == Counter()
+    cut = 0
+    for sent, received in zip(run.sent, run.upstream, strict=True):
+        theirs = {c["id"]: c for m in orjson.loads(sent)["messages"] for c in m.get("tool_calls") or ()}
+        for message in orjson.loads(received)["messages"]:
+            for c in message.get("tool_calls") or ():
+                if c["type"] == "custom" and c != theirs[c["id"]]:
+                    assert set(c) == {"id", "type", "custom"} and set(c["custom"]) == {"name", "input"}
+                    assert c["custom"]["input"].startswith("*** Begin Patch") and "chars cut" in c["custom"]["input"]
+                    cut += 1
+    assert cut, "old patches were cut by the truncate stage"
