@@ -89,7 +89,9 @@ Entries = tuple[Entry, ...]
 # them. A marker's value is a flat object (`{"type": "ephemeral", "ttl": "1h"}`) or null; a
 # quote inside a JSON string is escaped, so text that mentions the key never matches.
 _CACHE_MARKER = b'"cache_control"'
-_MARKER_AFTER = re.compile(rb'\s*,\s*"cache_control"\s*:\s*(?:\{[^{}]*\}|null)')
+# Each pattern starts at a literal, so a long run of whitespace is scanned once, not once per
+# position in it (a hostile body must not make this quadratic).
+_MARKER_AFTER = re.compile(rb',\s*"cache_control"\s*:\s*(?:\{[^{}]*\}|null)')
 _MARKER_FIRST = re.compile(rb'"cache_control"\s*:\s*(?:\{[^{}]*\}|null)\s*,?\s*')
 
 

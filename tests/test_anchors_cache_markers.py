@@ -9,6 +9,7 @@ which undercounts a model it has no tokenizer for."""
 from __future__ import annotations
 
 import json
+import time
 
 from proxy.anchors import estimate, make_anchor, projection_digest, response_entries
 from proxy.conversation import Api, without_cache_markers
@@ -54,3 +55,12 @@ def test_markers_are_cut_wherever_they_sit_and_text_that_names_them_is_not() -> 
     assert without_cache_markers(compact) == b'{"type":"text","text":"x"}'
     quoted = json.dumps({"text": 'set "cache_control": {"type": "ephemeral"}'}).encode()
     assert without_cache_markers(quoted) == quoted
+
+
+def test_a_hostile_run_of_whitespace_is_cut_in_linear_time() -> None:
+    text = b" " * 400_000
+    data = b'[{"text": "' + text + b'"}, ' + text + b'"cache_control" ' + text + b': {"type": "ephemeral"}]'
+    started = time.perf_counter()
+    cut = without_cache_markers(data)
+    assert time.perf_counter() - started < 1.0
+    assert cut == b'[{"text": "' + text + b'"}]'
