@@ -34,10 +34,11 @@ class AnchoredEstimate(NamedTuple):
 
 
 def projection_digest(entries: Iterable[Entry], context: bytes = b"") -> str:
-    """A digest of `context` and of each entry's bytes.
+    """A digest of `context` and of each entry's bytes, prompt-cache markers left out.
 
     Each entry enters by the 16-byte blake2b of its bytes, which for an untouched entry is its
-    `key`, already computed: a steady request hashes a few bytes per entry, not the whole body.
+    `anchor_key`, already computed: a steady request hashes a few bytes per entry, not the
+    whole body.
     The context's part is hashed once per distinct context (see `_CONTEXT_HASHES`).
     """
     h = _CONTEXT_HASHES[context].copy()
@@ -51,7 +52,8 @@ def projection_digest(entries: Iterable[Entry], context: bytes = b"") -> str:
     return h.hexdigest()
 
 
-_KEY = attrgetter("key")
+# Not the bytes' own digest: a prompt-cache marker moved by the client changes no count.
+_KEY = attrgetter("anchor_key")
 
 
 def _context_hash(context: bytes) -> Any:
@@ -68,8 +70,8 @@ _CONTEXT_HASHES: Memo[bytes, Any] = Memo(_context_hash, max_entries=16, max_char
 
 
 def _entry_digest(entry: Entry) -> bytes:
-    if entry.key is not None:
-        return entry.key
+    if entry.anchor_key is not None:
+        return entry.anchor_key
     return hashlib.blake2b(entry.to_bytes(), digest_size=16).digest()
 
 

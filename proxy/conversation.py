@@ -15,6 +15,7 @@ Responses: each `function_call` / `custom_tool_call` / `*_call` item is a CALL e
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -60,11 +61,18 @@ class Entry:
     # Values derived from this entry (token counts, digests), kept on it so a reused entry
     # costs an attribute read instead of a cache lookup. Never part of what the entry says.
     memo: dict[Any, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
+    # `key`, or for client bytes with prompt-cache markers, the digest of the bytes without
+    # them: what usage anchors compare (`anchors.projection_digest`).
+    anchor_key: bytes | None = field(default=None, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # A digest of the client's bytes: the cache key for everything derived from an element.
         if self.source is not None and self.key is None:
             object.__setattr__(self, "key", hashlib.blake2b(self.source, digest_size=16).digest())
+        anchor_key = self.key
+        if self.source is not None and _CACHE_MARKER in self.source:
+            anchor_key = hashlib.blake2b(without_cache_markers(self.source), digest_size=16).digest()
+        object.__setattr__(self, "anchor_key", anchor_key)
 
     @property
     def untouched(self) -> bool:
@@ -75,6 +83,22 @@ class Entry:
 
 
 Entries = tuple[Entry, ...]
+
+# Anthropic-style prompt-cache breakpoints that clients (Cline, OpenHands through LiteLLM or
+# OpenRouter) move to their newest messages every turn. Not content: no token is counted for
+# them. A marker's value is a flat object (`{"type": "ephemeral", "ttl": "1h"}`) or null; a
+# quote inside a JSON string is escaped, so text that mentions the key never matches.
+_CACHE_MARKER = b'"cache_control"'
+# Each pattern starts at a literal, so a long run of whitespace is scanned once, not once per
+# position in it (a hostile body must not make this quadratic).
+_MARKER_AFTER = re.compile(rb',\s*"cache_control"\s*:\s*(?:\{[^{}]*\}|null)')
+_MARKER_FIRST = re.compile(rb'"cache_control"\s*:\s*(?:\{[^{}]*\}|null)\s*,?\s*')
+
+
+def without_cache_markers(data: bytes) -> bytes:
+    """`data` with every `cache_control` key and value cut out, as the same client would have
+    written the element without them."""
+    return _MARKER_FIRST.sub(b"", _MARKER_AFTER.sub(b"", data))
 
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
 # Responses outputs whose `output` is not text (see `takes_text_output`). This and the tuple

@@ -83,17 +83,25 @@ def _render(entry: Entry, names: dict[str, str]) -> str:
         return f"[result of tool {name} (call {entry.answers})]\n{_visible(entry)}"
     if kind is Kind.REASONING:
         return ""
+    if entry.api is Api.CHAT and entry.role == "function":  # the deprecated result form
+        return f"[result of tool {entry.raw.get('name')}]\n{_visible(entry)}"
     return _render_other(entry)
 
 
 def _render_assistant(entry: Entry) -> str:
     lines = []
-    if entry.kind is Kind.ASSISTANT and (content_text(entry) or not entry.calls):
+    legacy = entry.raw.get("function_call") if entry.api is Api.CHAT else None
+    if not isinstance(legacy, dict):
+        legacy = None
+    if entry.kind is Kind.ASSISTANT and (content_text(entry) or not (entry.calls or legacy)):
         lines.append(f"[assistant]\n{_visible(entry)}")
     for call in entry.calls:
         what = "input" if call.custom else "arguments"
         lines.append(f"[assistant called tool {call.name} (call {call.id}) with {what}]\n"
                      f"{call.arguments}")
+    if legacy is not None:  # the deprecated single call, answered by a `function` message
+        lines.append(f"[assistant called tool {legacy.get('name')} with arguments]\n"
+                     f"{legacy.get('arguments')}")
     return "\n".join(lines)
 
 

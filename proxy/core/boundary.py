@@ -2,7 +2,9 @@
 
 A cut `b` splits the list into `entries[:b]` and `entries[b:]`. It is safe when it splits
 nothing the providers pair up:
-- `entries[b]` is not a tool result (the kept part never starts with one);
+- `entries[b]` is not a tool result (the kept part never starts with one), nor a chat
+  `role: "function"` message, the deprecated form of one (it answers the `function_call` of
+  the assistant message right before it);
 - `entries[b-1]` is not a Responses `reasoning` item (it stays directly before what it produced);
 - no call made before `b` is answered at or after `b`;
 - the consecutive items one Responses step produced (its message and parallel calls) stay on
@@ -25,7 +27,9 @@ def safe_cuts(entries: Sequence[Entry]) -> list[bool]:
     """`safe[b]` for every cut `b` in `0..len(entries)`."""
     # The rules of one or two entries are read in C: a long thread has hundreds of cuts.
     kinds = list(map(_KIND, entries))
-    no_result = chain(map(is_not, kinds, repeat(RESULT)), (True,))  # the kept part's first
+    no_result = [*map(is_not, kinds, repeat(RESULT)), True]  # the kept part's first
+    for i in compress(count(), map(is_, kinds, repeat(OTHER))):
+        no_result[i] = not is_legacy_result(entries[i])
     no_reasoning = chain((True,), map(is_not, kinds, repeat(REASONING)))  # what it produced
     closed = map(not_, _open_call_spans(entries))
     safe = list(map(and_, map(and_, closed, no_result), no_reasoning))
@@ -38,6 +42,10 @@ def safe_cuts(entries: Sequence[Entry]) -> list[bool]:
 
 
 _KIND, _API = attrgetter("kind"), attrgetter("api")
+
+
+def is_legacy_result(entry: Entry) -> bool:
+    return entry.api is Api.CHAT and entry.role == "function"
 
 
 def _produced(entries: Sequence[Entry], kinds: list[Kind], apis: list[Api]) -> list[bool]:

@@ -36,6 +36,7 @@ from proxy.reparse import Known, known_of, reparse
 from proxy.server import manual_answer
 from proxy.server.compaction_flow import CompactionFlow
 from proxy.server.compactor import Compactor
+from proxy.server.loop_demands import LoopDemands
 from proxy.server.prepared import Attempt, Prepared
 from proxy.server.relay import StreamTap
 from proxy.server.request_line import RequestLine
@@ -82,6 +83,7 @@ class Pipeline:
         self.compactor = Compactor(settings, client or UpstreamClient(1), self.store,
                                    self.history, log, metrics, clock)
         self.flow = CompactionFlow(settings, self.store, self.compactor, log)
+        self.loop_demands = LoopDemands()
         self._estimators: dict[tuple[str, str], TokenEstimator] = {}  # by encoding, image rule
         self._by_model: dict[str, TokenEstimator] = {}
         self._thresholds_by: dict[tuple[str, int], Thresholds] = {}
@@ -118,6 +120,8 @@ class Pipeline:
         """`client_headers`: the request's headers (the credentials a summary call forwards
         are read from them when a compaction needs them)."""
         key = self.thread_key(identity)
+        if not attempt.retry and self.loop_demands.asked(key, inbound.model):
+            attempt = replace(attempt, keep_loop=True)
         if inbound.entries is None:
             known = self._recent.get(key) if key else None
             previous = known.entries if known is not None and known.api is inbound.api else ()
@@ -230,6 +234,8 @@ class Pipeline:
             if rejection is None or rejection.action not in _RETRY_POLICY:
                 return None
             policy, keep_loop, placeholders = _RETRY_POLICY[rejection.action]
+            # A loop kept at once and still refused: the next request tries without first.
+            self.loop_demands.remember(prepared.key, inbound.model, keep_loop)
             if keep_loop and not line.fields.get("checkpoint"):
                 return None  # the client's own blocks went up untouched: nothing to restore
             attempt = Attempt(policy=policy, keep_loop=keep_loop, reason=rejection.reason,

@@ -67,7 +67,9 @@ class Reply:
     def repeating(cls, message: Mapping[str, Any]) -> Reply:
         """The reply that gives back a recorded chat assistant `message` (its text and calls),
         for replaying a recorded conversation turn by turn."""
-        calls = [call(c["function"]["name"], c["function"]["arguments"], id=c["id"])
+        calls = [call(c["custom"]["name"], c["custom"]["input"], id=c["id"], custom=True)
+                 if c.get("type") == "custom" else
+                 call(c["function"]["name"], c["function"]["arguments"], id=c["id"])
                  for c in message.get("tool_calls") or ()]
         if calls:
             return cls.tool_calls(*calls, content=message.get("content"))
