@@ -18,6 +18,7 @@ from proxy.records import ThreadKey
 class LoopDemands:
     def __init__(self, max_threads: int = 4096) -> None:
         self._asked: LRU[tuple[ThreadKey, str], bool] = LRU(max_threads)
+        self.some = False  # whether any thread ever asked: most upstreams never do
 
     def asked(self, key: ThreadKey | None, model: str) -> bool:
         return key is not None and bool(self._asked.get((key, model)))
@@ -25,3 +26,4 @@ class LoopDemands:
     def remember(self, key: ThreadKey | None, model: str, asked: bool) -> None:
         if key is not None and (asked or self._asked.get((key, model))):
             self._asked.put((key, model), asked)
+            self.some = self.some or asked

@@ -120,7 +120,8 @@ class Pipeline:
         """`client_headers`: the request's headers (the credentials a summary call forwards
         are read from them when a compaction needs them)."""
         key = self.thread_key(identity)
-        if not attempt.retry and self.loop_demands.asked(key, inbound.model):
+        if self.loop_demands.some and not attempt.retry and self.loop_demands.asked(
+                key, inbound.model):
             attempt = replace(attempt, keep_loop=True)
         if inbound.entries is None:
             known = self._recent.get(key) if key else None
