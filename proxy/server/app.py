@@ -71,6 +71,7 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> web.Ap
     services.metrics = Metrics()
     services.pipeline = pipeline or Pipeline(settings, client=services.upstream, log=services.log,
                                              metrics=services.metrics)
+    services.origins = getattr(services.pipeline, "origins", None)
     app = web.Application(middlewares=[error_middleware, services.drain.middleware],
                           client_max_size=settings.server.max_body_bytes)
     app[SERVICES] = services
