@@ -123,7 +123,9 @@ def test_an_unknown_id_without_a_route_for_no_model_is_a_404_naming_the_remedy(
                           headers={"Authorization": f"Bearer {API_KEY}"})
     assert answer.status_code == 404
     error = answer.json()["error"]
-    assert error["code"] == "model_not_found" and "routes" in error["message"]
+    assert error["code"] == "model_not_found"
+    assert error["message"].startswith("No upstream is known for 'chatcmpl-unknown'")
+    assert '{model: "", upstream: NAME}' in error["message"]
     assert main.requests == [] and other.requests == []
 
 
@@ -189,3 +191,14 @@ def test_a_route_for_no_model_picks_where_unknown_ids_go(
         make_client(proxy.base_url).chat.completions.retrieve("chatcmpl-made-elsewhere")
     assert _paths(other) == ["/v1/chat/completions/chatcmpl-made-elsewhere"]
     assert main.requests == []
+
+
+@pytest.mark.parametrize("path", [
+    "/v1/responses/%00", "/v1/responses/" + "r" * 5000, "/v1/responses//cancel",
+    "/v1/chat/completions/%2F/messages", "/v1/chat/completions?model=%FF%FE",
+    "/v1/chat/completions?model=[", "/v1/models/%5B", "/v1/models/" + "m" * 5000,
+])
+def test_odd_model_less_paths_are_relayed_or_refused_never_a_500(pair: Any, path: str) -> None:
+    main, other, proxy = pair
+    answer = httpx.get(proxy.url + path, headers={"Authorization": f"Bearer {API_KEY}"})
+    assert answer.status_code in (200, 400, 404)

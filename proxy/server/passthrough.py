@@ -15,12 +15,13 @@ from __future__ import annotations
 from aiohttp import web
 
 from proxy import jsonio
+from proxy.errors import NotFound
 from proxy.server.client_body import read_client_body
 from proxy.server.headers import client_response_headers, upstream_request_headers
 from proxy.server.origins import Origins, scoped_id
 from proxy.server.relay import PlainTap, relay_stream
 from proxy.server.request_line import RequestLine
-from proxy.server.services import SERVICES
+from proxy.server.services import SERVICES, Services
 from proxy.server.upstream import upstream_path
 from proxy.settings import UpstreamSettings
 from proxy.threads import tenant_digest
@@ -45,12 +46,13 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
                      tenant=tenant_digest(request.headers)) as line:
         path = upstream_path(request.raw_path)
         body = await read_client_body(request, services.settings.server.max_body_mb)
-        made_id, upstream = _made_by(services.origins, request.match_info["tail"])
+        tail = request.match_info["tail"]
+        made_id, upstream = _made_by(services.origins, tail)
         model = ""
         if upstream is None:
             model = (model_of(body, request.content_type) or request.query.get("model", "")
-                     or _path_model(request.match_info["tail"]))
-            upstream = services.route(model)
+                     or _path_model(tail))
+            upstream = _route(services, model, tail)
         line.set(model=model or None, upstream=upstream.name, bytes_in=len(body),
                  routed_by="id" if made_id is not None else None)
         headers = upstream_request_headers(
@@ -80,6 +82,20 @@ def _made_by(origins: Origins | None,
         return None, None
     upstream = origins.upstream_of(made_id)
     return (made_id, upstream) if upstream is not None else (None, None)
+
+
+def _route(services: Services, model: str, tail: str) -> UpstreamSettings:
+    try:
+        return services.route(model)
+    except NotFound:
+        about = None if model else scoped_id(tail)
+        if about is None:
+            raise
+        raise NotFound(f"No upstream is known for {about!r}: this proxy did not relay its making "
+                       "(made before a restart, by another instance, or long ago), and no route "
+                       "matches requests without a model; add `{model: \"\", upstream: NAME}` "
+                       "to `routes` to send them to the upstream that keeps them.",
+                       code="model_not_found") from None
 
 
 def _path_model(tail: str) -> str:
