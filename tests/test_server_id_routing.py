@@ -14,7 +14,7 @@ import pytest
 from proxy.server.services import SERVICES
 from proxy.testing.fake_upstream import FakeUpstream
 from tests.conftest import API_KEY
-from tests.harness import RunningProxy
+from tests.harness import LoopThread, RunningProxy, proxy_settings, start_proxy, stop_proxy
 
 USER = [{"role": "user", "content": "Say hello."}]
 # `claude-*` goes to `other`; everything else, a model-less request too, to `fake`.
@@ -202,3 +202,32 @@ def test_odd_model_less_paths_are_relayed_or_refused_never_a_500(pair: Any, path
     main, other, proxy = pair
     answer = httpx.get(proxy.url + path, headers={"Authorization": f"Bearer {API_KEY}"})
     assert answer.status_code in (200, 400, 404)
+
+
+def test_background_responses_and_stored_completions_are_found_after_a_restart(
+        make_fake: Callable[..., FakeUpstream], loop_thread: LoopThread, tmp_path: Any,
+        make_client: Callable[..., openai.OpenAI]) -> None:
+    main, other = make_fake(), make_fake()
+    settings = proxy_settings(main.url, str(tmp_path / "state"),
+                              upstreams={"other": {"base_url": other.url}}, routes=ROUTES)
+    first = loop_thread.run(start_proxy(settings))
+    try:
+        client = make_client(first.base_url)
+        background = client.responses.create(model="claude-sonnet", input="Hi.", background=True)
+        completion = client.chat.completions.create(model="claude-sonnet", messages=USER,
+                                                    store=True)
+        plain = client.responses.create(model="claude-sonnet", input="Hi.")
+    finally:
+        loop_thread.run(stop_proxy(first))
+    second = loop_thread.run(start_proxy(settings))
+    try:
+        client = make_client(second.base_url)
+        assert client.responses.retrieve(background.id).id == background.id
+        assert client.chat.completions.retrieve(completion.id).id == completion.id
+        # A plain stored response is continued by previous_response_id (which has a model):
+        # only this process remembered it, and now the route of model "" decides.
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(plain.id)
+    finally:
+        loop_thread.run(stop_proxy(second))
+    assert _paths(main) == [f"/v1/responses/{plain.id}"]

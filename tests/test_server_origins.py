@@ -9,7 +9,10 @@ import pytest
 
 from proxy.conversation import Api
 from proxy.inbound import parse_inbound
-from proxy.server.origins import Origins, kept_upstream, origins_for, scoped_id
+from proxy.inbound import Inbound
+from proxy.server.origins import Origins, asked_by_id, kept_upstream, origins_for, scoped_id
+from proxy.server.prepared import Prepared
+from proxy.threads import ThreadIdentity
 from proxy.settings import UpstreamSettings, parse_settings
 
 A = UpstreamSettings("a", "http://a.test/v1")
@@ -35,28 +38,35 @@ def test_scoped_id_reads_the_id_of_a_stored_answer_path(tail: str, made_id: str 
     assert scoped_id(tail) == made_id
 
 
+def _origins(max_entries: int = 10) -> Origins:
+    return Origins({"a": A, "b": B}, None, lambda: 0.0, max_entries=max_entries)
+
+
 def test_the_oldest_id_goes_first_when_full() -> None:
-    origins = Origins(max_entries=2)
+    origins = _origins(max_entries=2)
     origins.remember("one", A)
     origins.remember("two", B)
     origins.remember("three", A)
     assert "one" not in origins and len(origins) == 2
-    assert origins.upstream_of("two") is B and origins.upstream_of("three") is A
+    assert "two" in origins and "three" in origins
 
 
-def test_an_answer_without_a_string_id_is_not_remembered() -> None:
-    origins = Origins()
-    for made_id in (None, "", 7, ["x"]):
-        origins.remember(made_id, A)
+async def test_an_answer_without_a_string_id_is_not_remembered() -> None:
+    origins = _origins()
+    prepared = _prepared(Api.RESPONSES, {})
+    for answer in (None, [], {}, {"id": None}, {"id": ""}, {"id": 7}, {"id": ["x"]}):
+        await origins.answer_made(prepared, answer)
     assert len(origins) == 0
+    await origins.answer_made(prepared, {"id": "resp_1"})
+    assert await origins.upstream_of("resp_1") is A
 
 
-def test_forgotten_ids_route_no_more() -> None:
-    origins = Origins()
+async def test_forgotten_ids_route_no_more() -> None:
+    origins = _origins()
     origins.remember("resp_1", A)
     origins.forget("resp_1")
     origins.forget("never-made")
-    assert origins.upstream_of("resp_1") is None
+    assert await origins.upstream_of("resp_1") is None
 
 
 @pytest.mark.parametrize(("api", "fields", "kept"), [
@@ -69,9 +79,27 @@ def test_forgotten_ids_route_no_more() -> None:
 ])
 def test_kept_upstream_follows_each_apis_store_default(api: Api, fields: dict[str, Any],
                                                       kept: bool) -> None:
+    assert kept_upstream(_inbound(api, fields)) is kept
+
+
+@pytest.mark.parametrize(("api", "fields", "asked"), [
+    (Api.CHAT, {"store": True}, True),
+    (Api.RESPONSES, {}, False),
+    (Api.RESPONSES, {"background": True}, True),
+    (Api.RESPONSES, {"background": "yes"}, False),
+])
+def test_what_is_asked_for_by_id_by_design(api: Api, fields: dict[str, Any], asked: bool) -> None:
+    assert asked_by_id(_inbound(api, fields)) is asked
+
+
+def _inbound(api: Api, fields: dict[str, Any]) -> Inbound:
     key = "messages" if api is Api.CHAT else "input"
     body = {"model": "m", key: [{"role": "user", "content": "Hi."}], **fields}
-    assert kept_upstream(parse_inbound(api, orjson.dumps(body))) is kept
+    return parse_inbound(api, orjson.dumps(body))
+
+
+def _prepared(api: Api, fields: dict[str, Any]) -> Prepared:
+    return Prepared(_inbound(api, fields), ThreadIdentity(None, "none", "t"), A, {}, b"")
 
 
 def _settings(routes: list[dict[str, str]] | None) -> dict[str, Any]:
@@ -85,8 +113,10 @@ def _settings(routes: list[dict[str, str]] | None) -> dict[str, Any]:
 
 
 def test_nothing_is_remembered_when_every_route_names_the_same_upstream() -> None:
-    assert origins_for(parse_settings(_settings(None), {})) is None
-    same = [{"model": "gpt-*", "upstream": "a"}, {"model": "*", "upstream": "a"}]
-    assert origins_for(parse_settings(_settings(same), {})) is None
-    several = [{"model": "claude-*", "upstream": "b"}, {"model": "*", "upstream": "a"}]
-    assert isinstance(origins_for(parse_settings(_settings(several), {})), Origins)
+    def made(routes: list[dict[str, str]] | None) -> Origins | None:
+        return origins_for(parse_settings(_settings(routes), {}), None, lambda: 0.0)
+
+    assert made(None) is None
+    assert made([{"model": "gpt-*", "upstream": "a"}, {"model": "*", "upstream": "a"}]) is None
+    assert isinstance(made([{"model": "claude-*", "upstream": "b"},
+                            {"model": "*", "upstream": "a"}]), Origins)

@@ -103,7 +103,7 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
                                              line.started, peeked)
             finally:
                 if services.origins is not None:
-                    services.origins.remember_stream(prepared, tap)
+                    await services.origins.stream_made(prepared, tap)
             line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms,
                      upstream_error=outcome.upstream_error)
             await _recorded(services.pipeline.finish_stream(prepared, tap, response.status, line),

@@ -8,20 +8,26 @@ that made it. The pipeline sees every answer it relays (a body's `id`, a stream'
 or `response.created`), so it remembers id -> upstream here, and the pass-through asks.
 
 Only what the upstream keeps is remembered: a chat completion made with `store: true`, a
-response not made with `store: false`. The memory is the process's own and bounded (the oldest
-go first, as they are the least likely to be asked for): an id made before a restart, by
-another instance, or pushed out, goes by the route of model "" as before.
+response not made with `store: false`; in memory, bounded (the oldest go first). The ones a
+client asks for by id by design, background responses and stored chat completions, are also
+written to the state store (a queued write), so a restart does not lose them. An id made by
+another instance, or pushed out of the memory (a plain stored response), goes by the route of
+model "" as before.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from proxy.conversation import Api
 from proxy.inbound import Inbound
 from proxy.server.prepared import Prepared
 from proxy.server.taps import ChatTap, ResponsesTap
 from proxy.settings import Settings, UpstreamSettings
+from proxy.store import StateStore
+from proxy.store.failures import describe
 
 # About 190 bytes each (the id's string and its entry, measured): some 19 MB when full. A
 # Responses client stores every turn by default: this holds the last 100,000 (hours of a busy
@@ -32,38 +38,54 @@ _SCOPES = {"responses": 1, "chat": 2}  # the path part after /v1/ -> where its i
 
 
 class Origins:
-    def __init__(self, max_entries: int = MAX_REMEMBERED) -> None:
+    def __init__(self, upstreams: Mapping[str, UpstreamSettings], store: StateStore | None,
+                 clock: Callable[[], float], log: Any = None,
+                 max_entries: int = MAX_REMEMBERED) -> None:
         if max_entries < 1:
             raise ValueError("max_entries must be positive")
+        self._upstreams = upstreams
+        self._store = store
+        self._clock = clock
+        self._log = log
         self._max_entries = max_entries
         # In the order made; an OrderedDict drops its oldest in O(1), where a dict's first
         # key is found past the holes its earlier deletions left.
         self._made: OrderedDict[str, UpstreamSettings] = OrderedDict()
 
-    def remember(self, made_id: object, upstream: UpstreamSettings) -> None:
-        if made_id.__class__ is not str or not made_id:
-            return
-        made = self._made
-        made[made_id] = upstream  # type: ignore[index]
-        if len(made) > self._max_entries:
-            made.popitem(last=False)
-
-    def remember_answer(self, answer: object, upstream: UpstreamSettings) -> None:
+    async def answer_made(self, prepared: Prepared, answer: object) -> None:
         """Remember the `id` of an answer's JSON (a chat completion, a response)."""
         if isinstance(answer, dict):
-            self.remember(answer.get("id"), upstream)
+            await self._made_by(prepared, answer.get("id"))
 
-    def remember_stream(self, prepared: Prepared, tap: object) -> None:
+    async def stream_made(self, prepared: Prepared, tap: object) -> None:
         """Remember the id a stream's first chunk or `response.created` gave, if the upstream
         keeps what it made (called however the relay ended: a client that left a background
         stream resumes it by id)."""
         if isinstance(tap, (ChatTap, ResponsesTap)) and kept_upstream(prepared.inbound):
-            self.remember(tap.stream.id, prepared.upstream)
+            await self._made_by(prepared, tap.stream.id)
 
-    def upstream_of(self, made_id: str) -> UpstreamSettings | None:
-        return self._made.get(made_id)
+    async def upstream_of(self, made_id: str) -> UpstreamSettings | None:
+        found = self._made.get(made_id)
+        if found is not None or self._store is None:
+            return found
+        try:
+            name = await self._store.origin(made_id)
+        except Exception as error:  # noqa: BLE001 - unknown then: the route of model "" decides
+            self._warn("origin_not_read", error)
+            return None
+        found = self._upstreams.get(name) if name is not None else None  # a renamed one: None
+        if found is not None:
+            self.remember(made_id, found)
+        return found
+
+    def remember(self, made_id: str, upstream: UpstreamSettings) -> None:
+        made = self._made
+        made[made_id] = upstream
+        if len(made) > self._max_entries:
+            made.popitem(last=False)
 
     def forget(self, made_id: str) -> None:
+        """Out of the memory (after a delete); the store's row ages out."""
         self._made.pop(made_id, None)
 
     def __contains__(self, made_id: object) -> bool:
@@ -72,18 +94,44 @@ class Origins:
     def __len__(self) -> int:
         return len(self._made)
 
+    async def _made_by(self, prepared: Prepared, made_id: object) -> None:
+        if not isinstance(made_id, str) or not made_id:
+            return
+        upstream = prepared.upstream
+        self.remember(made_id, upstream)
+        if self._store is None or not asked_by_id(prepared.inbound):
+            return
+        try:
+            await self._store.add_origin(made_id, upstream.name, self._clock())
+        except Exception as error:  # noqa: BLE001 - as a lost anchor: the answer stands
+            self._warn("origin_not_recorded", error)
 
-def origins_for(settings: Settings) -> Origins | None:
+    def _warn(self, event: str, error: Exception) -> None:
+        if self._log is not None:
+            self._log.warning(event, **describe(error))
+
+
+def origins_for(settings: Settings, store: StateStore | None, clock: Callable[[], float],
+                log: Any = None) -> Origins | None:
     """An `Origins` when the routes name more than one upstream; None when every request goes
     to the same one anyway (nothing to remember, and nothing to pay per request)."""
     upstreams = {route.upstream for route in settings.routes}
-    return Origins() if len(upstreams) > 1 else None
+    return Origins(settings.upstreams, store, clock, log) if len(upstreams) > 1 else None
 
 
 def kept_upstream(inbound: Inbound) -> bool:
     """The upstream keeps what this request makes, to be asked for by its id later."""
     store = inbound.doc.get("store")
     return store is True if inbound.api is Api.CHAT else store is not False
+
+
+def asked_by_id(inbound: Inbound) -> bool:
+    """What this request makes is asked for by its id by design: a background response (polled
+    until it ends), a stored chat completion (there is no other way to use one). A plain stored
+    response is continued with `previous_response_id`, which has a model to route by."""
+    if inbound.api is Api.CHAT:
+        return True  # only called for kept answers: `store: true`
+    return inbound.doc.get("background") is True
 
 
 def scoped_id(tail: str) -> str | None:

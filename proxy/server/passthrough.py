@@ -47,7 +47,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         path = upstream_path(request.raw_path)
         body = await read_client_body(request, services.settings.server.max_body_mb)
         tail = request.match_info["tail"]
-        made_id, upstream = _made_by(services.origins, tail)
+        made_id, upstream = await _made_by(services.origins, tail)
         model = ""
         if upstream is None:
             model = (model_of(body, request.content_type) or request.query.get("model", "")
@@ -74,13 +74,13 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
             return outcome.response
 
 
-def _made_by(origins: Origins | None,
-             tail: str) -> tuple[str | None, UpstreamSettings | None]:
+async def _made_by(origins: Origins | None,
+                   tail: str) -> tuple[str | None, UpstreamSettings | None]:
     """The id the path is about and the upstream that made it, when the proxy saw it made."""
     made_id = scoped_id(tail) if origins is not None else None
     if made_id is None or origins is None:
         return None, None
-    upstream = origins.upstream_of(made_id)
+    upstream = await origins.upstream_of(made_id)
     return (made_id, upstream) if upstream is not None else (None, None)
 
 

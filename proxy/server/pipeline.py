@@ -83,7 +83,7 @@ class Pipeline:
         self.compactor = Compactor(settings, client or UpstreamClient(1), self.store,
                                    self.history, log, metrics, clock)
         self.flow = CompactionFlow(settings, self.store, self.compactor, log)
-        self.origins = origins_for(settings)
+        self.origins = origins_for(settings, self.store, clock, log)
         self._estimators: dict[tuple[str, str], TokenEstimator] = {}  # by encoding, image rule
         self._by_model: dict[str, TokenEstimator] = {}
         self._thresholds_by: dict[tuple[str, int], Thresholds] = {}
@@ -265,7 +265,7 @@ class Pipeline:
         except ValueError:
             return
         if kept:
-            self.origins.remember_answer(body, prepared.upstream)  # type: ignore[union-attr]
+            await self.origins.answer_made(prepared, body)  # type: ignore[union-attr]
             if prepared.key is None:
                 return
         api = prepared.inbound.api
