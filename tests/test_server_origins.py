@@ -10,7 +10,8 @@ import pytest
 from proxy.conversation import Api
 from proxy.inbound import parse_inbound
 from proxy.inbound import Inbound
-from proxy.server.origins import Origins, asked_by_id, kept_upstream, origins_for, scoped_id
+from proxy.server.origins import (Origins, answer_id, asked_by_id, kept_upstream, origins_for,
+                                  scoped_id)
 from proxy.server.prepared import Prepared
 from proxy.threads import ThreadIdentity
 from proxy.settings import UpstreamSettings, parse_settings
@@ -54,11 +55,24 @@ def test_the_oldest_id_goes_first_when_full() -> None:
 async def test_an_answer_without_a_string_id_is_not_remembered() -> None:
     origins = _origins()
     prepared = _prepared(Api.RESPONSES, {})
-    for answer in (None, [], {}, {"id": None}, {"id": ""}, {"id": 7}, {"id": ["x"]}):
+    for answer in (b"", b"null", b"[]", b"{}", b'{"id": null}', b'{"id": ""}', b'{"id": 7}',
+                   b'{"id": ["x"]}', b'{"id": "resp_1'):
         await origins.answer_made(prepared, answer)
     assert len(origins) == 0
-    await origins.answer_made(prepared, {"id": "resp_1"})
+    await origins.answer_made(prepared, b'{"id": "resp_1"}')
     assert await origins.upstream_of("resp_1") is A
+
+
+@pytest.mark.parametrize(("data", "made_id"), [
+    (b'{"id":"chatcmpl-1","object":"chat.completion"}', "chatcmpl-1"),
+    (b'{\n  "id": "resp_0a1b",\n  "object": "response"}', "resp_0a1b"),
+    (b'{"object": "response", "id": "resp_later"}', "resp_later"),
+    (b'{"id": "resp_\\u0041", "x": 1}', "resp_A"),
+    (b'{"id": "resp_cut', None),
+    (b'not json', None),
+])
+def test_answer_id_reads_the_leading_id_or_parses(data: bytes, made_id: str | None) -> None:
+    assert answer_id(data) == made_id
 
 
 async def test_forgotten_ids_route_no_more() -> None:

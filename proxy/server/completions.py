@@ -125,6 +125,8 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
         await out.write_eof()
         await _recorded(services.pipeline.finish_body(prepared, readable, response.status, line),
                         services, line)
+        if services.origins is not None and response.status == 200:
+            await services.origins.answer_made(prepared, readable)
         return out
 
 

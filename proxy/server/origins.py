@@ -17,10 +17,12 @@ model "" as before.
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from proxy import jsonio
 from proxy.conversation import Api
 from proxy.inbound import Inbound
 from proxy.server.prepared import Prepared
@@ -35,6 +37,9 @@ from proxy.store.failures import describe
 MAX_REMEMBERED = 100_000
 
 _SCOPES = {"responses": 1, "chat": 2}  # the path part after /v1/ -> where its id is
+# `{"id": "...",` at the start of a body, compact or indented; an id with an escape (or
+# another character no provider uses) is left to the parser.
+_LEADING_ID = re.compile(rb'\A\s*\{\s*"id"\s*:\s*"([A-Za-z0-9_.:-]{1,256})"')
 
 
 class Origins:
@@ -52,10 +57,11 @@ class Origins:
         # key is found past the holes its earlier deletions left.
         self._made: OrderedDict[str, UpstreamSettings] = OrderedDict()
 
-    async def answer_made(self, prepared: Prepared, answer: object) -> None:
-        """Remember the `id` of an answer's JSON (a chat completion, a response)."""
-        if isinstance(answer, dict):
-            await self._made_by(prepared, answer.get("id"))
+    async def answer_made(self, prepared: Prepared, data: bytes) -> None:
+        """Remember the `id` of an answer's JSON body (a chat completion, a response), if the
+        upstream keeps what it made."""
+        if kept_upstream(prepared.inbound):
+            await self._made_by(prepared, answer_id(data))
 
     async def stream_made(self, prepared: Prepared, tap: object) -> None:
         """Remember the id a stream's first chunk or `response.created` gave, if the upstream
@@ -132,6 +138,20 @@ def asked_by_id(inbound: Inbound) -> bool:
     if inbound.api is Api.CHAT:
         return True  # only called for kept answers: `store: true`
     return inbound.doc.get("background") is True
+
+
+def answer_id(data: bytes) -> str | None:
+    """The `id` of a JSON answer. Providers write it first: read there without parsing the
+    whole body (the pipeline parses it on its own); parsed only when it is not there."""
+    found = _LEADING_ID.match(data)
+    if found is not None:
+        return found.group(1).decode()
+    try:
+        answer = jsonio.loads(data)
+    except ValueError:
+        return None
+    made_id = answer.get("id") if isinstance(answer, dict) else None
+    return made_id if isinstance(made_id, str) else None
 
 
 def scoped_id(tail: str) -> str | None:

@@ -36,7 +36,6 @@ from proxy.reparse import Known, known_of, reparse
 from proxy.server import manual_answer
 from proxy.server.compaction_flow import CompactionFlow
 from proxy.server.compactor import Compactor
-from proxy.server.origins import kept_upstream, origins_for
 from proxy.server.prepared import Attempt, Prepared
 from proxy.server.relay import StreamTap
 from proxy.server.request_line import RequestLine
@@ -83,7 +82,6 @@ class Pipeline:
         self.compactor = Compactor(settings, client or UpstreamClient(1), self.store,
                                    self.history, log, metrics, clock)
         self.flow = CompactionFlow(settings, self.store, self.compactor, log)
-        self.origins = origins_for(settings, self.store, clock, log)
         self._estimators: dict[tuple[str, str], TokenEstimator] = {}  # by encoding, image rule
         self._by_model: dict[str, TokenEstimator] = {}
         self._thresholds_by: dict[tuple[str, int], Thresholds] = {}
@@ -255,19 +253,12 @@ class Pipeline:
 
     async def finish_body(self, prepared: Prepared, data: bytes, status: int,
                           line: RequestLine) -> None:
-        if status != 200:
-            return
-        kept = self.origins is not None and kept_upstream(prepared.inbound)
-        if prepared.key is None and not kept:
+        if status != 200 or prepared.key is None:
             return
         try:
             body = jsonio.loads(data)
         except ValueError:
             return
-        if kept:
-            await self.origins.answer_made(prepared, body)  # type: ignore[union-attr]
-            if prepared.key is None:
-                return
         api = prepared.inbound.api
         response = chat_message(body) if api is Api.CHAT else responses_output(body)
         await self._record_usage(prepared, response, usage_of(body), line)

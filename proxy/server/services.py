@@ -23,7 +23,7 @@ class Services:
     drain: Drain
     pipeline: Any = None  # proxy.server.pipeline.Pipeline, set at start
     metrics: Any = None  # proxy.server.metrics.Metrics
-    origins: Origins | None = None  # the pipeline's, when the routes name several upstreams
+    origins: Origins | None = None  # when the routes name several upstreams
 
     # The upstream of the models asked for (the same few on every request): a route is one
     # dict lookup, not a glob match per configured route.
