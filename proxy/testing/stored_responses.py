@@ -29,7 +29,8 @@ async def delete(fake: FakeUpstream, request: web.Request) -> web.Response:
     response_id = request.match_info["id"]
     if fake.stored.pop(response_id, None) is None:
         return _not_found(response_id)
-    return _json({"id": response_id, "object": "response", "deleted": True})
+    # OpenAI's reference gives "response.deleted"; Azure's documents "response".
+    return _json({"id": response_id, "object": "response.deleted", "deleted": True})
 
 
 async def cancel(fake: FakeUpstream, request: web.Request) -> web.Response:
