@@ -226,7 +226,7 @@ async def test_unknown_paths_are_openai_404s(fake: FakeUpstream) -> None:
         async with session.delete(fake.url + "/files/abc") as response:
             assert response.status == 404
             assert (await response.json())["error"]["message"] == "Invalid URL (DELETE /v1/files/abc)"
-        async with session.get(fake.url + "/chat/completions") as response:
+        async with session.get(fake.url + "/chat/unknown") as response:
             assert response.status == 404
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,6 +14,7 @@ from proxy.server import client_body, completions, passthrough
 from proxy.server.drain import CUT_WAIT_S, Drain
 from proxy.server.logs import get_logger
 from proxy.server.metrics import Metrics
+from proxy.server.origins import origins_for
 from proxy.server.pipeline import Pipeline
 from proxy.server.services import SERVICES, Services
 from proxy.server.upstream import UpstreamClient
@@ -71,6 +73,8 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> web.Ap
     services.metrics = Metrics()
     services.pipeline = pipeline or Pipeline(settings, client=services.upstream, log=services.log,
                                              metrics=services.metrics)
+    services.origins = origins_for(settings, getattr(services.pipeline, "store", None),
+                                   getattr(services.pipeline, "clock", time.time), log)
     app = web.Application(middlewares=[error_middleware, services.drain.middleware],
                           client_max_size=settings.server.max_body_bytes)
     app[SERVICES] = services

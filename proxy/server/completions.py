@@ -98,8 +98,12 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
                     return again
             tap = prepared.stream_tap()
             relayed = tap if encoding is None else _encoded_stream(tap, encoding, out_headers)
-            outcome = await relay_stream(request, response, out_headers, relayed, line.started,
-                                         peeked)
+            try:
+                outcome = await relay_stream(request, response, out_headers, relayed,
+                                             line.started, peeked)
+            finally:
+                if services.origins is not None:
+                    await services.origins.stream_made(prepared, tap)
             line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms,
                      upstream_error=outcome.upstream_error)
             await _recorded(services.pipeline.finish_stream(prepared, tap, response.status, line),
@@ -121,6 +125,8 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
         await out.write_eof()
         await _recorded(services.pipeline.finish_body(prepared, readable, response.status, line),
                         services, line)
+        if services.origins is not None and response.status == 200:
+            await services.origins.answer_made(prepared, readable)
         return out
 
 

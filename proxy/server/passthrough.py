@@ -3,6 +3,11 @@
 Models, embeddings, files, stored responses, ...: method, path, query, body and headers go
 upstream as sent (minus hop-by-hop), and the answer comes back as a byte stream with its status,
 headers and encoding unchanged.
+
+Routing: a request on a stored response or chat completion the proxy saw made goes to the
+upstream that made it (`proxy/server/origins.py`); any other goes by the `model` of its JSON
+body, else of its query (`GET /v1/chat/completions?model=...`), else of its path (`GET
+/v1/models/{model}`), else by the route of model "".
 """
 
 from __future__ import annotations
@@ -10,12 +15,15 @@ from __future__ import annotations
 from aiohttp import web
 
 from proxy import jsonio
+from proxy.errors import NotFound
 from proxy.server.client_body import read_client_body
 from proxy.server.headers import client_response_headers, upstream_request_headers
+from proxy.server.origins import Origins, scoped_id
 from proxy.server.relay import PlainTap, relay_stream
 from proxy.server.request_line import RequestLine
-from proxy.server.services import SERVICES
+from proxy.server.services import SERVICES, Services
 from proxy.server.upstream import upstream_path
+from proxy.settings import UpstreamSettings
 from proxy.threads import tenant_digest
 
 
@@ -38,9 +46,15 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
                      tenant=tenant_digest(request.headers)) as line:
         path = upstream_path(request.raw_path)
         body = await read_client_body(request, services.settings.server.max_body_mb)
-        model = model_of(body, request.content_type)
-        upstream = services.route(model)
-        line.set(model=model or None, upstream=upstream.name, bytes_in=len(body))
+        tail = request.match_info["tail"]
+        made_id, upstream = await _made_by(services.origins, tail)
+        model = ""
+        if upstream is None:
+            model = (model_of(body, request.content_type) or request.query.get("model", "")
+                     or _path_model(tail))
+            upstream = _route(services, model, tail)
+        line.set(model=model or None, upstream=upstream.name, bytes_in=len(body),
+                 routed_by="id" if made_id is not None else None)
         headers = upstream_request_headers(
             request.headers, api_key=upstream.api_key,
             drop=() if threads.forward_headers else threads.headers)
@@ -53,6 +67,37 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
             out_headers = client_response_headers(response.headers)
             if response.headers.get("Content-Length") is not None:
                 out_headers["Content-Length"] = response.headers["Content-Length"]
+            if made_id is not None and request.method == "DELETE" and response.status == 200:
+                services.origins.forget(made_id)  # type: ignore[union-attr]
             outcome = await relay_stream(request, response, out_headers, PlainTap(), line.started)
             line.set(bytes_out=outcome.bytes_out, upstream_error=outcome.upstream_error)
             return outcome.response
+
+
+async def _made_by(origins: Origins | None,
+                   tail: str) -> tuple[str | None, UpstreamSettings | None]:
+    """The id the path is about and the upstream that made it, when the proxy saw it made."""
+    made_id = scoped_id(tail) if origins is not None else None
+    if made_id is None or origins is None:
+        return None, None
+    upstream = await origins.upstream_of(made_id)
+    return (made_id, upstream) if upstream is not None else (None, None)
+
+
+def _route(services: Services, model: str, tail: str) -> UpstreamSettings:
+    try:
+        return services.route(model)
+    except NotFound:
+        about = None if model else scoped_id(tail)
+        if about is None:
+            raise
+        raise NotFound(f"No upstream is known for {about!r}: this proxy did not relay its making "
+                       "(made before a restart, by another instance, or long ago), and no route "
+                       "matches requests without a model; add `{model: \"\", upstream: NAME}` "
+                       "to `routes` to send them to the upstream that keeps them.",
+                       code="model_not_found") from None
+
+
+def _path_model(tail: str) -> str:
+    """The model a `models/{model}` path names (an id may hold a slash: `org/model`); else ""."""
+    return tail[7:] if tail.startswith("models/") else ""

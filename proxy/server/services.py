@@ -10,6 +10,7 @@ from aiohttp import web
 from proxy.errors import NotFound
 from proxy.lru import Memo
 from proxy.server.drain import Drain
+from proxy.server.origins import Origins
 from proxy.settings import Settings, UpstreamSettings
 from proxy.server.upstream import UpstreamClient
 
@@ -22,6 +23,7 @@ class Services:
     drain: Drain
     pipeline: Any = None  # proxy.server.pipeline.Pipeline, set at start
     metrics: Any = None  # proxy.server.metrics.Metrics
+    origins: Origins | None = None  # when the routes name several upstreams
 
     # The upstream of the models asked for (the same few on every request): a route is one
     # dict lookup, not a glob match per configured route.

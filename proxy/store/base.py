@@ -7,9 +7,9 @@ it again, it is idempotent), so any str is a valid key.
 Write guarantees every implementation gives:
 - `add_event` and `set_microcompact` are awaited: when they return, the write is committed.
   `add_event` is atomic: a crash leaves the old latest event or the new one, never half.
-- `record_request` and `add_anchor` are queued (the request path does not wait on disk) and
-  applied in order; a later `load` on the same store sees them; `flush` and `close` wait for
-  them.
+- `record_request`, `add_anchor` and `add_origin` are queued (the request path does not wait
+  on disk) and applied in order; a later `load` (or `origin`) on the same store sees them;
+  `flush` and `close` wait for them.
 """
 
 from __future__ import annotations
@@ -57,6 +57,13 @@ class StateStore(Protocol):
 
     async def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
         """Queue: add a usage anchor; only the latest `ANCHORS_KEPT` are kept."""
+
+    async def add_origin(self, made_id: str, upstream: str, at: float) -> None:
+        """Queue: the name of the upstream that made a stored answer (`proxy/server/origins.py`);
+        those older than the upstream keeps them go."""
+
+    async def origin(self, made_id: str) -> str | None:
+        """The upstream name `add_origin` gave `made_id`, or None."""
 
     async def add_event(self, key: ThreadKey, event: CompactionEvent) -> CompactionEvent:
         """Commit a checkpoint atomically; returns it with its `seq` assigned (1, 2, ...)."""

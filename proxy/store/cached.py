@@ -76,6 +76,12 @@ class CachedStore:
         await self.store.add_anchor(key, anchor)
         self._states.update(key, _anchored, anchor)
 
+    async def add_origin(self, made_id: str, upstream: str, at: float) -> None:
+        await self.store.add_origin(made_id, upstream, at)
+
+    async def origin(self, made_id: str) -> str | None:
+        return await self.store.origin(made_id)
+
     async def add_event(self, key: ThreadKey, event: CompactionEvent) -> CompactionEvent:
         stored = await self.store.add_event(key, event)
         self._states.update(key, lambda s: replace(s, event=stored, event_count=s.event_count + 1))

@@ -49,7 +49,19 @@ def _initial(conn: sqlite3.Connection) -> None:
            ) WITHOUT ROWID""")
 
 
-MIGRATIONS: tuple[Migration, ...] = (_initial,)
+def _origins(conn: sqlite3.Connection) -> None:
+    # Which upstream made a background response or a stored chat completion
+    # (proxy/server/origins.py), for the requests on it after a restart.
+    conn.execute(
+        """CREATE TABLE origins (
+               id TEXT PRIMARY KEY,
+               upstream TEXT NOT NULL,
+               made_at REAL NOT NULL
+           ) WITHOUT ROWID""")
+    conn.execute("CREATE INDEX origins_by_age ON origins (made_at)")
+
+
+MIGRATIONS: tuple[Migration, ...] = (_initial, _origins)
 
 
 def current_version(conn: sqlite3.Connection) -> int:

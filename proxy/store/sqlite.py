@@ -99,6 +99,12 @@ class SqliteStore:
     async def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
         self._enqueue(AnchorWrite(self._require_db(), storable_key(key), anchor))
 
+    async def add_origin(self, made_id: str, upstream: str, at: float) -> None:
+        self._enqueue(partial(self._require_db().add_origin, made_id, upstream, at))
+
+    async def origin(self, made_id: str) -> str | None:
+        return await self._run(self._require_db().origin, made_id)
+
     async def add_event(self, key: ThreadKey, event: CompactionEvent) -> CompactionEvent:
         db = self._require_db()
         return await self._run(db.write, db.add_event, storable_key(key), event, durable=True)

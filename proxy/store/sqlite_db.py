@@ -27,6 +27,9 @@ from proxy.store.schema import migrate
 T = TypeVar("T")
 DB_FILE = "state.db"
 _KNOWN_THREADS = 10_000
+# OpenAI keeps stored responses and chat completions 30 days by default [MEM: not re-verified
+# this session]; an id older than that is gone upstream as well.
+ORIGINS_KEPT_S = 30 * 86_400.0
 
 
 class StateDb:
@@ -153,6 +156,17 @@ class StateDb:
         self.conn.execute("UPDATE threads SET event_count = ? WHERE tenant = ? AND thread = ?",
                           (seq, *key_args(key)))
         return stored
+
+    def add_origin(self, made_id: str, upstream: str, at: float) -> None:
+        """Which upstream made `made_id`; rows older than `ORIGINS_KEPT_S` go at the same time
+        (one range on an index: nothing to do most times)."""
+        self.conn.execute("INSERT OR REPLACE INTO origins (id, upstream, made_at) VALUES (?, ?, ?)",
+                          (made_id, upstream, at))
+        self.conn.execute("DELETE FROM origins WHERE made_at < ?", (at - ORIGINS_KEPT_S,))
+
+    def origin(self, made_id: str) -> str | None:
+        row = self.conn.execute("SELECT upstream FROM origins WHERE id = ?", (made_id,)).fetchone()
+        return row[0] if row else None
 
     def set_microcompact(self, key: ThreadKey, mark: MicrocompactMark) -> None:
         self._ensure_thread(key, mark.created_at)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
+from proxy.testing import stored_chat
 from proxy.testing.chat_render import chunks, completion, reasoning_fields, wire_calls
 from proxy.testing.misc_endpoints import parse_body, request_headers
 from proxy.testing.overflow import (Size, chat_overflow, exceeds, requested_completion,
@@ -67,8 +68,9 @@ async def _answer(fake: FakeUpstream, request: web.Request, body: dict[str, Any]
     calls = wire_calls(turn, fake.signer, fake.ids)
     completion_id = "chatcmpl-" + fake.ids.alnum(29)
     headers = request_headers(fake)
+    payload = completion(turn, completion_id, calls, reasoning)
+    stored_chat.remember(fake, body, payload)
     if not stream:
-        payload = completion(turn, completion_id, calls, reasoning)
         return web.Response(body=orjson.dumps(payload), content_type="application/json",
                             headers=headers)
     frames = [data_frame(c) for c in chunks(turn, completion_id, calls, reasoning, fake.ids)]

@@ -22,7 +22,8 @@ from typing import Any
 from aiohttp import web
 
 from proxy import jsonio
-from proxy.testing import chat_endpoint, misc_endpoints, responses_endpoint
+from proxy.testing import (chat_endpoint, misc_endpoints, responses_endpoint, stored_chat,
+                           stored_responses)
 from proxy.testing.dialects import DIALECTS
 from proxy.testing.overflow import OVERFLOW_STYLES
 from proxy.testing.prompt_units import PromptUnits, Unit
@@ -85,6 +86,7 @@ class FakeUpstream:
         self.responder: Responder | None = None
         self.stored: dict[str, responses_endpoint.Stored] = {}
         self.conversations: dict[str, list[Any]] = {}  # conversation id -> its items so far
+        self.stored_chat: dict[str, stored_chat.StoredChat] = {}  # made with `store: true`
         self._script: list[Reply] = []
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
@@ -129,6 +131,16 @@ class FakeUpstream:
         router.add_post("/v1/chat/completions", lambda r: chat_endpoint.handle(self, r))
         router.add_post("/v1/responses", lambda r: responses_endpoint.handle(self, r))
         router.add_get("/v1/responses/{id}", lambda r: responses_endpoint.retrieve(self, r))
+        router.add_delete("/v1/responses/{id}", lambda r: stored_responses.delete(self, r))
+        router.add_post("/v1/responses/{id}/cancel", lambda r: stored_responses.cancel(self, r))
+        router.add_get("/v1/responses/{id}/input_items",
+                       lambda r: stored_responses.input_items(self, r))
+        router.add_get("/v1/chat/completions", lambda r: stored_chat.listed(self, r))
+        router.add_get("/v1/chat/completions/{id}", lambda r: stored_chat.retrieve(self, r))
+        router.add_post("/v1/chat/completions/{id}", lambda r: stored_chat.update(self, r))
+        router.add_delete("/v1/chat/completions/{id}", lambda r: stored_chat.delete(self, r))
+        router.add_get("/v1/chat/completions/{id}/messages",
+                       lambda r: stored_chat.messages(self, r))
         router.add_get("/v1/models", lambda r: misc_endpoints.models(self, r))
         router.add_get("/v1/models/{id}", lambda r: misc_endpoints.model(self, r))
         router.add_post("/v1/embeddings", lambda r: misc_endpoints.embeddings(self, r))

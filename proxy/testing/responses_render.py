@@ -73,7 +73,7 @@ def response_object(turn: Turn, body: Mapping[str, Any], response_id: str,
     reasoning = _reasoning_options(body)
     return {
         "id": response_id, "object": "response", "created_at": turn.created, "status": status,
-        "background": False, "error": None,
+        "background": body.get("background") is True, "error": None,
         "incomplete_details": {"reason": "max_output_tokens"} if cut and final else None,
         "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens"),
         "model": turn.model, "output": output if final else [],
