@@ -40,6 +40,7 @@ class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 8787
     max_body_mb: int = 64
+    max_upload_mb: int = 512  # pass-through bodies streamed upstream, not held (uploads)
     shutdown_grace_s: float = 30.0
     upstream_pool_size: int = 256
     recent_cache_mb: int = 16
@@ -47,6 +48,10 @@ class ServerSettings:
     @property
     def max_body_bytes(self) -> int:
         return self.max_body_mb * 1024 * 1024
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return self.max_upload_mb * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -227,10 +232,14 @@ def _server(r: Reader) -> ServerSettings:
                         "an empty host listens on every interface; write 0.0.0.0 to mean that"),
         port=r.integer("port", ServerSettings.port, 0, 65535),
         max_body_mb=r.integer("max_body_mb", ServerSettings.max_body_mb, 1, 4096),
+        max_upload_mb=r.integer("max_upload_mb", ServerSettings.max_upload_mb, 1, 1024 * 1024),
         shutdown_grace_s=r.number("shutdown_grace_s", ServerSettings.shutdown_grace_s, 0),
         upstream_pool_size=r.integer("upstream_pool_size", ServerSettings.upstream_pool_size, 1),
         recent_cache_mb=r.integer("recent_cache_mb", ServerSettings.recent_cache_mb, 0),
     )
+    if s.max_upload_mb < s.max_body_mb:
+        r.problem("max_upload_mb", f"must be at least server.max_body_mb ({s.max_body_mb}): "
+                  "only bodies larger than that are streamed as uploads")
     r.finish()
     return s
 

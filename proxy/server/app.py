@@ -86,7 +86,8 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> web.Ap
     app.router.add_post("/v1/chat/completions", completions.chat_completions,
                         expect_handler=expect)
     app.router.add_post("/v1/responses", completions.responses, expect_handler=expect)
-    app.router.add_route("*", "/v1/{tail:.*}", passthrough.passthrough, expect_handler=expect)
+    app.router.add_route("*", "/v1/{tail:.*}", passthrough.passthrough,
+                         expect_handler=client_body.expect_upload)
     return app
 
 

@@ -5,6 +5,10 @@ aiohttp decodes the body as it reads it (length, chunked framing, gzip/deflate) 
 handler, so the request line records the status the client gets. A body whose announced length
 is already over the limit is refused before any of it is read, and a client that asked
 `Expect: 100-continue` for it is not told to send it.
+
+Pass-through uploads (`files.create`, `uploads.parts`, audio) can be far larger than a JSON
+request: one over `server.max_body_mb` that says its length and is not JSON is streamed
+upstream as it arrives (`streamed_upload`), up to `server.max_upload_mb`, never held whole.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from aiohttp.web_urldispatcher import _default_expect_handler
 
 from proxy.errors import BadRequest, PayloadTooLarge
 from proxy.server.services import SERVICES
+from proxy.settings import ServerSettings
 
 
 async def read_client_body(request: web.Request, max_body_mb: float) -> bytes:
@@ -30,11 +35,39 @@ async def read_client_body(request: web.Request, max_body_mb: float) -> bytes:
         raise _too_large(max_body_mb) from None
 
 
+def streamed_upload(request: web.Request, server: ServerSettings) -> int | None:
+    """The announced length of a pass-through body to stream upstream rather than read: over
+    `max_body_mb`, not JSON (a JSON body is read for its `model`), not compressed (its length
+    would not be its size). A 413 when it is over `max_upload_mb`; None for a body to read."""
+    length = request.headers.get("Content-Length")
+    if (length is None or int(length) <= server.max_body_bytes
+            or "Content-Encoding" in request.headers or _is_json(request.content_type)):
+        return None
+    if int(length) > server.max_upload_bytes:
+        raise PayloadTooLarge(f"The upload is larger than the proxy's limit of "
+                              f"{server.max_upload_mb:g} MB (server.max_upload_mb).",
+                              headers={"Connection": "close"})
+    return int(length)
+
+
 async def expect_continue(request: web.Request) -> None:
     """aiohttp's answer to `Expect`, except for a body the handler will refuse: no 100 Continue
     then, and the 413 is the answer (RFC 9110 §10.1.1), so the client does not send it."""
     if not _announced_too_large(request, request.app[SERVICES].settings.server.max_body_bytes):
         await _default_expect_handler(request)
+
+
+async def expect_upload(request: web.Request) -> None:
+    """`expect_continue` for the pass-through routes, where an upload within
+    `server.max_upload_mb` is streamed (its 413 beyond that is the handler's)."""
+    try:
+        streamed = streamed_upload(request, request.app[SERVICES].settings.server)
+    except PayloadTooLarge:
+        return
+    if streamed is not None:
+        await _default_expect_handler(request)
+    else:
+        await expect_continue(request)
 
 
 def _announced_too_large(request: web.Request, max_bytes: int) -> bool:
@@ -44,6 +77,10 @@ def _announced_too_large(request: web.Request, max_bytes: int) -> bool:
     length = request.headers.get("Content-Length")
     return (length is not None and int(length) > max_bytes
             and "Content-Encoding" not in request.headers)
+
+
+def _is_json(content_type: str) -> bool:
+    return content_type == "application/json" or content_type.endswith("+json")
 
 
 def _too_large(max_body_mb: float, headers: dict[str, str] | None = None) -> PayloadTooLarge:

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from proxy import jsonio
 from proxy.errors import NotFound
-from proxy.server.client_body import read_client_body
+from proxy.server.client_body import read_client_body, streamed_upload
 from proxy.server.headers import client_response_headers, upstream_request_headers
 from proxy.server.origins import Origins, scoped_id
 from proxy.server.relay import PlainTap, relay_stream
@@ -45,7 +45,9 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     with RequestLine(services.log, services.metrics, "passthrough", path=request.path, method=request.method, passthrough=True,
                      tenant=tenant_digest(request.headers)) as line:
         path = upstream_path(request.raw_path)
-        body = await read_client_body(request, services.settings.server.max_body_mb)
+        upload = streamed_upload(request, services.settings.server)
+        body = b"" if upload is not None else await read_client_body(
+            request, services.settings.server.max_body_mb)
         tail = request.match_info["tail"]
         made_id, upstream = await _made_by(services.origins, tail)
         model = ""
@@ -53,14 +55,18 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
             model = (model_of(body, request.content_type) or request.query.get("model", "")
                      or _path_model(tail))
             upstream = _route(services, model, tail)
-        line.set(model=model or None, upstream=upstream.name, bytes_in=len(body),
+        line.set(model=model or None, upstream=upstream.name,
+                 bytes_in=len(body) if upload is None else upload,
                  routed_by="id" if made_id is not None else None)
         headers = upstream_request_headers(
             request.headers, api_key=upstream.api_key,
             drop=() if threads.forward_headers else threads.headers)
+        if upload is not None:
+            headers["Content-Length"] = str(upload)  # the upstream gets it sized, not chunked
         line.calling_upstream()
         response = await services.upstream.send(
-            upstream, request.method, path, headers, body or None)
+            upstream, request.method, path, headers,
+            request.content if upload is not None else body or None)
         async with response:
             line.set(status=response.status)
             line.mark_upstream()

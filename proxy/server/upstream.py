@@ -44,8 +44,10 @@ class UpstreamClient:
             self._session = None
 
     async def send(self, upstream: UpstreamSettings, method: str, path_qs: str,
-                   headers: Mapping[str, str], body: bytes | None) -> aiohttp.ClientResponse:
+                   headers: Mapping[str, str], body: bytes | aiohttp.StreamReader | None
+                   ) -> aiohttp.ClientResponse:
         """Send a request and wait for the response head; the caller releases the response.
+        `body` may be the client's own stream (an upload sent on as it arrives).
 
         `path_qs` is sent as it is (percent-encoded, never normalized): see `upstream_path`."""
         assert self._session is not None, "UpstreamClient.start() was not awaited"
