@@ -142,7 +142,7 @@ async def _recorded(recording: Awaitable[None], services: Services, line: Reques
         await recording
     except Exception as exc:  # noqa: BLE001 - whatever broke, the answer stands
         services.log.warning("usage_not_recorded", thread=line.fields.get("thread"),
-                             error=type(exc).__name__)
+                             tenant=line.fields.get("tenant"), error=type(exc).__name__)
         line.set(usage_not_recorded=type(exc).__name__)
 
 
