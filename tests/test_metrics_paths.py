@@ -163,3 +163,20 @@ def test_compaction_outcomes_count_once_per_compaction(make_fake, make_proxy) ->
     [completed] = fresh.logs.events("compaction_completed")
     saved = _moved(before, after, "proxy_tokens_saved_total")
     assert saved == {(("stage", "llm"),): completed["tokens_before"] - completed["tokens_after"]}
+
+
+@pytest.mark.parametrize("reply", [Reply.die(after=2), Reply.stream_error(after=1)],
+                         ids=["cut off", "error frame"])
+def test_a_stream_the_upstream_broke_is_counted_though_its_status_was_200(
+        fake, proxy, reply: Reply) -> None:
+    """The client got 200 before the upstream failed: only `upstream_error` on the line, and
+    this counter, say the answer is not whole."""
+    fake.script(Reply.text("ok"), reply)
+    for _ in range(2):
+        httpx.post(f"{proxy.base_url}/chat/completions", json={**CHAT, "stream": True},
+                   headers=HEADERS, timeout=10)
+    lines = _lines(proxy, 2)
+    assert [line["status"] for line in lines] == [200, 200]
+    assert "upstream_error" not in lines[0] and lines[1]["upstream_error"]
+    after = _samples(proxy)
+    assert _moved({}, after, "proxy_upstream_stream_errors_total") == {(("kind", "chat"),): 1.0}

@@ -57,6 +57,8 @@ class RequestLine:
         if self._metrics is not None:
             self._metrics.observe_request(self._kind, self.fields["status"],
                                           self.fields.get("upstream_ms"))
+            if self.fields.get("upstream_error") is not None:
+                self._metrics.observe_stream_error(self._kind)
 
     def _settle(self, exc: BaseException) -> None:
         """The status and error the client got, from how the handler failed."""
