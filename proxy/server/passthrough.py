@@ -13,7 +13,7 @@ from proxy import jsonio
 from proxy.server.client_body import read_client_body
 from proxy.server.headers import client_response_headers, upstream_request_headers
 from proxy.server.relay import PlainTap, relay_stream
-from proxy.server.request_line import RequestLine
+from proxy.server.request_line import RequestLine, clipped
 from proxy.server.services import SERVICES
 from proxy.server.upstream import upstream_path
 from proxy.threads import tenant_digest
@@ -40,7 +40,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         body = await read_client_body(request, services.settings.server.max_body_mb)
         model = model_of(body, request.content_type)
         upstream = services.route(model)
-        line.set(model=model or None, upstream=upstream.name, bytes_in=len(body))
+        line.set(model=clipped(model) or None, upstream=upstream.name, bytes_in=len(body))
         headers = upstream_request_headers(
             request.headers, api_key=upstream.api_key,
             drop=() if threads.forward_headers else threads.headers)

@@ -21,6 +21,15 @@ from proxy.server.drain import is_cut
 
 CLIENT_CLOSED = 499
 _NONES = repeat(None)
+_CLIPPED_CHARS = 256
+
+
+def clipped(text: str) -> str:
+    """A client's string (its `model`) for the line: any length may come, and a huge one
+    would make every line of that client as huge, which log shippers split or drop."""
+    if len(text) <= _CLIPPED_CHARS:
+        return text
+    return f"{text[:_CLIPPED_CHARS]}... ({len(text)} chars)"
 
 
 class RequestLine:
