@@ -7,6 +7,11 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from proxy.testing.replies import Reply
+from proxy.testing.summarizer import FakeSummarizer
+from tests.compaction_session import LIMIT, planted_session
+from tests.test_compaction_failures import MODELS, NO_CHEAP, _prefix
+
 MAX_LINE = 4096
 
 
@@ -26,3 +31,22 @@ def test_a_model_name_of_ordinary_length_is_logged_whole(fake, proxy) -> None:
     httpx.post(f"{proxy.base_url}/embeddings", timeout=30, json={"model": model, "input": "hi"})
     [line] = proxy.requests()
     assert line["model"] == model
+
+
+def test_a_huge_model_name_is_clipped_in_the_compaction_events(make_fake, make_proxy) -> None:
+    """The summarizer's model is the client's own unless configured."""
+    fake = make_fake(limits={"small-*": LIMIT})
+    FakeSummarizer.install(fake)
+    proxy = make_proxy(fake, models=MODELS, compaction=NO_CHEAP)
+    messages, _ = planted_session(200)
+    model = "small-" + "x" * 100_000
+    fake.script(Reply.text("ok"))
+    answer = httpx.post(f"{proxy.base_url}/chat/completions", timeout=60,
+                        headers={"x-thread-id": "huge-model"},
+                        json={"model": model, "messages": _prefix(messages, 12_600, 14_500)})
+    assert answer.headers["x-compaction"] == "compacted"
+    assert proxy.logs.events("compaction_completed")
+    assert all(len(raw) < MAX_LINE for raw in proxy.logs.raw), \
+        max(len(raw) for raw in proxy.logs.raw)
+    [started] = proxy.logs.events("compaction_started")
+    assert started["summarizer_model"].endswith("(100006 chars)")

@@ -33,6 +33,7 @@ from proxy.server.breakers import SummarizerBreakers
 from proxy.server.detach import outlive_client
 from proxy.server.drain import CUT
 from proxy.server.summarizer_client import SummaryOutcome, run_summary
+from proxy.server.request_line import clipped
 from proxy.server.turns import ThreadTurns
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import RestoreSettings, Settings, UpstreamSettings
@@ -228,7 +229,7 @@ class Compactor:
             self.log.info("compaction_started", **job.who, strategy=job.strategy,
                           tokens_before=job.tokens_before, cutoff_index=cutoff.index,
                           summarized_messages=len(cutoff.new_entries),
-                          summarizer_calls=plan.steps, summarizer_model=summary_model,
+                          summarizer_calls=plan.steps, summarizer_model=clipped(summary_model),
                           forced=job.forced)
             outcome = await self._summarize(job, plan, summary_upstream)
             for _ in range(_OVERFLOW_REPLANS):
