@@ -16,9 +16,11 @@ from proxy.server.logs import get_logger
 from proxy.server.metrics import Metrics
 from proxy.server.origins import origins_for
 from proxy.server.pipeline import Pipeline
+from proxy.server.request_line import RequestLine
 from proxy.server.services import SERVICES, Services
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import Settings
+from proxy.threads import tenant_digest
 
 
 def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> web.Response:
@@ -32,6 +34,9 @@ def render_error(error: ProxyError) -> web.Response:
 
 @web.middleware
 async def error_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    unrouted = request.match_info.http_exception
+    if unrouted is not None:
+        return _unserved(request, unrouted)
     try:
         return await handler(request)
     except ProxyError as error:
@@ -44,6 +49,17 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         request.app[SERVICES].log.exception("unhandled_error", path=request.path,
                                             method=request.method)
         return render_error(unhandled_error())
+
+
+def _unserved(request: web.Request, exc: web.HTTPException) -> web.Response:
+    """A path or method no route takes. The proxy answers it, so it has a request line like any
+    other request: a client whose base URL lacks `/v1` shows up in the log and the metrics."""
+    services = request.app[SERVICES]
+    error = _from_http_exception(request, exc)
+    with RequestLine(services.log, services.metrics, "other", path=request.path,
+                     method=request.method, tenant=tenant_digest(request.headers)) as line:
+        line.set(status=error.status, error=error.code or error.type)
+    return render_error(error)
 
 
 def unhandled_error() -> ProxyError:

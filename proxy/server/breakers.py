@@ -14,6 +14,10 @@ from proxy.settings_compaction import BreakerSettings
 
 clock = time.monotonic
 
+# The summarizer's model is the client's own unless configured: any string. Breakers that
+# failed are kept up to this many (the oldest forgotten: its model may try again at once).
+MAX_KEPT = 4096
+
 
 class SummarizerBreakers:
     def __init__(self, settings: BreakerSettings) -> None:
@@ -33,7 +37,7 @@ class SummarizerBreakers:
         if found is not None:
             return found, None
         claimed = breaker.allow(state, now)[1]
-        self._states[key] = claimed
+        self._keep(key, claimed)
         return None, claimed.trial_started_at
 
     def settle(self, key: str, trial: float | None, healthy: bool | None) -> None:
@@ -46,4 +50,13 @@ class SummarizerBreakers:
             state = breaker.record_success(state)
         else:
             state = breaker.record_failure(state, clock(), self.settings)
+        self._keep(key, state)
+
+    def _keep(self, key: str, state: breaker.BreakerState) -> None:
+        # A closed breaker is what a missing entry reads as: only the others take room.
+        if state == breaker.CLOSED:
+            self._states.pop(key, None)
+            return
+        if key not in self._states and len(self._states) >= MAX_KEPT:
+            del self._states[next(iter(self._states))]
         self._states[key] = state

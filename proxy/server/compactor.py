@@ -35,6 +35,7 @@ from proxy.server.breakers import SummarizerBreakers
 from proxy.server.compaction_errors import (BreakerOpen, ClientLeft, CompactionCut,
                                            CompactionFailed, NothingToCompact)
 from proxy.server.detach import outlive_client
+from proxy.server.request_line import clipped
 from proxy.server.summarizer_client import SummaryOutcome, run_replanning, too_many_calls
 from proxy.server.turns import ThreadTurns
 from proxy.server.upstream import UpstreamClient
@@ -196,7 +197,7 @@ class Compactor:
             self.log.info("compaction_started", **job.who, strategy=job.strategy,
                           tokens_before=job.tokens_before, cutoff_index=cutoff.index,
                           summarized_messages=len(cutoff.new_entries),
-                          summarizer_calls=plan.steps, summarizer_model=summary_model,
+                          summarizer_calls=plan.steps, summarizer_model=clipped(summary_model),
                           forced=job.forced)
             outcome = await self._summarize(job, plan, window, plan_for, summary_upstream)
             healthy = outcome.text is not None

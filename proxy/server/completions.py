@@ -22,7 +22,7 @@ from proxy.server.headers import client_response_headers, upstream_request_heade
 from proxy.server.inflate import InflatingTap, answer_encoding, inflated, inflater
 from proxy.server.prepared import Prepared
 from proxy.server.relay import PlainTap, StreamTap, is_event_stream, relay_stream, whole_response
-from proxy.server.request_line import RequestLine
+from proxy.server.request_line import RequestLine, clipped
 from proxy.server.services import SERVICES, Services
 from proxy.server.upstream import read_body, reading_answer, upstream_path
 from proxy.settings import UpstreamSettings
@@ -58,7 +58,7 @@ async def _complete(request: web.Request, api: Api) -> web.StreamResponse:
         upstream = services.route(inbound.model)
         identity = named or resolve_thread(request.headers, inbound.doc, threads,
                                            lambda: leading_bytes(inbound), tenant)
-        line.set(model=inbound.model, stream=inbound.stream, upstream=upstream.name,
+        line.set(model=clipped(inbound.model), stream=inbound.stream, upstream=upstream.name,
                  thread=loggable(identity.thread), thread_source=identity.source)
         prepared = await services.pipeline.prepare(inbound, identity, upstream, line,
                                                    request.headers)
@@ -148,7 +148,7 @@ async def _recorded(recording: Awaitable[None], services: Services, line: Reques
         await recording
     except Exception as exc:  # noqa: BLE001 - whatever broke, the answer stands
         services.log.warning("usage_not_recorded", thread=line.fields.get("thread"),
-                             error=type(exc).__name__)
+                             tenant=line.fields.get("tenant"), error=type(exc).__name__)
         line.set(usage_not_recorded=type(exc).__name__)
 
 

@@ -36,12 +36,18 @@ class Metrics:
             "proxy_tokens_saved", "Estimated prompt tokens removed from the projections sent "
             "upstream, by stage: a cheap stage counts on every request it shortened, `llm` "
             "once per summary (tokens before minus after).", ["stage"], registry=self.registry)
+        self.stream_errors = Counter(
+            "proxy_upstream_stream_errors", "Answers that went out with their status (a 200 in "
+            "proxy_requests_total) but not whole: the upstream broke the stream off or ended it "
+            "in an error frame, or the shutdown cut it (`upstream_error` on the line).",
+            ["kind"], registry=self.registry)
         self.retries = Counter("proxy_upstream_retries",
                                "Requests retried once after an upstream rejection, by reason.",
                                ["reason"], registry=self.registry)
 
         # Labelled children, looked up once: `labels()` validates and locks on every call.
         self._stages: dict[str, Any] = {}
+        self._stream_errors: dict[str, Any] = {}
 
     def observe_request(self, kind: str, status: int | None, upstream_ms: float | None) -> None:
         count = self._request_counts.get((kind, status or 0))
@@ -56,6 +62,12 @@ class Metrics:
             # The first bucket whose bound is >= seconds (a bound is an inclusive upper limit).
             latencies.buckets[bisect_left(_LATENCY_BUCKETS, seconds)] += 1
             latencies.sum += seconds
+
+    def observe_stream_error(self, kind: str) -> None:
+        counter = self._stream_errors.get(kind)
+        if counter is None:
+            counter = self._stream_errors[kind] = self.stream_errors.labels(kind)
+        counter.inc()
 
     def observe_saved(self, stage: str, tokens: int) -> None:
         if tokens <= 0:

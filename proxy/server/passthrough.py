@@ -20,7 +20,7 @@ from proxy.server.client_body import read_client_body, streamed_upload
 from proxy.server.headers import client_response_headers, upstream_request_headers
 from proxy.server.origins import Origins, scoped_id
 from proxy.server.relay import PlainTap, relay_stream
-from proxy.server.request_line import RequestLine
+from proxy.server.request_line import RequestLine, clipped
 from proxy.server.services import SERVICES, Services
 from proxy.server.upstream import upstream_path
 from proxy.settings import UpstreamSettings
@@ -55,7 +55,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
             model = (model_of(body, request.content_type) or request.query.get("model", "")
                      or _path_model(tail))
             upstream = _route(services, model, tail)
-        line.set(model=model or None, upstream=upstream.name,
+        line.set(model=clipped(model) or None, upstream=upstream.name,
                  bytes_in=len(body) if upload is None else upload,
                  routed_by="id" if made_id is not None else None)
         headers = upstream_request_headers(

@@ -198,7 +198,8 @@ class Pipeline:
         except Exception as error:  # noqa: BLE001 - whatever the store raised, as for checkpoints
             if self.log is not None:  # as `usage_not_recorded`: the request stands
                 self.log.warning("microcompact_not_recorded",
-                                 thread=loggable(prepared.identity.thread), **describe(error))
+                                 thread=loggable(prepared.identity.thread),
+                                 tenant=prepared.identity.tenant, **describe(error))
 
     def _command(self, inbound: Inbound) -> manual.ManualCommand | None:
         config = self.settings.compaction
@@ -243,7 +244,7 @@ class Pipeline:
                               placeholders=placeholders)
         if self.log is not None:
             self.log.info("upstream_retry", thread=loggable(prepared.identity.thread),
-                          reason=attempt.reason, status=status)
+                          tenant=prepared.identity.tenant, reason=attempt.reason, status=status)
         if self.metrics is not None:
             self.metrics.retries.labels(attempt.reason or "").inc()
         line.set(retried=attempt.reason, first_status=status)

@@ -21,6 +21,15 @@ from proxy.server.drain import is_cut
 
 CLIENT_CLOSED = 499
 _NONES = repeat(None)
+_CLIPPED_CHARS = 256
+
+
+def clipped(text: str) -> str:
+    """A client's string (its `model`) for the line: any length may come, and a huge one
+    would make every line of that client as huge, which log shippers split or drop."""
+    if len(text) <= _CLIPPED_CHARS:
+        return text
+    return f"{text[:_CLIPPED_CHARS]}... ({len(text)} chars)"
 
 
 class RequestLine:
@@ -57,6 +66,8 @@ class RequestLine:
         if self._metrics is not None:
             self._metrics.observe_request(self._kind, self.fields["status"],
                                           self.fields.get("upstream_ms"))
+            if self.fields.get("upstream_error") is not None:
+                self._metrics.observe_stream_error(self._kind)
 
     def _settle(self, exc: BaseException) -> None:
         """The status and error the client got, from how the handler failed."""

@@ -11,6 +11,8 @@ aiohttp does.
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 from aiohttp.http_exceptions import (BadStatusLine, ContentEncodingError, ContentLengthError,
                                      HttpProcessingError, InvalidHeader, InvalidURLError,
@@ -19,6 +21,7 @@ from aiohttp.http_exceptions import (BadStatusLine, ContentEncodingError, Conten
 from proxy.errors import ProxyError
 from proxy.server.app import render_error, unhandled_error
 from proxy.server.logs import get_logger
+from proxy.server.services import SERVICES
 
 _Kinds = type[BaseException] | tuple[type[BaseException], ...]
 
@@ -67,6 +70,10 @@ class _Connection(web.RequestHandler):
         error = parse_error(status, exc)
         if isinstance(exc, HttpProcessingError):
             get_logger("proxy").warning("bad_http_request", status=error.status, error=error.code)
+            # Never reached a handler, so no request line counted it.
+            metrics = getattr(self._manager, "metrics", None)
+            if metrics is not None:
+                metrics.observe_request("other", error.status, None)
         else:
             self.log_exception("Error handling request", exc_info=exc)
         response = render_error(error)
@@ -75,6 +82,8 @@ class _Connection(web.RequestHandler):
 
 
 class _Server(web.Server):
+    metrics: Any = None  # the application's `Metrics`, for the requests no handler sees
+
     def __call__(self) -> web.RequestHandler:
         return _Connection(self, loop=self._loop, **self._kwargs)
 
@@ -96,5 +105,8 @@ class ProxyRunner(web.AppRunner):
         # aiohttp builds the application's server; this one is the same, but for the class
         # of the connections it makes.
         plain = await super()._make_server()
-        return _Server(plain.request_handler, request_factory=plain.request_factory,
-                       handler_cancellation=plain.handler_cancellation, **plain._kwargs)
+        server = _Server(plain.request_handler, request_factory=plain.request_factory,
+                         handler_cancellation=plain.handler_cancellation, **plain._kwargs)
+        services = self.app.get(SERVICES)
+        server.metrics = services.metrics if services is not None else None
+        return server
