@@ -153,13 +153,11 @@ class Pipeline:
         if (state is not None and key is not None and cascade.mark is not None
                 and cascade.mark != state.microcompact):
             await self._keep_mark(prepared, key, cascade.mark)
-        attempt = prepared.attempt
-        if attempt.placeholders is not None:
+        if prepared.attempt.placeholders is not None:
             built = replace(built, cascade=replace(
-                cascade, entries=attempt.placeholders(built.projection)[0]))
-        # Restoring the loop's blocks changes only a projection rebuilt from a checkpoint.
-        if attempt.lesson and attempt.fix and (not attempt.keep_loop or built.event is not None):
-            line.set(retry_lesson=attempt.fix.reason)
+                cascade, entries=prepared.attempt.placeholders(built.projection)[0]))
+        if prepared.attempt.lesson:
+            self._say_lesson(prepared.attempt, built, line)
         hide_usage = prepared.upstream.stream_usage and _needs_usage_chunk(inbound)
         prepared.projection, prepared.estimate = built.projection, built.tokens
         prepared.body = build_body(inbound, built.projection, include_usage=hide_usage)
@@ -180,6 +178,12 @@ class Pipeline:
                  protected=built.protected,
                  **_stage_fields(built))
         return prepared
+
+    @staticmethod
+    def _say_lesson(attempt: Attempt, built: Built, line: RequestLine) -> None:
+        # Restoring the loop's blocks changes only a projection rebuilt from a checkpoint.
+        if attempt.fix and (not attempt.keep_loop or built.event is not None):
+            line.set(retry_lesson=attempt.fix.reason)
 
     async def _keep_mark(self, prepared: Prepared, key: ThreadKey, mark: MicrocompactMark) -> None:
         """Persist how far microcompaction reached. A mark the store refuses (a full disk) costs
@@ -246,7 +250,7 @@ class Pipeline:
                           line: RequestLine) -> None:
         if status != 200 or prepared.key is None:
             return
-        if prepared.attempt.fix is not None:
+        if prepared.attempt.fix:  # a retry's fix passed, or a lesson applied did
             self._learn(prepared)
         try:
             body = jsonio.loads(data)
@@ -264,7 +268,7 @@ class Pipeline:
                             line: RequestLine) -> None:
         if not isinstance(tap, (ChatTap, ResponsesTap)) or status != 200:
             return
-        if prepared.attempt.fix is not None:
+        if prepared.attempt.fix:  # a retry's fix passed, or a lesson applied did
             self._learn(prepared)
         if isinstance(tap, ChatTap) and tap.hidden:
             line.set(usage_chunk_hidden=True)
