@@ -112,3 +112,12 @@ def test_a_foreign_encrypted_blob_is_stripped_at_once_once_its_strip_passed(
         ["encrypted reasoning rejected"] * (TURNS - 1)
     sent = _main(fake, 0)[-1].json["input"]
     assert not any(i.get("type") == "reasoning" for i in sent)
+
+
+def test_a_fix_that_passed_in_a_stream_is_learned_too(make_fake, make_proxy) -> None:
+    fake = make_fake(dialect="deepseek-thinking")
+    proxy = make_proxy(fake)
+    client = ToolLoopClient(proxy, fake, _dropped_reasoning)
+    assert [client.turn(stream=True) for _ in range(4)] == [(200, 1), (200, 2), (200, 1), (200, 1)]
+    assert [line.get("retry_lesson") is not None for line in proxy.requests()] == \
+        [False, False, True, True]
