@@ -40,6 +40,8 @@ def test_a_lesson_refused_in_turn_is_forgotten_and_learned_again(make_fake, make
     lines = proxy.requests()
     assert [line.get("retry_lesson") is not None for line in lines] == \
         [False, False, True, True, False, True]
+    assert [line.get("retry_lesson_refused", False) for line in lines] == \
+        [False, False, False, True, False, False]
 
 
 def test_a_lesson_refused_for_its_own_kind_is_not_retried_with_the_same_fix(

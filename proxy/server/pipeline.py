@@ -227,6 +227,7 @@ class Pipeline:
             can_compact=self.settings.compaction.enabled and prepared.key is not None)
         if refused:
             self.lessons.forget(prepared.key, inbound.model)
+            line.set(retry_lesson_refused=True)
         if attempt is None:
             return None
         if self.log is not None:

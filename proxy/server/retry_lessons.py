@@ -7,8 +7,9 @@ or Gemini's `thought_signature`, one that echoes reasoning fields to a strict se
 `encrypted_content` blob replayed with the history, Claude wanting the current loop's thinking
 back in a compacted request. Each such turn paid a refused round trip first (twice the latency,
 and some providers bill the refused input). Once a retry's fix has passed, the thread's later
-requests for that model are prepared with it from the first attempt; a request that goes up
-with a lesson and is refused in turn forgets it, and the usual retry follows.
+requests for that model are prepared with it from the first attempt. A request that goes up
+with a lesson and is refused in turn (a 4xx other than a rate limit or an overflow) forgets it,
+and the usual retry follows, unless the refusal asks for the very fix the request already had.
 
 Uncompacted requests go up as the client sent them (SPEC §7.3, §11), yet a lesson changes them
 before the upstream has refused them. That is defensible because each fix only strips or stands
