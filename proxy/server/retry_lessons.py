@@ -12,12 +12,15 @@ with a lesson and is refused in turn (a 4xx other than a rate limit or an overfl
 and the usual retry follows, unless the refusal asks for the very fix the request already had.
 
 Uncompacted requests go up as the client sent them (SPEC §7.3, §11), yet a lesson changes them
-before the upstream has refused them. That is defensible because each fix only strips or stands
-in what this upstream refused for this thread and model, and the client's history still carries
-it, so the request would be refused again and the retry would send exactly the request the
-lesson sends. The one exception is restoring the loop's blocks: it changes compacted requests
-only. A request with a lesson says so on its line (`retry_lesson`). Kept in memory only: after a
-restart the first such request learns again, which costs one retry.
+before the upstream has refused them. That is defensible because each fix is one this upstream
+demonstrably needed for this thread and model, and the client's history still carries what it
+refused, so the request would be refused again and its retry would send exactly the request the
+lesson sends (a strip drops every chain-bound blob, the upstream's own newer ones too, as the
+retry does). A client that later drops what was refused (one that compacts its own history)
+keeps getting the fix until its thread leaves the LRU or the proxy restarts. Restoring the
+loop's blocks changes compacted requests only. A request with a lesson says so on its line
+(`retry_lesson`). Kept in memory only: after a restart the first such request learns again,
+which costs one retry.
 """
 
 from __future__ import annotations
