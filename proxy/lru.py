@@ -43,6 +43,9 @@ class LRU(Generic[K, V]):
             data[key] = change(found, *args)
             data.move_to_end(key)
 
+    def pop(self, key: K) -> V | None:
+        return self._data.pop(key, None)
+
     def __len__(self) -> int:
         return len(self._data)
 

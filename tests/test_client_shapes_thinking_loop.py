@@ -12,8 +12,6 @@ from typing import Any
 import httpx
 import orjson
 
-from proxy.records import ThreadKey
-from proxy.server.loop_demands import LoopDemands
 from proxy.testing.replies import Reply, call
 from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request
 from tests.client_shapes import EPHEMERAL, RESTORED, chat_anomalies, with_moving_markers
@@ -67,16 +65,10 @@ def test_a_thinking_thread_through_openrouter_retries_for_its_loop_blocks_once(
     assert len(proxy.logs.events("compaction_completed")) >= 5
     retried = [line for line in proxy.requests() if line.get("retried")]
     assert [line["retried"] for line in retried] == ["Anthropic requires the loop's thinking blocks"]
+    # Said on every request the remembered demand changed, and only there: compacted ones.
+    taught = [line for line in proxy.requests() if line.get("retry_lesson")]
+    assert taught and all(line.get("checkpoint") for line in taught)
+    assert {line["retry_lesson"] for line in taught} == {retried[0]["retried"]}
     for sent, received in requests:
         assert not [p for p in chat_anomalies(sent, received, "openrouter") if p not in RESTORED]
 
-
-def test_the_demand_is_kept_per_thread_and_model_and_forgotten_when_refused() -> None:
-    demands = LoopDemands()
-    thread, other = ThreadKey("tenant", "a"), ThreadKey("tenant", "b")
-    demands.remember(thread, "claude", True)
-    assert demands.asked(thread, "claude")
-    assert not demands.asked(thread, "gpt-4o") and not demands.asked(other, "claude")
-    assert not demands.asked(None, "claude")
-    demands.remember(thread, "claude", False)  # the kept loop was refused in turn
-    assert not demands.asked(thread, "claude")

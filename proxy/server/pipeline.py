@@ -20,11 +20,8 @@ from typing import Any
 
 from proxy import anchors, jsonio
 from proxy.compaction import manual
-from proxy.compaction.overflow import RetryAction, is_context_overflow, private_state_rejection
 from proxy.compaction.trigger import Thresholds, requested_output_tokens, thresholds
 from proxy.conversation import Api
-from proxy.core.placeholders import with_reasoning_placeholders, with_signature_stand_ins
-from proxy.core.sanitize import Policy
 from proxy.errors import CompactionInsufficient, CompactionUnavailable
 from proxy.identity import Identities
 from proxy.inbound import Inbound, parse_inbound, with_entries
@@ -36,10 +33,11 @@ from proxy.reparse import Known, known_of, reparse
 from proxy.server import manual_answer
 from proxy.server.compaction_flow import CompactionFlow
 from proxy.server.compactor import Compactor
-from proxy.server.loop_demands import LoopDemands
 from proxy.server.prepared import Attempt, Prepared
 from proxy.server.relay import StreamTap
 from proxy.server.request_line import RequestLine
+from proxy.server.retry_attempts import after_rejection, fixed
+from proxy.server.retry_lessons import RetryLessons
 from proxy.server.taps import ChatTap, ResponsesTap
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import Settings, UpstreamSettings
@@ -54,18 +52,6 @@ from proxy.tokens.estimate import TokenEstimator
 from proxy.tokens.images import image_rule
 from proxy.tokens.rules import request_definitions
 from proxy.usage import normalize
-
-
-# Per rejection: the sanitizer's policy, whether the current loop goes as the client sent it,
-# and what the retry adds where the current loop lacks it.
-_RETRY_POLICY = {
-    RetryAction.STRIP_BLOBS: (Policy.COMPACTED, False, None),
-    RetryAction.STAND_IN: (Policy.COMPACTED, False, None),
-    RetryAction.SIGNATURE_STAND_INS: (Policy.COMPACTED, False, with_signature_stand_ins),
-    RetryAction.RESTORE_LOOP_BLOBS: (None, True, None),
-    RetryAction.DROP_PLAIN_REASONING: (Policy.PRIVATE_FREE, False, None),
-    RetryAction.REASONING_PLACEHOLDERS: (None, False, with_reasoning_placeholders),
-}
 
 
 class Pipeline:
@@ -83,7 +69,7 @@ class Pipeline:
         self.compactor = Compactor(settings, client or UpstreamClient(1), self.store,
                                    self.history, log, metrics, clock)
         self.flow = CompactionFlow(settings, self.store, self.compactor, log)
-        self.loop_demands = LoopDemands()
+        self.lessons = RetryLessons()
         self._estimators: dict[tuple[str, str], TokenEstimator] = {}  # by encoding, image rule
         self._by_model: dict[str, TokenEstimator] = {}
         self._thresholds_by: dict[tuple[str, int], Thresholds] = {}
@@ -120,9 +106,10 @@ class Pipeline:
         """`client_headers`: the request's headers (the credentials a summary call forwards
         are read from them when a compaction needs them)."""
         key = self.thread_key(identity)
-        if self.loop_demands.some and not attempt.retry and self.loop_demands.asked(
-                key, inbound.model):
-            attempt = replace(attempt, keep_loop=True)
+        if self.lessons.some and not attempt.retry:
+            lesson = self.lessons.lesson(key, inbound.model)
+            if lesson is not None:
+                attempt = fixed(lesson, lesson=True)
         if inbound.entries is None:
             known = self._recent.get(key) if key else None
             previous = known.entries if known is not None and known.api is inbound.api else ()
@@ -169,6 +156,8 @@ class Pipeline:
         if prepared.attempt.placeholders is not None:
             built = replace(built, cascade=replace(
                 cascade, entries=prepared.attempt.placeholders(built.projection)[0]))
+        if prepared.attempt.lesson:
+            self._say_lesson(prepared.attempt, built, line)
         hide_usage = prepared.upstream.stream_usage and _needs_usage_chunk(inbound)
         prepared.projection, prepared.estimate = built.projection, built.tokens
         prepared.body = build_body(inbound, built.projection, include_usage=hide_usage)
@@ -189,6 +178,12 @@ class Pipeline:
                  protected=built.protected,
                  **_stage_fields(built))
         return prepared
+
+    @staticmethod
+    def _say_lesson(attempt: Attempt, built: Built, line: RequestLine) -> None:
+        # Restoring the loop's blocks changes only a projection rebuilt from a checkpoint.
+        if attempt.fix and (not attempt.keep_loop or built.event is not None):
+            line.set(retry_lesson=attempt.fix.reason)
 
     async def _keep_mark(self, prepared: Prepared, key: ThreadKey, mark: MicrocompactMark) -> None:
         """Persist how far microcompaction reached. A mark the store refuses (a full disk) costs
@@ -223,25 +218,19 @@ class Pipeline:
     async def retry(self, prepared: Prepared, status: int, body: Any,
                     line: RequestLine) -> Prepared | None:
         """A second attempt after an upstream rejection, when one can help; else None."""
-        inbound = prepared.inbound
-        if prepared.attempt.retry or inbound.entries is None or status < 400:
+        inbound, first = prepared.inbound, prepared.attempt
+        if first.retry or inbound.entries is None or status < 400:
             return None
         if inbound.stateful_upstream:
             return None  # passed through, and would be again: the same body, the same answer
-        if (is_context_overflow(status, body) and self.settings.compaction.enabled
-                and prepared.key is not None):
-            attempt = Attempt(forced=True, reason="context_overflow")
-        else:
-            rejection = private_state_rejection(status, body)
-            if rejection is None or rejection.action not in _RETRY_POLICY:
-                return None
-            policy, keep_loop, placeholders = _RETRY_POLICY[rejection.action]
-            # A loop kept at once and still refused: the next request tries without first.
-            self.loop_demands.remember(prepared.key, inbound.model, keep_loop)
-            if keep_loop and not line.fields.get("checkpoint"):
-                return None  # the client's own blocks went up untouched: nothing to restore
-            attempt = Attempt(policy=policy, keep_loop=keep_loop, reason=rejection.reason,
-                              placeholders=placeholders)
+        attempt, refused = after_rejection(
+            first, status, body, compacted=bool(line.fields.get("checkpoint")),
+            can_compact=self.settings.compaction.enabled and prepared.key is not None)
+        if refused:
+            self.lessons.forget(prepared.key, inbound.model)
+            line.set(retry_lesson_refused=True)
+        if attempt is None:
+            return None
         if self.log is not None:
             self.log.info("upstream_retry", thread=loggable(prepared.identity.thread),
                           tenant=prepared.identity.tenant, reason=attempt.reason, status=status)
@@ -263,6 +252,8 @@ class Pipeline:
                           line: RequestLine) -> None:
         if status != 200 or prepared.key is None:
             return
+        if prepared.attempt.fix:  # a retry's fix passed, or a lesson applied did
+            self._learn(prepared)
         try:
             body = jsonio.loads(data)
         except ValueError:
@@ -279,6 +270,8 @@ class Pipeline:
                             line: RequestLine) -> None:
         if not isinstance(tap, (ChatTap, ResponsesTap)) or status != 200:
             return
+        if prepared.attempt.fix:  # a retry's fix passed, or a lesson applied did
+            self._learn(prepared)
         if isinstance(tap, ChatTap) and tap.hidden:
             line.set(usage_chunk_hidden=True)
         error = tap.stream.error
@@ -291,6 +284,12 @@ class Pipeline:
             choices = tap.stream.messages() if isinstance(tap, ChatTap) else None
             response = tap.response() if choices is None else next(iter(choices), None)
             await self._record_usage(prepared, response, tap.usage(), line, choices)
+
+    def _learn(self, prepared: Prepared) -> None:
+        """A retry's fix passed: the thread's later requests for this model get it at once."""
+        attempt = prepared.attempt
+        if attempt.fix is not None and not attempt.lesson:
+            self.lessons.learn(prepared.key, prepared.inbound.model, attempt.fix)
 
     async def _record_usage(self, prepared: Prepared, response: Any, raw_usage: Any,
                             line: RequestLine, choices: list[Any] | None = None) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from proxy.compaction.overflow import Retry
 from proxy.conversation import Entries, Entry
 from proxy.core.sanitize import Policy
 from proxy.inbound import Inbound
@@ -21,7 +22,8 @@ _CREDENTIALS = ("authorization", "api-key", "x-api-key")
 
 @dataclass(frozen=True)
 class Attempt:
-    """How this attempt differs from a plain one (a retry after an upstream rejection)."""
+    """How this attempt differs from a plain one: a retry after an upstream rejection, or
+    a request prepared with the fix its thread's upstream needed before (`retry_lessons`)."""
 
     forced: bool = False  # an overflow buys one compaction, breaker and hysteresis bypassed
     policy: Policy | None = None
@@ -29,6 +31,8 @@ class Attempt:
     # What the retry adds where the current loop lacks it (`proxy.core.placeholders`).
     placeholders: Callable[[Sequence[Entry]], tuple[Entries, int]] | None = None
     reason: str | None = None
+    fix: Retry | None = None  # the rejected private state this attempt's changes answer
+    lesson: bool = False  # `fix` applied at once, remembered from the thread's earlier retry
 
     @property
     def retry(self) -> bool:

@@ -1,0 +1,48 @@
+"""Retry lessons: the fix a thread's upstream needed, sent at once on the thread's later requests.
+
+An upstream that refuses a request's provider-private state gets one retry with that state
+stripped or stood in (SPEC §7.4). The refusal comes from a habit of the client or its upstream,
+so it comes back on every later turn: a client that never keeps DeepSeek's `reasoning_content`
+or Gemini's `thought_signature`, one that echoes reasoning fields to a strict server, a foreign
+`encrypted_content` blob replayed with the history, Claude wanting the current loop's thinking
+back in a compacted request. Each such turn paid a refused round trip first (twice the latency,
+and some providers bill the refused input). Once a retry's fix has passed, the thread's later
+requests for that model are prepared with it from the first attempt. A request that goes up
+with a lesson and is refused in turn (a 4xx other than a rate limit or an overflow) forgets it,
+and the usual retry follows, unless the refusal asks for the very fix the request already had.
+
+Uncompacted requests go up as the client sent them (SPEC §7.3, §11), yet a lesson changes them
+before the upstream has refused them. That is defensible because each fix is one this upstream
+demonstrably needed for this thread and model, and the client's history still carries what it
+refused, so the request would be refused again and its retry would send exactly the request the
+lesson sends (a strip drops every chain-bound blob, the upstream's own newer ones too, as the
+retry does). A client that later drops what was refused (one that compacts its own history)
+keeps getting the fix until its thread leaves the LRU or the proxy restarts. Restoring the
+loop's blocks changes compacted requests only. A request with a lesson says so on its line
+(`retry_lesson`). Kept in memory only: after a restart the first such request learns again,
+which costs one retry.
+"""
+
+from __future__ import annotations
+
+from proxy.compaction.overflow import Retry
+from proxy.lru import LRU
+from proxy.records import ThreadKey
+
+
+class RetryLessons:
+    def __init__(self, max_threads: int = 4096) -> None:
+        self._learned: LRU[tuple[ThreadKey, str], Retry] = LRU(max_threads)
+        self.some = False  # whether any lesson was ever learned: most threads never need one
+
+    def lesson(self, key: ThreadKey | None, model: str) -> Retry | None:
+        return self._learned.get((key, model)) if key is not None else None
+
+    def learn(self, key: ThreadKey | None, model: str, fix: Retry) -> None:
+        if key is not None:
+            self._learned.put((key, model), fix)
+            self.some = True
+
+    def forget(self, key: ThreadKey | None, model: str) -> None:
+        if key is not None:
+            self._learned.pop((key, model))
