@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
 from proxy.settings_compaction import (DEFAULT_EXPLORATION_TOOLS, DEFAULT_FILE_TOOLS,
                                        DEFAULT_PLAN_TOOLS, BreakerSettings, CollapseSettings,
                                        CompactionSettings, MicrocompactSettings,
@@ -24,6 +22,7 @@ from proxy.settings_compaction import (DEFAULT_EXPLORATION_TOOLS, DEFAULT_FILE_T
                                        parse_compaction)
 from proxy.settings_masked import masked, redacted_url
 from proxy.settings_reader import ConfigError, Reader, environment, interpolate, shown
+from proxy.settings_yaml import read_yaml
 
 __all__ = ["DEFAULT_EXPLORATION_TOOLS", "DEFAULT_FILE_TOOLS", "DEFAULT_PLAN_TOOLS",
            "BreakerSettings", "CollapseSettings", "CompactionSettings", "ConfigError",
@@ -147,54 +146,11 @@ class Settings:
 def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Settings:
     """Read, interpolate and validate a YAML config file; raises `ConfigError`, and nothing
     else, for every way the file can be wrong."""
-    raw = _read_yaml(path)
+    raw = read_yaml(path)
     try:
         return parse_settings(raw, environment() if env is None else env)
     except RecursionError:
         raise ConfigError([f"<file>: {path} nests too deeply"]) from None
-
-
-def _read_yaml(path: str | Path) -> Any:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError([f"<file>: cannot read {path}: {exc.strerror or exc}"]) from None
-    except UnicodeDecodeError as exc:
-        where = f"byte {exc.object[exc.start]:#04x} at offset {exc.start}"
-        raise ConfigError([f"<file>: {path} is not UTF-8 text: {where}"]) from None
-    try:
-        return yaml.load(text, Loader=_UniqueKeysLoader)  # noqa: S506 - a SafeLoader
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"<file>: {path} is not valid YAML: {_yaml_problem(exc)}"]) from None
-    except RecursionError:
-        raise ConfigError([f"<file>: {path} nests too deeply"]) from None
-    except ValueError as exc:  # from PyYAML's converters: a date like 2024-13-45, a 5000-digit int
-        raise ConfigError([f"<file>: {path} has a value YAML cannot read: {exc}"]) from None
-
-
-class _UniqueKeysLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, except that a key given twice in one mapping is an error: PyYAML
-    keeps the last silently, so a second `server:` section would drop the first one's keys.
-    Keys that a merge (`<<: *base`) brings in may still be overridden."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[str] = set()
-        for key, _ in node.value:
-            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
-                if key.value in seen:
-                    raise yaml.MarkedYAMLError(problem=f"duplicate key {key.value!r}",
-                                               problem_mark=key.start_mark)
-                seen.add(key.value)
-        return super().construct_mapping(node, deep)
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    # PyYAML's own text quotes the offending line, which may hold a key: where it is will do.
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
-    if mark is None or problem is None:
-        return str(exc)
-    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
 
 
 def parse_settings(raw: Any, env: Mapping[str, str]) -> Settings:
