@@ -132,13 +132,20 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
         pass
     except StartupFailed as failed:
         log.error("startup_failed", error=str(failed))
-        print(f"compaction-proxy: {failed}", file=sys.stderr)
+        # The line names what to change: the key (and the file it is in), or the flags.
+        where = (f"server.host/server.port in {args.config}, or --host/--port"
+                 if failed.listening else f"state.path in {args.config}")
+        print(f"compaction-proxy: {failed} ({where})", file=sys.stderr)
         return 1
     return 0
 
 
 class StartupFailed(Exception):
     """The proxy could not open its state or listen: one line for the operator, no traceback."""
+
+    def __init__(self, message: str, *, listening: bool) -> None:
+        super().__init__(message)
+        self.listening = listening  # else the state could not be opened
 
 
 def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -157,14 +164,14 @@ async def _run(app: web.Application, settings: Settings, log: object) -> None:
     except (OSError, sqlite3.Error, StoreError) as exc:
         await runner.cleanup()
         raise StartupFailed(f"cannot open the state in {settings.state.path}: "
-                            f"{_described(exc)}") from None
+                            f"{_described(exc)}", listening=False) from None
     site = web.TCPSite(runner, settings.server.host, settings.server.port)
     try:
         await site.start()
     except OSError as exc:
         await runner.cleanup()
         raise StartupFailed(f"cannot listen on {settings.server.host}:{settings.server.port}: "
-                            f"{_described(exc)}") from None
+                            f"{_described(exc)}", listening=True) from None
     # What startup built (modules, settings, tokenizers) lives as long as the process: kept out
     # of the collector's scans, the garbage each request makes costs it far less to collect.
     gc.freeze()

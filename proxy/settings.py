@@ -197,7 +197,7 @@ def _upstreams(r: Reader, warnings: list[str]) -> dict[str, UpstreamSettings]:
         u = r.mapping(str(name))
         upstreams[str(name)] = UpstreamSettings(
             name=str(name),
-            base_url=_base_url(u),
+            base_url=_base_url(u, warnings),
             api_key=_api_key(u, str(name), warnings),
             timeout_s=u.number("timeout_s", UpstreamSettings.timeout_s, 0.1),
             connect_timeout_s=u.number("connect_timeout_s", UpstreamSettings.connect_timeout_s, 0.1),
@@ -210,7 +210,7 @@ def _upstreams(r: Reader, warnings: list[str]) -> dict[str, UpstreamSettings]:
     return upstreams
 
 
-def _base_url(u: Reader) -> str:
+def _base_url(u: Reader, warnings: list[str]) -> str:
     base_url = u.string("base_url")
     # An empty one too (`${URL}` with URL set empty): every request would fail. A missing one
     # is already reported, and `problem` keeps one a key.
@@ -221,6 +221,12 @@ def _base_url(u: Reader) -> str:
         # request here carries one (the client's, or api_key's).
         u.problem("base_url", f"must not carry credentials (user:password@), got "
                               f"{shown(redacted_url(base_url))}; set api_key instead")
+    elif urlsplit(base_url).path.strip("/") == "":
+        # The client's path goes below the base without its /v1: a base of http://host:9000
+        # sends /chat/completions, which most servers answer with a 404.
+        warnings.append(f"{u.where('base_url')}: has no path, so a client's /v1/chat/completions "
+                        f"goes to /chat/completions upstream; most OpenAI-compatible servers "
+                        f"need the /v1 base (write .../v1), unless yours answers at its root")
     return base_url.rstrip("/")
 
 

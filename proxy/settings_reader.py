@@ -10,6 +10,7 @@ text, and a text key (a choice, a name) quotes its value only through `shown`.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
@@ -197,10 +198,14 @@ class Reader:
         return Reader(self.get(key, {}), self.where(key), self.problems)
 
     def finish(self) -> None:
+        unused = sorted(self.seen.difference(self.raw))
         for key in self.raw:
             if key not in self.seen:
+                # A misspelt key is otherwise silently its default: name the likely one.
+                likely = difflib.get_close_matches(str(key), unused, n=1, cutoff=0.7)
+                hint = f" (did you mean {likely[0]}?)" if likely else ""
                 self.problems.append(f"{_join(self.path, shown(str(key), quoted=False))}: "
-                                     "unknown key")
+                                     f"unknown key{hint}")
 
 
 def described(value: Any) -> str:

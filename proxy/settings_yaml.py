@@ -45,10 +45,21 @@ class _UniqueKeysLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+# What a new user most often did to get PyYAML's problem, keyed by the problem's start.
+_HINTS = (
+    ("found character '\\t'", "YAML indents with spaces, not tabs: replace the tab"),
+    ("expected <block end>", "check the indentation: the keys of one mapping line up"),
+    ("mapping values are not allowed", "a key indented deeper than the one above it, "
+                                       "or a value holding ': ' (quote it)"),
+)
+
+
 def _yaml_problem(exc: yaml.YAMLError) -> str:
     # PyYAML's own text quotes the offending line, which may hold a key: where it is will do.
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
     if mark is None or problem is None:
         return str(exc)
-    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
+    where = f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
+    hint = next((text for start, text in _HINTS if problem.startswith(start)), None)
+    return f"{where}: {hint}" if hint else where

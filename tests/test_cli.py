@@ -180,7 +180,9 @@ def test_a_yaml_error_does_not_quote_the_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as error:
         load_settings(config, {})
     assert error.value.problems == [f"<file>: {config} is not valid YAML: mapping values are "
-                                    "not allowed here (line 4, column 21)"]
+                                    "not allowed here (line 4, column 21): a key indented "
+                                    "deeper than the one above it, or a value holding ': ' "
+                                    "(quote it)"]
 
 
 def _config_keys() -> list[str]:
