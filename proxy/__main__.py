@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import yaml
 from aiohttp import web
@@ -29,6 +30,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"compaction-proxy: invalid config {args.config}:", file=sys.stderr)
         for problem in error.problems:
             print(f"  {problem}", file=sys.stderr)
+        if args.config == DEFAULT_CONFIG_PATH and not Path(args.config).exists():
+            # Run from elsewhere than the project's directory, the default path finds nothing.
+            print(f"  {DEFAULT_CONFIG_PATH} is relative to the current directory ({Path.cwd()}): "
+                  f"run from the project's directory, or pass --config PATH", file=sys.stderr)
         return 1
     for warning in settings.warnings:
         print(f"compaction-proxy: warning: {args.config}: {warning}", file=sys.stderr)
@@ -80,7 +85,8 @@ def _parser() -> argparse.ArgumentParser:
 
     for command in (serve, check, threads, inspect, check_state):
         command.add_argument("--config", default=DEFAULT_CONFIG_PATH,
-                             help=f"YAML config file (default {DEFAULT_CONFIG_PATH})")
+                             help=f"YAML config file (default {DEFAULT_CONFIG_PATH}, "
+                                  f"relative to the current directory)")
     return parser
 
 

@@ -1,0 +1,33 @@
+"""What a new user meets first: the default config path, and the `threads` table's words."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from proxy.cli_state import threads_table
+from proxy.store import ThreadSummary
+from tests.process import cli
+
+
+def test_the_default_config_missing_from_the_current_directory_says_how_to_fix_it(
+        tmp_path: Path) -> None:
+    result = cli("check-config", cwd=str(tmp_path))
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "cannot read config/proxy.yaml" in result.stderr
+    assert (f"config/proxy.yaml is relative to the current directory ({tmp_path}): run "
+            "from the project's directory, or pass --config PATH") in result.stderr
+
+
+def test_a_missing_config_given_explicitly_gets_no_hint_about_the_default(tmp_path: Path) -> None:
+    result = cli("check-config", "--config", str(tmp_path / "nope.yaml"))
+    assert result.returncode == 1
+    assert "relative to the current directory" not in result.stderr
+
+
+def test_the_threads_table_names_its_count_column_for_what_it_counts() -> None:
+    summary = ThreadSummary(thread="t", tenant="a" * 32, created_at=0.0, last_activity=0.0,
+                            event_count=3, last_estimate=None)
+    header, row = threads_table([summary])
+    assert "EVENTS" not in header
+    assert row[header.index("CHECKPOINTS"):].startswith("3")
