@@ -32,6 +32,7 @@ __all__ = ["DEFAULT_EXPLORATION_TOOLS", "DEFAULT_FILE_TOOLS", "DEFAULT_PLAN_TOOL
 DEFAULT_CONFIG_PATH = "config/proxy.yaml"
 # RFC 9110's token: the characters a header name may have.
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_GLOB_CHARS = re.compile(r"[*?\[]")
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ def parse_settings(raw: Any, env: Mapping[str, str]) -> Settings:
         server=_server(root.mapping("server")),
         upstreams=_upstreams(root.mapping("upstreams"), warnings),
         routes=(),
-        models=_models(root.mapping("models")),
+        models=_models(root.mapping("models"), warnings),
         threads=_threads(root.mapping("threads")),
         state=_state(root.mapping("state")),
         logging=_logging(root.mapping("logging")),
@@ -277,7 +278,7 @@ def _routes(root: Reader, upstreams: Mapping[str, UpstreamSettings]) -> tuple[Ro
     return tuple(routes)
 
 
-def _models(r: Reader) -> tuple[ModelProfile, ...]:
+def _models(r: Reader, warnings: list[str]) -> tuple[ModelProfile, ...]:
     profiles = []
     for pattern in list(r.raw):
         m = r.mapping(str(pattern))
@@ -295,7 +296,23 @@ def _models(r: Reader) -> tuple[ModelProfile, ...]:
             m.problem("max_input_tokens", "must not exceed context_window")
         m.finish()
         profiles.append(profile)
+    _warn_shadowed_globs(r, [p.pattern for p in profiles], warnings)
     return tuple(profiles)
+
+
+def _warn_shadowed_globs(r: Reader, patterns: list[str], warnings: list[str]) -> None:
+    """Globs are tried in order, the first match wins: a glob after a `prefix*` that already
+    takes every model it could match is never used (`gpt-4o-mini*` after `gpt-4o*`)."""
+    globs = [p for p in patterns if _GLOB_CHARS.search(p)]
+    for n, later in enumerate(globs):
+        fixed = _GLOB_CHARS.split(later, 1)[0]  # every match of `later` starts with this
+        for earlier in globs[:n]:
+            prefix = earlier[:-1]
+            if earlier.endswith("*") and not _GLOB_CHARS.search(prefix) and fixed.startswith(prefix):
+                warnings.append(f"{r.where(later)}: never used: every model it matches is taken "
+                                f"by {earlier!r}, listed before it (the first matching glob wins; "
+                                f"list the narrower one first)")
+                break
 
 
 def _threads(r: Reader) -> ThreadSettings:

@@ -105,3 +105,20 @@ def test_a_state_path_that_cannot_be_opened_names_the_key(tmp_path: Path) -> Non
     config = write_config(tmp_path / "p.yaml", "http://127.0.0.1:9/v1", state)
     line = _startup_failure(config)
     assert line.endswith(f"(state.path in {config})"), line
+
+
+@pytest.mark.parametrize("models, shadowed", [
+    ({"gpt-4o*": 128000, "gpt-4o-mini*": 64000}, ["gpt-4o-mini*"]),
+    ({"*": 8000, "small-?": 4000, "exact-name": 2000}, ["small-?"]),
+    ({"o*": 200000, "o[134]*": 100000}, ["o[134]*"]),
+    ({"gpt-4o-mini*": 64000, "gpt-4o*": 128000}, []),
+    ({"gpt-4o": 128000, "gpt-4o*": 64000}, []),
+    ({"gpt-4.1*": 1000000, "gpt-5*": 272000, "o[134]*": 200000}, []),
+])
+def test_a_model_glob_an_earlier_one_always_takes_is_warned_about(models: dict[str, int],
+                                                                    shadowed: list[str]) -> None:
+    text = BASE + "models:\n" + "".join(f"  '{name}':\n    max_input_tokens: {tokens}\n"
+                                        for name, tokens in models.items())
+    warnings = parse_settings(yaml.safe_load(text), {}).warnings
+    assert [w.split(": ", 1)[0] for w in warnings] == [f"models.{name}" for name in shadowed]
+    assert all("never used" in w and "list the narrower one first" in w for w in warnings)
