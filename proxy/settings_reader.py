@@ -76,7 +76,8 @@ def _substitute(text: str, env: Mapping[str, str], path: str, problems: list[str
             return env[name]
         if default is not None:
             return default
-        problems.append(f"{path}: environment variable {name} is not set")
+        problems.append(f"{path}: environment variable {name} is not set (export it, or give "
+                        f"a default: ${{{name}:-value}})")
         return ""
     result = _ENV_REF.sub(value_of, text)
     return WholeReference(result) if _ENV_REF.fullmatch(text) else result

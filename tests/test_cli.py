@@ -320,7 +320,8 @@ def test_check_config_masks_a_key_carried_in_the_base_url_query(tmp_path: Path) 
 
 def test_an_unset_variable_is_one_problem_not_two() -> None:
     assert _problems(BASE + "server:\n  port: ${UNSET_PORT}\n") == [
-        "server.port: environment variable UNSET_PORT is not set"]
+        "server.port: environment variable UNSET_PORT is not set (export it, or give a "
+        "default: ${UNSET_PORT:-value})"]
 
 
 def test_a_default_stands_in_for_a_variable_set_empty_as_in_a_shell() -> None:

@@ -122,3 +122,11 @@ def test_a_model_glob_an_earlier_one_always_takes_is_warned_about(models: dict[s
     warnings = parse_settings(yaml.safe_load(text), {}).warnings
     assert [w.split(": ", 1)[0] for w in warnings] == [f"models.{name}" for name in shadowed]
     assert all("never used" in w and "list the narrower one first" in w for w in warnings)
+
+
+def test_an_unset_variable_says_how_to_set_it_or_default_it() -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_settings(yaml.safe_load("upstreams:\n  u:\n    base_url: ${MY_UPSTREAM}\n"), {})
+    assert error.value.problems == [
+        "upstreams.u.base_url: environment variable MY_UPSTREAM is not set (export it, or give "
+        "a default: ${MY_UPSTREAM:-value})"]
