@@ -207,7 +207,8 @@ def _upstreams(r: Reader, warnings: list[str]) -> dict[str, UpstreamSettings]:
         )
         u.finish()
     if not upstreams:
-        r.problems.append("upstreams: at least one upstream is required")
+        r.problems.append("upstreams: at least one upstream is required, such as "
+                          "{openai: {base_url: 'https://api.openai.com/v1'}}")
     return upstreams
 
 

@@ -130,3 +130,10 @@ def test_an_unset_variable_says_how_to_set_it_or_default_it() -> None:
     assert error.value.problems == [
         "upstreams.u.base_url: environment variable MY_UPSTREAM is not set (export it, or give "
         "a default: ${MY_UPSTREAM:-value})"]
+
+
+@pytest.mark.parametrize("text", ["", "server:\n  port: 8787\n"], ids=["empty file", "no upstreams"])
+def test_a_config_without_upstreams_shows_what_one_looks_like(tmp_path: Path, text: str) -> None:
+    problems = _problems(tmp_path / "p.yaml", text)
+    assert problems == ["upstreams: at least one upstream is required, such as "
+                        "{openai: {base_url: 'https://api.openai.com/v1'}}"]
