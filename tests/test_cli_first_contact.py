@@ -8,6 +8,8 @@ from proxy.cli_state import threads_table
 from proxy.store import ThreadSummary
 from tests.process import cli
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def test_the_default_config_missing_from_the_current_directory_says_how_to_fix_it(
         tmp_path: Path) -> None:
@@ -31,3 +33,15 @@ def test_the_threads_table_names_its_count_column_for_what_it_counts() -> None:
     header, row = threads_table([summary])
     assert "EVENTS" not in header
     assert row[header.index("CHECKPOINTS"):].startswith("3")
+
+
+def test_what_check_config_prints_is_itself_a_valid_config(tmp_path: Path) -> None:
+    # A user saves the resolved config to start from: every key it prints must be one the
+    # parser takes (the shipped file has no secret, so nothing printed is masked).
+    printed = cli("check-config", "--config", str(ROOT / "config" / "proxy.yaml"))
+    assert printed.returncode == 0, printed.stderr
+    saved = tmp_path / "resolved.yaml"
+    saved.write_text(printed.stdout)
+    again = cli("check-config", "--config", str(saved))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == printed.stdout
