@@ -14,7 +14,8 @@ from pathlib import Path
 import yaml
 from aiohttp import web
 
-from proxy.settings import DEFAULT_CONFIG_PATH, ConfigError, Settings, load_settings, masked
+from proxy.settings import (DEFAULT_CONFIG_PATH, ConfigError, Settings, load_settings, masked,
+                            redacted_url)
 from proxy.settings_reader import shown
 from proxy.store.base import StoreError
 from proxy.tokens.encoding import KNOWN_ENCODINGS
@@ -186,7 +187,9 @@ async def _run(app: web.Application, settings: Settings, log: object) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     addresses = [f"{a[0]}:{a[1]}" for a in runner.addresses]
-    log.info("listening", addresses=addresses, upstreams=sorted(settings.upstreams),  # type: ignore[attr-defined]
+    # Where each upstream is, keys in a base_url's query masked: what a new user checks first.
+    upstreams = {name: redacted_url(u.base_url) for name, u in sorted(settings.upstreams.items())}
+    log.info("listening", addresses=addresses, upstreams=upstreams,  # type: ignore[attr-defined]
              state_path=settings.state.path)
     await stop.wait()
     log.info("shutting_down", grace_s=settings.server.shutdown_grace_s)  # type: ignore[attr-defined]

@@ -1,12 +1,14 @@
-"""What a new user meets first: the default config path, and the `threads` table's words."""
+"""What a new user meets first: the default config path, the start line, check-config's output,
+and the `threads` table's words."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 from proxy.cli_state import threads_table
 from proxy.store import ThreadSummary
-from tests.process import cli
+from tests.process import ProxyProcess, cli, write_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,3 +47,18 @@ def test_what_check_config_prints_is_itself_a_valid_config(tmp_path: Path) -> No
     again = cli("check-config", "--config", str(saved))
     assert again.returncode == 0, again.stderr
     assert again.stdout == printed.stdout
+
+
+def test_the_listening_line_says_where_each_upstream_is(tmp_path: Path) -> None:
+    # Pointed at the fake with OPENAI_UPSTREAM_URL, a new user checks here that it took.
+    config = write_config(tmp_path / "p.yaml", "http://127.0.0.1:9/v1?key=sk-secret-value",
+                          tmp_path / "state")
+    proxy = ProxyProcess(config)
+    try:
+        [listening] = proxy.events("listening")
+        assert listening["upstreams"] == {"fake": "http://127.0.0.1:9/v1?key=***"}
+        assert b"sk-secret-value" not in b"".join(proxy.raw)
+    finally:
+        proxy.signal(signal.SIGTERM)
+        assert proxy.wait() == 0
+        proxy.kill()
