@@ -9,11 +9,13 @@ import signal
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import yaml
 from aiohttp import web
 
-from proxy.settings import DEFAULT_CONFIG_PATH, ConfigError, Settings, load_settings, masked
+from proxy.settings import (DEFAULT_CONFIG_PATH, ConfigError, Settings, load_settings, masked,
+                            redacted_url)
 from proxy.settings_reader import shown
 from proxy.store.base import StoreError
 from proxy.tokens.encoding import KNOWN_ENCODINGS
@@ -29,6 +31,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"compaction-proxy: invalid config {args.config}:", file=sys.stderr)
         for problem in error.problems:
             print(f"  {problem}", file=sys.stderr)
+        if args.config == DEFAULT_CONFIG_PATH and not Path(args.config).exists():
+            # Run from elsewhere than the project's directory, the default path finds nothing.
+            print(f"  {DEFAULT_CONFIG_PATH} is relative to the current directory ({Path.cwd()}): "
+                  f"run from the project's directory, or pass --config PATH", file=sys.stderr)
         return 1
     for warning in settings.warnings:
         print(f"compaction-proxy: warning: {args.config}: {warning}", file=sys.stderr)
@@ -80,7 +86,8 @@ def _parser() -> argparse.ArgumentParser:
 
     for command in (serve, check, threads, inspect, check_state):
         command.add_argument("--config", default=DEFAULT_CONFIG_PATH,
-                             help=f"YAML config file (default {DEFAULT_CONFIG_PATH})")
+                             help=f"YAML config file (default {DEFAULT_CONFIG_PATH}, "
+                                  f"relative to the current directory)")
     return parser
 
 
@@ -132,13 +139,20 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
         pass
     except StartupFailed as failed:
         log.error("startup_failed", error=str(failed))
-        print(f"compaction-proxy: {failed}", file=sys.stderr)
+        # The line names what to change: the key (and the file it is in), or the flags.
+        where = (f"server.host/server.port in {args.config}, or --host/--port"
+                 if failed.listening else f"state.path in {args.config}")
+        print(f"compaction-proxy: {failed} ({where})", file=sys.stderr)
         return 1
     return 0
 
 
 class StartupFailed(Exception):
     """The proxy could not open its state or listen: one line for the operator, no traceback."""
+
+    def __init__(self, message: str, *, listening: bool) -> None:
+        super().__init__(message)
+        self.listening = listening  # else the state could not be opened
 
 
 def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -157,14 +171,14 @@ async def _run(app: web.Application, settings: Settings, log: object) -> None:
     except (OSError, sqlite3.Error, StoreError) as exc:
         await runner.cleanup()
         raise StartupFailed(f"cannot open the state in {settings.state.path}: "
-                            f"{_described(exc)}") from None
+                            f"{_described(exc)}", listening=False) from None
     site = web.TCPSite(runner, settings.server.host, settings.server.port)
     try:
         await site.start()
     except OSError as exc:
         await runner.cleanup()
         raise StartupFailed(f"cannot listen on {settings.server.host}:{settings.server.port}: "
-                            f"{_described(exc)}") from None
+                            f"{_described(exc)}", listening=True) from None
     # What startup built (modules, settings, tokenizers) lives as long as the process: kept out
     # of the collector's scans, the garbage each request makes costs it far less to collect.
     gc.freeze()
@@ -173,7 +187,9 @@ async def _run(app: web.Application, settings: Settings, log: object) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     addresses = [f"{a[0]}:{a[1]}" for a in runner.addresses]
-    log.info("listening", addresses=addresses, upstreams=sorted(settings.upstreams),  # type: ignore[attr-defined]
+    # Where each upstream is, keys in a base_url's query masked: what a new user checks first.
+    upstreams = {name: redacted_url(u.base_url) for name, u in sorted(settings.upstreams.items())}
+    log.info("listening", addresses=addresses, upstreams=upstreams,  # type: ignore[attr-defined]
              state_path=settings.state.path)
     await stop.wait()
     log.info("shutting_down", grace_s=settings.server.shutdown_grace_s)  # type: ignore[attr-defined]

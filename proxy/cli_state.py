@@ -25,7 +25,7 @@ from proxy.store.sqlite_db import DB_FILE
 
 T = TypeVar("T")
 _PROBLEMS_SHOWN = 100
-HEADER = ("LAST ACTIVITY", "EVENTS", "LAST ESTIMATE", "TENANT", "THREAD")
+HEADER = ("LAST ACTIVITY", "CHECKPOINTS", "LAST ESTIMATE", "TENANT", "THREAD")
 
 
 def list_threads(settings: Settings, limit: int) -> int:

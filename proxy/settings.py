@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
 from proxy.settings_compaction import (DEFAULT_EXPLORATION_TOOLS, DEFAULT_FILE_TOOLS,
                                        DEFAULT_PLAN_TOOLS, BreakerSettings, CollapseSettings,
                                        CompactionSettings, MicrocompactSettings,
@@ -24,6 +22,7 @@ from proxy.settings_compaction import (DEFAULT_EXPLORATION_TOOLS, DEFAULT_FILE_T
                                        parse_compaction)
 from proxy.settings_masked import masked, redacted_url
 from proxy.settings_reader import ConfigError, Reader, environment, interpolate, shown
+from proxy.settings_yaml import read_yaml
 
 __all__ = ["DEFAULT_EXPLORATION_TOOLS", "DEFAULT_FILE_TOOLS", "DEFAULT_PLAN_TOOLS",
            "BreakerSettings", "CollapseSettings", "CompactionSettings", "ConfigError",
@@ -33,6 +32,7 @@ __all__ = ["DEFAULT_EXPLORATION_TOOLS", "DEFAULT_FILE_TOOLS", "DEFAULT_PLAN_TOOL
 DEFAULT_CONFIG_PATH = "config/proxy.yaml"
 # RFC 9110's token: the characters a header name may have.
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_GLOB_CHARS = re.compile(r"[*?\[]")
 
 
 @dataclass(frozen=True)
@@ -152,54 +152,11 @@ class Settings:
 def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Settings:
     """Read, interpolate and validate a YAML config file; raises `ConfigError`, and nothing
     else, for every way the file can be wrong."""
-    raw = _read_yaml(path)
+    raw = read_yaml(path)
     try:
         return parse_settings(raw, environment() if env is None else env)
     except RecursionError:
         raise ConfigError([f"<file>: {path} nests too deeply"]) from None
-
-
-def _read_yaml(path: str | Path) -> Any:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError([f"<file>: cannot read {path}: {exc.strerror or exc}"]) from None
-    except UnicodeDecodeError as exc:
-        where = f"byte {exc.object[exc.start]:#04x} at offset {exc.start}"
-        raise ConfigError([f"<file>: {path} is not UTF-8 text: {where}"]) from None
-    try:
-        return yaml.load(text, Loader=_UniqueKeysLoader)  # noqa: S506 - a SafeLoader
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"<file>: {path} is not valid YAML: {_yaml_problem(exc)}"]) from None
-    except RecursionError:
-        raise ConfigError([f"<file>: {path} nests too deeply"]) from None
-    except ValueError as exc:  # from PyYAML's converters: a date like 2024-13-45, a 5000-digit int
-        raise ConfigError([f"<file>: {path} has a value YAML cannot read: {exc}"]) from None
-
-
-class _UniqueKeysLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, except that a key given twice in one mapping is an error: PyYAML
-    keeps the last silently, so a second `server:` section would drop the first one's keys.
-    Keys that a merge (`<<: *base`) brings in may still be overridden."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[str] = set()
-        for key, _ in node.value:
-            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
-                if key.value in seen:
-                    raise yaml.MarkedYAMLError(problem=f"duplicate key {key.value!r}",
-                                               problem_mark=key.start_mark)
-                seen.add(key.value)
-        return super().construct_mapping(node, deep)
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    # PyYAML's own text quotes the offending line, which may hold a key: where it is will do.
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
-    if mark is None or problem is None:
-        return str(exc)
-    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
 
 
 def parse_settings(raw: Any, env: Mapping[str, str]) -> Settings:
@@ -210,7 +167,7 @@ def parse_settings(raw: Any, env: Mapping[str, str]) -> Settings:
         server=_server(root.mapping("server")),
         upstreams=_upstreams(root.mapping("upstreams"), warnings),
         routes=(),
-        models=_models(root.mapping("models")),
+        models=_models(root.mapping("models"), warnings),
         threads=_threads(root.mapping("threads")),
         state=_state(root.mapping("state")),
         logging=_logging(root.mapping("logging")),
@@ -250,7 +207,7 @@ def _upstreams(r: Reader, warnings: list[str]) -> dict[str, UpstreamSettings]:
         u = r.mapping(str(name))
         upstreams[str(name)] = UpstreamSettings(
             name=str(name),
-            base_url=_base_url(u),
+            base_url=_base_url(u, warnings),
             api_key=_api_key(u, str(name), warnings),
             timeout_s=u.number("timeout_s", UpstreamSettings.timeout_s, 0.1),
             connect_timeout_s=u.number("connect_timeout_s", UpstreamSettings.connect_timeout_s, 0.1),
@@ -259,11 +216,12 @@ def _upstreams(r: Reader, warnings: list[str]) -> dict[str, UpstreamSettings]:
         )
         u.finish()
     if not upstreams:
-        r.problems.append("upstreams: at least one upstream is required")
+        r.problems.append("upstreams: at least one upstream is required, such as "
+                          "{openai: {base_url: 'https://api.openai.com/v1'}}")
     return upstreams
 
 
-def _base_url(u: Reader) -> str:
+def _base_url(u: Reader, warnings: list[str]) -> str:
     base_url = u.string("base_url")
     # An empty one too (`${URL}` with URL set empty): every request would fail. A missing one
     # is already reported, and `problem` keeps one a key.
@@ -274,6 +232,12 @@ def _base_url(u: Reader) -> str:
         # request here carries one (the client's, or api_key's).
         u.problem("base_url", f"must not carry credentials (user:password@), got "
                               f"{shown(redacted_url(base_url))}; set api_key instead")
+    elif urlsplit(base_url).path.strip("/") == "":
+        # The client's path goes below the base without its /v1: a base of http://host:9000
+        # sends /chat/completions, which most servers answer with a 404.
+        warnings.append(f"{u.where('base_url')}: has no path, so a client's /v1/chat/completions "
+                        f"goes to /chat/completions upstream; most OpenAI-compatible servers "
+                        f"need the /v1 base (write .../v1), unless yours answers at its root")
     return base_url.rstrip("/")
 
 
@@ -324,7 +288,7 @@ def _routes(root: Reader, upstreams: Mapping[str, UpstreamSettings]) -> tuple[Ro
     return tuple(routes)
 
 
-def _models(r: Reader) -> tuple[ModelProfile, ...]:
+def _models(r: Reader, warnings: list[str]) -> tuple[ModelProfile, ...]:
     profiles = []
     for pattern in list(r.raw):
         m = r.mapping(str(pattern))
@@ -342,7 +306,23 @@ def _models(r: Reader) -> tuple[ModelProfile, ...]:
             m.problem("max_input_tokens", "must not exceed context_window")
         m.finish()
         profiles.append(profile)
+    _warn_shadowed_globs(r, [p.pattern for p in profiles], warnings)
     return tuple(profiles)
+
+
+def _warn_shadowed_globs(r: Reader, patterns: list[str], warnings: list[str]) -> None:
+    """Globs are tried in order, the first match wins: a glob after a `prefix*` that already
+    takes every model it could match is never used (`gpt-4o-mini*` after `gpt-4o*`)."""
+    globs = [p for p in patterns if _GLOB_CHARS.search(p)]
+    for n, later in enumerate(globs):
+        fixed = _GLOB_CHARS.split(later, 1)[0]  # every match of `later` starts with this
+        for earlier in globs[:n]:
+            prefix = earlier[:-1]
+            if earlier.endswith("*") and not _GLOB_CHARS.search(prefix) and fixed.startswith(prefix):
+                warnings.append(f"{r.where(later)}: never used: every model it matches is taken "
+                                f"by {earlier!r}, listed before it (the first matching glob wins; "
+                                f"list the narrower one first)")
+                break
 
 
 def _threads(r: Reader) -> ThreadSettings:

@@ -38,6 +38,7 @@ def masked(settings: Settings) -> dict[str, Any]:
     data = asdict(settings)
     del data["warnings"]
     for upstream in data["upstreams"].values():
+        del upstream["name"]  # the mapping's key already: printed, it would be an unknown key
         upstream["base_url"] = redacted_url(upstream["base_url"])
         if upstream.get("api_key"):
             key = upstream["api_key"]

@@ -10,6 +10,7 @@ text, and a text key (a choice, a name) quotes its value only through `shown`.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
@@ -75,7 +76,8 @@ def _substitute(text: str, env: Mapping[str, str], path: str, problems: list[str
             return env[name]
         if default is not None:
             return default
-        problems.append(f"{path}: environment variable {name} is not set")
+        problems.append(f"{path}: environment variable {name} is not set (export it, or give "
+                        f"a default: ${{{name}:-value}})")
         return ""
     result = _ENV_REF.sub(value_of, text)
     return WholeReference(result) if _ENV_REF.fullmatch(text) else result
@@ -197,10 +199,14 @@ class Reader:
         return Reader(self.get(key, {}), self.where(key), self.problems)
 
     def finish(self) -> None:
+        unused = sorted(self.seen.difference(self.raw))
         for key in self.raw:
             if key not in self.seen:
+                # A misspelt key is otherwise silently its default: name the likely one.
+                likely = difflib.get_close_matches(str(key), unused, n=1, cutoff=0.7)
+                hint = f" (did you mean {likely[0]}?)" if likely else ""
                 self.problems.append(f"{_join(self.path, shown(str(key), quoted=False))}: "
-                                     "unknown key")
+                                     f"unknown key{hint}")
 
 
 def described(value: Any) -> str:

@@ -180,7 +180,9 @@ def test_a_yaml_error_does_not_quote_the_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as error:
         load_settings(config, {})
     assert error.value.problems == [f"<file>: {config} is not valid YAML: mapping values are "
-                                    "not allowed here (line 4, column 21)"]
+                                    "not allowed here (line 4, column 21): a key indented "
+                                    "deeper than the one above it, or a value holding ': ' "
+                                    "(quote it)"]
 
 
 def _config_keys() -> list[str]:
@@ -318,7 +320,8 @@ def test_check_config_masks_a_key_carried_in_the_base_url_query(tmp_path: Path) 
 
 def test_an_unset_variable_is_one_problem_not_two() -> None:
     assert _problems(BASE + "server:\n  port: ${UNSET_PORT}\n") == [
-        "server.port: environment variable UNSET_PORT is not set"]
+        "server.port: environment variable UNSET_PORT is not set (export it, or give a "
+        "default: ${UNSET_PORT:-value})"]
 
 
 def test_a_default_stands_in_for_a_variable_set_empty_as_in_a_shell() -> None:

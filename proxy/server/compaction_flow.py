@@ -106,8 +106,9 @@ class CompactionFlow:
         except NothingToCompact:
             if fits:
                 return built
-            over = ("the model rejected it as too long" if prepared.attempt.forced else
-                    "they are over the model's input limit")
+            over = ("the model rejected it as too long"
+                    + self._profile_too_large(prepared, built, th)
+                    if prepared.attempt.forced else "they are over the model's input limit")
             reason = (f"nothing more can be compacted: the system prompt and the recent "
                       f"messages kept verbatim remain, and {over}")
             self.compactor.refused(job, reason)
@@ -121,6 +122,17 @@ class CompactionFlow:
                                  self._breaker_after(prepared), logged=True)
         line.set(compacted=True)
         return build(view, event, replace(situation, anchors=()))
+
+    def _profile_too_large(self, prepared: Prepared, built: Built, th: Thresholds) -> str:
+        """An overflow below the profile's limit means the profile is wrong, not the thread:
+        the operator can fix that, so the refusal says which key."""
+        profile = self.settings.profile(prepared.inbound.model)
+        if profile is None or not th.limit or built.tokens >= th.limit:
+            return ""
+        key = "max_input_tokens" if profile.max_input_tokens else "context_window"
+        return (f" at about {built.tokens:,} tokens, below the {th.limit:,} tokens "
+                f"models.{profile.pattern}.{key} allows: the model's real input window is "
+                f"smaller; set the profile to it")
 
     def _job(self, prepared: Prepared, view: View, situation: Situation, built: Built, *,
              strategy: str, focus: str | None = None) -> Job:

@@ -1,0 +1,65 @@
+"""Reading the config file as YAML: every way the file itself can be wrong is a `ConfigError`
+naming where, never quoting the line (it may hold a key)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from proxy.settings_reader import ConfigError
+
+
+def read_yaml(path: str | Path) -> Any:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"<file>: cannot read {path}: {exc.strerror or exc}"]) from None
+    except UnicodeDecodeError as exc:
+        where = f"byte {exc.object[exc.start]:#04x} at offset {exc.start}"
+        raise ConfigError([f"<file>: {path} is not UTF-8 text: {where}"]) from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeysLoader)  # noqa: S506 - a SafeLoader
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"<file>: {path} is not valid YAML: {_yaml_problem(exc)}"]) from None
+    except RecursionError:
+        raise ConfigError([f"<file>: {path} nests too deeply"]) from None
+    except ValueError as exc:  # from PyYAML's converters: a date like 2024-13-45, a 5000-digit int
+        raise ConfigError([f"<file>: {path} has a value YAML cannot read: {exc}"]) from None
+
+
+class _UniqueKeysLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error: PyYAML
+    keeps the last silently, so a second `server:` section would drop the first one's keys.
+    Keys that a merge (`<<: *base`) brings in may still be overridden."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[str] = set()
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                if key.value in seen:
+                    raise yaml.MarkedYAMLError(problem=f"duplicate key {key.value!r}",
+                                               problem_mark=key.start_mark)
+                seen.add(key.value)
+        return super().construct_mapping(node, deep)
+
+
+# What a new user most often did to get PyYAML's problem, keyed by the problem's start.
+_HINTS = (
+    ("found character '\\t'", "YAML indents with spaces, not tabs: replace the tab"),
+    ("expected <block end>", "check the indentation: the keys of one mapping line up"),
+    ("mapping values are not allowed", "a key indented deeper than the one above it, "
+                                       "or a value holding ': ' (quote it)"),
+)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    # PyYAML's own text quotes the offending line, which may hold a key: where it is will do.
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
+    if mark is None or problem is None:
+        return str(exc)
+    where = f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
+    hint = next((text for start, text in _HINTS if problem.startswith(start)), None)
+    return f"{where}: {hint}" if hint else where
