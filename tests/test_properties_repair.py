@@ -103,9 +103,12 @@ def test_a_cancelled_result_is_made_only_for_a_call_with_no_answer(drawn: tuple[
     _, missing = _expected(api, entries)
     made = [e for e, o in zip(out.entries, out.origins, strict=True) if o is None]
     assert all(e.kind is Kind.RESULT and content_text(e) == CANCELLED_TEXT for e in made)
-    # Same calls, once each, in the order the calls were made: the bytes depend on the input only.
-    assert [e.answers for e in made] == missing
-    assert out.cancelled == len(missing)
+    # Same calls, in the order the calls were made: the bytes depend on the input only. Once
+    # each, but for a Responses id used again in a later step while still open (servers that
+    # number calls per response reuse ids): a call opens its id again, so each step gets one.
+    made_ids = [e.answers for e in made]
+    assert (made_ids if api == "chat" else list(dict.fromkeys(made_ids))) == missing
+    assert out.cancelled == len(made_ids)
 
 
 @given(damaged)
@@ -154,11 +157,15 @@ def test_a_made_result_answers_its_call_in_kind(elements: list) -> None:
     screenshot) never gets one, and no output is made for it in another call's type."""
     entries = entries_of("responses", elements)
     out = repair(entries)
-    kinds = {e.calls[0].id: e.raw["type"] for e in entries if e.kind is Kind.CALL}
+    # Calls that share an id (a client's bug) keep one output between them: in one of their kinds.
+    kinds: dict[str, set[str]] = {}
+    for e in entries:
+        if e.kind is Kind.CALL:
+            kinds.setdefault(e.calls[0].id, set()).add(e.raw["type"])
     for entry, origin in zip(out.entries, out.origins, strict=True):
         if origin is None:
-            assert entry.raw["type"] == f"{kinds[entry.answers]}_output"
-            assert kinds[entry.answers] in _CLIENT_CALLS
+            made_for = entry.raw["type"].removesuffix("_output")
+            assert made_for in kinds[entry.answers] and made_for in _CLIENT_CALLS
 
 
 # ---------------------------------------------------------------- across processes
