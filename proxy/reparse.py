@@ -123,6 +123,8 @@ def _fresh_spans(body: bytes, at: int,
                  fresh: Sequence[object]) -> tuple[tuple[bytes, ...], int] | None:
     """The bytes of the new elements, which follow `at`, and the index just past the list's
     `]`: compact JSON is checked against its own serialization, any other style is scanned."""
+    if not fresh and at < len(body) and body[at] == _CLOSE:
+        return (), at + 1  # nothing new (a retried turn): what `following_elements` finds
     found = following_elements(body, at, fresh, after_element=False)
     if found is not None:
         return tuple(body[a:b] for a, b in found[0]), found[1]
