@@ -80,8 +80,9 @@ def reparse(api: Api, body: bytes, known: Known) -> Inbound | None:
     sources, end = spans
     located = ArraySpans(len(known.lead) - 1, end, known.sources[:reused] + sources)
     # Past an edited element the old entries may line up again: `entries_from` reuses those.
-    entries = known.entries[:reused] + entries_from(api, fresh, sources,
-                                                    known.entries[reused:])
+    entries = known.entries[:reused]
+    if fresh:  # a retried turn has nothing new to build
+        entries += entries_from(api, fresh, sources, known.entries[reused:])
     return Inbound(api, body, doc, model, stream, key, entries, located, elements, reused)
 
 
