@@ -37,11 +37,18 @@ def canonical_chat(message: Mapping[str, Any]) -> dict[str, Any]:
     get = message.get
     out: dict[str, Any] = {"role": get("role")}
     content = get("content")
-    _put(out, "content", _content(content) if isinstance(content, list) else content)
+    if type(content) is str:  # most messages: `_put`'s test, inline
+        if content:
+            out["content"] = content
+    else:
+        _put(out, "content", _content(content) if isinstance(content, list) else content)
+    keys = message.keys()
     # Most messages carry few of these, often none: only those present are looked at (in
     # any order: a canonical form is compared and digested with its keys sorted).
-    for key in message.keys() & _OPTIONAL_FIELDS:
+    for key in keys & _OPTIONAL_FIELDS:
         _put(out, key, message[key])
+    if keys.isdisjoint(_CALL_FIELDS):
+        return out  # no call to read: most messages
     calls = get("tool_calls")
     if isinstance(calls, list) and calls:
         out["tool_calls"] = [_call(c) for c in calls]
@@ -52,6 +59,7 @@ def canonical_chat(message: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _OPTIONAL_FIELDS = frozenset({"refusal", "name", "tool_call_id"})
+_CALL_FIELDS = frozenset({"tool_calls", "function_call"})
 
 
 def canonical_item(item: Mapping[str, Any]) -> dict[str, Any]:
