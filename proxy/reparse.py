@@ -94,6 +94,17 @@ def _repeated(body: bytes, at: int, sources: Sequence[bytes]) -> tuple[int, int]
     """
     n, count = len(body), 0
     resume = at
+    if sources:
+        # The usual turn of a compact client: every element repeated, then `]` or a new one.
+        head = b",".join(sources)
+        end = at + len(head)
+        if end < n and body.startswith(head, at):
+            if body[end] == _CLOSE:
+                return len(sources), end
+            if body[end] == _COMMA:
+                after = skip_ws(body, end + 1)
+                if after < n and body[after] != _CLOSE:
+                    return len(sources), end + 1
     if len(sources) > 1:
         # Compact clients separate elements with a bare comma: one comparison covers all but
         # the last, which the loop checks with what follows it.

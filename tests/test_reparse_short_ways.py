@@ -1,7 +1,9 @@
 """The delta parse's short ways (`proxy/reparse.py`) against its general path.
 
-A request that repeats the last one whole (a client's retry, a benchmark) has no new
-elements: their spans are found without the element walk, and must be what it finds."""
+A compact client's turn repeats every element, then ends the list or adds one: one comparison
+finds that, and must find what the element by element walk finds. A request that repeats the
+last one whole (a client's retry, a benchmark) has no new elements: their spans are found
+without the element walk, and must be what it finds."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from hypothesis import strategies as st
 from proxy.conversation import Api
 from proxy.inbound import parse_inbound, with_entries
 from proxy.jsonspan import following_elements, scan_elements
-from proxy.reparse import _fresh_spans, known_of, reparse
+from proxy.jsonspan import skip_ws
+from proxy.reparse import _fresh_spans, _repeated, known_of, reparse
 
 
 def _general(body: bytes, at: int) -> tuple[tuple[bytes, ...], int] | None:
@@ -49,3 +52,41 @@ def test_a_repeated_request_parses_as_the_whole_body_does(texts: list[str], spac
     assert delta.doc == full.doc == orjson.loads(body)
     assert delta.spans == full.spans and delta.elements == full.elements
     assert delta.reused == len(texts)
+
+
+def _walk(body: bytes, at: int, sources: list[bytes]) -> tuple[int, int]:
+    """`_repeated` element by element, as it was before its short ways."""
+    n, count, resume = len(body), 0, at
+    for source in sources:
+        i = skip_ws(body, resume)
+        if not body.startswith(source, i):
+            break
+        i = skip_ws(body, i + len(source))
+        if i >= n:
+            break
+        if body[i] == ord("]"):
+            return count + 1, i
+        if body[i] != ord(","):
+            break
+        after = skip_ws(body, i + 1)
+        if after < n and body[after] == ord("]"):
+            break
+        count, resume = count + 1, i + 1
+    return count, resume
+
+
+_ELEMENTS = [b'{"a":1}', b'{"b":"x"}', b'{"a":1,"b":[]}', b"{}"]
+_SEPARATORS = [b",", b", ", b",\n  ", b" ,"]
+_TAILS = [b"]", b" ]", b",]", b", ]", b',{"c":2}]', b', {"c":2}]', b",", b"", b"]}", b',{"a":1']
+
+
+@given(st.lists(st.sampled_from(_ELEMENTS), min_size=1, max_size=5), st.data())
+def test_the_repeated_elements_are_found_as_the_walk_finds_them(sources: list[bytes],
+                                                                data: st.DataObject) -> None:
+    kept = data.draw(st.integers(0, len(sources)))
+    sent = sources[:kept] + data.draw(st.lists(st.sampled_from(_ELEMENTS), max_size=2))
+    parts = [b"["]
+    for k, element in enumerate(sent):
+        parts.append((data.draw(st.sampled_from(_SEPARATORS)) if k else b"") + element)
+    body = b"".join(parts) + data.draw(st.sampled_from(_TAILS))
+    assert _repeated(body, 1, sources) == _walk(body, 1, sources)
