@@ -167,15 +167,18 @@ class Identities:
         if entry.api is Api.RESPONSES and entry.item_id:
             return f"id:{entry.item_id}"
         found = entry.memo.get("digest")
-        if found is not None:
-            return found
+        return found if found is not None else self._digest_of(entry, None)
+
+    def _digest_of(self, entry: Entry, form: dict[str, Any] | None) -> str:
+        """`digest` of an entry that has none kept yet; `form`, its canonical form when the
+        caller has it already."""
         if entry.key is None:
-            found = digest_of(canonical(entry))
+            found = digest_of(form if form is not None else canonical(entry))
         else:
             key = _cache_key(entry.api, entry.key)
             found = self._cache.get(key)
             if found is None:
-                found = digest_of(canonical(entry))
+                found = digest_of(form if form is not None else canonical(entry))
                 self._cache.put(key, found)
         entry.memo["digest"] = found
         return found
@@ -198,9 +201,12 @@ class Identities:
             form = canonical(entry)
             compact = _compact_arguments(form)
             # Nothing to ignore (no server id, compact arguments): the entry's own digest,
-            # most often known already, not a second hash of the same form.
-            found = (self.digest(entry) if compact is form and not entry.item_id
-                     else digest_of(compact))
+            # most often known already, not a second hash of the same form; when not, made
+            # from this form, not a second one.
+            if compact is form and not entry.item_id:
+                found = entry.memo.get("digest") or self._digest_of(entry, form)
+            else:
+                found = digest_of(compact)
             if key is not None:
                 self._cache.put(key, found)
         entry.memo["content"] = found
