@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import orjson
+
 from proxy import jsonio
 from proxy.conversation import Api, Entries, entries_from
 from proxy.errors import BadRequest
@@ -137,6 +139,9 @@ def _fresh_spans(body: bytes, at: int,
     `]`: compact JSON is checked against its own serialization, any other style is scanned."""
     if not fresh and at < len(body) and body[at] == _CLOSE:
         return (), at + 1  # nothing new (a retried turn): what `following_elements` finds
+    compact = _compact_spans(body, at, fresh) if fresh else None
+    if compact is not None:
+        return compact
     found = following_elements(body, at, fresh, after_element=False)
     if found is not None:
         return tuple(body[a:b] for a, b in found[0]), found[1]
@@ -144,3 +149,23 @@ def _fresh_spans(body: bytes, at: int,
     if scanned is None or len(scanned[0]) != len(fresh):
         return None
     return tuple(scanned[0]), scanned[1]
+
+
+def _compact_spans(body: bytes, at: int,
+                   fresh: Sequence[object]) -> tuple[tuple[bytes, ...], int] | None:
+    """What `following_elements` finds when the new elements are their serializations joined
+    by bare commas, then `]` (a compact client's turn): one comparison, not one per element.
+    None for any other layout."""
+    try:
+        dumped = list(map(orjson.dumps, fresh))
+    except TypeError:
+        return None
+    end = at + sum(map(len, dumped)) + len(dumped) - 1
+    if not (end < len(body) and body[end] == _CLOSE and body.startswith(b",".join(dumped), at)):
+        return None
+    # Slices of the body, as `following_elements` gives: each is the very bytes of its dump.
+    sources, i = [], at
+    for element in dumped:
+        sources.append(body[i:i + len(element)])
+        i += len(element) + 1
+    return tuple(sources), end + 1

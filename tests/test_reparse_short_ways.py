@@ -1,7 +1,7 @@
 """The delta parse's short ways (`proxy/reparse.py`) against its general path.
 
-A compact client's turn repeats every element, then ends the list or adds one: one comparison
-finds that, and must find what the element by element walk finds. A request that repeats the
+A compact client's turn repeats every element, then ends the list or adds some: one comparison
+finds each of those, and must find what the element by element walk finds. A request that repeats the
 last one whole (a client's retry, a benchmark) has no new elements: their spans are found
 without the element walk, and must be what it finds."""
 
@@ -17,7 +17,7 @@ from proxy.conversation import Api
 from proxy.inbound import parse_inbound, with_entries
 from proxy.jsonspan import following_elements, scan_elements
 from proxy.jsonspan import skip_ws
-from proxy.reparse import _fresh_spans, _repeated, known_of, reparse
+from proxy.reparse import _compact_spans, _fresh_spans, _repeated, known_of, reparse
 
 
 def _general(body: bytes, at: int) -> tuple[tuple[bytes, ...], int] | None:
@@ -90,3 +90,30 @@ def test_the_repeated_elements_are_found_as_the_walk_finds_them(sources: list[by
         parts.append((data.draw(st.sampled_from(_SEPARATORS)) if k else b"") + element)
     body = b"".join(parts) + data.draw(st.sampled_from(_TAILS))
     assert _repeated(body, 1, sources) == _walk(body, 1, sources)
+
+
+_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1)
+                       | st.text(max_size=4),
+                       lambda inner: st.lists(inner, max_size=2)
+                       | st.dictionaries(st.text(max_size=3), inner, max_size=2), max_leaves=5)
+
+
+@given(st.lists(st.dictionaries(st.text(max_size=3), _VALUES, max_size=3), min_size=1,
+                max_size=3), st.lists(st.sampled_from([b",", b", ", b",\n"]), min_size=3,
+                                      max_size=3),
+       st.sampled_from([b"]", b" ]", b"]}", b",]", b""]), st.booleans())
+def test_new_compact_elements_are_located_as_the_element_walk_locates_them(
+        fresh: list[dict], separators: list[bytes], tail: bytes, pretty: bool) -> None:
+    import json
+
+    dumps = (lambda v: json.dumps(v).encode()) if pretty else orjson.dumps
+    parts = [dumps(v) for v in fresh]
+    body = b'{"messages":[{"a":1},' + parts[0] + b"".join(
+        s + p for s, p in zip(separators, parts[1:])) + tail
+    at = len(b'{"messages":[{"a":1},')
+    found = following_elements(body, at, fresh, after_element=False)
+    walked = None if found is None else (tuple(body[a:b] for a, b in found[0]), found[1])
+    compact = _compact_spans(body, at, fresh)
+    assert compact is None or compact == walked
+    if not pretty and set(separators[:len(fresh) - 1]) <= {b","} and tail.startswith(b"]"):
+        assert compact is not None  # the usual turn takes the short way
