@@ -16,6 +16,8 @@ not fit returns None, and the caller parses the whole body as usual.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate, repeat
+from operator import add
 from typing import Any, NamedTuple
 
 import orjson
@@ -160,12 +162,11 @@ def _compact_spans(body: bytes, at: int,
         dumped = list(map(orjson.dumps, fresh))
     except TypeError:
         return None
-    end = at + sum(map(len, dumped)) + len(dumped) - 1
+    lengths = list(map(len, dumped))
+    end = at + sum(lengths) + len(lengths) - 1
     if not (end < len(body) and body[end] == _CLOSE and body.startswith(b",".join(dumped), at)):
         return None
-    # Slices of the body, as `following_elements` gives: each is the very bytes of its dump.
-    sources, i = [], at
-    for element in dumped:
-        sources.append(body[i:i + len(element)])
-        i += len(element) + 1
-    return tuple(sources), end + 1
+    # Slices of the body, as `following_elements` gives (each is the very bytes of its dump),
+    # cut in C: each starts past the one before and its comma.
+    starts = list(accumulate(map(add, lengths, repeat(1)), initial=at))
+    return tuple(map(body.__getitem__, map(slice, starts, map(add, starts, lengths)))), end + 1
