@@ -170,11 +170,19 @@ def _fitting(anchors: Sequence[Anchor], count: int) -> Iterator[Anchor]:
 
 
 def _anchored(anchor: Anchor, response: list[int], sizes: Sequence[int], margin: float) -> int:
+    position = anchor.position
+    end = position + len(response)
+    if response and response[0] == position and response[-1] == end - 1:
+        # The echo right at the anchor's place, no reasoning item between (indexes only
+        # grow): the sums of two slices, summed in C.
+        echoed, after = sum(sizes[position:end]), sum(sizes[end:])
+    else:
+        matched = set(response)
+        echoed = sum(sizes[i] for i in response)
+        after = sum(sizes[i] for i in range(position, len(sizes)) if i not in matched)
     # The echo may carry more than the visible output (reasoning a provider wants back).
-    echo = max(anchor.output_tokens, sum(sizes[i] for i in response))
-    matched = set(response)
-    after = sum(sizes[i] for i in range(anchor.position, len(sizes)) if i not in matched)
-    return anchor.input_tokens + echo + math.ceil(after * (1.0 + margin))
+    return anchor.input_tokens + max(anchor.output_tokens, echoed) + math.ceil(
+        after * (1.0 + margin))
 
 
 def context_bytes(tools: Any = None, instructions: Any = None, model: str = "",

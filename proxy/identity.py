@@ -37,11 +37,18 @@ def canonical_chat(message: Mapping[str, Any]) -> dict[str, Any]:
     get = message.get
     out: dict[str, Any] = {"role": get("role")}
     content = get("content")
-    _put(out, "content", _content(content) if isinstance(content, list) else content)
+    if type(content) is str:  # most messages: `_put`'s test, inline
+        if content:
+            out["content"] = content
+    else:
+        _put(out, "content", _content(content) if isinstance(content, list) else content)
+    keys = message.keys()
     # Most messages carry few of these, often none: only those present are looked at (in
     # any order: a canonical form is compared and digested with its keys sorted).
-    for key in message.keys() & _OPTIONAL_FIELDS:
+    for key in keys & _OPTIONAL_FIELDS:
         _put(out, key, message[key])
+    if keys.isdisjoint(_CALL_FIELDS):
+        return out  # no call to read: most messages
     calls = get("tool_calls")
     if isinstance(calls, list) and calls:
         out["tool_calls"] = [_call(c) for c in calls]
@@ -52,6 +59,7 @@ def canonical_chat(message: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _OPTIONAL_FIELDS = frozenset({"refusal", "name", "tool_call_id"})
+_CALL_FIELDS = frozenset({"tool_calls", "function_call"})
 
 
 def canonical_item(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -159,15 +167,18 @@ class Identities:
         if entry.api is Api.RESPONSES and entry.item_id:
             return f"id:{entry.item_id}"
         found = entry.memo.get("digest")
-        if found is not None:
-            return found
+        return found if found is not None else self._digest_of(entry, None)
+
+    def _digest_of(self, entry: Entry, form: dict[str, Any] | None) -> str:
+        """`digest` of an entry that has none kept yet; `form`, its canonical form when the
+        caller has it already."""
         if entry.key is None:
-            found = digest_of(canonical(entry))
+            found = digest_of(form if form is not None else canonical(entry))
         else:
             key = _cache_key(entry.api, entry.key)
             found = self._cache.get(key)
             if found is None:
-                found = digest_of(canonical(entry))
+                found = digest_of(form if form is not None else canonical(entry))
                 self._cache.put(key, found)
         entry.memo["digest"] = found
         return found
@@ -190,9 +201,12 @@ class Identities:
             form = canonical(entry)
             compact = _compact_arguments(form)
             # Nothing to ignore (no server id, compact arguments): the entry's own digest,
-            # most often known already, not a second hash of the same form.
-            found = (self.digest(entry) if compact is form and not entry.item_id
-                     else digest_of(compact))
+            # most often known already, not a second hash of the same form; when not, made
+            # from this form, not a second one.
+            if compact is form and not entry.item_id:
+                found = entry.memo.get("digest") or self._digest_of(entry, form)
+            else:
+                found = digest_of(compact)
             if key is not None:
                 self._cache.put(key, found)
         entry.memo["content"] = found

@@ -16,7 +16,11 @@ not fit returns None, and the caller parses the whole body as usual.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate, repeat
+from operator import add
 from typing import Any, NamedTuple
+
+import orjson
 
 from proxy import jsonio
 from proxy.conversation import Api, Entries, entries_from
@@ -80,8 +84,9 @@ def reparse(api: Api, body: bytes, known: Known) -> Inbound | None:
     sources, end = spans
     located = ArraySpans(len(known.lead) - 1, end, known.sources[:reused] + sources)
     # Past an edited element the old entries may line up again: `entries_from` reuses those.
-    entries = known.entries[:reused] + entries_from(api, fresh, sources,
-                                                    known.entries[reused:])
+    entries = known.entries[:reused]
+    if fresh:  # a retried turn has nothing new to build
+        entries += entries_from(api, fresh, sources, known.entries[reused:])
     return Inbound(api, body, doc, model, stream, key, entries, located, elements, reused)
 
 
@@ -93,6 +98,17 @@ def _repeated(body: bytes, at: int, sources: Sequence[bytes]) -> tuple[int, int]
     """
     n, count = len(body), 0
     resume = at
+    if sources:
+        # The usual turn of a compact client: every element repeated, then `]` or a new one.
+        head = b",".join(sources)
+        end = at + len(head)
+        if end < n and body.startswith(head, at):
+            if body[end] == _CLOSE:
+                return len(sources), end
+            if body[end] == _COMMA:
+                after = skip_ws(body, end + 1)
+                if after < n and body[after] != _CLOSE:
+                    return len(sources), end + 1
     if len(sources) > 1:
         # Compact clients separate elements with a bare comma: one comparison covers all but
         # the last, which the loop checks with what follows it.
@@ -123,6 +139,11 @@ def _fresh_spans(body: bytes, at: int,
                  fresh: Sequence[object]) -> tuple[tuple[bytes, ...], int] | None:
     """The bytes of the new elements, which follow `at`, and the index just past the list's
     `]`: compact JSON is checked against its own serialization, any other style is scanned."""
+    if not fresh and at < len(body) and body[at] == _CLOSE:
+        return (), at + 1  # nothing new (a retried turn): what `following_elements` finds
+    compact = _compact_spans(body, at, fresh) if fresh else None
+    if compact is not None:
+        return compact
     found = following_elements(body, at, fresh, after_element=False)
     if found is not None:
         return tuple(body[a:b] for a, b in found[0]), found[1]
@@ -130,3 +151,22 @@ def _fresh_spans(body: bytes, at: int,
     if scanned is None or len(scanned[0]) != len(fresh):
         return None
     return tuple(scanned[0]), scanned[1]
+
+
+def _compact_spans(body: bytes, at: int,
+                   fresh: Sequence[object]) -> tuple[tuple[bytes, ...], int] | None:
+    """What `following_elements` finds when the new elements are their serializations joined
+    by bare commas, then `]` (a compact client's turn): one comparison, not one per element.
+    None for any other layout."""
+    try:
+        dumped = list(map(orjson.dumps, fresh))
+    except TypeError:
+        return None
+    lengths = list(map(len, dumped))
+    end = at + sum(lengths) + len(lengths) - 1
+    if not (end < len(body) and body[end] == _CLOSE and body.startswith(b",".join(dumped), at)):
+        return None
+    # Slices of the body, as `following_elements` gives (each is the very bytes of its dump),
+    # cut in C: each starts past the one before and its comma.
+    starts = list(accumulate(map(add, lengths, repeat(1)), initial=at))
+    return tuple(map(body.__getitem__, map(slice, starts, map(add, starts, lengths)))), end + 1

@@ -58,12 +58,16 @@ def normalize(usage: Any, api: Api | str = Api.CHAT, response: Any = None,
         reasoning, cached, cache_write = None, 0, 0  # a bare count: nothing more to look up
     else:
         reasoning, cached, cache_write = _breakdown(usage)
-    estimated = reasoning is None
-    if reasoning is None:
-        reasoning = 0 if _no_reasoning(api, response) else _estimate(api, response, count)
-    reasoning = min(reasoning, output)
+    if reasoning is not None:
+        reasoning = min(reasoning, output)
+        return Usage(input_tokens, output, cached, cache_write, reasoning, output - reasoning)
+    # A chat message with none of the reasoning fields (most answers): nothing to estimate.
+    if (type(response) is dict and api != Api.RESPONSES
+            and response.keys().isdisjoint(_REASONING_KEYS)):
+        return Usage(input_tokens, output, cached, cache_write, 0, output)
+    reasoning = min(_estimate(api, response, count), output)
     return Usage(input_tokens, output, cached, cache_write, reasoning, output - reasoning,
-                 estimated and reasoning > 0)
+                 reasoning > 0)
 
 
 def _input(usage: Mapping[str, Any]) -> int | None:
@@ -138,12 +142,6 @@ def _int(value: Any) -> int | None:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return int(value) if value >= 0 else None
-
-
-def _no_reasoning(api: Api | str, response: Any) -> bool:
-    """A chat message with none of the reasoning fields (most answers): nothing to count."""
-    return (type(response) is dict and api != Api.RESPONSES
-            and response.keys().isdisjoint(_REASONING_KEYS))
 
 
 def _estimate(api: Api | str, response: Any, count: Count | None) -> int:

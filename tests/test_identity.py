@@ -95,3 +95,30 @@ def test_responses_message_echo_without_id_matches_content() -> None:
     assert identities.digest(entry_from_responses(relayed)) == \
         identities.digest(entry_from_responses(echo))
     assert Api.RESPONSES  # the form is shared with chat; only the canonical keys differ
+
+
+@given(assistant_messages())
+def test_a_new_entrys_content_digest_builds_its_canonical_form_once(
+        message: dict[str, Any]) -> None:
+    # An anchor's echo: a new entry, asked its content digest first; its arguments compact.
+    import proxy.identity as identity
+
+    source = orjson.dumps(message)
+    fresh = Identities()
+    expected = (fresh.digest(entry_from_chat(message, source)),
+                fresh.content_digest(entry_from_chat(message, source)))
+    built: list[object] = []
+    real = identity.canonical
+
+    def counting(entry: Any) -> dict[str, Any]:
+        built.append(entry)
+        return real(entry)
+
+    identities, entry = Identities(), entry_from_chat(message, source)
+    identity.canonical = counting  # type: ignore[assignment]
+    try:
+        assert identities.content_digest(entry) == expected[1]
+        assert identities.digest(entry) == expected[0]
+    finally:
+        identity.canonical = real  # type: ignore[assignment]
+    assert len(built) == 1

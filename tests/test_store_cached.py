@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.records import ThreadKey
 from proxy.store import SqliteStore
@@ -99,3 +101,37 @@ async def test_held_back_touches_stay_bounded_and_are_written_not_dropped() -> N
     await store.flush()
     assert sorted(t for t in counting.touches if t[1] == 1001.0) == [
         (key, 1001.0, 2) for key in keys]
+
+
+def _reference_touches(requests: list[tuple[float, int | None]]) -> list[tuple[float, Any]]:
+    """What `record_request` writes, as the rule says: a held-back touch merged with the
+    next (the later time, the newest estimate given), written once the interval passed."""
+    writes: list[tuple[float, Any]] = []
+    held: tuple[float, Any] | None = None
+    persisted: float | None = None
+    for at, estimate in requests:
+        if held is not None:
+            at_, estimate_ = max(at, held[0]), estimate if estimate is not None else held[1]
+        else:
+            at_, estimate_ = at, estimate
+        held = None
+        if persisted is None or at - persisted >= TOUCH_INTERVAL_S:
+            writes.append((at_, estimate_))
+            persisted = at_
+        else:
+            held = (at_, estimate_)
+    return writes + ([held] if held is not None else [])
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(st.sampled_from([1000.0, 1001.0, 1010.0, 1029.0, 1031.0, 1065.0]),
+                          st.one_of(st.none(), st.integers(0, 9))), min_size=1, max_size=8))
+async def test_touches_written_follow_the_merge_rule_whatever_the_order(
+        requests: list[tuple[float, int | None]]) -> None:
+    counting = CountingStore()
+    store = CachedStore(counting)  # type: ignore[arg-type]
+    for at, estimate in requests:
+        await store.record_request(KEY, at, estimate)
+    await store.flush()
+    assert [(at, estimate) for _, at, estimate in counting.touches] == (
+        _reference_touches(requests))

@@ -274,15 +274,28 @@ async def test_create_store_from_settings(tmp_path: Path) -> None:
         create_store(StateSettings(backend="redis"))
 
 
-def test_the_cached_states_quick_update_equals_dataclasses_replace() -> None:
-    from dataclasses import replace
-
+@pytest.mark.parametrize("created_at,last_activity,last_estimate", [
+    (1.0, 2.0, 4), (None, None, None), (1.0, 9.0, None)])
+@pytest.mark.parametrize("at,estimate", [(5.0, 9), (3.0, None), (0.5, 7)])
+def test_the_cached_states_quick_updates_equal_dataclasses_replace(
+        created_at: float | None, last_activity: float | None, last_estimate: int | None,
+        at: float, estimate: int | None) -> None:
     from proxy.records import ThreadState
-    from proxy.store.cached import _evolve
-    state = ThreadState(KEY, created_at=1.0, last_activity=2.0, event_count=3, extra={"a": 1})
-    changed = _evolve(state, last_activity=5.0, last_estimate=9)
-    assert changed == replace(state, last_activity=5.0, last_estimate=9)
-    assert state.last_activity == 2.0 and changed is not state
+    from proxy.store.base import ANCHORS_KEPT
+    from proxy.store.cached import _anchored, _touched
+    anchors = tuple(anchor(n) for n in range(ANCHORS_KEPT))
+    state = ThreadState(KEY, created_at=created_at, last_activity=last_activity,
+                        last_estimate=last_estimate, event_count=3, extra={"a": 1},
+                        anchors=anchors)
+    touched = _touched(state, at, estimate)
+    assert touched == replace(
+        state, created_at=at if created_at is None else created_at,
+        last_activity=max(at, last_activity or at),
+        last_estimate=last_estimate if estimate is None else estimate)
+    newest = anchor(99)
+    assert _anchored(state, newest) == replace(
+        state, anchors=(newest, *anchors)[:ANCHORS_KEPT])
+    assert state.last_activity == last_activity and state.anchors == anchors
 
 
 def test_a_load_reads_one_commit_while_the_owner_writes(tmp_path: Path) -> None:

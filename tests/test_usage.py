@@ -172,3 +172,5 @@ def test_the_inline_openai_reading_agrees_with_the_general_rules(
                     module._estimate(api, response, words), output)
     assert found is not None
     assert (found.input, found.output, found.reasoning) == (input_tokens, output, reasoning)
+    assert found.visible_output == output - reasoning
+    assert found.reasoning_estimated == (breakdown is None and reasoning > 0)

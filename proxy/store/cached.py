@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import replace
-from typing import Any
 
 from proxy.lru import LRU
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
@@ -62,7 +61,12 @@ class CachedStore:
         return found
 
     async def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
-        latest, latest_estimate = _merged(self._held.pop(key, None), at, estimate)
+        held = self._held.pop(key, None)
+        # `_merged`, inline for the usual case: a thread's requests come in order.
+        if held is None or (at >= held[0] and estimate is not None):
+            latest, latest_estimate = at, estimate
+        else:
+            latest, latest_estimate = _merged(held, at, estimate)
         persisted = self._touched.get(key)
         if persisted is None or at - persisted >= TOUCH_INTERVAL_S:
             await self._persist(key, latest, latest_estimate)
@@ -124,19 +128,21 @@ def _oldest(held: OrderedDict[ThreadKey, HeldTouch]) -> tuple[ThreadKey, float, 
 
 
 # The two updates every request makes: module functions and arguments, no closure each time.
+# Each is `dataclasses.replace` without its walk over the fields (ThreadState has no
+# `__post_init__`): the same new frozen state, its dict copied and changed in one update.
 def _touched(state: ThreadState, at: float, estimate: int | None) -> ThreadState:
-    return _evolve(state, created_at=state.created_at if state.created_at is not None else at,
-                   last_activity=max(at, state.last_activity or at),
-                   last_estimate=estimate if estimate is not None else state.last_estimate)
+    new = object.__new__(ThreadState)
+    new.__dict__.update(
+        state.__dict__, created_at=state.created_at if state.created_at is not None else at,
+        last_activity=max(at, state.last_activity or at),
+        last_estimate=estimate if estimate is not None else state.last_estimate)
+    return new
 
 
 def _anchored(state: ThreadState, anchor: Anchor) -> ThreadState:
-    return _evolve(state, anchors=(anchor, *state.anchors[:ANCHORS_KEPT - 1]))
-
-
-def _evolve(state: ThreadState, **changes: Any) -> ThreadState:
-    """`dataclasses.replace` for the two updates every request makes: the same new frozen
-    state, without `replace`'s walk over the fields (ThreadState has no `__post_init__`)."""
     new = object.__new__(ThreadState)
-    new.__dict__.update(state.__dict__, **changes)
+    new.__dict__.update(state.__dict__, anchors=(anchor, *state.anchors[:_OLDER_KEPT]))
     return new
+
+
+_OLDER_KEPT = ANCHORS_KEPT - 1  # the anchors kept besides the newest
