@@ -123,6 +123,22 @@ class Replay:
     upstream: list[bytes] = field(default_factory=list)
     compactions: list[str | None] = field(default_factory=list)
 
+    def turn(self, client: httpx.Client, base_url: str, fake: FakeUpstream, thread: str,
+             body: Wire, reply: Reply) -> None:
+        """One chat request, answered with `reply`: what was sent, what reached the upstream."""
+        fake.script(reply)
+        sent = orjson.dumps(body)
+        before = len(fake.requests)
+        answer = client.post(f"{base_url}/chat/completions", content=sent,
+                             headers={"content-type": "application/json",
+                                      "authorization": f"Bearer {API_KEY}", "x-thread-id": thread})
+        self.statuses.append(answer.status_code)
+        assert answer.status_code == 200, answer.text
+        main = [r for r in fake.requests[before:] if not is_summarizer_request(r.json)]
+        self.sent.append(sent)
+        self.upstream.append(main[-1].body)
+        self.compactions.append(answer.headers.get("x-compaction"))
+
 
 def replay(base_url: str, fake: FakeUpstream, messages: Sequence[Wire], thread: str,
            *, shape: Callable[[list[Wire]], list[Wire]] = list,
@@ -132,18 +148,8 @@ def replay(base_url: str, fake: FakeUpstream, messages: Sequence[Wire], thread: 
         for k in range(1, len(messages)):
             if messages[k]["role"] != "assistant" or messages[k - 1]["role"] == "assistant":
                 continue
-            fake.script(reply_for(messages[k]))
-            sent = orjson.dumps({**body(k), "messages": shape(list(messages[:k]))})
-            before = len(fake.requests)
-            answer = client.post(f"{base_url}/chat/completions", content=sent,
-                                 headers={"content-type": "application/json",
-                                          "authorization": f"Bearer {API_KEY}", "x-thread-id": thread})
-            out.statuses.append(answer.status_code)
-            assert answer.status_code == 200, answer.text
-            main = [r for r in fake.requests[before:] if not is_summarizer_request(r.json)]
-            out.sent.append(sent)
-            out.upstream.append(main[-1].body)
-            out.compactions.append(answer.headers.get("x-compaction"))
+            body_k = {**body(k), "messages": shape(list(messages[:k]))}
+            out.turn(client, base_url, fake, thread, body_k, reply_for(messages[k]))
     return out
 
 
@@ -228,16 +234,5 @@ def send_turns(base_url: str, fake: FakeUpstream, turns: Sequence[tuple[Wire, Re
     out = Replay()
     with httpx.Client(timeout=60) as client:
         for body, reply in turns:
-            fake.script(reply)
-            sent = orjson.dumps(body)
-            before = len(fake.requests)
-            answer = client.post(f"{base_url}/chat/completions", content=sent,
-                                 headers={"content-type": "application/json",
-                                          "authorization": f"Bearer {API_KEY}", "x-thread-id": thread})
-            out.statuses.append(answer.status_code)
-            assert answer.status_code == 200, answer.text
-            main = [r for r in fake.requests[before:] if not is_summarizer_request(r.json)]
-            out.sent.append(sent)
-            out.upstream.append(main[-1].body)
-            out.compactions.append(answer.headers.get("x-compaction"))
+            out.turn(client, base_url, fake, thread, body, reply)
     return out
