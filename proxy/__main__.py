@@ -14,8 +14,8 @@ from pathlib import Path
 import yaml
 from aiohttp import web
 
-from proxy.settings import (DEFAULT_CONFIG_PATH, ConfigError, Settings, load_settings, masked,
-                            redacted_url)
+from proxy.settings import (DEFAULT_CONFIG_PATH, ConfigError, Settings, load_settings,
+                            load_state_settings, masked, redacted_url)
 from proxy.settings_reader import shown
 from proxy.store.base import StoreError
 from proxy.tokens.encoding import KNOWN_ENCODINGS
@@ -25,8 +25,11 @@ from proxy.tokens.images import RULES as IMAGE_RULES
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        settings = load_settings(args.config)
-        _check_token_rules(settings)
+        if args.state_only:
+            settings = load_state_settings(args.config)
+        else:
+            settings = load_settings(args.config)
+            _check_token_rules(settings)
     except ConfigError as error:
         print(f"compaction-proxy: invalid config {args.config}:", file=sys.stderr)
         for problem in error.problems:
@@ -85,6 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     check_state.set_defaults(run=_check_state)
 
     for command in (serve, check, threads, inspect, check_state):
+        # The state commands read only `state`: the rest of the file may not resolve here.
+        command.set_defaults(state_only=command in (threads, inspect, check_state))
         command.add_argument("--config", default=DEFAULT_CONFIG_PATH,
                              help=f"YAML config file (default {DEFAULT_CONFIG_PATH}, "
                                   f"relative to the current directory)")

@@ -27,7 +27,8 @@ from proxy.settings_yaml import read_yaml
 __all__ = ["DEFAULT_EXPLORATION_TOOLS", "DEFAULT_FILE_TOOLS", "DEFAULT_PLAN_TOOLS",
            "BreakerSettings", "CollapseSettings", "CompactionSettings", "ConfigError",
            "MicrocompactSettings", "RestoreSettings", "Settings", "SummarizerSettings",
-           "TruncateSettings", "load_settings", "masked", "parse_settings", "redacted_url"]
+           "TruncateSettings", "load_settings", "load_state_settings", "masked", "parse_settings",
+           "redacted_url"]
 
 DEFAULT_CONFIG_PATH = "config/proxy.yaml"
 # RFC 9110's token: the characters a header name may have.
@@ -157,6 +158,22 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         return parse_settings(raw, environment() if env is None else env)
     except RecursionError:
         raise ConfigError([f"<file>: {path} nests too deeply"]) from None
+
+
+def load_state_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Settings:
+    """Only the file's `state` section, the rest left at its defaults: what the commands that
+    read the state database (`threads`, `inspect`, `check-state`) need. A problem elsewhere in
+    the file (an upstream key's variable unset in an operator's shell) does not stop them."""
+    raw = read_yaml(path)
+    section = raw.get("state") if isinstance(raw, Mapping) else None
+    problems: list[str] = []
+    env = environment() if env is None else env
+    root = Reader(interpolate({} if section is None else {"state": section}, env, "", problems),
+                  "", problems)
+    state = _state(root.mapping("state"))
+    if problems:
+        raise ConfigError(problems)
+    return Settings(state=state)
 
 
 def parse_settings(raw: Any, env: Mapping[str, str]) -> Settings:

@@ -166,7 +166,7 @@ def _read_only_run(directory: Path, argv: list[str]) -> subprocess.CompletedProc
     if os.geteuid() != 0:
         directory.chmod(0o500)
         try:
-            return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+            return subprocess.run(argv, capture_output=True, text=True, timeout=60)
         finally:
             directory.chmod(0o700)
     if shutil.which("unshare") is None:
@@ -174,7 +174,7 @@ def _read_only_run(directory: Path, argv: list[str]) -> subprocess.CompletedProc
     script = ('mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 98; '
               'touch "$1/probe" 2>/dev/null && exit 98; shift; exec "$@"')
     result = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", str(directory), *argv],
-                            capture_output=True, text=True, timeout=60, env=env)
+                            capture_output=True, text=True, timeout=60)
     if result.returncode == 98 or "unshare:" in result.stderr:
         pytest.skip(f"cannot make a read-only mount here: {result.stderr.strip()}")
     return result
@@ -215,3 +215,25 @@ async def test_check_state_runs_beside_the_owner_and_on_a_read_only_directory(
         assert read_only.returncode == 0 and read_only.stdout.startswith("ok: "), read_only
     finally:
         await owner.close()
+
+
+async def test_the_state_commands_read_only_the_state_section(tmp_path: Path) -> None:
+    """An operator's shell may lack the serving environment (an upstream key's variable): the
+    commands that only read the state database still run; a problem in `state` still stops
+    them, and `serve`'s own check still names the variable."""
+    state = tmp_path / "state"
+    await filled(state, ["t1"])
+    config = tmp_path / "env.yaml"
+    config.write_text(f"upstreams:\n  openai:\n    base_url: https://api.openai.com/v1\n"
+                      f"    api_key: ${{UNSET_KEY_FOR_THIS_TEST}}\nstate:\n  path: {state}\n")
+    assert "UNSET_KEY_FOR_THIS_TEST" not in os.environ
+    listed = cli("threads", "--config", str(config))
+    assert listed.returncode == 0 and listed_ids(listed.stdout) == ["t1"], listed.stderr
+    assert cli("inspect", "t1", "--config", str(config)).returncode == 0
+    assert cli("check-state", "--config", str(config)).returncode == 0
+    checked = cli("check-config", "--config", str(config))
+    assert checked.returncode == 1 and "UNSET_KEY_FOR_THIS_TEST" in checked.stderr
+    config.write_text(f"state:\n  path: ${{UNSET_KEY_FOR_THIS_TEST}}\n")
+    refused = cli("threads", "--config", str(config))
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "state.path: environment variable UNSET_KEY_FOR_THIS_TEST" in refused.stderr
