@@ -117,3 +117,13 @@ def test_an_overflow_retry_keeps_the_lesson_its_first_attempt_had(make_fake, mak
     assert overflowed, "the session must outgrow the window"
     assert all(line["status"] == 200 and line["retry_lesson"] for line in overflowed)
     assert {status for status, _ in outcomes} == {200}
+
+
+def test_a_strip_serves_a_bounded_number_of_requests_and_other_fixes_stay() -> None:
+    lessons = RetryLessons(uses=2)
+    key = ThreadKey("tenant-a", "t")
+    strip = Retry(RetryAction.STRIP_BLOBS, "encrypted reasoning rejected")
+    lessons.learn(key, "m", strip)
+    lessons.learn(key, "other", PLACEHOLDERS)
+    assert [lessons.lesson(key, "m") for _ in range(3)] == [strip, strip, None]
+    assert [lessons.lesson(key, "other") for _ in range(5)] == [PLACEHOLDERS] * 5

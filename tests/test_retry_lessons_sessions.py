@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.server.services import SERVICES
 from proxy.testing.replies import Reply
 from proxy.testing.summarizer import is_summarizer_request
 from tests.conftest import API_KEY
@@ -121,3 +122,36 @@ def test_a_fix_that_passed_in_a_stream_is_learned_too(make_fake, make_proxy) -> 
     assert [client.turn(stream=True) for _ in range(4)] == [(200, 1), (200, 2), (200, 1), (200, 1)]
     assert [line.get("retry_lesson") is not None for line in proxy.requests()] == \
         [False, False, True, True]
+
+
+def test_a_strip_runs_out_so_a_client_that_dropped_the_blob_sends_its_own_again(
+        make_fake, make_proxy) -> None:
+    """A strip also takes the upstream's own, valid blobs out: once the client no longer sends
+    the refused one, its requests must go as sent again, not stripped for the thread's life."""
+    fake = make_fake()
+    proxy = make_proxy(fake)
+    proxy.app[SERVICES].pipeline.lessons._uses = 2  # noqa: SLF001 - a short life, to see its end
+    foreign = {"type": "reasoning", "id": "rs_0123", "summary": [],
+               "encrypted_content": "gAAAAforged-by-another-org"}
+    items: list[Any] = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+        foreign,
+        {"type": "message", "role": "assistant",
+         "content": [{"type": "output_text", "text": "hello", "annotations": []}]}]
+    counts = []
+    with httpx.Client(timeout=30) as client:
+        for step in range(7):
+            if step == 4:
+                items.remove(foreign)  # the client's own compaction dropped it
+            items.append({"type": "message", "role": "user",
+                          "content": [{"type": "input_text", "text": f"go on {step}"}]})
+            fake.script(Reply.text(f"step {step}"))
+            before = len(fake.requests)
+            assert _responses_turn(client, proxy, items).status_code == 200
+            counts.append(len(_main(fake, before)))
+            items.append({"type": "message", "role": "assistant", "content": [
+                {"type": "output_text", "text": f"step {step}", "annotations": []}]})
+    # Learned, used twice, gone: refused and learned again; used twice; then sent as it is.
+    assert counts == [2, 1, 1, 2, 1, 1, 1]
+    assert [line.get("retry_lesson") is not None for line in proxy.requests()] == \
+        [False, True, True, False, True, True, False]

@@ -17,7 +17,8 @@ demonstrably needed for this thread and model, and the client's history still ca
 refused, so the request would be refused again and its retry would send exactly the request the
 lesson sends (a strip drops every chain-bound blob, the upstream's own newer ones too, as the
 retry does). A client that later drops what was refused (one that compacts its own history)
-keeps getting the fix until its thread leaves the LRU or the proxy restarts. Restoring the
+keeps getting a strip for at most `USES` requests, then goes without it once (a refusal
+teaches it again). Restoring the
 loop's blocks changes compacted requests only. A request with a lesson says so on its line
 (`retry_lesson`). Kept in memory only: after a restart the first such request learns again,
 which costs one retry.
@@ -25,22 +26,42 @@ which costs one retry.
 
 from __future__ import annotations
 
-from proxy.compaction.overflow import Retry
+from proxy.compaction.overflow import Retry, RetryAction
 from proxy.lru import LRU
 from proxy.records import ThreadKey
 
 
+# A strip serves this many requests, then the thread's next request goes without it: a client
+# that dropped the refused blob (by its own compaction) gets its newer, valid blobs through
+# again, at the price of one refused round trip every so many turns when it did not. The other
+# fixes only add or leave out what that upstream refuses: nothing is lost by keeping them.
+USES = 50
+_SPENT = (RetryAction.STRIP_BLOBS, RetryAction.STAND_IN)
+
+
 class RetryLessons:
-    def __init__(self, max_threads: int = 4096) -> None:
-        self._learned: LRU[tuple[ThreadKey, str], Retry] = LRU(max_threads)
+    def __init__(self, max_threads: int = 4096, uses: int = USES) -> None:
+        self._learned: LRU[tuple[ThreadKey, str], tuple[Retry, int | None]] = LRU(max_threads)
+        self._uses = uses
         self.some = False  # whether any lesson was ever learned: most threads never need one
 
     def lesson(self, key: ThreadKey | None, model: str) -> Retry | None:
-        return self._learned.get((key, model)) if key is not None else None
+        """The thread's lesson for `model`, counted as used once."""
+        found = self._learned.get((key, model)) if key is not None else None
+        if found is None:
+            return None
+        fix, left = found
+        if left is None:
+            return fix
+        if left <= 1:
+            self._learned.pop((key, model))
+        else:
+            self._learned.put((key, model), (fix, left - 1))
+        return fix
 
     def learn(self, key: ThreadKey | None, model: str, fix: Retry) -> None:
         if key is not None:
-            self._learned.put((key, model), fix)
+            self._learned.put((key, model), (fix, self._uses if fix.action in _SPENT else None))
             self.some = True
 
     def forget(self, key: ThreadKey | None, model: str) -> None:
