@@ -3,7 +3,8 @@
 The database is opened with SQLite's `mode=ro`: nothing is created (a mistyped `state.path`
 is an error, not an empty store), nothing migrated, the journal mode left as it is, and the
 owner's lock (`proxy/store/lock.py`) not taken, so it reads alongside a running proxy (WAL
-gives a reader every commit).
+gives a reader every commit). An older schema version is read as it is, down to
+`schema.READABLE_FROM`: the new package's commands work beside the old proxy during an upgrade.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from proxy.store.base import StoreError
 from proxy.store.damage import damaged_message, is_damage
-from proxy.store.schema import MIGRATIONS, current_version, unversioned_problem
+from proxy.store.schema import MIGRATIONS, READABLE_FROM, current_version, unversioned_problem
 from proxy.store.sqlite_db import DB_FILE, StateDb
 
 
@@ -72,9 +73,9 @@ def _check_version(conn: sqlite3.Connection, path: Path) -> None:
         raise StoreError(f"{path} is not a compaction-proxy state database") from None
     if (problem := unversioned_problem(conn, path)) is not None:
         raise StoreError(problem)
-    if found < len(MIGRATIONS):
-        raise StoreError(f"{path} is at schema version {found}, older than this proxy "
-                         f"({len(MIGRATIONS)}); start the proxy once to migrate it")
+    if found < READABLE_FROM:
+        raise StoreError(f"{path} is at schema version {found}, older than this proxy reads "
+                         f"({READABLE_FROM}); start the proxy once to migrate it")
     if found > len(MIGRATIONS):
         raise StoreError(f"{path} is at schema version {found}, newer than this proxy "
                          f"({len(MIGRATIONS)}); use a proxy that knows it")

@@ -63,6 +63,12 @@ def _origins(conn: sqlite3.Connection) -> None:
 
 MIGRATIONS: tuple[Migration, ...] = (_initial, _origins)
 
+# The oldest version the state commands (`proxy/store/reader.py`) read as it is: every migration
+# since only added tables they do not read. An upgrade installs the new package while the old
+# proxy still serves its older state; the reader must not migrate under it (nor can: read-only).
+# A migration that changes what they read raises this to its own version.
+READABLE_FROM = 1
+
 
 def current_version(conn: sqlite3.Connection) -> int:
     row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
