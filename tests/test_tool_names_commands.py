@@ -75,3 +75,13 @@ def test_configured_names_are_case_sensitive_globs() -> None:
     out = collapse(entries, stage_context(entries, tail=1, settings=explore))
     assert out.report.changed == 4
 
+
+def test_a_capitalized_read_lists_no_mentions_from_the_file_text() -> None:
+    text = "setup.py:1: a line of the file that looks like a search hit\n"
+    steps = [user("go"), *_step("a", "Read", {"file_path": "notes.txt"}, text),
+             *_step("b", "Read", {"file_path": "other.txt"}, text),
+             *_step("c", "Grep", {"pattern": "x"}, "src/a.py:3:x"), user("next")]
+    entries = conv(Api.CHAT, steps)
+    record = content_text(collapse(entries, stage_context(entries, tail=1)).entries[1])
+    assert '- Read {"file_path":"notes.txt"} -> ok' in record
+    assert "mentions" not in record
