@@ -9,9 +9,27 @@ from dataclasses import dataclass, field
 
 from proxy.settings_reader import Reader, shown
 
-DEFAULT_EXPLORATION_TOOLS = ("read_file", "grep", "glob", "web_search", "list_dir", "search")
-DEFAULT_FILE_TOOLS = ("read_file", "read", "view", "open", "cat")
-DEFAULT_PLAN_TOOLS = ("todo_write", "TodoWrite", "update_plan", "write_todos", "plan")
+# Tool names (globs, case-sensitive) as common coding agents send them: Codex CLI (read_file,
+# list_dir, grep_files, update_plan), opencode (read, grep, glob, list, webfetch, websearch,
+# todowrite), Cline / Roo Code (read_file, list_files, search_files,
+# list_code_definition_names, codebase_search, update_todo_list), Continue (read_file, ls,
+# grep_search, file_glob_search, view_subdirectory, search_web, fetch_url_content), OpenHands
+# (str_replace_editor's view, task_tracker), Claude-Code-style tools (Read, Grep, Glob, LS,
+# WebFetch, WebSearch, TodoWrite), Gemini CLI (read_file, list_directory, glob,
+# search_file_content, read_many_files, google_web_search, web_fetch, write_todos).
+# Shell tools (shell, bash, execute_bash, run_shell_command) are never listed: whether a
+# command line only reads is not decided from its text.
+DEFAULT_EXPLORATION_TOOLS = (
+    "read_file", "read", "Read", "read_many_files", "str_replace_editor",
+    "grep", "Grep", "grep_files", "grep_search", "search_files", "search_file_content",
+    "glob", "Glob", "file_glob_search", "search", "codebase_search",
+    "list_dir", "list_directory", "list_files", "list", "ls", "LS", "view_subdirectory",
+    "list_code_definition_names",
+    "web_search", "WebSearch", "websearch", "google_web_search", "search_web",
+    "web_fetch", "WebFetch", "webfetch", "fetch_url_content")
+DEFAULT_FILE_TOOLS = ("read_file", "read", "Read", "view", "open", "cat", "str_replace_editor")
+DEFAULT_PLAN_TOOLS = ("todo_write", "TodoWrite", "todowrite", "update_plan", "write_todos",
+                      "update_todo_list", "task_tracker", "plan")
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,13 @@
 """What comes back verbatim after a summary (SPEC §5, issue 5 item 4).
 
 From the summarized part only:
-- files: the latest text of up to `max_files` recently read files (calls named in `file_tools`;
-  the path from the call's arguments; the latest read of a path wins; a path read again in the
+- files: the latest text of up to `max_files` recently read files (calls named in `file_tools`,
+  globs, not an editor's edit sub-command: `tool_names`; the path from the call's arguments; the latest read of a path wins; a path read again in the
   kept tail is skipped, the tail already has the newer text). A file over `per_file_tokens` is
   cut with a marker; one that no longer fits `total_tokens` is skipped. Images, files, base64
   dumps and other binary-looking content are never restored.
-- plan: the latest call named in `plan_tools` (its arguments are the plan), unless the tail
-  has a newer one.
+- plan: the latest call named in `plan_tools` (its arguments are the plan; a `view` command
+  only shows it), unless the tail has a newer one.
 - the user's own messages, verbatim, chosen newest first within `user_messages_tokens` (a
   message that does not fit is skipped, older short ones may still fit); the latest one always,
   whole, however long (SPEC §4, §5: the latest user message is never cut). When it is the
@@ -33,6 +33,7 @@ from proxy.compaction.cutoff import Cutoff
 from proxy.compaction.transcript import middle_cut
 from proxy.conversation import (Api, Entry, Kind, ToolCall, content_text, has_non_text_parts,
                                 make_user)
+from proxy.core.tool_names import looks_only, sets_plan
 from proxy.settings import RestoreSettings
 
 Count = Callable[[str], int]
@@ -159,11 +160,11 @@ def _latest_reads(entries: Sequence[Entry], span: range, tail_start: int,
     """Text reads in `span`, newest first, one per path, skipping paths re-read in the tail."""
     results = _results_by_call(entries, span)
     in_tail = {p for e in entries[tail_start:] for c in e.calls
-               if c.name in tools and (p := file_path(c)) is not None}
+               if looks_only(c, tools) and (p := file_path(c)) is not None}
     seen: set[str] = set(in_tail)
     for i in reversed(span):
         for call in entries[i].calls:
-            path = file_path(call) if call.name in tools else None
+            path = file_path(call) if looks_only(call, tools) else None
             result = results.get((i, call.id))
             if path is None or path in seen or result is None:
                 continue
@@ -217,8 +218,8 @@ def looks_binary(text: str) -> bool:
 def _touched_after(entries: Sequence[Entry], index: int, path: str,
                    read_tools: frozenset[str]) -> bool:
     """Whether a later non-read call names the path (an edit may have changed the file)."""
-    return any(path in c.arguments for e in entries[index + 1:] for c in e.calls
-               if c.name not in read_tools)
+    return any(path in c.arguments and not looks_only(c, read_tools)
+               for e in entries[index + 1:] for c in e.calls)
 
 
 def _file_message(read: _Read, stale: bool, per_file_tokens: int, count: Count,
@@ -279,11 +280,11 @@ def _short(text: str, limit: int = 300) -> str:
 def _plan(entries: Sequence[Entry], span: range, tail_start: int, settings: RestoreSettings,
           count: Count) -> list[str]:
     tools = frozenset(settings.plan_tools)
-    if any(c.name in tools for e in entries[tail_start:] for c in e.calls):
+    if any(sets_plan(c, tools) for e in entries[tail_start:] for c in e.calls):
         return []
     for i in reversed(span):
         for call in reversed(entries[i].calls):
-            if call.name in tools:
+            if sets_plan(call, tools):
                 plan = call.arguments
                 tokens = count(plan)
                 if tokens > settings.per_file_tokens:

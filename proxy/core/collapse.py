@@ -1,7 +1,7 @@
 """Collapse (SPEC §4.1): a run of completed exploration steps becomes one compact record.
 
 A run is two or more consecutive tool steps (`groups`) whose calls all name exploration tools
-(settings: read_file, grep, glob, ...), each answered exactly once with a real result (not a
+(settings: read_file, grep, glob, ...; globs, `tool_names`), each answered exactly once with a real result (not a
 cancelled one), with no text from the assistant alongside. When a whole run lies outside the
 protected window and something that is not part of it follows, every step but the last is
 replaced by one record; the last step (its calls and results) stays verbatim.
@@ -36,6 +36,7 @@ from proxy.core.checked import CheckedLists
 from proxy.core.exploration import record_text
 from proxy.core.groups import Group, tool_groups
 from proxy.core.repair import is_cancelled
+from proxy.core.tool_names import looks_only
 from proxy.core.stage import (Derived, StageContext, StageReport, StageResult, saved, unchanged,
                               with_key)
 from proxy.lru import LRU
@@ -79,7 +80,7 @@ def _explores(entry: Entry, key: Hashable, tools: Collection[str]) -> bool:
     else (no text, no refusal); memoized per entry and tool set."""
     found = entry.memo.get(key)
     if found is None:
-        found = all(c.name in tools for c in entry.calls) and (
+        found = all(looks_only(c, tools) for c in entry.calls) and (
             entry.kind is Kind.CALL or not (content_text(entry).strip() or entry.raw.get("refusal")))
         entry.memo[key] = found
     return found

@@ -24,6 +24,7 @@ _MAX_LOCATIONS = 8
 _FAILED = ("error", "err:", "exception", "traceback", "fatal", "failed", "no such file",
            "permission denied", "not found", "command not found", '{"error"')
 _LOCATION = re.compile(r"^\s*((?:[\w.\-]+/)*[\w.\-]+\.\w+)(?::(\d+))?(?=[:\s]|$)")
+_FILE_READS = ("read_file", "read")
 _URL = re.compile(r"https?://[^\s)\]>\"']+")
 
 
@@ -40,7 +41,8 @@ def describe(call: ToolCall, result: Entry) -> str:
     if has_non_text_parts(result):
         size += ", with non-text parts"
     line = f"- {call.name} {short_arguments(call)} -> {status}, {size}"
-    found = locations(output) if call.name not in ("read_file", "read") else ""
+    # A file's own text names no search hits; `Read` is `read` in Claude-Code-style agents.
+    found = locations(output) if call.name.lower() not in _FILE_READS else ""
     return f"{line}; mentions {found}" if found else line
 
 

@@ -1,0 +1,56 @@
+"""Which configured tool a call names, and whether a multi-command tool's call only looks.
+
+Tool names in `collapse.tools`, `restore.file_tools` and `restore.plan_tools` are globs
+matched case-sensitively (`fnmatchcase`), as `microcompact.tools` is: agents spell the same
+tool `read`, `Read` or `read_file`, and the defaults list each spelling.
+
+Some agents read and edit files through one tool (OpenHands' and Anthropic's text editor
+`str_replace_editor`: `command` is view, create, str_replace, insert or undo_edit). A call
+whose `command` argument is one of the editing sub-commands never counts as a read or an
+exploration step, and one whose `command` is `view` never counts as setting a plan (OpenHands'
+`task_tracker` views the plan with it). Any other `command` value is left alone: for a shell
+tool it is a command line, and whether that line only reads is not decided here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from fnmatch import fnmatchcase
+from functools import lru_cache
+
+import orjson
+
+from proxy.conversation import ToolCall
+
+EDIT_COMMANDS = frozenset({"create", "str_replace", "insert", "undo_edit"})
+VIEW_COMMAND = "view"
+
+
+def named(name: str, globs: Collection[str]) -> bool:
+    return _named(name, globs if isinstance(globs, (tuple, frozenset)) else tuple(globs))
+
+
+@lru_cache(maxsize=4096)  # a thread asks it of every call, again on every request
+def _named(name: str, globs: tuple[str, ...] | frozenset[str]) -> bool:
+    return any(name == g or fnmatchcase(name, g) for g in globs)
+
+
+def sub_command(call: ToolCall) -> str | None:
+    """The call's `command` argument when it is a string, else None."""
+    if '"command"' not in call.arguments:
+        return None  # most calls: no parse
+    try:
+        args = orjson.loads(call.arguments)
+    except orjson.JSONDecodeError:
+        return None
+    command = args.get("command") if isinstance(args, dict) else None
+    return command if isinstance(command, str) else None
+
+
+def looks_only(call: ToolCall, globs: Collection[str]) -> bool:
+    """The call names one of `globs` and is not an editing sub-command of it."""
+    return named(call.name, globs) and sub_command(call) not in EDIT_COMMANDS
+
+
+def sets_plan(call: ToolCall, globs: Collection[str]) -> bool:
+    return named(call.name, globs) and sub_command(call) != VIEW_COMMAND
