@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -153,21 +153,28 @@ class Settings:
 def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Settings:
     """Read, interpolate and validate a YAML config file; raises `ConfigError`, and nothing
     else, for every way the file can be wrong."""
-    raw = read_yaml(path)
-    try:
-        return parse_settings(raw, environment() if env is None else env)
-    except RecursionError:
-        raise ConfigError([f"<file>: {path} nests too deeply"]) from None
+    return _loaded(path, env, parse_settings)
 
 
 def load_state_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Settings:
     """Only the file's `state` section, the rest left at its defaults: what the commands that
     read the state database (`threads`, `inspect`, `check-state`) need. A problem elsewhere in
     the file (an upstream key's variable unset in an operator's shell) does not stop them."""
+    return _loaded(path, env, _state_only)
+
+
+def _loaded(path: str | Path, env: Mapping[str, str] | None,
+            parse: Callable[[Any, Mapping[str, str]], Settings]) -> Settings:
     raw = read_yaml(path)
+    try:
+        return parse(raw, environment() if env is None else env)
+    except RecursionError:
+        raise ConfigError([f"<file>: {path} nests too deeply"]) from None
+
+
+def _state_only(raw: Any, env: Mapping[str, str]) -> Settings:
     section = raw.get("state") if isinstance(raw, Mapping) else None
     problems: list[str] = []
-    env = environment() if env is None else env
     root = Reader(interpolate({} if section is None else {"state": section}, env, "", problems),
                   "", problems)
     state = _state(root.mapping("state"))

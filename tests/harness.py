@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import io
 import threading
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -105,6 +105,19 @@ class RunningProxy:
 
     def requests(self) -> list[dict[str, Any]]:
         return self.logs.events("request")
+
+
+async def serve_every_path(handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+                           runners: list[web.AppRunner]) -> int:
+    """A plain aiohttp server answering every path with `handler` (a test's own upstream); its
+    runner joins `runners` for the test to clean up. Returns its port."""
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    runners.append(runner)
+    return runner.addresses[0][1]
 
 
 def proxy_settings(upstream_url: str, state_path: str, **sections: Any) -> Settings:

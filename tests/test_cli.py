@@ -402,6 +402,7 @@ def test_a_port_in_use_is_one_line_naming_the_address(tmp_path: Path) -> None:
         config = write_config(tmp_path / "p.yaml", "http://127.0.0.1:9/v1", tmp_path / "state")
         line = _startup_failure(cli("serve", "--config", str(config), "--port", str(port)))
     assert line.startswith(f"compaction-proxy: cannot listen on 127.0.0.1:{port}: "), line
+    assert line.endswith(f"(server.host/server.port in {config}, or --host/--port)"), line
 
 
 @pytest.mark.parametrize("make_state, fragment", [
@@ -416,7 +417,7 @@ def test_a_state_that_cannot_be_opened_is_one_line_naming_it(tmp_path: Path, mak
     config = write_config(tmp_path / "p.yaml", "http://127.0.0.1:9/v1", state)
     line = _startup_failure(cli("serve", "--config", str(config)))
     assert line.startswith(f"compaction-proxy: cannot open the state in {state}: "), line
-    assert fragment in line
+    assert fragment in line and line.endswith(f"(state.path in {config})"), line
 
 
 @pytest.mark.parametrize("port", ["99999", "-5", "http"])

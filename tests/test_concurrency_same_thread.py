@@ -28,12 +28,23 @@ from tests.test_compaction_failure_paths import (assert_retry_later, between_tri
 from tests.test_compaction_failures import MODELS, _main_requests, _prefix
 
 
-
-
 def waiting(proxy, thread: str) -> int:
     """How many requests of `thread` (under the tests' credential) wait for its lock."""
     key = ThreadKey(tenant_digest({"authorization": f"Bearer {API_KEY}"}), thread)
     return proxy.app[SERVICES].pipeline.compactor.turns.waiting(key)
+
+
+def second_waits(loop_thread, gated: GatedFake, proxy, first: list, later: list,
+                 thread: str) -> list[httpx.Response]:
+    """`first` holds the thread's compaction at the gate while `later` waits at the thread's
+    lock; then the gate opens. The two answers, in that order."""
+    with ThreadPoolExecutor(2) as pool:
+        a = pool.submit(post, proxy, first, thread)
+        wait_for(lambda: gated.summarizer_requests >= 1)
+        b = pool.submit(post, proxy, later, thread)
+        wait_for(lambda: waiting(proxy, thread) == 1)
+        open_gate(loop_thread, gated)
+        return [a.result(), b.result()]
 
 
 def test_two_tabs_on_one_thread_share_one_compaction_and_its_history(
@@ -126,13 +137,7 @@ def test_a_queued_request_that_fits_goes_on_after_the_failure_it_waited_for(
     proxy = make_proxy(gated, models=MODELS, compaction=COMPACTION)
     between = between_trigger_and_limit()
     gated.script(Reply.text("ok"), Reply.text("ok"))
-    with ThreadPoolExecutor(2) as pool:
-        first = pool.submit(post, proxy, between, "fits")
-        wait_for(lambda: gated.summarizer_requests >= 1)
-        second = pool.submit(post, proxy, between, "fits")
-        wait_for(lambda: waiting(proxy, "fits") == 1)  # at the thread's lock
-        open_gate(loop_thread, gated)
-        answers = [first.result(), second.result()]
+    answers = second_waits(loop_thread, gated, proxy, between, between, "fits")
     assert [a.status_code for a in answers] == [200, 200]
     assert summarizer.calls == 1
     assert stages(proxy) == ["summarize", "summarize"]
@@ -143,13 +148,7 @@ def test_a_queued_request_that_fits_goes_on_after_the_failure_it_waited_for(
 def _compact_twice(loop_thread, gated: GatedFake, proxy, thread: str) -> list[httpx.Response]:
     messages, _ = planted_session(40)
     command = [*messages[:21], {"role": "user", "content": "/compact"}]
-    with ThreadPoolExecutor(2) as pool:
-        first = pool.submit(post, proxy, command, thread)
-        wait_for(lambda: gated.summarizer_requests >= 1)
-        second = pool.submit(post, proxy, command, thread)
-        wait_for(lambda: waiting(proxy, thread) == 1)  # at the thread's lock
-        open_gate(loop_thread, gated)
-        return [first.result(), second.result()]
+    return second_waits(loop_thread, gated, proxy, command, command, thread)
 
 
 def test_compact_sent_twice_at_once_compacts_once(loop_thread, gated: GatedFake,
@@ -191,13 +190,7 @@ def test_a_tab_that_waited_and_is_still_over_the_limit_is_refused_not_forwarded(
     later = [*first, {"role": "assistant", "content": "done"},
              {"role": "user", "content": long_task}]  # about 12,500 tokens more
     gated.script(Reply.text("first tab"))
-    with ThreadPoolExecutor(2) as pool:
-        a = pool.submit(post, proxy, first, "long-tab")
-        wait_for(lambda: gated.summarizer_requests >= 1)
-        b = pool.submit(post, proxy, later, "long-tab")
-        wait_for(lambda: waiting(proxy, "long-tab") == 1)  # at the thread's lock
-        open_gate(loop_thread, gated)
-        answers = [a.result(), b.result()]
+    answers = second_waits(loop_thread, gated, proxy, first, later, "long-tab")
     assert answers[0].status_code == 200
     assert answers[1].status_code == 400, answers[1].text
     assert answers[1].json()["error"]["code"] == "context_compaction_insufficient"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -79,32 +78,6 @@ def test_check_config_prints_the_base_url_warning(tmp_path: Path) -> None:
     result = cli("check-config", "--config", str(config))
     assert result.returncode == 0, result.stderr
     assert "upstreams.fake.base_url: has no path" in result.stderr
-
-
-def _startup_failure(config: Path, *flags: str) -> str:
-    result = cli("serve", "--config", str(config), *flags)
-    assert result.returncode == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    [line] = result.stderr.strip().splitlines()
-    return line
-
-
-def test_a_port_in_use_names_the_key_and_the_flag(tmp_path: Path) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        config = write_config(tmp_path / "p.yaml", "http://127.0.0.1:9/v1", tmp_path / "state")
-        line = _startup_failure(config, "--port", str(port))
-    assert line.endswith(f"(server.host/server.port in {config}, or --host/--port)"), line
-
-
-def test_a_state_path_that_cannot_be_opened_names_the_key(tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    state.write_text("a file, not a directory")
-    config = write_config(tmp_path / "p.yaml", "http://127.0.0.1:9/v1", state)
-    line = _startup_failure(config)
-    assert line.endswith(f"(state.path in {config})"), line
 
 
 @pytest.mark.parametrize("models, shadowed", [

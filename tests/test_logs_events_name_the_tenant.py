@@ -11,6 +11,7 @@ from proxy.server.services import SERVICES
 from proxy.testing.replies import Reply
 from proxy.testing.sessions import coding_session
 from tests.conftest import API_KEY
+from tests.test_retries import forged_exchange
 from tests.test_store_failures import FullDiskOnCommit, _post
 
 
@@ -23,11 +24,7 @@ def test_upstream_retry_names_the_tenant(make_fake, make_proxy) -> None:
     fake = make_fake()
     proxy = make_proxy(fake)
     fake.script(Reply.text("recovered"))
-    items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
-             {"type": "reasoning", "id": "rs_0123", "summary": [],
-              "encrypted_content": "gAAAAforged-by-another-org"},
-             {"type": "message", "role": "assistant",
-              "content": [{"type": "output_text", "text": "hello", "annotations": []}]},
+    items = [*forged_exchange(),
              {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]}]
     answer = httpx.post(f"{proxy.base_url}/responses", timeout=30,
                         headers={"authorization": f"Bearer {API_KEY}", "x-thread-id": "retry"},

@@ -29,15 +29,21 @@ def _main(fake, path: str = "/chat/completions") -> list[Any]:
     return [r for r in fake.requests if r.path.endswith(path) and not is_summarizer_request(r.json)]
 
 
+def forged_exchange() -> list[dict[str, Any]]:
+    """A Responses exchange whose reasoning item carries a blob another organization made (the
+    upstream refuses it): the user's, the reasoning, the assistant's; fresh dicts each call."""
+    return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+            {"type": "reasoning", "id": "rs_0123", "summary": [],
+             "encrypted_content": "gAAAAforged-by-another-org"},
+            {"type": "message", "role": "assistant",
+             "content": [{"type": "output_text", "text": "hello", "annotations": []}]}]
+
+
 def test_rejected_encrypted_reasoning_is_stripped_and_retried(make_fake, make_proxy) -> None:
     fake = make_fake()
     proxy = make_proxy(fake)
     fake.script(Reply.text("recovered"))
-    items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
-             {"type": "reasoning", "id": "rs_0123", "summary": [],
-              "encrypted_content": "gAAAAforged-by-another-org"},
-             {"type": "message", "role": "assistant",
-              "content": [{"type": "output_text", "text": "hello", "annotations": []}]},
+    items = [*forged_exchange(),
              {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go on"}]}]
     answer = httpx.post(f"{proxy.base_url}/responses", timeout=30, json={
         "model": "gpt-4o", "input": items, "store": False,

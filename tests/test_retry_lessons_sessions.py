@@ -16,6 +16,7 @@ from proxy.server.services import SERVICES
 from proxy.testing.replies import Reply
 from proxy.testing.summarizer import is_summarizer_request
 from tests.conftest import API_KEY
+from tests.test_retries import forged_exchange
 from tests.tool_loop_client import Echo, ToolLoopClient
 
 TURNS = 5
@@ -89,12 +90,7 @@ def test_a_foreign_encrypted_blob_is_stripped_at_once_once_its_strip_passed(
         make_fake, make_proxy) -> None:
     fake = make_fake()
     proxy = make_proxy(fake)
-    items: list[Any] = [
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
-        {"type": "reasoning", "id": "rs_0123", "summary": [],
-         "encrypted_content": "gAAAAforged-by-another-org"},
-        {"type": "message", "role": "assistant",
-         "content": [{"type": "output_text", "text": "hello", "annotations": []}]}]
+    items: list[Any] = forged_exchange()
     counts = []
     with httpx.Client(timeout=30) as client:
         for step in range(TURNS):
@@ -131,13 +127,8 @@ def test_a_strip_runs_out_so_a_client_that_dropped_the_blob_sends_its_own_again(
     fake = make_fake()
     proxy = make_proxy(fake)
     proxy.app[SERVICES].pipeline.lessons._uses = 2  # noqa: SLF001 - a short life, to see its end
-    foreign = {"type": "reasoning", "id": "rs_0123", "summary": [],
-               "encrypted_content": "gAAAAforged-by-another-org"}
-    items: list[Any] = [
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
-        foreign,
-        {"type": "message", "role": "assistant",
-         "content": [{"type": "output_text", "text": "hello", "annotations": []}]}]
+    items: list[Any] = forged_exchange()
+    foreign = items[1]
     counts = []
     with httpx.Client(timeout=30) as client:
         for step in range(7):

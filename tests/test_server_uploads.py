@@ -15,7 +15,7 @@ import openai
 import pytest
 from aiohttp import web
 
-from tests.harness import LoopThread
+from tests.harness import LoopThread, serve_every_path
 
 MB = 1024 * 1024
 
@@ -47,16 +47,7 @@ def counting_upstream(loop_thread: LoopThread) -> Iterator[CountingUpstream]:
                                   "created_at": 1, "filename": "big.jsonl", "purpose": "batch",
                                   "status": "processed"})
 
-    async def start() -> int:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", record)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        runners.append(runner)
-        return runner.addresses[0][1]
-
-    upstream.url = f"http://127.0.0.1:{loop_thread.run(start())}/v1"
+    upstream.url = f"http://127.0.0.1:{loop_thread.run(serve_every_path(record, runners))}/v1"
     yield upstream
     for runner in runners:
         loop_thread.run(runner.cleanup())

@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 
 from tests.conftest import API_KEY
-from tests.harness import LoopThread
+from tests.harness import LoopThread, serve_every_path
 
 USER = [{"role": "user", "content": "Say hello."}]
 CHAT = {"model": "gpt-4o", "messages": USER}
@@ -45,16 +45,8 @@ def make_upstream(loop_thread: LoopThread) -> Iterator[Callable[[Handler], Upstr
                                   await request.read()))
             return await answer(request)
 
-        async def start() -> int:
-            app = web.Application()
-            app.router.add_route("*", "/{tail:.*}", record)
-            runner = web.AppRunner(app, access_log=None)
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", 0).start()
-            runners.append(runner)
-            return runner.addresses[0][1]
-
-        upstream.url = f"http://127.0.0.1:{loop_thread.run(start())}/tenant-a/v1"
+        port = loop_thread.run(serve_every_path(record, runners))
+        upstream.url = f"http://127.0.0.1:{port}/tenant-a/v1"
         return upstream
 
     yield make

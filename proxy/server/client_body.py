@@ -39,15 +39,16 @@ def streamed_upload(request: web.Request, server: ServerSettings) -> int | None:
     """The announced length of a pass-through body to stream upstream rather than read: over
     `max_body_mb`, not JSON (a JSON body is read for its `model`), not compressed (its length
     would not be its size). A 413 when it is over `max_upload_mb`; None for a body to read."""
-    length = request.headers.get("Content-Length")
-    if (length is None or int(length) <= server.max_body_bytes
-            or "Content-Encoding" in request.headers or _is_json(request.content_type)):
+    announced = request.headers.get("Content-Length")
+    length = int(announced) if announced is not None else 0  # aiohttp checked it is digits
+    if (length <= server.max_body_bytes or "Content-Encoding" in request.headers
+            or _is_json(request.content_type)):
         return None
-    if int(length) > server.max_upload_bytes:
+    if length > server.max_upload_bytes:
         raise PayloadTooLarge(f"The upload is larger than the proxy's limit of "
                               f"{server.max_upload_mb:g} MB (server.max_upload_mb).",
                               headers={"Connection": "close"})
-    return int(length)
+    return length
 
 
 async def expect_continue(request: web.Request) -> None:
