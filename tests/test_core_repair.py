@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 
 from proxy.conversation import Kind, content_text
 from proxy.core.repair import CANCELLED_TEXT, INTERRUPTED_NOTE, repair
+from proxy.testing.dialects import DIALECTS
 from proxy.testing.rules import check_chat, check_responses
 from tests.factories import (assistant, assistant_calls, chat, custom_call, entries_of, r_assistant,
                              r_call, r_custom_call, r_output, r_reasoning, r_user, read, responses,
@@ -46,6 +48,20 @@ def test_a_note_parts_a_cancelled_result_from_the_user_message_after_it() -> Non
     assert repair(out.entries).entries is out.entries
     assert INTERRUPTED_NOTE.startswith("[compaction-proxy note, not written by the assistant:")
     assert "succe" not in INTERRUPTED_NOTE.lower()
+
+
+@pytest.mark.parametrize("dialect", sorted(DIALECTS))
+def test_the_note_passes_every_dialect_of_the_fake(dialect: str) -> None:
+    """An assistant text message between a tool result and a user message: DeepSeek wants
+    reasoning only on call messages, Gemini signatures and OpenRouter's thinking only in the
+    current turn, which the note is not part of."""
+    carrier = assistant_calls(read("a"))
+    if dialect == "deepseek-thinking":
+        carrier = {**carrier, "reasoning_content": "I should read it."}
+    before = [user(), carrier, user("stop")]
+    out = repair(chat(*before))
+    assert out.notes == 1
+    assert check_chat({"messages": wire(out.entries)}, dialect) is None
 
 
 def test_no_note_when_no_user_message_follows_or_the_api_is_responses() -> None:
