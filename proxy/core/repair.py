@@ -18,7 +18,8 @@
   (code 3230, PROTOCOL.md §2.1); an assistant text message is valid after tool results and
   before a user message everywhere (collapse's docstring says why not a user or system one).
   It opens with a bracketed note that the proxy wrote it and claims no outcome. Responses is
-  left as it is: Mistral has no Responses API, and no provider there wants the note.
+  left as it is: Mistral has no Responses API, and no Responses rule in PROTOCOL.md refuses
+  a user item after an output.
 - Responses: a reasoning item left without the item it produced is dropped, and the server
   ids of items that followed it are removed, or the items themselves when their id is required
   (`reasoning_items`).
