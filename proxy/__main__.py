@@ -192,7 +192,7 @@ async def _run(app: web.Application, settings: Settings, log: object) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     addresses = [f"{a[0]}:{a[1]}" for a in runner.addresses]
-    # Where each upstream is, keys in a base_url's query masked: what a new user checks first.
+    # Where each upstream is, credentials in a base_url masked: what a new user checks first.
     upstreams = {name: redacted_url(u.base_url) for name, u in sorted(settings.upstreams.items())}
     log.info("listening", addresses=addresses, upstreams=upstreams,  # type: ignore[attr-defined]
              state_path=settings.state.path)

@@ -1,36 +1,23 @@
 """The settings as `check-config` prints them: every secret masked.
 
-Split from `proxy/settings.py`; `proxy.settings` re-exports both names. `redacted_url` also
-serves the settings' own problems about a base_url. Beyond the keys known to hold secrets
-(api_key, a base_url's password and query), every text value goes through the log redaction:
-a key pasted under a text key that accepts anything (a model name, a path) is masked too.
+Split from `proxy/settings.py`; `proxy.settings` re-exports both names. `redacted_url` (from
+`proxy.redaction`) also serves the settings' own problems about a base_url. Beyond the keys
+known to hold secrets (api_key, a base_url's password, query and key-shaped path segments),
+every text value goes through the log redaction: a key pasted under a text key that accepts
+anything (a model name, a path) is masked too.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from proxy.redaction import redact
+from proxy.redaction import redact, redacted_url
 
 if TYPE_CHECKING:
     from proxy.settings import Settings
 
-# The password of a URL's userinfo: up to the last '@' before the path, as urlsplit reads it.
-_URL_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*:)[^/?#]*@")
-_QUERY_VALUE = re.compile(r"((?:^|&)[^=&]*=)[^&]*")
-
-
-def redacted_url(url: str) -> str:
-    """`url` with the password of its userinfo (`http://user:password@host`) and every query
-    value shown as `***`: some endpoints take their key in the query (`?key=...`)."""
-    url = _URL_PASSWORD.sub(r"\1***@", url)
-    base, mark, rest = url.partition("?")
-    if not mark:
-        return url
-    query, hash_mark, fragment = rest.partition("#")
-    return base + mark + _QUERY_VALUE.sub(r"\1***", query) + hash_mark + fragment
+__all__ = ["masked", "redacted_url"]
 
 
 def masked(settings: Settings) -> dict[str, Any]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 
 from proxy.conversation import Kind, content_text
-from proxy.core.repair import CANCELLED_TEXT, repair
+from proxy.core.repair import CANCELLED_TEXT, INTERRUPTED_NOTE, repair
+from proxy.testing.dialects import DIALECTS
 from proxy.testing.rules import check_chat, check_responses
 from tests.factories import (assistant, assistant_calls, chat, custom_call, entries_of, r_assistant,
                              r_call, r_custom_call, r_output, r_reasoning, r_user, read, responses,
@@ -30,9 +32,47 @@ def test_interrupted_parallel_call_gets_a_cancelled_result_after_its_group() -> 
     out = repair(entries)
     assert [e.raw.get("tool_call_id") for e in out.entries[3:6]] == ["b", "a", "c"]
     assert content_text(out.entries[4]) == CANCELLED_TEXT
-    assert out.entries[6] is entries[4]
-    assert out.origins == (0, 1, 2, 3, None, None, 4)
+    assert out.entries[7] is entries[4]
+    assert out.origins == (0, 1, 2, 3, None, None, None, 4)
     assert out.cancelled == 2
+
+
+def test_a_note_parts_a_cancelled_result_from_the_user_message_after_it() -> None:
+    """Mistral refuses a user message right after a tool message (code 3230)."""
+    entries = chat(system(), user(), assistant_calls(read("a"), read("b")), tool_result("b"),
+                   user("stop"))
+    out = repair(entries)
+    assert wire(out.entries)[5] == {"role": "assistant", "content": INTERRUPTED_NOTE}
+    assert (out.cancelled, out.notes, out.changed) == (1, 1, 2)
+    assert check_chat({"messages": wire(out.entries)}, "mistral") is None
+    assert repair(out.entries).entries is out.entries
+    assert INTERRUPTED_NOTE.startswith("[compaction-proxy note, not written by the assistant:")
+    assert "succe" not in INTERRUPTED_NOTE.lower()
+
+
+@pytest.mark.parametrize("dialect", sorted(DIALECTS))
+def test_the_note_passes_every_dialect_of_the_fake(dialect: str) -> None:
+    """An assistant text message between a tool result and a user message: DeepSeek wants
+    reasoning only on call messages, Gemini signatures and OpenRouter's thinking only in the
+    current turn, which the note is not part of."""
+    carrier = assistant_calls(read("a"))
+    if dialect == "deepseek-thinking":
+        carrier = {**carrier, "reasoning_content": "I should read it."}
+    before = [user(), carrier, user("stop")]
+    out = repair(chat(*before))
+    assert out.notes == 1
+    assert check_chat({"messages": wire(out.entries)}, dialect) is None
+
+
+def test_no_note_when_no_user_message_follows_or_the_api_is_responses() -> None:
+    assistant_next = repair(chat(user(), assistant_calls(read("a")), assistant("moving on"), user("x")))
+    at_end = repair(chat(user(), assistant_calls(read("a"))))
+    client_own = chat(user(), assistant_calls(read("a")), tool_result("a"), user("x"))
+    in_responses = repair(responses(r_user(), r_call("grep", "a"), r_user("stop")))
+    assert (assistant_next.notes, at_end.notes, in_responses.notes) == (0, 0, 0)
+    assert [e.kind for e in assistant_next.entries] == [Kind.USER, Kind.ASSISTANT, Kind.RESULT,
+                                                        Kind.ASSISTANT, Kind.USER]
+    assert repair(client_own).entries is client_own  # a user after the client's own result stays
 
 
 def test_orphan_duplicate_and_displaced_results_are_dropped_in_chat() -> None:
@@ -99,7 +139,8 @@ def test_repair_never_invents_an_outcome(drawn: tuple[str, list]) -> None:
     api, elements = drawn
     out = repair(entries_of(api, elements))
     made = [e for e, origin in zip(out.entries, out.origins, strict=True) if origin is None]
-    assert all(e.kind is Kind.RESULT and content_text(e) == CANCELLED_TEXT for e in made)
+    assert all((e.kind is Kind.RESULT and content_text(e) == CANCELLED_TEXT)
+               or (e.kind is Kind.ASSISTANT and content_text(e) == INTERRUPTED_NOTE) for e in made)
     assert "cancelled" in CANCELLED_TEXT and "succe" not in CANCELLED_TEXT.lower()
 
 

@@ -3,7 +3,9 @@ through the whole cascade, is the same bytes in any process (SPEC §4: determini
 
 The expected outcome is computed here from the input alone, by the pairing rules of
 PROTOCOL.md (chat: the run of tool messages right after the call message; Responses: the first
-output after the call, anywhere later), not read back from what repair reports.
+output after the call, anywhere later), not read back from what repair reports. In chat, a
+group that gets a cancelled result and is followed by a user message also gets the proxy's
+assistant note between them (Mistral refuses a user message right after a tool message).
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from proxy.conversation import Entries, Kind, content_text
-from proxy.core.repair import CANCELLED_TEXT, Repaired, repair
+from proxy.conversation import Entries, Kind, content_text, latest_user_index
+from proxy.core.repair import CANCELLED_TEXT, INTERRUPTED_NOTE, Repaired, repair
 from tests.factories import entries_of
 from tests.strategies import cascade_contexts, conversations, interrupted, with_shared_id
 
@@ -51,6 +53,27 @@ def _expected_chat(entries: Entries) -> tuple[list[int], list[str]]:
             j += 1
         missing += [i for i in dict.fromkeys(ids) if i not in answered]
     return kept, missing
+
+
+def _expected_notes(entries: Entries) -> list[int]:
+    """Chat: the input indexes of the user messages a note must come right before: each one
+    that directly follows the run of tool messages of a call message with a call left
+    unanswered (the run's tool messages, kept or dropped, are skipped)."""
+    notes: list[int] = []
+    for a, entry in enumerate(entries):
+        if entry.kind is not Kind.ASSISTANT or not entry.calls:
+            continue
+        j = a + 1
+        while j < len(entries) and entries[j].kind is Kind.RESULT:
+            j += 1
+        _, missing = _expected_chat(entries[a:j])
+        if missing and j < len(entries) and entries[j].kind is Kind.USER:
+            notes.append(j)
+    return notes
+
+
+def _made(out: Repaired) -> list:
+    return [e for e, o in zip(out.entries, out.origins, strict=True) if o is None]
 
 
 def _expected_responses(entries: Entries) -> tuple[list[int], list[str]]:
@@ -101,8 +124,8 @@ def test_a_cancelled_result_is_made_only_for_a_call_with_no_answer(drawn: tuple[
     entries = entries_of(api, elements)
     out = repair(entries)
     _, missing = _expected(api, entries)
-    made = [e for e, o in zip(out.entries, out.origins, strict=True) if o is None]
-    assert all(e.kind is Kind.RESULT and content_text(e) == CANCELLED_TEXT for e in made)
+    made = [e for e in _made(out) if e.kind is Kind.RESULT]
+    assert all(content_text(e) == CANCELLED_TEXT for e in made)
     # Same calls, in the order the calls were made: the bytes depend on the input only. Once
     # each, but for a Responses id used again in a later step while still open (servers that
     # number calls per response reuse ids): a call opens its id again, so each step gets one.
@@ -133,6 +156,39 @@ def test_in_chat_each_group_is_its_call_then_real_answers_then_cancellations(
         assert real == sorted(real)  # in the client's order
         ids = list(dict.fromkeys(c.id for c in entry.calls))  # two calls may share an id
         assert made == [i for i in ids if i in made]  # cancellations in the order of the calls
+
+
+@given(damaged)
+def test_a_note_stands_exactly_between_a_cancelled_result_and_a_user_message(
+        drawn: tuple[str, list]) -> None:
+    api, elements = drawn
+    entries = entries_of(api, elements)
+    out = repair(entries)
+    notes = [p for p, (e, o) in enumerate(zip(out.entries, out.origins, strict=True))
+             if o is None and e.kind is not Kind.RESULT]
+    assert all(out.entries[p].kind is Kind.ASSISTANT and content_text(out.entries[p]) == INTERRUPTED_NOTE
+               and not out.entries[p].calls for p in notes)
+    expected = _expected_notes(entries) if api == "chat" else []
+    assert [out.origins[p + 1] for p in notes] == expected  # each one right before its user message
+    assert all(out.origins[p - 1] is None and out.entries[p - 1].kind is Kind.RESULT for p in notes)
+    assert out.notes == len(expected)
+    assert out.changed == (out.cancelled + out.dropped_results + out.dropped_reasoning
+                           + out.ids_removed + out.dropped_items + out.notes)
+    if api == "chat":  # no user message right after a tool message repair made
+        assert not [p for p in range(len(out.entries) - 1) if out.origins[p] is None
+                    and out.entries[p].kind is Kind.RESULT and out.entries[p + 1].kind is Kind.USER]
+
+
+@given(damaged)
+def test_the_latest_user_message_is_the_clients_own(drawn: tuple[str, list]) -> None:
+    api, elements = drawn
+    entries = entries_of(api, elements)
+    out = repair(entries)
+    latest = latest_user_index(entries)
+    kept = latest_user_index(out.entries)
+    assert (latest is None) == (kept is None)
+    if latest is not None:
+        assert out.entries[kept] is entries[latest] and out.origins[kept] == latest
 
 
 _COMPUTER_CALL = {"type": "computer_call", "id": "cu_1", "call_id": "call_computer",

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.core.repair import INTERRUPTED_NOTE
 from proxy.server.services import SERVICES
 from proxy.testing.replies import Reply
 from proxy.testing.rules import check_chat
@@ -86,10 +87,9 @@ def test_reasoning_content_the_client_echoes_to_r1_is_dropped_in_the_one_retry(
     assert proxy.requests()[-1]["retried"] == "reasoning_content not accepted"
 
 
-@pytest.mark.xfail(strict=True, reason="repair answers an interrupted call with a cancelled tool "
-                   "result and leaves the user message right after it: Mistral's 3230 (not fixed "
-                   "in this pass: proxy/core/repair.py is outside the fake's area)")
 def test_repairing_an_interrupted_call_passes_mistral(make_fake, make_proxy) -> None:
+    """Repair's cancelled result would put the client's user message right after a tool
+    message; its assistant note goes between them."""
     fake = make_fake(dialect="mistral")
     proxy = make_proxy(fake)
     call = {**CALL, "id": "abcdefghi"}  # Mistral's 9-character ids
@@ -100,3 +100,8 @@ def test_repairing_an_interrupted_call_passes_mistral(make_fake, make_proxy) -> 
                         headers={"authorization": f"Bearer {API_KEY}", "x-thread-id": "m"},
                         json={"model": "mistral-large", "messages": messages})
     assert answer.status_code == 200, answer.text
+    (sent,) = _main(fake)
+    assert [m["role"] for m in sent.json["messages"]] == ["user", "assistant", "tool", "assistant",
+                                                          "user"]
+    assert sent.json["messages"][3]["content"] == INTERRUPTED_NOTE
+    assert sent.json["messages"][4] == messages[2]

@@ -4,6 +4,8 @@ When the thread was idle longer than `idle_seconds` (`now` and `last_activity` c
 arguments), every compactable result outside the protected window (its tool name matches one
 of the settings' globs) becomes `CLEARED_TEXT`, except the latest `keep_recent` compactable
 results. The prompt cache has expired by then anyway, so changing old entries costs nothing.
+A result the marker would not make smaller (by the stage's token measure: "ok", an empty
+output) is left as it is: clearing it would grow the prompt and hide a result for nothing.
 
 Sticky: the stage returns a `MicrocompactMark` naming the furthest result it cleared (by the
 client's message id, with the index as fallback) for the caller to store. Given a stored
@@ -36,18 +38,25 @@ def microcompact(entries: Sequence[Entry], ctx: StageContext) -> StageResult:
     old = ctx.window.touchable_among(compactable)
     targets = set(_reached(old, ctx, reach))
     mark = ctx.mark
-    if is_idle(ctx):
+    idle = is_idle(ctx)
+    fresh: list[int] = []
+    if idle:
         keep = ctx.settings.microcompact.keep_recent
         # `[-keep:]`, not `[len - keep:]`: with fewer results than `keep`, that start is
         # negative and would keep only the last few instead of all of them.
         recent = set(compactable[-keep:]) if keep > 0 else set()
         fresh = list(filterfalse(recent.__contains__, old))
         targets.update(fresh)
-        mark = _furthest(fresh, ctx, reach) or mark
     ordered = sorted(targets)
     # A result is cleared on every request once it is old: its cleared twin is made once.
     cleared = memoized_each(map(entries.__getitem__, ordered), _CLEARED, _cleared_twin)
-    changes = dict(compress(zip(ordered, cleared), map(is_not, cleared, repeat(None))))
+    twins = dict(compress(zip(ordered, cleared), map(is_not, cleared, repeat(None))))
+    changes = {i: twin for i, twin in twins.items() if ctx.measure(twin) < ctx.measure(entries[i])}
+    if idle:
+        # Never a mark through a result left as too small: the choice is the same on every
+        # request, so it would hold, but a run that cleared nothing new has nothing to store.
+        kept_small = twins.keys() - changes.keys()
+        mark = _furthest([i for i in fresh if i not in kept_small], ctx, reach) or mark
     result = replace_at(NAME, entries, ctx, changes)
     return StageResult(result.entries, result.origins, result.report, mark)
 

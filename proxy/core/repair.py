@@ -13,6 +13,13 @@
   (servers that number calls per response): a Responses output answers the calls with its id
   made since the last output with that id, and a call after that output needs its own.
 - The parallel calls of one assistant message (of one step, in Responses) are one unit.
+- Chat: when a cancelled result is directly followed by a user message, a short assistant text
+  note (`INTERRUPTED_NOTE`) goes between them. Mistral refuses a `user` right after a `tool`
+  (code 3230, PROTOCOL.md §2.1); an assistant text message is valid after tool results and
+  before a user message everywhere (collapse's docstring says why not a user or system one).
+  It opens with a bracketed note that the proxy wrote it and claims no outcome. Responses is
+  left as it is: Mistral has no Responses API, and no Responses rule in PROTOCOL.md refuses
+  a user item after an output.
 - Responses: a reasoning item left without the item it produced is dropped, and the server
   ids of items that followed it are removed, or the items themselves when their id is required
   (`reasoning_items`).
@@ -26,7 +33,8 @@ from dataclasses import dataclass
 from itertools import compress, count, repeat
 from operator import attrgetter, is_, itemgetter
 
-from proxy.conversation import Api, Entries, Entry, Kind, ToolCall, content_text, make_result
+from proxy.conversation import (Api, Entries, Entry, Kind, ToolCall, content_text, make_assistant,
+                                make_result)
 from proxy.core.checked import CheckedLists
 from proxy.core.kinds import CALL, REASONING, RESULT
 from proxy.core.memo import memoized
@@ -35,6 +43,9 @@ from proxy.core.reasoning_items import drop_reasoning, is_produced, unfollowed_r
 CANCELLED_TEXT = ("[Tool call cancelled: the call was interrupted before it returned a result. "
                   "No output was recorded for it.]")
 _CANCELLED = ("repair.cancelled",)
+INTERRUPTED_NOTE = ("[compaction-proxy note, not written by the assistant: the tool call(s) above "
+                    "marked cancelled were interrupted before returning a result; the outcome is "
+                    "unknown.]")
 # Responses call types the client answers with an output item, and repair can answer for it;
 # others run on the server. A `computer_call` is the client's too, but its output must be a
 # screenshot: nothing repair could make.
@@ -55,11 +66,12 @@ class Repaired:
     dropped_reasoning: int = 0
     ids_removed: int = 0
     dropped_items: int = 0  # server items gone with their reasoning item
+    notes: int = 0  # chat: assistant notes put between a cancelled result and a user message
 
     @property
     def changed(self) -> int:
         return (self.cancelled + self.dropped_results + self.dropped_reasoning + self.ids_removed
-                + self.dropped_items)
+                + self.dropped_items + self.notes)
 
 
 def is_cancelled(entry: Entry) -> bool:
@@ -78,20 +90,22 @@ def repair(entries: Sequence[Entry]) -> Repaired:
     if entries[0].api is Api.CHAT:
         if _valid_chat(entries):
             return Repaired(entries, tuple(range(len(entries))))
-        return _finish(entries, *_pair_chat(entries))
+        out, origins, cancelled, dropped = _pair_chat(entries)
+        notes = _note_before_users(out, origins)
+        return _finish(entries, out, origins, cancelled, dropped, notes)
     if _valid_responses(entries):
         return Repaired(entries, tuple(range(len(entries))))
     return _finish(entries, *_pair_responses(entries))
 
 
 def _finish(original: Entries, out: list[Entry], origins: list[int | None],
-            cancelled: int, dropped: int) -> Repaired:
+            cancelled: int, dropped: int, notes: int = 0) -> Repaired:
     gone = unfollowed_reasoning(out) if original[0].api is Api.RESPONSES else set()
     lost = drop_reasoning(out, origins, lambda i, _: i in gone)
     if not (cancelled or dropped or lost.reasoning):
         return Repaired(original, tuple(range(len(original))))
     return Repaired(lost.entries, lost.origins, cancelled, dropped, lost.reasoning, lost.ids_removed,
-                    lost.items_dropped)
+                    lost.items_dropped, notes)
 
 
 def _valid_chat(entries: Entries) -> bool:
@@ -159,6 +173,18 @@ def _pair_chat(entries: Entries) -> tuple[list[Entry], list[int | None], int, in
             origins.append(None)
             cancelled += 1
     return out, origins, cancelled, dropped
+
+
+def _note_before_users(out: list[Entry], origins: list[int | None]) -> int:
+    """Puts `INTERRUPTED_NOTE` between each cancelled result made here and a user message
+    right after it, in place; how many. A made result ends its call's run of results, so the
+    note never splits a run."""
+    at = [p + 1 for p in range(len(out) - 1)
+          if origins[p] is None and out[p].kind is Kind.RESULT and out[p + 1].kind is Kind.USER]
+    for p in reversed(at):
+        out.insert(p, make_assistant(Api.CHAT, INTERRUPTED_NOTE))
+        origins.insert(p, None)
+    return len(at)
 
 
 def _unanswered(calls: Sequence[ToolCall], answered: set[str]) -> list[ToolCall]:
