@@ -26,6 +26,7 @@ from zoneinfo import ZoneInfo
 from proxy.compaction import apply, breaker, restore, summarizer
 from proxy.compaction.budgets import TailCap, restore_budgets, tail_cap
 from proxy.compaction.cutoff import Cutoff, Previous, choose_cutoff
+from proxy.compaction.postcheck import Verdict
 from proxy.compaction.summarizer import SummaryPlan
 from proxy.compaction.trigger import Thresholds, thresholds
 from proxy.conversation import Api, Entries, Kind, leading_instructions
@@ -37,7 +38,7 @@ from proxy.server.compaction_errors import (BreakerOpen, ClientLeft, CompactionC
 from proxy.server.detach import outlive_client
 from proxy.server.request_line import clipped
 from proxy.server.summarizer_client import SummaryOutcome, run_replanning, too_many_calls
-from proxy.server.turns import ThreadTurns
+from proxy.server.turns import SharedFailure, ThreadTurns
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import RestoreSettings, Settings, UpstreamSettings
 from proxy.store import HistoryFiles, StateStore
@@ -72,6 +73,14 @@ class Job:
         """The log fields that name the thread: its id and its tenant's digest (two tenants
         may use the same id)."""
         return {"thread": self.thread, "tenant": self.key.tenant}
+
+    @property
+    def inputs(self) -> tuple[Any, ...]:
+        """What decides the post-check, but for the summary's own words: the checkpoint it
+        builds on, the messages (content digests), what they were measured as, against what,
+        and how the summary is asked for. Equal inputs choose the same cut and restores."""
+        return (self.previous, self.api, self.model, self.upstream.name, self.strategy,
+                self.focus, self.thresholds, self.tokens_before, tuple(self.ids))
 
     @property
     def fits_without_compaction(self) -> bool:
@@ -137,7 +146,8 @@ class Compactor:
                                                    lambda task: self._detach(job, task))
         error = None if finished.cancelled() else finished.exception()
         if isinstance(error, CompactionFailed):  # for the requests waiting their turn
-            self.turns.of(job.key).failed(error.stage, error.reason)
+            self.turns.of(job.key).failed(SharedFailure(error.stage, error.reason, job.inputs,
+                                                        error.verdict))
         if left:
             raise self._left(job, finished)
         if cut:
@@ -342,16 +352,14 @@ class Compactor:
         post-check like any other (SPEC §5: a recent message alone that cannot fit)."""
         self._failed(job, "post_check", reason)
 
-    def _failed(self, job: Job, stage: str, reason: str, verdict: Any = None,
+    def _failed(self, job: Job, stage: str, reason: str, verdict: Verdict | None = None,
                 degraded: bool | None = None) -> CompactionFailed:
         self.log.warning("compaction_failed", **job.who, stage=stage, error=reason,
                          degraded=_forwarded_anyway(job, stage) if degraded is None else degraded,
                          strategy=job.strategy, **self._detached_field())
         if self.metrics is not None:
             self.metrics.compactions.labels(job.strategy, f"failed_{stage}").inc()
-        failed = CompactionFailed(stage, reason)
-        failed.verdict = verdict  # type: ignore[attr-defined]
-        return failed
+        return CompactionFailed(stage, reason, verdict)
 
     def _completed(self, job: Job, event: CompactionEvent, finished: apply.Finished,
                    started: float, summarizer_ms: float) -> None:
