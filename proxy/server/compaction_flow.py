@@ -2,8 +2,9 @@
 
 `auto` runs after the cheap cascade: below the trigger nothing happens; above it, one summary
 per thread at a time (a request that waited reuses the checkpoint another one wrote, or shares
-the failure of the summary it waited for, `proxy/server/turns.py`, and asks the breaker again:
-the one before it may have just opened it), with the breaker, the
+the failure of the summary it waited for, and of its post-check when it would check the same
+projection, `proxy/server/turns.py`, and asks the breaker again: the one before it may have
+just opened it), with the breaker, the
 hysteresis and the fallbacks of SPEC §9: forward with the cheap stages only while the
 projection fits, else a clear error (a 503 always says when to retry). `manual` answers
 `/compact` (SPEC §8) itself. `overflow_retry_failed` records the forced compaction an upstream
