@@ -5,15 +5,16 @@ summary of its own; a request that differs (another tab, one exchange further) r
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from proxy.testing.replies import Reply
 from proxy.testing.summarizer import FakeSummarizer
 from tests.compaction_session import LIMIT, planted_session
-from tests.test_compaction_detached import COMPACTION, GatedFake, gated  # noqa: F401
-from tests.test_compaction_failure_paths import post, stages
+from tests.test_compaction_detached import COMPACTION, GatedFake, gated, open_gate  # noqa: F401
+from tests.test_compaction_failure_paths import post, stages, wait_for
 from tests.test_compaction_failures import MODELS, _main_requests, _prefix
-from tests.test_concurrency_same_thread import _compact_twice, second_waits
+from tests.test_concurrency_same_thread import _compact_twice, second_waits, waiting
 
 # A summarizer with a large window (one call per summary, whose answer decides) and a summary
 # longer than the trigger yet shorter than what it replaces: the post-check fails, the
@@ -40,25 +41,31 @@ def _once(summarizer: FakeSummarizer) -> None:
     summarizer.answer = first_only  # type: ignore[method-assign]
 
 
-def test_a_retry_queued_behind_a_failed_post_check_shares_its_400(
+def test_retries_queued_behind_a_failed_post_check_share_its_400(
         loop_thread, gated: GatedFake, make_proxy) -> None:
     summarizer = FakeSummarizer.install(gated, padding=TOO_LONG)
     proxy = make_proxy(gated, models=BIG, compaction=WITH_BIG)
     over = far_over_the_limit()
-    answers = second_waits(loop_thread, gated, proxy, over, over, "retry")
-    assert summarizer.calls == 1, "the retry repeated the summary that had just failed"
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(post, proxy, over, "retry")
+        wait_for(lambda: gated.summarizer_requests >= 1)
+        retries = [pool.submit(post, proxy, over, "retry") for _ in range(2)]
+        wait_for(lambda: waiting(proxy, "retry") == 2)  # at the thread's lock
+        open_gate(loop_thread, gated)
+        answers = [first.result(), *(r.result() for r in retries)]
+    assert summarizer.calls == 1, "a retry repeated the summary that had just failed"
     for answer in answers:
         assert answer.status_code == 400, answer.text
-        assert answer.json()["error"]["code"] == "context_compaction_insufficient"
-    assert answers[1].json() == answers[0].json()
-    assert stages(proxy) == ["post_check", "post_check"]
+        assert answer.json() == answers[0].json()
+    assert answers[0].json()["error"]["code"] == "context_compaction_insufficient"
+    assert stages(proxy) == ["post_check"] * 3
     failed = proxy.logs.events("compaction_failed")
-    assert [bool(f.get("shared")) for f in failed] == [False, True]
+    assert [bool(f.get("shared")) for f in failed] == [False, True, True]
     assert [len(proxy.logs.events(e)) for e in ("compaction_started", "compaction_completed")] \
         == [1, 0]
     lines = sorted(proxy.requests(), key=lambda r: bool(r.get("compaction_shared")))
     assert [(r["compaction_failed"], r.get("compaction_shared")) for r in lines] == [
-        ("post_check", None), ("post_check", True)]
+        ("post_check", None), ("post_check", True), ("post_check", True)]
     assert not _main_requests(gated)
     # Shared while it waited, not remembered: the next request tries again.
     summarizer.padding = 0
