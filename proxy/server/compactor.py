@@ -145,9 +145,11 @@ class Compactor:
         finished, left, cut = await outlive_client(self.compact(job),
                                                    lambda task: self._detach(job, task))
         error = None if finished.cancelled() else finished.exception()
-        if isinstance(error, CompactionFailed):  # for the requests waiting their turn
-            self.turns.of(job.key).failed(SharedFailure(error.stage, error.reason, job.inputs,
-                                                        error.verdict))
+        turn = self.turns.of(job.key)  # what the requests waiting their turn learn
+        if isinstance(error, CompactionFailed):
+            turn.failed(SharedFailure(error.stage, error.reason, job.inputs, error.verdict))
+        elif error is None and not finished.cancelled():
+            turn.succeeded()
         if left:
             raise self._left(job, finished)
         if cut:

@@ -88,6 +88,11 @@ class ThreadTurn:
             self.failures += 1
             self._latest[failure.stage == POST_CHECK] = (self.failures, failure)
 
+    def succeeded(self) -> None:
+        """A checkpoint was written: the summarizer works, and the failures before it are
+        no one's to share (a waiter that still needs a summary on it asks for its own)."""
+        self._latest.clear()
+
     def failures_since(self, seen: int) -> Meanwhile:
         """The failures that came after `seen` (the count when the request began to wait)."""
         latest = sorted(self._latest.values(), key=lambda numbered: -numbered[0])
