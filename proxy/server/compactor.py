@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import replace
 from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
@@ -25,16 +25,17 @@ from zoneinfo import ZoneInfo
 
 from proxy.compaction import apply, breaker, restore, summarizer
 from proxy.compaction.budgets import TailCap, restore_budgets, tail_cap
-from proxy.compaction.cutoff import Cutoff, Previous, choose_cutoff
+from proxy.compaction.cutoff import Cutoff, choose_cutoff
 from proxy.compaction.postcheck import Verdict
 from proxy.compaction.summarizer import SummaryPlan
-from proxy.compaction.trigger import Thresholds, thresholds
-from proxy.conversation import Api, Entries, Kind, leading_instructions
+from proxy.compaction.trigger import thresholds
+from proxy.conversation import Api, Kind, leading_instructions
 from proxy.core.sanitize import Policy, sanitize
 from proxy.records import CompactionEvent, ThreadKey
 from proxy.server.breakers import SummarizerBreakers
 from proxy.server.compaction_errors import (BreakerOpen, ClientLeft, CompactionCut,
                                            CompactionFailed, NothingToCompact)
+from proxy.server.compaction_job import Job
 from proxy.server.detach import outlive_client
 from proxy.server.request_line import clipped
 from proxy.server.summarizer_client import SummaryOutcome, run_replanning, too_many_calls
@@ -43,50 +44,8 @@ from proxy.server.upstream import UpstreamClient
 from proxy.settings import RestoreSettings, Settings, UpstreamSettings
 from proxy.store import HistoryFiles, StateStore
 from proxy.store.history import Appended
-from proxy.tokens.estimate import TokenEstimator
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Job:
-    key: ThreadKey
-    thread: str  # for the log
-    api: Api  # the request's API: the shape of the summary message
-    model: str
-    upstream: UpstreamSettings  # the request's upstream
-    credentials: Mapping[str, str]
-    entries: Entries  # the command-free raw list
-    ids: Sequence[str]
-    previous: Previous | None
-    thresholds: Thresholds
-    strategy: str  # partial | full | manual
-    tokens_before: int
-    estimate: Callable[[Entries], int]  # a whole projection, measured like the trigger
-    estimator: TokenEstimator
-    client_doc: Mapping[str, Any]
-    focus: str | None = None
-    forced: bool = False  # an upstream overflow bought this compaction
-
-    @property
-    def who(self) -> dict[str, str]:
-        """The log fields that name the thread: its id and its tenant's digest (two tenants
-        may use the same id)."""
-        return {"thread": self.thread, "tenant": self.key.tenant}
-
-    @property
-    def inputs(self) -> tuple[Any, ...]:
-        """What decides the post-check, but for the summary's own words: the checkpoint it
-        builds on, the messages (content digests), what they were measured as, against what,
-        and how the summary is asked for. Equal inputs choose the same cut and restores."""
-        return (self.previous, self.api, self.model, self.upstream.name, self.strategy,
-                self.focus, self.thresholds, self.tokens_before, tuple(self.ids))
-
-    @property
-    def fits_without_compaction(self) -> bool:
-        """Whether a failed compaction still lets the request go on with the cheap stages.
-        After an upstream overflow the same projection must not go up again."""
-        return self.thresholds.fits(self.tokens_before) and not self.forced
 
 
 class Compactor:

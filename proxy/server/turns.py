@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
 
+from proxy.compaction.postcheck import Verdict
 from proxy.records import ThreadKey
 
 # The failures of the summarizer's side, which the breaker counts; a post-check failure belongs
@@ -38,10 +38,10 @@ POST_CHECK = "post_check"
 class SharedFailure:
     stage: str
     reason: str
-    inputs: Hashable = None  # what the failed compaction was given (`Job.inputs`)
-    verdict: Any = None  # a failed post-check's, for the client's error
+    inputs: object = None  # what the failed compaction was given (`Job.inputs`)
+    verdict: Verdict | None = None  # a failed post-check's, for the client's error
 
-    def concerns(self, inputs: Hashable) -> bool:
+    def concerns(self, inputs: object) -> bool:
         """Whether a compaction given `inputs` would end as this one did."""
         return self.stage in SUMMARIZER_STAGES or (self.stage == POST_CHECK
                                                    and self.inputs == inputs)
@@ -53,7 +53,7 @@ class Meanwhile:
 
     failures: tuple[SharedFailure, ...] = ()
 
-    def shared(self, inputs: Hashable) -> SharedFailure | None:
+    def shared(self, inputs: object) -> SharedFailure | None:
         return next((f for f in self.failures if f.concerns(inputs)), None)
 
 
