@@ -166,7 +166,7 @@ class CompactionFlow:
         waited and that its own compaction would repeat (`turns.SharedFailure.concerns`),
         unless the breaker has opened since (its own answer, with its wait, is then the better
         one) or an upstream overflow bought this attempt (SPEC §9)."""
-        if prepared.attempt.forced:
+        if prepared.attempt.forced or not meanwhile.failures:
             return None
         failed = meanwhile.shared(job.inputs)
         if failed is None or self._breaker_after(prepared) is not None:
