@@ -1,6 +1,6 @@
 """What a request queued behind its thread's compaction gets when that compaction ends other
 than with a plain success: its own client leaves while it waits, the checkpoint cannot be
-written, the first request's client left before a failure. The first request's compaction is
+written or its history cannot, the first request's client left before a failure. The first request's compaction is
 never disturbed by a waiter, and a waiter never pays for a failure it just saw.
 """
 
@@ -130,3 +130,26 @@ def test_the_retry_of_a_client_that_left_shares_its_compactions_failed_post_chec
     left, retried = _by_sharing(proxy)
     assert (left["status"], left["compaction_failed"]) == (499, "post_check")
     assert (retried["status"], retried["compaction_shared"]) == (400, True)
+
+
+def test_a_request_queued_behind_a_checkpoint_written_without_its_history_reuses_it(
+        loop_thread, gated: GatedFake, make_proxy, tmp_path) -> None:
+    """The history file cannot be written (SPEC §9: the checkpoint is written all the same,
+    with its `offload_error`): a success, which the request that waited reuses."""
+    summarizer = FakeSummarizer.install(gated)
+    state = tmp_path / "offload-state"
+    state.mkdir()
+    (state / "history").write_text("not a directory: every history append fails")
+    proxy = make_proxy(gated, models=MODELS, compaction=COMPACTION, state_path=str(state))
+    over = over_the_limit()
+    gated.script(Reply.text("first"), Reply.text("second"))
+    answers = second_waits(loop_thread, gated, proxy, over, over, "no-history")
+    assert [a.status_code for a in answers] == [200, 200]
+    assert [a.headers["x-compaction"] for a in answers] == ["compacted", "applied"]
+    [started] = proxy.logs.events("compaction_started")
+    assert summarizer.calls == started["summarizer_calls"]
+    [completed] = proxy.logs.events("compaction_completed")
+    assert completed["history_file"] is None and "NotADirectoryError" in completed[
+        "offload_error"]
+    assert stages(proxy) == ["offload"]
+    assert [r.get("compaction_reused") for r in proxy.requests()].count(completed["seq"]) == 1
