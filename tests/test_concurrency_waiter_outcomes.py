@@ -1,7 +1,7 @@
 """What a request queued behind its thread's compaction gets when that compaction ends other
 than with a plain success: its own client leaves while it waits, the checkpoint cannot be
-written or its history cannot, the first request's client left before a failure. The first request's compaction is
-never disturbed by a waiter, and a waiter never pays for a failure it just saw.
+written, or only its history cannot, the first request's client left before a failure. A waiter
+never disturbs the first request's compaction, and never pays for a failure it just saw.
 """
 
 from __future__ import annotations
