@@ -107,3 +107,27 @@ def test_compact_sent_twice_at_once_shares_a_summary_that_did_not_help(
     assert summarizer.calls == 1, "the second /compact repeated the summary"
     assert [bool(f.get("shared")) for f in proxy.logs.events("compaction_failed")] == [
         False, True]
+
+
+def test_a_retry_whose_overflow_queued_it_behind_a_failed_post_check_shares_it(
+        loop_thread, gated: GatedFake, make_proxy) -> None:
+    """A profile larger than the model's real window: each copy of the request goes up, the
+    upstream's overflow buys each a forced compaction (SPEC §9), and the first one's summary
+    leaves the thread no smaller. The copy queued behind it would give its summary the same
+    messages to check against the same numbers: it shares the failure (the upstream's own
+    error, as the first got) instead of paying for a summary of its own."""
+    summarizer = FakeSummarizer.install(gated, padding=2 * TOO_LONG)
+    proxy = make_proxy(gated, models={**BIG, "small-*": {"max_input_tokens": 2 * LIMIT}},
+                       compaction=WITH_BIG)
+    messages, _ = planted_session(300)
+    request = _prefix(messages, int(LIMIT * 1.1), int(LIMIT * 1.4))  # under the profile's trigger
+    gated.script(*[Reply.text("never sent")] * 4)  # the fake refuses them as too long anyway
+    answers = second_waits(loop_thread, gated, proxy, request, request, "overflowing")
+    for answer in answers:
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["code"] == "context_length_exceeded", "the upstream's own"
+    assert summarizer.calls == 1, "the forced retry repeated the summary that had just failed"
+    failed = proxy.logs.events("compaction_failed")
+    assert [(f["stage"], bool(f.get("shared"))) for f in failed] == [
+        ("post_check", False), ("overflow_retry", False), ("post_check", True),
+        ("overflow_retry", False)]

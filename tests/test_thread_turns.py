@@ -90,3 +90,12 @@ def test_a_waiter_cancelled_at_the_lock_leaves_it_to_the_holder_and_the_next() -
         return await after
 
     assert asyncio.run(scenario()).shared(("b",)) == SUMMARY_FAILED
+
+
+def test_without_the_summarizers_failures_a_post_check_failure_before_them_is_shared() -> None:
+    """An attempt an overflow bought does not share a summarizer's failure: the post-check
+    failure of its very request before it still stands."""
+    meanwhile = asyncio.run(_waited([_failed(TOO_BIG), _failed(SUMMARY_FAILED)]))
+    assert meanwhile.shared(("a",)) == SUMMARY_FAILED
+    assert meanwhile.shared(("a",), summarizer=False) == TOO_BIG
+    assert meanwhile.shared(("b",), summarizer=False) is None

@@ -163,15 +163,15 @@ class CompactionFlow:
 
     def _shared(self, prepared: Prepared, meanwhile: Meanwhile, job: Job) -> SharedFailure | None:
         """The failure this request shares instead of compacting: one that came while it
-        waited and that its own compaction would repeat (`turns.SharedFailure.concerns`),
-        unless the breaker has opened since (its own answer, with its wait, is then the better
-        one) or an upstream overflow bought this attempt (SPEC §9)."""
-        if prepared.attempt.forced or not meanwhile.failures:
+        waited and that its own compaction would repeat (`turns.SharedFailure.concerns`). A
+        post-check's, decided by the request's content, whatever the breaker says and even on
+        an attempt an upstream overflow bought; the summarizer's side's, unless the breaker has
+        opened since (its own answer, with its wait, is then the better one) or an overflow
+        bought this attempt (SPEC §9: one necessary compaction, past the breaker)."""
+        if not meanwhile.failures:
             return None
-        failed = meanwhile.shared(job.inputs)
-        if failed is None or self._breaker_after(prepared) is not None:
-            return None
-        return failed
+        summarizer = not prepared.attempt.forced and self._breaker_after(prepared) is None
+        return meanwhile.shared(job.inputs, summarizer=summarizer)
 
     def _shared_line(self, line: RequestLine, prepared: Prepared, shared: SharedFailure) -> None:
         """A shared failure that does not forward the request (a post-check's, `/compact`)."""

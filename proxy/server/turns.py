@@ -53,8 +53,11 @@ class Meanwhile:
 
     failures: tuple[SharedFailure, ...] = ()
 
-    def shared(self, inputs: object) -> SharedFailure | None:
-        return next((f for f in self.failures if f.concerns(inputs)), None)
+    def shared(self, inputs: object, summarizer: bool = True) -> SharedFailure | None:
+        """The latest failure a compaction given `inputs` would repeat; `summarizer`: one
+        of the summarizer's side may be it."""
+        return next((f for f in self.failures if f.concerns(inputs)
+                     and (summarizer or f.stage == POST_CHECK)), None)
 
 
 class ThreadTurn:
