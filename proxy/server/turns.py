@@ -13,7 +13,8 @@ waited shares the failure rather than repeating it at once:
   base, same messages, same model and thresholds, `Job.inputs`): an agent's retry of the very
   request. Another tab's differs, and its own compaction may pass.
 
-A thread's turns live only while a request holds or waits for them (weakly kept): a failure
+A checkpoint written since clears them: the summarizer works, and a request that still needs
+a summary on that checkpoint asks for its own. A thread's turns live only while a request holds or waits for them (weakly kept): a failure
 nobody waited for is forgotten, and the next request tries again, as the breaker allows.
 """
 
