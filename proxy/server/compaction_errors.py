@@ -9,15 +9,17 @@ from __future__ import annotations
 import asyncio
 
 from proxy.compaction import breaker
+from proxy.compaction.postcheck import Verdict
 from proxy.records import CompactionEvent
 from proxy.server.drain import CUT
 
 
 class CompactionFailed(Exception):
-    def __init__(self, stage: str, reason: str) -> None:
+    def __init__(self, stage: str, reason: str, verdict: Verdict | None = None) -> None:
         super().__init__(f"{stage}: {reason}")
         self.stage = stage
         self.reason = reason
+        self.verdict = verdict  # a failed post-check's, for the client's error
 
 
 class NothingToCompact(Exception):

@@ -2,8 +2,9 @@
 
 `auto` runs after the cheap cascade: below the trigger nothing happens; above it, one summary
 per thread at a time (a request that waited reuses the checkpoint another one wrote, or shares
-the failure of the summary it waited for, `proxy/server/turns.py`, and asks the breaker again:
-the one before it may have just opened it), with the breaker, the
+the failure of the summary it waited for, and of its post-check when it would check the same
+projection, `proxy/server/turns.py`, and asks the breaker again: the one before it may have
+just opened it), with the breaker, the
 hysteresis and the fallbacks of SPEC §9: forward with the cheap stages only while the
 projection fits, else a clear error (a 503 always says when to retry). `manual` answers
 `/compact` (SPEC §8) itself. `overflow_retry_failed` records the forced compaction an upstream
@@ -20,6 +21,7 @@ from typing import Any
 
 from proxy.compaction import manual, postcheck
 from proxy.compaction.breaker import Blocked
+from proxy.compaction.postcheck import Verdict
 from proxy.compaction.trigger import Action, Thresholds, decide
 from proxy.conversation import leading_instructions
 from proxy.errors import CompactionInsufficient, CompactionUnavailable, ProxyError
@@ -30,7 +32,7 @@ from proxy.server.compactor import (BreakerOpen, ClientLeft, CompactionCut, Comp
                                     Compactor, Job, NothingToCompact)
 from proxy.server.prepared import Prepared
 from proxy.server.request_line import RequestLine
-from proxy.server.turns import SharedFailure
+from proxy.server.turns import POST_CHECK, Meanwhile, SharedFailure
 from proxy.settings import Settings
 from proxy.store import StateStore
 from proxy.threads import loggable
@@ -65,13 +67,13 @@ class CompactionFlow:
             if blocked is not None:
                 return self._degrade(prepared, built, th.fits(built.tokens), "breaker_open",
                                      blocked.reason, line, blocked)
-        async with self.compactor.turns.of(prepared.key).take() as failed_meanwhile:
+        async with self.compactor.turns.of(prepared.key).take() as meanwhile:
             return await self._compact_locked(prepared, view, situation, state, built, line,
-                                              failed_meanwhile)
+                                              meanwhile)
 
     async def _compact_locked(self, prepared: Prepared, view: View, situation: Situation,
                               state: ThreadState | None, built: Built, line: RequestLine,
-                              failed_meanwhile: SharedFailure | None) -> Built:
+                              meanwhile: Meanwhile) -> Built:
         assert prepared.key is not None
         latest = await self.store.load(prepared.key)
         if _seq(latest) != _seq(state):
@@ -88,7 +90,10 @@ class CompactionFlow:
         job = self._job(prepared, view, situation, built, strategy=self.settings.compaction.strategy)
         th = situation.thresholds
         fits = job.fits_without_compaction
-        shared = self._shared(prepared, failed_meanwhile)
+        shared = self._shared(prepared, meanwhile, job)
+        if shared is not None and shared.stage == POST_CHECK:
+            self._shared_line(line, prepared, shared)
+            raise _post_check_error(shared.verdict, shared.reason)
         if shared is not None:
             return self._degrade(prepared, built, fits, shared.stage, _waited_for(shared), line,
                                  None, shared=True)
@@ -116,8 +121,8 @@ class CompactionFlow:
             raise postcheck.insufficient(reason, built.tokens, th.trigger, th.limit) from None
         except CompactionFailed as failed:
             line.set(compaction_failed=failed.stage)
-            if failed.stage == "post_check":
-                raise failed.verdict.error() from None  # type: ignore[attr-defined]
+            if failed.stage == POST_CHECK:
+                raise _post_check_error(failed.verdict, failed.reason) from None
             return self._degrade(prepared, built, fits, failed.stage, failed.reason, line,
                                  self._breaker_after(prepared), logged=True)
         line.set(compacted=True)
@@ -156,13 +161,23 @@ class CompactionFlow:
             "since the last compaction for another one to help", built.tokens, th.trigger,
             th.limit)
 
-    def _shared(self, prepared: Prepared, failed: SharedFailure | None) -> SharedFailure | None:
+    def _shared(self, prepared: Prepared, meanwhile: Meanwhile, job: Job) -> SharedFailure | None:
         """The failure this request shares instead of compacting: one that came while it
-        waited, unless the breaker has opened since (its own answer, with its wait, is then
-        the better one) or an upstream overflow bought this attempt (SPEC §9)."""
-        if failed is None or prepared.attempt.forced or self._breaker_after(prepared) is not None:
+        waited and that its own compaction would repeat (`turns.SharedFailure.concerns`). A
+        post-check's, decided by the request's content, whatever the breaker says and even on
+        an attempt an upstream overflow bought; the summarizer's side's, unless the breaker has
+        opened since (its own answer, with its wait, is then the better one) or an overflow
+        bought this attempt (SPEC §9: one necessary compaction, past the breaker)."""
+        if not meanwhile.failures:
             return None
-        return failed
+        summarizer = not prepared.attempt.forced and self._breaker_after(prepared) is None
+        return meanwhile.shared(job.inputs, summarizer=summarizer)
+
+    def _shared_line(self, line: RequestLine, prepared: Prepared, shared: SharedFailure) -> None:
+        """A shared failure that does not forward the request (a post-check's, `/compact`)."""
+        self._failed_line(line, prepared, shared.stage, _waited_for(shared), degraded=False,
+                          shared=True)
+        line.set(compaction_shared=True)
 
     def _degrade(self, prepared: Prepared, built: Built, fits: bool, stage: str, reason: str,
                  line: RequestLine, blocked: Blocked | None, logged: bool = False,
@@ -219,67 +234,83 @@ class CompactionFlow:
                       line: RequestLine) -> Prepared:
         assert prepared.key is not None
         line.set(manual_compact=True)
-        async with self.compactor.turns.of(prepared.key).take() as failed_meanwhile:
+        async with self.compactor.turns.of(prepared.key).take() as meanwhile:
             latest = await self.store.load(prepared.key)
             built = build(view, latest.event, replace(situation, anchors=latest.anchors))
-            shared = self._shared(prepared, failed_meanwhile)
-            if shared is not None:
-                self._failed_line(line, prepared, shared.stage, _waited_for(shared),
-                                  degraded=False, shared=True)
-                line.set(compaction_shared=True)
-                raise CompactionUnavailable(
-                    f"Compaction failed: {_waited_for(shared)}. The conversation is unchanged; "
-                    "try again later.", headers=_retry_after(None))
             job = self._job(prepared, view, situation, built, strategy="manual",
                             focus=command.focus)
-            try:
-                event = await self.compactor.compact_past_client(job)
-            except NothingToCompact:
-                text = manual.nothing_text(built.tokens,
-                                           compacted_before=latest.event is not None)
-                compaction = "none"
-            except BreakerOpen as refused:
-                blocked = refused.blocked
-                self._failed_line(line, prepared, "breaker_open", blocked.reason, degraded=False,
-                                  retry_after=blocked.wait_s)
-                raise CompactionUnavailable(
-                    f"Compaction is unavailable right now: {blocked.reason}. The conversation "
-                    "is unchanged; try again later.", headers=_retry_after(blocked)) from None
-            except ClientLeft as left:
-                _detached_line(line, left)
-                raise
-            except asyncio.CancelledError as cancelled:
-                _cancelled_line(line, cancelled)
-                raise
-            except CompactionFailed as failed:
-                line.set(compaction_failed=failed.stage)
-                if failed.stage != "post_check":
-                    raise CompactionUnavailable(
-                        f"Compaction failed: {failed.reason}. The conversation is unchanged; "
-                        "try again later.",
-                        headers=_retry_after(self._breaker_after(prepared))) from None
-                if built.tokens > situation.thresholds.trigger:
-                    raise failed.verdict.error() from None  # type: ignore[attr-defined]
-                # A thread below the trigger that a summary cannot shrink (mostly the user's
-                # own words, restored verbatim) needs no new thread: say so and keep it.
-                text = manual.unchanged_text(failed.reason, built.tokens)
-                compaction = "none"
+            shared = self._shared(prepared, meanwhile, job)
+            if shared is None:
+                text, compaction = await self._manual_run(prepared, view, situation, latest,
+                                                          built, job, line)
             else:
-                lead = leading_instructions(view.entries)
-                text = manual.compacted_text(event.cutoff_index - lead,
-                                             len(view.entries) - event.cutoff_index,
-                                             event.tokens_before, event.tokens_after)
-                compaction = "compacted"
+                self._shared_line(line, prepared, shared)
+                if shared.stage != POST_CHECK:
+                    raise CompactionUnavailable(
+                        f"Compaction failed: {_waited_for(shared)}. The conversation is "
+                        "unchanged; try again later.", headers=_retry_after(None))
+                text = self._kept(shared.reason, shared.verdict, built, situation)
+                compaction = "none"
         headers = {"x-compaction": compaction, "x-context-tokens": str(built.tokens)}
         seed = f"{prepared.key.tenant}\0{prepared.key.thread}\0{len(view.entries)}"
         prepared.answer = manual_answer.answer(prepared.inbound, text, seed, headers)
         line.set(compaction=compaction, tokens_estimate=built.tokens)
         return prepared
 
+    async def _manual_run(self, prepared: Prepared, view: View, situation: Situation,
+                          latest: ThreadState, built: Built, job: Job,
+                          line: RequestLine) -> tuple[str, str]:
+        """`/compact`'s own compaction: the answer's text and its `x-compaction`."""
+        try:
+            event = await self.compactor.compact_past_client(job)
+        except NothingToCompact:
+            return manual.nothing_text(built.tokens,
+                                       compacted_before=latest.event is not None), "none"
+        except BreakerOpen as refused:
+            blocked = refused.blocked
+            self._failed_line(line, prepared, "breaker_open", blocked.reason, degraded=False,
+                              retry_after=blocked.wait_s)
+            raise CompactionUnavailable(
+                f"Compaction is unavailable right now: {blocked.reason}. The conversation "
+                "is unchanged; try again later.", headers=_retry_after(blocked)) from None
+        except ClientLeft as left:
+            _detached_line(line, left)
+            raise
+        except asyncio.CancelledError as cancelled:
+            _cancelled_line(line, cancelled)
+            raise
+        except CompactionFailed as failed:
+            line.set(compaction_failed=failed.stage)
+            if failed.stage != POST_CHECK:
+                raise CompactionUnavailable(
+                    f"Compaction failed: {failed.reason}. The conversation is unchanged; "
+                    "try again later.",
+                    headers=_retry_after(self._breaker_after(prepared))) from None
+            return self._kept(failed.reason, failed.verdict, built, situation), "none"
+        lead = leading_instructions(view.entries)
+        return manual.compacted_text(event.cutoff_index - lead,
+                                     len(view.entries) - event.cutoff_index,
+                                     event.tokens_before, event.tokens_after), "compacted"
+
+    @staticmethod
+    def _kept(reason: str, verdict: Verdict | None, built: Built, situation: Situation) -> str:
+        """`/compact` after a failed post-check: over the trigger, the 400 asking for a new
+        thread; below it, a thread a summary cannot shrink (mostly the user's own words,
+        restored verbatim) needs no new thread: say so and keep it."""
+        if built.tokens > situation.thresholds.trigger:
+            raise _post_check_error(verdict, reason)
+        return manual.unchanged_text(reason, built.tokens)
+
 
 def _retry_after(blocked: Blocked | None) -> dict[str, str]:
     # A failure that left the breaker closed may be retried at once; 1 s keeps it from spinning.
     return {"Retry-After": str(blocked.retry_after if blocked is not None else 1)}
+
+
+def _post_check_error(verdict: Verdict | None, reason: str) -> CompactionInsufficient:
+    # Every failed post-check carries its verdict; the bare reason is for an unforeseen one.
+    return verdict.error() if verdict is not None else postcheck.insufficient(reason, None,
+                                                                               None, None)
 
 
 def _waited_for(failed: SharedFailure) -> str:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import replace
 from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
@@ -25,59 +25,27 @@ from zoneinfo import ZoneInfo
 
 from proxy.compaction import apply, breaker, restore, summarizer
 from proxy.compaction.budgets import TailCap, restore_budgets, tail_cap
-from proxy.compaction.cutoff import Cutoff, Previous, choose_cutoff
+from proxy.compaction.cutoff import Cutoff, choose_cutoff
+from proxy.compaction.postcheck import Verdict
 from proxy.compaction.summarizer import SummaryPlan
-from proxy.compaction.trigger import Thresholds, thresholds
-from proxy.conversation import Api, Entries, Kind, leading_instructions
+from proxy.compaction.trigger import thresholds
+from proxy.conversation import Api, Kind, leading_instructions
 from proxy.core.sanitize import Policy, sanitize
 from proxy.records import CompactionEvent, ThreadKey
 from proxy.server.breakers import SummarizerBreakers
 from proxy.server.compaction_errors import (BreakerOpen, ClientLeft, CompactionCut,
                                            CompactionFailed, NothingToCompact)
+from proxy.server.compaction_job import Job
 from proxy.server.detach import outlive_client
 from proxy.server.request_line import clipped
 from proxy.server.summarizer_client import SummaryOutcome, run_replanning, too_many_calls
-from proxy.server.turns import ThreadTurns
+from proxy.server.turns import SharedFailure, ThreadTurns
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import RestoreSettings, Settings, UpstreamSettings
 from proxy.store import HistoryFiles, StateStore
 from proxy.store.history import Appended
-from proxy.tokens.estimate import TokenEstimator
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Job:
-    key: ThreadKey
-    thread: str  # for the log
-    api: Api  # the request's API: the shape of the summary message
-    model: str
-    upstream: UpstreamSettings  # the request's upstream
-    credentials: Mapping[str, str]
-    entries: Entries  # the command-free raw list
-    ids: Sequence[str]
-    previous: Previous | None
-    thresholds: Thresholds
-    strategy: str  # partial | full | manual
-    tokens_before: int
-    estimate: Callable[[Entries], int]  # a whole projection, measured like the trigger
-    estimator: TokenEstimator
-    client_doc: Mapping[str, Any]
-    focus: str | None = None
-    forced: bool = False  # an upstream overflow bought this compaction
-
-    @property
-    def who(self) -> dict[str, str]:
-        """The log fields that name the thread: its id and its tenant's digest (two tenants
-        may use the same id)."""
-        return {"thread": self.thread, "tenant": self.key.tenant}
-
-    @property
-    def fits_without_compaction(self) -> bool:
-        """Whether a failed compaction still lets the request go on with the cheap stages.
-        After an upstream overflow the same projection must not go up again."""
-        return self.thresholds.fits(self.tokens_before) and not self.forced
 
 
 class Compactor:
@@ -136,8 +104,11 @@ class Compactor:
         finished, left, cut = await outlive_client(self.compact(job),
                                                    lambda task: self._detach(job, task))
         error = None if finished.cancelled() else finished.exception()
-        if isinstance(error, CompactionFailed):  # for the requests waiting their turn
-            self.turns.of(job.key).failed(error.stage, error.reason)
+        turn = self.turns.of(job.key)  # what the requests waiting their turn learn
+        if isinstance(error, CompactionFailed):
+            turn.failed(SharedFailure(error.stage, error.reason, job.inputs, error.verdict))
+        elif error is None and not finished.cancelled():
+            turn.succeeded()
         if left:
             raise self._left(job, finished)
         if cut:
@@ -342,16 +313,14 @@ class Compactor:
         post-check like any other (SPEC §5: a recent message alone that cannot fit)."""
         self._failed(job, "post_check", reason)
 
-    def _failed(self, job: Job, stage: str, reason: str, verdict: Any = None,
+    def _failed(self, job: Job, stage: str, reason: str, verdict: Verdict | None = None,
                 degraded: bool | None = None) -> CompactionFailed:
         self.log.warning("compaction_failed", **job.who, stage=stage, error=reason,
                          degraded=_forwarded_anyway(job, stage) if degraded is None else degraded,
                          strategy=job.strategy, **self._detached_field())
         if self.metrics is not None:
             self.metrics.compactions.labels(job.strategy, f"failed_{stage}").inc()
-        failed = CompactionFailed(stage, reason)
-        failed.verdict = verdict  # type: ignore[attr-defined]
-        return failed
+        return CompactionFailed(stage, reason, verdict)
 
     def _completed(self, job: Job, event: CompactionEvent, finished: apply.Finished,
                    started: float, summarizer_ms: float) -> None:

@@ -2,12 +2,19 @@
 
 Requests on one thread (an agent's retry, two tabs) take turns at its compaction: each holds
 the thread's lock while it compacts. A request that waited reuses the checkpoint the one before
-it wrote (the flow reads the store for that); when that one's summary failed instead, the
-request that waited shares the failure rather than repeating it at once: a summarizer that just
-timed out would make each request in the queue wait out its timeout again, and a single thread's
-burst would count as several failures towards the breaker every thread shares.
+it wrote (the flow reads the store for that); when that one failed instead, the request that
+waited shares the failure rather than repeating it at once:
 
-A thread's turns live only while a request holds or waits for them (weakly kept): a failure
+- a failure of the summarizer's side (the summary, the checkpoint's write) whatever the
+  request: a summarizer that just timed out would make each request in the queue wait out its
+  timeout again, and a single thread's burst would count as several failures towards the
+  breaker every thread shares;
+- a failed post-check only by a request that would check the same projection (same checkpoint
+  base, same messages, same model and thresholds, `Job.inputs`): an agent's retry of the very
+  request. Another tab's differs, and its own compaction may pass.
+
+A checkpoint written since clears them: the summarizer works, and a request that still needs
+a summary on that checkpoint asks for its own. A thread's turns live only while a request holds or waits for them (weakly kept): a failure
 nobody waited for is forgotten, and the next request tries again, as the breaker allows.
 """
 
@@ -19,17 +26,39 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from proxy.compaction.postcheck import Verdict
 from proxy.records import ThreadKey
 
-# The failures of the summarizer's side, which the breaker counts. A post-check failure belongs
-# to its request's content (another tab's may pass), a cancellation to the shutdown.
-SHARED_STAGES = ("summarize", "checkpoint")
+# The failures of the summarizer's side, which the breaker counts; a post-check failure belongs
+# to its request's content. A cancellation (the shutdown's) is shared by no one.
+SUMMARIZER_STAGES = ("summarize", "checkpoint")
+POST_CHECK = "post_check"
 
 
 @dataclass(frozen=True)
 class SharedFailure:
     stage: str
     reason: str
+    inputs: object = None  # what the failed compaction was given (`Job.inputs`)
+    verdict: Verdict | None = None  # a failed post-check's, for the client's error
+
+    def concerns(self, inputs: object) -> bool:
+        """Whether a compaction given `inputs` would end as this one did."""
+        return self.stage in SUMMARIZER_STAGES or (self.stage == POST_CHECK
+                                                   and self.inputs == inputs)
+
+
+@dataclass(frozen=True)
+class Meanwhile:
+    """The failures of the compactions that ended while a request waited, latest first."""
+
+    failures: tuple[SharedFailure, ...] = ()
+
+    def shared(self, inputs: object, summarizer: bool = True) -> SharedFailure | None:
+        """The latest failure a compaction given `inputs` would repeat; `summarizer`: one
+        of the summarizer's side may be it."""
+        return next((f for f in self.failures if f.concerns(inputs)
+                     and (summarizer or f.stage == POST_CHECK)), None)
 
 
 class ThreadTurn:
@@ -38,13 +67,15 @@ class ThreadTurn:
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
         self.failures = 0  # how many have failed so far: a waiter notes it before it waits
-        self.last: SharedFailure | None = None
+        # The latest failure of each kind, numbered: a post-check failure must not hide from
+        # a waiter the summarizer's failure before it, nor the other way round.
+        self._latest: dict[bool, tuple[int, SharedFailure]] = {}
         self.waiting = 0  # requests waiting for the lock
 
     @asynccontextmanager
-    async def take(self) -> AsyncIterator[SharedFailure | None]:
-        """Hold the thread's lock; yields the failure of a compaction that ended while this
-        request waited for it, if one did."""
+    async def take(self) -> AsyncIterator[Meanwhile]:
+        """Hold the thread's lock; yields the failures of the compactions that ended while
+        this request waited for it."""
         seen = self.failures
         self.waiting += 1
         try:
@@ -52,19 +83,24 @@ class ThreadTurn:
         finally:
             self.waiting -= 1
         try:
-            yield self.failure_since(seen)
+            yield self.failures_since(seen)
         finally:
             self.lock.release()
 
-    def failed(self, stage: str, reason: str) -> None:
-        if stage in SHARED_STAGES:
+    def failed(self, failure: SharedFailure) -> None:
+        if failure.stage in SUMMARIZER_STAGES or failure.stage == POST_CHECK:
             self.failures += 1
-            self.last = SharedFailure(stage, reason)
+            self._latest[failure.stage == POST_CHECK] = (self.failures, failure)
 
-    def failure_since(self, seen: int) -> SharedFailure | None:
-        """The latest failure when one came after `seen` (the count when the request began
-        to wait), else None."""
-        return self.last if self.failures > seen else None
+    def succeeded(self) -> None:
+        """A checkpoint was written: the summarizer works, and the failures before it are
+        no one's to share (a waiter that still needs a summary on it asks for its own)."""
+        self._latest.clear()
+
+    def failures_since(self, seen: int) -> Meanwhile:
+        """The failures that came after `seen` (the count when the request began to wait)."""
+        latest = sorted(self._latest.values(), key=lambda numbered: -numbered[0])
+        return Meanwhile(tuple(f for number, f in latest if number > seen))
 
 
 class ThreadTurns:
