@@ -91,6 +91,16 @@ def test_a_later_shell_write_makes_the_read_stale_and_a_later_read_does_not() ->
     assert "may be out of date" in _file_texts(restored)
 
 
+def test_an_edit_that_names_the_file_as_the_command_did_makes_it_stale() -> None:
+    # Codex reads `src/a.py` in its workdir /repo and patches it by the relative name.
+    patch = "*** Begin Patch\n*** Update File: src/a.py\n@@\n-old\n+new\n*** End Patch"
+    elements = [user("go"), *_codex("a", "cat src/a.py"),
+                *_step("b", "apply_patch", {"input": patch}, "Done!"), user("tail")]
+    restored = _restored(elements)
+    assert restored.file_paths == ("/repo/src/a.py",)
+    assert "may be out of date" in _file_texts(restored)
+
+
 def test_a_shell_read_of_a_path_kept_in_the_tail_is_not_restored() -> None:
     elements = [user("go"), *_codex("a", "cat /repo/a.py"), user("tail"), *_codex("b", "cat a.py")]
     entries = conv(Api.CHAT, elements)

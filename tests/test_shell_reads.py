@@ -182,14 +182,16 @@ def test_an_argv_runs_without_a_shell_unless_it_names_one() -> None:
 
 
 def test_only_a_verbatim_print_of_one_file_is_a_file_read() -> None:
-    assert file_read("cat src/a.py") == FileRead("src/a.py", True)
-    assert file_read("cd /repo && cat src/a.py") == FileRead("/repo/src/a.py", True)
-    assert file_read("cd /repo && cat /etc/hosts") == FileRead("/etc/hosts", True)
-    assert file_read("sed -n '10,40p' a.py") == FileRead("a.py", False)
-    assert file_read("head -n 50 a.py") == FileRead("a.py", False)
-    assert file_read("tail -n 5 a.py") == FileRead("a.py", False)
-    assert argv_file_read(["bash", "-lc", "cat a.py"]) == FileRead("a.py", True)
+    assert file_read("cat src/a.py") == FileRead("src/a.py", True, "src/a.py")
+    assert file_read("cd /repo && cat src/a.py") == FileRead("/repo/src/a.py", True, "src/a.py")
+    assert file_read("cd /repo && cat /etc/hosts") == FileRead("/etc/hosts", True, "/etc/hosts")
+    assert file_read("sed -n '10,40p' a.py") == FileRead("a.py", False, "a.py")
+    assert file_read("head -n 50 a.py") == FileRead("a.py", False, "a.py")
+    assert file_read("tail -n 5 a.py") == FileRead("a.py", False, "a.py")
+    assert argv_file_read(["bash", "-lc", "cat a.py"]) == FileRead("a.py", True, "a.py")
+    assert FileRead("/repo/a.py", True, "a.py").names == ("/repo/a.py", "a.py")
     for line in ("cat -n a.py", "nl a.py", "cat a.py b.py", "cat *.py", "cat a.py | head",
                  "cat a.py 2>/dev/null", "grep x a.py", "cat -", "cat a.py > b.py",
-                 "sed -n '1,5p;9p' a.py", "ls a.py", "cd x && cd y && cat a.py", "head -c 10 a.py"):
+                 "sed -n '1,5p;9p' a.py", "ls a.py", "cd x && cd y && cat a.py", "head -c 10 a.py",
+                 "cd - && cat a.py", "cd ~ && cat a.py"):
         assert file_read(line) is None, line

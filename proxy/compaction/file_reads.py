@@ -38,14 +38,15 @@ class ReadTools:
     files: frozenset[str]
     shells: frozenset[str]
 
-    def path_of(self, call: ToolCall) -> tuple[str, bool] | None:
-        """The path a call reads, and whether its result is a shell command's wrapped output."""
+    def path_of(self, call: ToolCall) -> tuple[str, bool, tuple[str, ...]] | None:
+        """The path a call reads, whether its result is a shell command's wrapped output, and
+        the names a later edit of the file may give it (a shell operand before `cd DIR`)."""
         if looks_only(call, self.files):
             path = file_path(call)
-            return None if path is None else (path, False)
+            return None if path is None else (path, False, (path,))
         if named(call.name, self.shells):
             found = call_file_read(call)
-            return None if found is None else (found.path, True)
+            return None if found is None else (found.path, True, found.names)
         return None
 
     def only_looks(self, call: ToolCall) -> bool:

@@ -106,6 +106,7 @@ class _Read:
     text: str
     index: int
     result: Entry
+    names: tuple[str, ...]  # how a later call may name the file
 
 
 def collect(entries: Sequence[Entry], cutoff: Cutoff, settings: RestoreSettings, count: Count,
@@ -147,7 +148,7 @@ def _files(entries: Sequence[Entry], span: range, tail_start: int, settings: Res
         if total + floor > settings.total_tokens:
             notes.append(f"{read.path}: over the total restore budget")
             continue
-        stale = _touched_after(entries, read.index, read.path, tools)
+        stale = _touched_after(entries, read.index, read.names, tools)
         text, tokens = _file_message(read, stale, settings.per_file_tokens, count, measure)
         if total + tokens > settings.total_tokens:
             notes.append(f"{read.path}: over the total restore budget")
@@ -171,11 +172,11 @@ def _latest_reads(entries: Sequence[Entry], span: range, tail_start: int,
             result = results.get((i, call.id))
             if found is None or found[0] in seen or result is None:
                 continue
-            path, wrapped = found
+            path, wrapped, names = found
             seen.add(path)
             text = _read_text(content_text(result), path, wrapped)
             if text and text.strip() and not has_non_text_parts(result) and not looks_binary(text):
-                yield _Read(path, call, text, i, result)
+                yield _Read(path, call, text, i, result, names)
 
 
 def _read_text(output: str, path: str, wrapped: bool) -> str | None:
@@ -213,9 +214,10 @@ def looks_binary(text: str) -> bool:
     return runs > len(sample) // 2
 
 
-def _touched_after(entries: Sequence[Entry], index: int, path: str, tools: ReadTools) -> bool:
-    """Whether a later non-read call names the path (an edit may have changed the file)."""
-    return any(path in c.arguments and not tools.only_looks(c)
+def _touched_after(entries: Sequence[Entry], index: int, names: tuple[str, ...],
+                   tools: ReadTools) -> bool:
+    """Whether a later non-read call names the file (an edit may have changed it)."""
+    return any(any(n in c.arguments for n in names) and not tools.only_looks(c)
                for e in entries[index + 1:] for c in e.calls)
 
 

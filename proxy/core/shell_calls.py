@@ -82,7 +82,8 @@ def call_file_read(call: ToolCall) -> FileRead | None:
                       and d.startswith("/")), None)  # type: ignore[union-attr]
     if directory is None:
         return found
-    return FileRead(posixpath.normpath(posixpath.join(directory, found.path)), found.whole)
+    return FileRead(posixpath.normpath(posixpath.join(directory, found.path)), found.whole,
+                    found.written)
 
 
 def successful_output(text: str) -> str | None:

@@ -48,6 +48,11 @@ class FileRead:
 
     path: str
     whole: bool
+    written: str = ""  # the operand as the line names it, before `cd DIR` or a workdir
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.path,) if self.written in ("", self.path) else (self.path, self.written)
 
 
 def only_reads(line: str) -> bool:
@@ -312,10 +317,11 @@ def _file_read_of(commands: list[_Command]) -> FileRead | None:
     found = _one_file(commands[0][1])
     if found is None:
         return None
-    path, whole = found
+    written, whole = found
+    path = written
     if directory is not None and not path.startswith("/"):
         path = posixpath.normpath(posixpath.join(directory, path))
-    return FileRead(path, whole)
+    return FileRead(path, whole, written)
 
 
 def _one_file(words: tuple[str, ...]) -> tuple[str, bool] | None:
