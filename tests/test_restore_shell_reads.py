@@ -8,6 +8,7 @@ import json
 from proxy.compaction.cutoff import PARTIAL, Cutoff
 from proxy.compaction.restore import collect
 from proxy.conversation import Api
+from proxy.core.exploration import describe
 from proxy.settings import RestoreSettings
 from tests.test_compaction_support import (assistant_calls, conv, count, r_user, tool_result,
                                            user)
@@ -126,6 +127,24 @@ def test_responses_local_shell_call_output_is_restored() -> None:
     cutoff = Cutoff(index=len(entries) - 1, lead=0, start=0, strategy=PARTIAL)
     restored = collect(entries, cutoff, RestoreSettings(), count)
     assert restored.file_paths == ("/repo/a.py",)
+
+
+def test_responses_shell_call_output_is_restored_and_its_fold_says_how_it_ended() -> None:
+    def step(call_id: str, line: str, code: int = 0) -> list[dict]:
+        return [{"type": "shell_call", "call_id": call_id, "status": "completed",
+                 "action": {"commands": [line], "timeout_ms": 1000}},
+                {"type": "shell_call_output", "call_id": call_id, "max_output_length": 10000,
+                 "output": [{"stdout": TEXT, "stderr": "", "outcome": {"type": "exit", "exit_code": code}}]}]
+
+    items = [r_user("go"), *step("a", "cat a.py"), *step("b", "cat b.py", code=1), r_user("tail")]
+    entries = conv(Api.RESPONSES, items)
+    cutoff = Cutoff(index=len(entries) - 1, lead=0, start=0, strategy=PARTIAL)
+    restored = collect(entries, cutoff, RestoreSettings(), count)
+    assert restored.file_paths == ("a.py",)
+    assert restored.file_counts[0][0].endswith("\n\n" + TEXT)
+    ok, failed = describe(entries[1].calls[0], entries[2]), describe(entries[3].calls[0], entries[4])
+    assert "-> ok, 3 lines" in ok and "non-text" not in ok
+    assert "-> error," in failed
 
 
 def test_a_directory_view_is_not_restored_as_a_file() -> None:

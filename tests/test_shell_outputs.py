@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import json
 
-from proxy.core.shell_calls import successful_output, unwrapped
+from proxy.conversation import Api
+from proxy.core.shell_calls import outcome, unwrapped
+from tests.test_compaction_support import conv
+
+
+def successful_output(text: str) -> str | None:
+    found = unwrapped(text)
+    return found[1] if found is not None and found[0] == 0 else None
 
 
 def test_codex_json_and_text_headers() -> None:
@@ -34,3 +41,18 @@ def test_a_bare_output_states_nothing() -> None:
     for text in ("def main():\n", "cat: a.py: No such file or directory", "", "{not json",
                  "x\n[The command completed with exit code 0.]\ntrailing text"):
         assert unwrapped(text) is None, text
+
+
+def test_a_responses_shell_call_output_of_one_command() -> None:
+    def result(output: object, **extra: object):
+        item = {"type": "shell_call_output", "call_id": "c", "output": output, **extra}
+        return conv(Api.RESPONSES, [item])[0]
+
+    one = [{"stdout": "x = 1\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]
+    assert outcome(result(one)) == (0, "x = 1\n")
+    assert outcome(result(one, max_output_length=1000)) == (0, "x = 1\n")
+    assert outcome(result(one, max_output_length=6)) == (0, None)  # it may have been cut
+    failed = [{**one[0], "outcome": {"type": "exit", "exit_code": 2}}]
+    assert outcome(result(failed))[0] == 2
+    assert outcome(result([{**one[0], "outcome": {"type": "timeout"}}])) is None
+    assert outcome(result(one + one)) is None  # two commands: no one output

@@ -37,7 +37,7 @@ from proxy.compaction.file_reads import ReadTools, directory_view
 from proxy.compaction.transcript import middle_cut
 from proxy.conversation import (Api, Entry, Kind, ToolCall, content_text, has_non_text_parts,
                                 make_user)
-from proxy.core.shell_calls import successful_output
+from proxy.core.shell_calls import outcome
 from proxy.core.tool_names import sets_plan
 from proxy.settings import RestoreSettings
 
@@ -174,16 +174,20 @@ def _latest_reads(entries: Sequence[Entry], span: range, tail_start: int,
                 continue
             path, wrapped, names = found
             seen.add(path)
-            text = _read_text(content_text(result), path, wrapped)
-            if text and text.strip() and not has_non_text_parts(result) and not looks_binary(text):
+            text = _read_text(result, path, wrapped)
+            if text and text.strip() and not looks_binary(text):
                 yield _Read(path, call, text, i, result, names)
 
 
-def _read_text(output: str, path: str, wrapped: bool) -> str | None:
-    """The file's text in a read's result: a shell command's own output when its wrapper says
-    it succeeded uncut, else a file tool's result unless it lists a directory."""
+def _read_text(result: Entry, path: str, wrapped: bool) -> str | None:
+    """The file's text in a read's result: a shell command's own output when its result says
+    it exited 0 uncut, else a file tool's text result unless it lists a directory."""
     if wrapped:
-        return successful_output(output)
+        found = outcome(result)
+        return found[1] if found is not None and found[0] == 0 else None
+    if has_non_text_parts(result):
+        return None
+    output = content_text(result)
     return None if directory_view(path, output) else output
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from proxy.conversation import Entry, ToolCall, content_text, has_non_text_parts
-from proxy.core.shell_calls import call_file_read, unwrapped
+from proxy.core.shell_calls import call_file_read, outcome
 
 HEADER = ("[compaction-proxy note, not written by the assistant: {n} earlier exploration "
           "call{s} collapsed to save context; their outputs were removed. Arguments are as called.]")
@@ -39,13 +39,13 @@ def record_text(pairs: Sequence[tuple[ToolCall, Entry]]) -> str:
 def describe(call: ToolCall, result: Entry) -> str:
     output = content_text(result)
     # A shell tool's wrapper says how its command ended; what it wraps is the command's output.
-    wrapped = unwrapped(output)
+    wrapped = outcome(result)
     if wrapped is not None and wrapped[1] is not None:
         output = wrapped[1]
     failed = looks_failed(output) or (wrapped is not None and wrapped[0] != 0)
     status = "error" if failed else "ok"
     size = f"{output.count(chr(10)) + 1 if output else 0} lines, {len(output)} chars"
-    if has_non_text_parts(result):
+    if has_non_text_parts(result) and wrapped is None:
         size += ", with non-text parts"
     line = f"- {call.name} {short_arguments(call)} -> {status}, {size}"
     # A file's own text names no search hits; `Read` is `read` in Claude-Code-style agents,

@@ -9,8 +9,10 @@ Claude-Code-style `Bash`, opencode `bash`, Gemini CLI `run_shell_command`, Cline
 An output is taken only from a wrapper that states exit code 0 and is not cut: Codex's JSON
 (`{"output": ..., "metadata": {"exit_code": 0}}`) or text header (`Exit code: 0`, `Wall time`,
 `Output:`), mini-swe-agent's `<returncode>0</returncode><output>...</output>` and OpenHands'
-`[The command completed with exit code 0.]` trailer. A bare output says nothing of success
-(`cat: x: No such file or directory` is one too), so it is never taken as a file's text.
+`[The command completed with exit code 0.]` trailer, and a Responses `shell_call_output` of one
+command (`stdout` with an `exit` outcome, under its `max_output_length`). A bare output says
+nothing of success (`cat: x: No such file or directory` is one too), so it is never taken as a
+file's text.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from proxy.conversation import ToolCall
+from proxy.conversation import Api, Entry, Kind, ToolCall, content_text
 from proxy.core.shell_reads import (FileRead, argv_file_read, argv_only_reads, file_read,
                                     only_reads)
 
@@ -86,10 +88,29 @@ def call_file_read(call: ToolCall) -> FileRead | None:
                     found.written)
 
 
-def successful_output(text: str) -> str | None:
-    """The command's own output when `text` is a known wrapper saying it exited 0 uncut."""
-    found = unwrapped(text)
-    return found[1] if found is not None and found[0] == 0 else None
+def outcome(result: Entry) -> tuple[int, str | None] | None:
+    """(exit code, the output or None when it was cut) that a shell call's result states."""
+    if result.api is Api.RESPONSES and result.kind is Kind.RESULT \
+            and result.raw.get("type") == "shell_call_output":
+        return _shell_call_output(result.raw)
+    return unwrapped(content_text(result))
+
+
+def _shell_call_output(raw: dict[str, Any]) -> tuple[int, str | None] | None:
+    """One command's outcome: its stdout, cut when it reaches the item's `max_output_length`."""
+    output = raw.get("output")
+    if not isinstance(output, list) or len(output) != 1 or not isinstance(output[0], dict):
+        return None
+    stdout, stderr = output[0].get("stdout"), output[0].get("stderr", "")
+    ended = output[0].get("outcome")
+    if not isinstance(stdout, str) or not isinstance(stderr, str) or not isinstance(ended, dict):
+        return None
+    code = ended.get("exit_code")
+    if ended.get("type") != "exit" or not isinstance(code, int) or isinstance(code, bool):
+        return None
+    cap = raw.get("max_output_length")
+    cut = isinstance(cap, int) and len(stdout) + len(stderr) >= cap
+    return code, None if cut else stdout
 
 
 def unwrapped(text: str) -> tuple[int, str | None] | None:
