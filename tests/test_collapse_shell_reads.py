@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from proxy.conversation import Api, content_text
-from proxy.core.collapse import collapse, exploration_runs
+from proxy.core.collapse import _chains, collapse, exploration_runs, tool_sets
 from proxy.core.exploration import describe
 from proxy.settings import CollapseSettings, CompactionSettings
 from tests.factories import stage_context
+from tests.test_core_chains_fold import _chains_whole
 from tests.test_compaction_support import assistant_calls, conv, r_user, tool_result, user
 
 SETTINGS = CollapseSettings()
@@ -103,3 +107,32 @@ def test_the_record_states_a_failed_exit_code_and_no_mentions_for_a_file_print()
     entries = conv(Api.CHAT, [user("go"), *_openhands("a", "grep -rn x src", "src/a.py:2:x")])
     line = describe(entries[1].calls[0], entries[2])
     assert "-> ok," in line and "mentions src/a.py:2" in line
+
+
+_READ_LINES = ("cat a.py", "sed -n '1,9p' a.py", "grep -rn x src | head", "ls -la", "git log -3",
+               "cd src && rg -n y")
+_OTHER_LINES = ("sed -i s/x/y/ a.py", "cat a.py > b.py", "ls; rm -rf b", "python -m pytest",
+                "cat $(ls)", "git commit -am x")
+
+
+@given(st.lists(st.booleans(), min_size=1, max_size=12), st.sampled_from(("execute_bash", "shell")))
+def test_runs_hold_exactly_the_maximal_stretches_of_shell_reads(reads: list[bool], tool: str) -> None:
+    elements = [user("go")]
+    for n, read in enumerate(reads):
+        line = (_READ_LINES if read else _OTHER_LINES)[n % 6]
+        elements += _codex(f"c{n}", line) if tool == "shell" else _openhands(f"c{n}", line)
+    elements.append(user("next"))
+    found = [[(g.start - 1) // 2 for g in run.groups] for run in _runs(elements)]
+    stretches, current = [], []
+    for n, read in enumerate(reads + [False]):
+        if read:
+            current.append(n)
+        elif current:
+            stretches.append(current)
+            current = []
+    assert found == [s for s in stretches if len(s) >= 2]
+    # Folding on from a shorter list finds the same runs as folding the whole list.
+    entries = conv(Api.CHAT, elements)
+    which = tool_sets(SETTINGS.tools, SETTINGS.shell_tools)
+    for cut in range(3, len(entries) + 1, 2):
+        assert _chains(entries[:cut], which) == _chains_whole(entries[:cut], which)

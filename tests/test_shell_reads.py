@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.shell_reads import (FileRead, argv_file_read, argv_only_reads, file_read,
-                                    only_reads)
+from proxy.core.shell_reads import (FileRead, _tokens, argv_file_read, argv_only_reads,
+                                    file_read, only_reads)
 
 READS = [
     "cat src/a.py",
@@ -195,3 +197,20 @@ def test_only_a_verbatim_print_of_one_file_is_a_file_read() -> None:
                  "sed -n '1,5p;9p' a.py", "ls a.py", "cd x && cd y && cat a.py", "head -c 10 a.py",
                  "cd - && cat a.py", "cd ~ && cat a.py"):
         assert file_read(line) is None, line
+
+
+@given(st.text(alphabet=st.sampled_from("ab .-_/*'\"\\\t#~=é"), max_size=30))
+def test_words_split_as_a_posix_shell_splits_them(line: str) -> None:
+    """Without operators or expansions, the words are those `shlex` (POSIX mode) finds."""
+    try:
+        expected = shlex.split(line)
+    except ValueError:  # an unclosed quote or a trailing escape: never a read
+        assert not only_reads("cat " + line)
+        return
+    if not line.strip():
+        assert expected == [] and _tokens(line.strip()) is None
+        return
+    tokens = _tokens(line.strip())
+    assert tokens is not None
+    assert [word for word, operator, _ in tokens if not operator] == expected
+    assert not any(operator for _, operator, _ in tokens)
