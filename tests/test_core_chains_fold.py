@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from proxy.conversation import Entry
 from proxy.core import collapse
-from proxy.core.collapse import Run, Tools, _explores_key, tool_sets
+from proxy.core.collapse import Run, ToolGlobs, _explores_key, tool_sets
 from proxy.core.groups import Group, tool_groups
 from proxy.settings import DEFAULT_EXPLORATION_TOOLS, DEFAULT_SHELL_TOOLS
 from tests.factories import entries_of
@@ -24,7 +24,7 @@ _TOOL_SETS = (tool_sets(DEFAULT_EXPLORATION_TOOLS), tool_sets(("read_file", "gre
               tool_sets(("bash",)), tool_sets(DEFAULT_EXPLORATION_TOOLS, DEFAULT_SHELL_TOOLS))
 
 
-def _chains_whole(entries: Sequence[Entry], tools: Tools) -> list[Run]:
+def _chains_whole(entries: Sequence[Entry], tools: ToolGlobs) -> list[Run]:
     """The oracle: every group of the list folded from the start, nothing resumed."""
     chains, current = collapse._fold(entries, tool_groups(entries), _explores_key(tools), tools,
                                      [], [])
@@ -33,7 +33,7 @@ def _chains_whole(entries: Sequence[Entry], tools: Tools) -> list[Run]:
 
 @given(exploring(), st.sampled_from(_TOOL_SETS), st.data())
 def test_the_resumed_fold_finds_the_chains_of_the_whole_list(drawn: tuple[str, list],
-                                                             tools: Tools,
+                                                             tools: ToolGlobs,
                                                              data: st.DataObject) -> None:
     api, first = drawn
     second = data.draw(_next_request(api, first))

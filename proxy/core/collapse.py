@@ -59,10 +59,10 @@ class Run:
         return self.groups[-1].end
 
 
-Tools = tuple[tuple[str, ...], tuple[str, ...]]  # (exploration globs, shell tool globs)
+ToolGlobs = tuple[tuple[str, ...], tuple[str, ...]]  # (exploration globs, shell tool globs)
 
 
-def tool_sets(tools: Collection[str], shell_tools: Collection[str] = ()) -> Tools:
+def tool_sets(tools: Collection[str], shell_tools: Collection[str] = ()) -> ToolGlobs:
     return tuple(tools), tuple(shell_tools)
 
 
@@ -72,7 +72,7 @@ def collapsible(entries: Sequence[Entry], group: Group, tools: Collection[str],
     return _collapsible(entries, group, _explores_key(which), which)
 
 
-def _collapsible(entries: Sequence[Entry], group: Group, key: Hashable, tools: Tools) -> bool:
+def _collapsible(entries: Sequence[Entry], group: Group, key: Hashable, tools: ToolGlobs) -> bool:
     for i in group.call_entries:
         if not _explores(entries[i], key, tools):
             return False
@@ -81,11 +81,11 @@ def _collapsible(entries: Sequence[Entry], group: Group, key: Hashable, tools: T
     return not any(is_cancelled(entries[i]) for i in group.results)
 
 
-def _explores_key(tools: Tools) -> Hashable:
+def _explores_key(tools: ToolGlobs) -> Hashable:
     return ("collapse.explores", frozenset(tools[0]), frozenset(tools[1]))
 
 
-def _explores(entry: Entry, key: Hashable, tools: Tools) -> bool:
+def _explores(entry: Entry, key: Hashable, tools: ToolGlobs) -> bool:
     """Every call the entry carries names an exploration tool, and a chat carrier says nothing
     else (no text, no refusal); memoized per entry and tool set."""
     found = entry.memo.get(key)
@@ -97,13 +97,14 @@ def _explores(entry: Entry, key: Hashable, tools: Tools) -> bool:
 
 
 def exploration_runs(entries: Sequence[Entry], tools: Collection[str],
-                     derived: Derived | None = None, shell_tools: Collection[str] = ()) -> list[Run]:
+                     derived: Derived | None = None,
+                     shell_tools: Collection[str] = ()) -> list[Run]:
     """Maximal runs of two or more consecutive collapsible steps, over the whole list."""
     return [chain for chain in chains_of(entries, tool_sets(tools, shell_tools), derived)
             if len(chain.groups) >= 2]
 
 
-def chains_of(entries: Sequence[Entry], tools: Tools, derived: Derived | None) -> list[Run]:
+def chains_of(entries: Sequence[Entry], tools: ToolGlobs, derived: Derived | None) -> list[Run]:
     if derived is None:
         return _chains(entries, tools)
     return derived.get(("chains", tools), entries, lambda e: _chains(e, tools))
@@ -127,10 +128,10 @@ class _Folded(NamedTuple):
 
 _NOTHING_FOLDED = _Folded(0, (), (), [])
 # By api and tool set: the same bytes are another entry in the other api.
-_FOLDS: LRU[tuple[Api, Tools], CheckedLists[_Folded]] = LRU(16)
+_FOLDS: LRU[tuple[Api, ToolGlobs], CheckedLists[_Folded]] = LRU(16)
 
 
-def _chains(entries: Sequence[Entry], tools: Tools) -> list[Run]:
+def _chains(entries: Sequence[Entry], tools: ToolGlobs) -> list[Run]:
     """Maximal runs of consecutive collapsible steps, single steps included; a steady thread
     folds only the steps after the last list it folded (`_Folded`)."""
     if not entries:
@@ -144,7 +145,7 @@ def _chains(entries: Sequence[Entry], tools: Tools) -> list[Run]:
     return list(folded.chains)  # type: ignore[union-attr]  # a fold never fails
 
 
-def _fold_from(entries: Sequence[Entry], state: _Folded, tools: Tools) -> _Folded:
+def _fold_from(entries: Sequence[Entry], state: _Folded, tools: ToolGlobs) -> _Folded:
     groups = tool_groups(entries, state.resume)
     last = groups.pop() if groups and groups[-1].end == len(entries) else None
     key = _explores_key(tools)
@@ -156,7 +157,7 @@ def _fold_from(entries: Sequence[Entry], state: _Folded, tools: Tools) -> _Folde
     return kept._replace(chains=closed + [Run(tuple(current))] if current else closed)
 
 
-def _fold(entries: Sequence[Entry], groups: Sequence[Group], key: Hashable, tools: Tools,
+def _fold(entries: Sequence[Entry], groups: Sequence[Group], key: Hashable, tools: ToolGlobs,
           chains: list[Run], current: list[Group]) -> tuple[list[Run], list[Group]]:
     for group in groups:
         fits = _collapsible(entries, group, key, tools)

@@ -31,7 +31,8 @@ _DIRECTORY_KEYS = ("workdir", "working_directory", "cwd", "directory")
 _CODEX_HEADER = re.compile(r"\AExit code: (-?\d+)\nWall time: [^\n]*\n((?:[^\n]*\n)*?)Output:\n")
 _CODEX_CUT = re.compile(r"\[\.\.\. omitted \d+ of \d+ lines \.\.\.\]|…\d+ tokens truncated…")
 _MINI_SWE = re.compile(r"\A<returncode>(-?\d+)</returncode>\n<output>\n(.*)</output>\s*\Z", re.S)
-_OPENHANDS_DONE = re.compile(r"\n?\[The command completed with exit code (-?\d+)\.\]((?:\n\[[^\n]*\])*)\s*\Z")
+_OPENHANDS_DONE = re.compile(
+    r"\n?\[The command completed with exit code (-?\d+)\.\]((?:\n\[[^\n]*\])*)\s*\Z")
 _OPENHANDS_OPENING = "[The command completed with exit code "
 _OPENHANDS_CUT = ("[Below is the output of the previous command.]", "Observation truncated")
 
@@ -74,18 +75,20 @@ def call_file_read(call: ToolCall) -> FileRead | None:
     """The one file whose text the call's output is, with the path made absolute against the
     call's own working directory when it names one."""
     args = _arguments(call)
-    command = None if args is None else _command(args)
+    if args is None:
+        return None
+    command = _command(args)
     if command is None:
         return None
     found = file_read(command) if isinstance(command, str) else argv_file_read(command)
     if found is None or found.path.startswith("/"):
         return found
-    directory = next((d for k in _DIRECTORY_KEYS if isinstance(d := args.get(k), str)
-                      and d.startswith("/")), None)  # type: ignore[union-attr]
-    if directory is None:
-        return found
-    return FileRead(posixpath.normpath(posixpath.join(directory, found.path)), found.whole,
-                    found.written)
+    for key in _DIRECTORY_KEYS:
+        directory = args.get(key)
+        if isinstance(directory, str) and directory.startswith("/"):
+            return FileRead(posixpath.normpath(posixpath.join(directory, found.path)),
+                            found.whole, found.written)
+    return found
 
 
 def outcome(result: Entry) -> tuple[int, str | None] | None:
