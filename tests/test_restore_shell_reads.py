@@ -155,6 +155,12 @@ def test_a_directory_view_is_not_restored_as_a_file() -> None:
     assert restored.file_paths == ()
     opencode = _step("b", "read", {"filePath": "/repo/src/"}, "a.py\nb.py\nsub/\n")
     assert _restored([user("go"), *opencode, user("tail")]).file_paths == ()
+    tagged = _step("d", "read", {"filePath": "/repo/src"},
+                   "<path>/repo/src</path>\n<type>directory</type>\n<entries>\na.py\nsub/\n\n(2 entries)\n</entries>")
+    assert _restored([user("go"), *tagged, user("tail")]).file_paths == ()
+    opencode_file = _step("e", "read", {"filePath": "/repo/src/a.py"},
+                          "<path>/repo/src/a.py</path>\n<type>file</type>\n<content>\n1: x\n</content>")
+    assert _restored([user("go"), *opencode_file, user("tail")]).file_paths == ("/repo/src/a.py",)
     # The file the directory holds, viewed afterwards, is still a file.
     view_file = _step("c", "str_replace_editor", {"command": "view", "path": "/workspace/src/a.py"},
                       "Here's the result of running `cat -n` on /workspace/src/a.py:\n     1\tx\n")

@@ -3,6 +3,7 @@ prints one file's text; and whether a file tool's answer is a directory's listin
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import orjson
@@ -13,10 +14,11 @@ from proxy.core.tool_names import looks_only, named, shell_looks_only
 
 _PATH_KEYS = ("path", "file_path", "filePath", "filepath", "file", "filename", "target_file",
               "absolute_path", "relative_path", "notebook_path", "uri")
-# How editors answer a view of a directory: OpenHands' and Anthropic's str_replace_editor; the
-# tagged form is how opencode's read is believed to list one (not checked against its source).
+# How file tools answer a view of a directory: OpenHands' and Anthropic's str_replace_editor,
+# Gemini CLI's listing; opencode's read answers `<path>DIR</path>` then `<type>directory</type>`
+# (and `<type>file</type>` for a file).
 _DIRECTORY_OPENINGS = ("Here's the files and directories up to", "Directory listing for")
-_DIRECTORY_TAG = "<type>directory</type>"
+_TAGGED_DIRECTORY = re.compile(r"\A\s*<path>[^\n]*</path>\n<type>directory</type>")
 
 
 def file_path(call: ToolCall) -> str | None:
@@ -57,4 +59,4 @@ def directory_view(path: str, text: str) -> bool:
     """A file tool's listing of a directory: its known openings, or a path named as a directory."""
     head = text.lstrip()[:200]
     return (path.endswith("/") or path in (".", "..") or head.startswith(_DIRECTORY_OPENINGS)
-            or _DIRECTORY_TAG in text[:2000])
+            or _TAGGED_DIRECTORY.match(text) is not None)
