@@ -28,6 +28,8 @@ from proxy.core.shell_reads import (FileRead, argv_file_read, argv_only_reads, f
                                     only_reads)
 
 _DIRECTORY_KEYS = ("workdir", "working_directory", "cwd", "directory")
+# Codex's text form and its cut markers are written from memory, not checked against its source
+# here: an output they do not match is simply not taken, never mistaken for a file's text.
 _CODEX_HEADER = re.compile(r"\AExit code: (-?\d+)\nWall time: [^\n]*\n((?:[^\n]*\n)*?)Output:\n")
 _CODEX_CUT = re.compile(r"\[\.\.\. omitted \d+ of \d+ lines \.\.\.\]|…\d+ tokens truncated…")
 _MINI_SWE = re.compile(r"\A<returncode>(-?\d+)</returncode>\n<output>\n(.*)</output>\s*\Z", re.S)
