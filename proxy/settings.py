@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from proxy.settings_compaction import (DEFAULT_EXPLORATION_TOOLS, DEFAULT_FILE_TOOLS,
-                                       DEFAULT_PLAN_TOOLS, BreakerSettings, CollapseSettings,
+                                       DEFAULT_PLAN_TOOLS, DEFAULT_SHELL_TOOLS, BreakerSettings, CollapseSettings,
                                        CompactionSettings, MicrocompactSettings,
                                        RestoreSettings, SummarizerSettings, TruncateSettings,
                                        parse_compaction)
@@ -25,6 +25,7 @@ from proxy.settings_reader import ConfigError, Reader, environment, interpolate,
 from proxy.settings_yaml import read_yaml
 
 __all__ = ["DEFAULT_EXPLORATION_TOOLS", "DEFAULT_FILE_TOOLS", "DEFAULT_PLAN_TOOLS",
+           "DEFAULT_SHELL_TOOLS",
            "BreakerSettings", "CollapseSettings", "CompactionSettings", "ConfigError",
            "MicrocompactSettings", "RestoreSettings", "Settings", "SummarizerSettings",
            "TruncateSettings", "load_settings", "load_state_settings", "masked", "parse_settings",

@@ -17,8 +17,8 @@ from proxy.settings_reader import Reader, shown
 # (str_replace_editor's view, task_tracker), Claude-Code-style tools (Read, Grep, Glob, LS,
 # WebFetch, WebSearch, TodoWrite), Gemini CLI (read_file, list_directory, glob,
 # search_file_content, read_many_files, google_web_search, web_fetch, write_todos).
-# Shell tools (shell, bash, execute_bash, run_shell_command) are never listed: whether a
-# command line only reads is not decided from its text.
+# Shell tools are listed apart (`shell_tools`): a call of one counts as exploration, or as a
+# file read for restore, only when its command line only reads (`core/shell_reads`).
 DEFAULT_EXPLORATION_TOOLS = (
     "read_file", "read", "Read", "read_many_files", "str_replace_editor",
     "grep", "Grep", "grep_files", "grep_search", "search_files", "search_file_content",
@@ -27,6 +27,11 @@ DEFAULT_EXPLORATION_TOOLS = (
     "list_code_definition_names",
     "web_search", "WebSearch", "websearch", "google_web_search", "search_web",
     "web_fetch", "WebFetch", "webfetch", "fetch_url_content")
+# Codex CLI (shell, exec_command, shell_command, Responses local_shell_call and shell_call),
+# OpenHands (execute_bash), Claude-Code-style tools (Bash), opencode and mini-swe-agent (bash),
+# Gemini CLI (run_shell_command), Cline / Roo Code (execute_command).
+DEFAULT_SHELL_TOOLS = ("shell", "exec_command", "shell_command", "local_shell_call", "shell_call",
+                       "execute_bash", "Bash", "bash", "run_shell_command", "execute_command")
 DEFAULT_FILE_TOOLS = ("read_file", "read", "Read", "view", "open", "cat", "str_replace_editor")
 DEFAULT_PLAN_TOOLS = ("todo_write", "TodoWrite", "todowrite", "update_plan", "write_todos",
                       "update_todo_list", "task_tracker", "plan")
@@ -36,6 +41,7 @@ DEFAULT_PLAN_TOOLS = ("todo_write", "TodoWrite", "todowrite", "update_plan", "wr
 class CollapseSettings:
     enabled: bool = True
     tools: tuple[str, ...] = DEFAULT_EXPLORATION_TOOLS
+    shell_tools: tuple[str, ...] = DEFAULT_SHELL_TOOLS
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,7 @@ class RestoreSettings:
     user_messages_tokens: int = 4000
     file_tools: tuple[str, ...] = DEFAULT_FILE_TOOLS
     plan_tools: tuple[str, ...] = DEFAULT_PLAN_TOOLS
+    shell_tools: tuple[str, ...] = DEFAULT_SHELL_TOOLS
 
 
 @dataclass(frozen=True)
@@ -154,7 +161,8 @@ def _manual_command(r: Reader) -> str:
 
 def _collapse(r: Reader) -> CollapseSettings:
     s = CollapseSettings(enabled=r.boolean("enabled", True),
-                         tools=r.strings("tools", DEFAULT_EXPLORATION_TOOLS))
+                         tools=r.strings("tools", DEFAULT_EXPLORATION_TOOLS),
+                         shell_tools=r.strings("shell_tools", DEFAULT_SHELL_TOOLS))
     r.finish()
     return s
 
@@ -214,6 +222,7 @@ def _restore(r: Reader) -> RestoreSettings:
         user_messages_tokens=r.integer("user_messages_tokens", d.user_messages_tokens, 0),
         file_tools=r.strings("file_tools", d.file_tools),
         plan_tools=r.strings("plan_tools", d.plan_tools),
+        shell_tools=r.strings("shell_tools", d.shell_tools),
     )
     r.finish()
     return s

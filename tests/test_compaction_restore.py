@@ -6,7 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.compaction.cutoff import PARTIAL, Cutoff
-from proxy.compaction.restore import _JOIN_TOKENS, HEADER, collect, file_path, looks_binary
+from proxy.compaction.file_reads import file_path
+from proxy.compaction.restore import _JOIN_TOKENS, HEADER, collect, looks_binary
 from proxy.conversation import Api, ToolCall, content_text, make_user
 from proxy.settings import RestoreSettings
 from proxy.tokens.encoding import load_tokenizer

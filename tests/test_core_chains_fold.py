@@ -4,7 +4,7 @@ next request does to the last one: extend, edit, cut, reorder, insert."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -13,17 +13,18 @@ from hypothesis import strategies as st
 
 from proxy.conversation import Entry
 from proxy.core import collapse
-from proxy.core.collapse import Run, _explores_key
+from proxy.core.collapse import Run, ToolGlobs, _explores_key, tool_sets
 from proxy.core.groups import Group, tool_groups
-from proxy.settings import DEFAULT_EXPLORATION_TOOLS
+from proxy.settings import DEFAULT_EXPLORATION_TOOLS, DEFAULT_SHELL_TOOLS
 from tests.factories import entries_of
 from tests.test_core_checked import _next_request
 from tests.test_properties_collapse import exploring
 
-_TOOL_SETS = (tuple(DEFAULT_EXPLORATION_TOOLS), ("read_file", "grep"), ("bash",))
+_TOOL_SETS = (tool_sets(DEFAULT_EXPLORATION_TOOLS), tool_sets(("read_file", "grep")),
+              tool_sets(("bash",)), tool_sets(DEFAULT_EXPLORATION_TOOLS, DEFAULT_SHELL_TOOLS))
 
 
-def _chains_whole(entries: Sequence[Entry], tools: Collection[str]) -> list[Run]:
+def _chains_whole(entries: Sequence[Entry], tools: ToolGlobs) -> list[Run]:
     """The oracle: every group of the list folded from the start, nothing resumed."""
     chains, current = collapse._fold(entries, tool_groups(entries), _explores_key(tools), tools,
                                      [], [])
@@ -32,7 +33,7 @@ def _chains_whole(entries: Sequence[Entry], tools: Collection[str]) -> list[Run]
 
 @given(exploring(), st.sampled_from(_TOOL_SETS), st.data())
 def test_the_resumed_fold_finds_the_chains_of_the_whole_list(drawn: tuple[str, list],
-                                                             tools: tuple[str, ...],
+                                                             tools: ToolGlobs,
                                                              data: st.DataObject) -> None:
     api, first = drawn
     second = data.draw(_next_request(api, first))
@@ -59,6 +60,7 @@ def test_a_steady_thread_folds_only_what_follows_the_last_step(monkeypatch: pyte
         step = {**call, "tool_calls": [{**call["tool_calls"][0], "id": f"c{n}"}]}
         elements += [step, {"role": "tool", "tool_call_id": f"c{n}", "content": "ok"}]
         entries = entries_of("chat", elements)
-        assert collapse._chains(entries, ("read_file",)) == _chains_whole(entries, ("read_file",))
+        read = tool_sets(("read_file",))
+        assert collapse._chains(entries, read) == _chains_whole(entries, read)
     # Each list ends with a step's results: the fold goes on from the end of the step before.
     assert starts == [0, 0, 3, 5, 7, 9]

@@ -33,8 +33,10 @@ def _shell(n: int, command: str = "ls") -> list[dict[str, Any]]:
 
 def _idle_projection(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     settings = CompactionSettings()
+    # Collapse held: `ls` through the shell is an exploration step it would fold.
     settings = dataclasses.replace(settings, microcompact=dataclasses.replace(
-        settings.microcompact, keep_recent=1))
+        settings.microcompact, keep_recent=1), collapse=dataclasses.replace(
+        settings.collapse, enabled=False))
     context = CascadeContext(settings, measure=measure, keep_messages=2, now=1e9,
                              last_activity=0.0)
     return wire(run_cascade(responses(*items), context).entries)

@@ -6,6 +6,11 @@ From the summarized part only:
   kept tail is skipped, the tail already has the newer text). A file over `per_file_tokens` is
   cut with a marker; one that no longer fits `total_tokens` is skipped. Images, files, base64
   dumps and other binary-looking content are never restored.
+  A call of a `shell_tools` tool is a read of a file when its command line prints one file's
+  text (`cat F`, `sed -n 'A,Bp' F`, `head -n N F`: `shell_reads`) and its result states exit
+  code 0 uncut (`shell_calls`); a line range is restored as a read_file range is, under its
+  arguments. A directory shown by a file tool (an editor's `view` of a directory) is no file.
+  Multi-file reads (`read_many_files`) are not split into their files.
 - plan: the latest call named in `plan_tools` (its arguments are the plan; a `view` command
   only shows it), unless the tail has a newer one.
 - the user's own messages, verbatim, chosen newest first within `user_messages_tokens` (a
@@ -27,21 +32,19 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import orjson
-
 from proxy.compaction.cutoff import Cutoff
+from proxy.compaction.file_reads import ReadTools, directory_view
 from proxy.compaction.transcript import middle_cut
 from proxy.conversation import (Api, Entry, Kind, ToolCall, content_text, has_non_text_parts,
                                 make_user)
-from proxy.core.tool_names import looks_only, sets_plan
+from proxy.core.shell_calls import outcome
+from proxy.core.tool_names import sets_plan
 from proxy.settings import RestoreSettings
 
 Count = Callable[[str], int]
 Measure = Callable[[Entry], int]
 
 HEADER = "Restored after context compaction"
-_PATH_KEYS = ("path", "file_path", "filePath", "filepath", "file", "filename", "target_file",
-              "absolute_path", "relative_path", "notebook_path", "uri")
 _BASE64_RUN = re.compile(r"[A-Za-z0-9+/=]{400,}")
 _ODD_CHARS = re.compile("[\x01-\x08\x0b\x0e-\x1f\ufffd]")
 _CANDIDATES = 4  # reads looked at per file restored: older reads are not worth the scan
@@ -103,6 +106,7 @@ class _Read:
     text: str
     index: int
     result: Entry
+    names: tuple[str, ...]  # how a later call may name the file
 
 
 def collect(entries: Sequence[Entry], cutoff: Cutoff, settings: RestoreSettings, count: Count,
@@ -129,7 +133,7 @@ def _files(entries: Sequence[Entry], span: range, tail_start: int, settings: Res
            ) -> tuple[list[tuple[str, int]], list[str], list[str]]:
     if settings.max_files <= 0:
         return [], [], []
-    tools = frozenset(settings.file_tools)
+    tools = ReadTools(frozenset(settings.file_tools), frozenset(settings.shell_tools))
     chosen: list[tuple[str, str, int]] = []
     notes: list[str] = []
     total = 0
@@ -144,7 +148,7 @@ def _files(entries: Sequence[Entry], span: range, tail_start: int, settings: Res
         if total + floor > settings.total_tokens:
             notes.append(f"{read.path}: over the total restore budget")
             continue
-        stale = _touched_after(entries, read.index, read.path, tools)
+        stale = _touched_after(entries, read.index, read.names, tools)
         text, tokens = _file_message(read, stale, settings.per_file_tokens, count, measure)
         if total + tokens > settings.total_tokens:
             notes.append(f"{read.path}: over the total restore budget")
@@ -156,22 +160,35 @@ def _files(entries: Sequence[Entry], span: range, tail_start: int, settings: Res
 
 
 def _latest_reads(entries: Sequence[Entry], span: range, tail_start: int,
-                  tools: frozenset[str]) -> Iterator[_Read]:
+                  tools: ReadTools) -> Iterator[_Read]:
     """Text reads in `span`, newest first, one per path, skipping paths re-read in the tail."""
     results = _results_by_call(entries, span)
-    in_tail = {p for e in entries[tail_start:] for c in e.calls
-               if looks_only(c, tools) and (p := file_path(c)) is not None}
+    in_tail = {found[0] for e in entries[tail_start:] for c in e.calls
+               if (found := tools.path_of(c)) is not None}
     seen: set[str] = set(in_tail)
     for i in reversed(span):
         for call in entries[i].calls:
-            path = file_path(call) if looks_only(call, tools) else None
+            found = tools.path_of(call)
             result = results.get((i, call.id))
-            if path is None or path in seen or result is None:
+            if found is None or found[0] in seen or result is None:
                 continue
+            path, wrapped, names = found
             seen.add(path)
-            text = content_text(result)
-            if text.strip() and not has_non_text_parts(result) and not looks_binary(text):
-                yield _Read(path, call, text, i, result)
+            text = _read_text(result, path, wrapped)
+            if text and text.strip() and not looks_binary(text):
+                yield _Read(path, call, text, i, result, names)
+
+
+def _read_text(result: Entry, path: str, wrapped: bool) -> str | None:
+    """The file's text in a read's result: a shell command's own output when its result says
+    it exited 0 uncut, else a file tool's text result unless it lists a directory."""
+    if wrapped:
+        found = outcome(result)
+        return found[1] if found is not None and found[0] == 0 else None
+    if has_non_text_parts(result):
+        return None
+    output = content_text(result)
+    return None if directory_view(path, output) else output
 
 
 def _results_by_call(entries: Sequence[Entry], span: range) -> dict[tuple[int, str], Entry]:
@@ -189,20 +206,6 @@ def _results_by_call(entries: Sequence[Entry], span: range) -> dict[tuple[int, s
     return found
 
 
-def file_path(call: ToolCall) -> str | None:
-    try:
-        args = orjson.loads(call.arguments)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(args, dict):
-        return None
-    for key in _PATH_KEYS:
-        value = args.get(key)
-        if isinstance(value, str) and value.strip():
-            return value.strip()
-    return None
-
-
 def looks_binary(text: str) -> bool:
     """NUL bytes, many control or replacement characters, or mostly one base64 run."""
     if "\x00" in text:
@@ -215,10 +218,10 @@ def looks_binary(text: str) -> bool:
     return runs > len(sample) // 2
 
 
-def _touched_after(entries: Sequence[Entry], index: int, path: str,
-                   read_tools: frozenset[str]) -> bool:
-    """Whether a later non-read call names the path (an edit may have changed the file)."""
-    return any(path in c.arguments and not looks_only(c, read_tools)
+def _touched_after(entries: Sequence[Entry], index: int, names: tuple[str, ...],
+                   tools: ReadTools) -> bool:
+    """Whether a later non-read call names the file (an edit may have changed it)."""
+    return any(any(n in c.arguments for n in names) and not tools.only_looks(c)
                for e in entries[index + 1:] for c in e.calls)
 
 

@@ -211,7 +211,8 @@ def _measured(frame: _Frame, context: CascadeContext, memo: _Memo, derived: Deri
                          keep_messages=keep_messages, safe=safe, step_tokens=context.window_step)
     if context.settings.collapse.enabled:
         lead = window_of(entries, 0).lead
-        start = settled_start(entries, start, context.settings.collapse.tools, safe, lead, derived)
+        explore = context.settings.collapse
+        start = settled_start(entries, start, explore.tools, safe, lead, derived, explore.shell_tools)
     return _Frame(entries, frame.origins, len(entries) - start)
 
 

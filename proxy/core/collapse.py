@@ -1,7 +1,8 @@
 """Collapse (SPEC §4.1): a run of completed exploration steps becomes one compact record.
 
 A run is two or more consecutive tool steps (`groups`) whose calls all name exploration tools
-(settings: read_file, grep, glob, ...; globs, `tool_names`), each answered exactly once with a real result (not a
+(settings: read_file, grep, glob, ...; globs, `tool_names`) or are shell calls whose command line
+only reads (`shell_tools`, `shell_reads`), each answered exactly once with a real result (not a
 cancelled one), with no text from the assistant alongside. When a whole run lies outside the
 protected window and something that is not part of it follows, every step but the last is
 replaced by one record; the last step (its calls and results) stays verbatim.
@@ -36,7 +37,7 @@ from proxy.core.checked import CheckedLists
 from proxy.core.exploration import record_text
 from proxy.core.groups import Group, tool_groups
 from proxy.core.repair import is_cancelled
-from proxy.core.tool_names import looks_only
+from proxy.core.tool_names import explores
 from proxy.core.stage import (Derived, StageContext, StageReport, StageResult, saved, unchanged,
                               with_key)
 from proxy.lru import LRU
@@ -58,11 +59,20 @@ class Run:
         return self.groups[-1].end
 
 
-def collapsible(entries: Sequence[Entry], group: Group, tools: Collection[str]) -> bool:
-    return _collapsible(entries, group, _explores_key(tools), tools)
+ToolGlobs = tuple[tuple[str, ...], tuple[str, ...]]  # (exploration globs, shell tool globs)
 
 
-def _collapsible(entries: Sequence[Entry], group: Group, key: Hashable, tools: Collection[str]) -> bool:
+def tool_sets(tools: Collection[str], shell_tools: Collection[str] = ()) -> ToolGlobs:
+    return tuple(tools), tuple(shell_tools)
+
+
+def collapsible(entries: Sequence[Entry], group: Group, tools: Collection[str],
+                shell_tools: Collection[str] = ()) -> bool:
+    which = tool_sets(tools, shell_tools)
+    return _collapsible(entries, group, _explores_key(which), which)
+
+
+def _collapsible(entries: Sequence[Entry], group: Group, key: Hashable, tools: ToolGlobs) -> bool:
     for i in group.call_entries:
         if not _explores(entries[i], key, tools):
             return False
@@ -71,31 +81,33 @@ def _collapsible(entries: Sequence[Entry], group: Group, key: Hashable, tools: C
     return not any(is_cancelled(entries[i]) for i in group.results)
 
 
-def _explores_key(tools: Collection[str]) -> Hashable:
-    return ("collapse.explores", frozenset(tools))
+def _explores_key(tools: ToolGlobs) -> Hashable:
+    return ("collapse.explores", frozenset(tools[0]), frozenset(tools[1]))
 
 
-def _explores(entry: Entry, key: Hashable, tools: Collection[str]) -> bool:
+def _explores(entry: Entry, key: Hashable, tools: ToolGlobs) -> bool:
     """Every call the entry carries names an exploration tool, and a chat carrier says nothing
     else (no text, no refusal); memoized per entry and tool set."""
     found = entry.memo.get(key)
     if found is None:
-        found = all(looks_only(c, tools) for c in entry.calls) and (
+        found = all(explores(c, *tools) for c in entry.calls) and (
             entry.kind is Kind.CALL or not (content_text(entry).strip() or entry.raw.get("refusal")))
         entry.memo[key] = found
     return found
 
 
 def exploration_runs(entries: Sequence[Entry], tools: Collection[str],
-                     derived: Derived | None = None) -> list[Run]:
+                     derived: Derived | None = None,
+                     shell_tools: Collection[str] = ()) -> list[Run]:
     """Maximal runs of two or more consecutive collapsible steps, over the whole list."""
-    return [chain for chain in chains_of(entries, tools, derived) if len(chain.groups) >= 2]
+    return [chain for chain in chains_of(entries, tool_sets(tools, shell_tools), derived)
+            if len(chain.groups) >= 2]
 
 
-def chains_of(entries: Sequence[Entry], tools: Collection[str], derived: Derived | None) -> list[Run]:
+def chains_of(entries: Sequence[Entry], tools: ToolGlobs, derived: Derived | None) -> list[Run]:
     if derived is None:
         return _chains(entries, tools)
-    return derived.get(("chains", tuple(tools)), entries, lambda e: _chains(e, tools))
+    return derived.get(("chains", tools), entries, lambda e: _chains(e, tools))
 
 
 class _Folded(NamedTuple):
@@ -116,15 +128,15 @@ class _Folded(NamedTuple):
 
 _NOTHING_FOLDED = _Folded(0, (), (), [])
 # By api and tool set: the same bytes are another entry in the other api.
-_FOLDS: LRU[tuple[Api, tuple[str, ...]], CheckedLists[_Folded]] = LRU(16)
+_FOLDS: LRU[tuple[Api, ToolGlobs], CheckedLists[_Folded]] = LRU(16)
 
 
-def _chains(entries: Sequence[Entry], tools: Collection[str]) -> list[Run]:
+def _chains(entries: Sequence[Entry], tools: ToolGlobs) -> list[Run]:
     """Maximal runs of consecutive collapsible steps, single steps included; a steady thread
     folds only the steps after the last list it folded (`_Folded`)."""
     if not entries:
         return []
-    which = (entries[0].api, tuple(tools))
+    which = (entries[0].api, tools)
     folds = _FOLDS.get(which)
     if folds is None:
         folds = CheckedLists(4096, _NOTHING_FOLDED)
@@ -133,7 +145,7 @@ def _chains(entries: Sequence[Entry], tools: Collection[str]) -> list[Run]:
     return list(folded.chains)  # type: ignore[union-attr]  # a fold never fails
 
 
-def _fold_from(entries: Sequence[Entry], state: _Folded, tools: Collection[str]) -> _Folded:
+def _fold_from(entries: Sequence[Entry], state: _Folded, tools: ToolGlobs) -> _Folded:
     groups = tool_groups(entries, state.resume)
     last = groups.pop() if groups and groups[-1].end == len(entries) else None
     key = _explores_key(tools)
@@ -145,7 +157,7 @@ def _fold_from(entries: Sequence[Entry], state: _Folded, tools: Collection[str])
     return kept._replace(chains=closed + [Run(tuple(current))] if current else closed)
 
 
-def _fold(entries: Sequence[Entry], groups: Sequence[Group], key: Hashable, tools: Collection[str],
+def _fold(entries: Sequence[Entry], groups: Sequence[Group], key: Hashable, tools: ToolGlobs,
           chains: list[Run], current: list[Group]) -> tuple[list[Run], list[Group]]:
     for group in groups:
         fits = _collapsible(entries, group, key, tools)
@@ -158,10 +170,11 @@ def _fold(entries: Sequence[Entry], groups: Sequence[Group], key: Hashable, tool
 
 
 def settled_start(entries: Sequence[Entry], start: int, tools: Collection[str],
-                  safe: Sequence[bool], lead: int, derived: Derived | None = None) -> int:
+                  safe: Sequence[bool], lead: int, derived: Derived | None = None,
+                  shell_tools: Collection[str] = ()) -> int:
     """Move a window start back to the start of an exploration run it would cut, or of a run
     still open at the end of the list (the next step may extend it)."""
-    chains = chains_of(entries, tools, derived)
+    chains = chains_of(entries, tool_sets(tools, shell_tools), derived)
     while True:
         moved = next((c.start for c in chains if _cut_by(c, start, len(entries))), start)
         found = cut_at_or_before(safe, moved, lead)
@@ -179,7 +192,8 @@ def _cut_by(chain: Run, start: int, n: int) -> bool:
 
 def collapse(entries: Sequence[Entry], ctx: StageContext) -> StageResult:
     window = ctx.window
-    runs = [r for r in exploration_runs(entries, ctx.settings.collapse.tools, ctx.derived)
+    settings = ctx.settings.collapse
+    runs = [r for r in exploration_runs(entries, settings.tools, ctx.derived, settings.shell_tools)
             if window.lead <= r.start and r.end <= window.start and r.end < len(entries)]
     if not runs:
         return unchanged(NAME, entries, ctx)

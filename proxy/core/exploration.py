@@ -1,8 +1,9 @@
 """The text of a collapse record: one line per exploration call, built only from the input.
 
 Each line keeps the call's tool name, its short arguments exactly as called (path, pattern,
-query, line range, flags: every scalar argument up to `_MAX_ARG` characters), the result's
-status (ok / error) and size, and for search-like results the file locations they named.
+query, line range, flags, a shell call's command line or argv: every scalar argument up to
+`_MAX_ARG` characters), the result's status (ok / error, or the exit code a shell tool's
+output states) and size, and for search-like results the file locations they named.
 Nothing here depends on time or on anything but the call and its result, so the same run
 always gives the same bytes.
 """
@@ -16,6 +17,7 @@ from typing import Any
 import orjson
 
 from proxy.conversation import Entry, ToolCall, content_text, has_non_text_parts
+from proxy.core.shell_calls import call_file_read, outcome
 
 HEADER = ("[compaction-proxy note, not written by the assistant: {n} earlier exploration "
           "call{s} collapsed to save context; their outputs were removed. Arguments are as called.]")
@@ -36,13 +38,20 @@ def record_text(pairs: Sequence[tuple[ToolCall, Entry]]) -> str:
 
 def describe(call: ToolCall, result: Entry) -> str:
     output = content_text(result)
-    status = "error" if looks_failed(output) else "ok"
+    # A shell tool's wrapper says how its command ended; what it wraps is the command's output.
+    wrapped = outcome(result)
+    if wrapped is not None and wrapped[1] is not None:
+        output = wrapped[1]
+    failed = looks_failed(output) or (wrapped is not None and wrapped[0] != 0)
+    status = "error" if failed else "ok"
     size = f"{output.count(chr(10)) + 1 if output else 0} lines, {len(output)} chars"
-    if has_non_text_parts(result):
+    if has_non_text_parts(result) and wrapped is None:
         size += ", with non-text parts"
     line = f"- {call.name} {short_arguments(call)} -> {status}, {size}"
-    # A file's own text names no search hits; `Read` is `read` in Claude-Code-style agents.
-    found = locations(output) if call.name.lower() not in _FILE_READS else ""
+    # A file's own text names no search hits; `Read` is `read` in Claude-Code-style agents,
+    # `cat F` in a shell.
+    reads_file = call.name.lower() in _FILE_READS or call_file_read(call) is not None
+    found = locations(output) if not reads_file else ""
     return f"{line}; mentions {found}" if found else line
 
 

@@ -8,8 +8,10 @@ Some agents read and edit files through one tool (OpenHands' and Anthropic's tex
 `str_replace_editor`: `command` is view, create, str_replace, insert or undo_edit). A call
 whose `command` argument is one of the editing sub-commands never counts as a read or an
 exploration step, and one whose `command` is `view` never counts as setting a plan (OpenHands'
-`task_tracker` views the plan with it). Any other `command` value is left alone: for a shell
-tool it is a command line, and whether that line only reads is not decided here.
+`task_tracker` views the plan with it). Any other `command` value is left alone.
+
+Shell tools (`collapse.shell_tools`, `restore.shell_tools`) are named apart: their `command` is
+a command line, and a call only looks when that line only reads (`shell_calls`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from functools import lru_cache
 import orjson
 
 from proxy.conversation import ToolCall
+from proxy.core.shell_calls import call_only_reads
 
 EDIT_COMMANDS = frozenset({"create", "str_replace", "insert", "undo_edit"})
 VIEW_COMMAND = "view"
@@ -54,3 +57,12 @@ def looks_only(call: ToolCall, globs: Collection[str]) -> bool:
 
 def sets_plan(call: ToolCall, globs: Collection[str]) -> bool:
     return named(call.name, globs) and sub_command(call) != VIEW_COMMAND
+
+
+def shell_looks_only(call: ToolCall, shell_globs: Collection[str]) -> bool:
+    """The call names a shell tool and its command line only reads."""
+    return named(call.name, shell_globs) and call_only_reads(call)
+
+
+def explores(call: ToolCall, globs: Collection[str], shell_globs: Collection[str]) -> bool:
+    return looks_only(call, globs) or shell_looks_only(call, shell_globs)

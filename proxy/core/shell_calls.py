@@ -1,0 +1,162 @@
+"""The command line of a shell tool call, and the exact output of a successful one.
+
+Agents pass a command in their own shape: a string `command` (OpenHands `execute_bash`,
+Claude-Code-style `Bash`, opencode `bash`, Gemini CLI `run_shell_command`, Cline
+`execute_command`), an argv list `command` (Codex CLI `shell`, Responses `local_shell_call`'s
+`action`), a string `cmd` (Codex `exec_command`), or a list of lines `commands` (Responses
+`shell_call`'s `action`). Whether the line only reads is `shell_reads`' decision.
+
+An output is taken only from a wrapper that states exit code 0 and is not cut: Codex's JSON
+(`{"output": ..., "metadata": {"exit_code": 0}}`) or text header (`Exit code: 0`, `Wall time`,
+`Output:`), mini-swe-agent's `<returncode>0</returncode><output>...</output>` and OpenHands'
+`[The command completed with exit code 0.]` trailer, and a Responses `shell_call_output` of one
+command (`stdout` with an `exit` outcome, under its `max_output_length`). A bare output says
+nothing of success (`cat: x: No such file or directory` is one too), so it is never taken as a
+file's text.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Any
+
+import orjson
+
+from proxy.conversation import Api, Entry, Kind, ToolCall, content_text
+from proxy.core.shell_reads import (FileRead, argv_file_read, argv_only_reads, file_read,
+                                    only_reads)
+
+_DIRECTORY_KEYS = ("workdir", "working_directory", "cwd", "directory")
+# Codex's text form and its cut markers are written from memory, not checked against its source
+# here: an output they do not match is simply not taken, never mistaken for a file's text.
+_CODEX_HEADER = re.compile(r"\AExit code: (-?\d+)\nWall time: [^\n]*\n((?:[^\n]*\n)*?)Output:\n")
+_CODEX_CUT = re.compile(r"\[\.\.\. omitted \d+ of \d+ lines \.\.\.\]|…\d+ tokens truncated…")
+_MINI_SWE = re.compile(r"\A<returncode>(-?\d+)</returncode>\n<output>\n(.*)</output>\s*\Z", re.S)
+_OPENHANDS_DONE = re.compile(
+    r"\n?\[The command completed with exit code (-?\d+)\.\]((?:\n\[[^\n]*\])*)\s*\Z")
+_OPENHANDS_OPENING = "[The command completed with exit code "
+_OPENHANDS_CUT = ("[Below is the output of the previous command.]", "Observation truncated")
+
+
+def _arguments(call: ToolCall) -> dict[str, Any] | None:
+    if call.custom or not call.arguments.lstrip().startswith("{"):
+        return None
+    try:
+        args = orjson.loads(call.arguments)
+    except orjson.JSONDecodeError:
+        return None
+    return args if isinstance(args, dict) else None
+
+
+def _command(args: dict[str, Any]) -> str | list[str] | None:
+    for key in ("command", "cmd"):
+        value = args.get(key)
+        if isinstance(value, str) or (isinstance(value, list) and value):
+            return value
+    lines = args.get("commands")
+    if isinstance(lines, list) and len(lines) == 1:
+        return lines[0] if isinstance(lines[0], str) else None
+    return None
+
+
+def call_only_reads(call: ToolCall) -> bool:
+    args = _arguments(call)
+    if args is None:
+        return False
+    lines = args.get("commands")
+    if isinstance(lines, list) and "command" not in args and "cmd" not in args:
+        return bool(lines) and all(isinstance(x, str) and only_reads(x) for x in lines)
+    command = _command(args)
+    if isinstance(command, str):
+        return only_reads(command)
+    return command is not None and argv_only_reads(command)
+
+
+def call_file_read(call: ToolCall) -> FileRead | None:
+    """The one file whose text the call's output is, with the path made absolute against the
+    call's own working directory when it names one."""
+    args = _arguments(call)
+    if args is None:
+        return None
+    command = _command(args)
+    if command is None:
+        return None
+    found = file_read(command) if isinstance(command, str) else argv_file_read(command)
+    if found is None or found.path.startswith("/"):
+        return found
+    for key in _DIRECTORY_KEYS:
+        directory = args.get(key)
+        if isinstance(directory, str) and directory.startswith("/"):
+            return FileRead(posixpath.normpath(posixpath.join(directory, found.path)),
+                            found.whole, found.written)
+    return found
+
+
+def outcome(result: Entry) -> tuple[int, str | None] | None:
+    """(exit code, the output or None when it was cut) that a shell call's result states."""
+    if result.api is Api.RESPONSES and result.kind is Kind.RESULT \
+            and result.raw.get("type") == "shell_call_output":
+        return _shell_call_output(result.raw)
+    return unwrapped(content_text(result))
+
+
+def _shell_call_output(raw: dict[str, Any]) -> tuple[int, str | None] | None:
+    """One command's outcome: its stdout, cut when it reaches the item's `max_output_length`."""
+    output = raw.get("output")
+    if not isinstance(output, list) or len(output) != 1 or not isinstance(output[0], dict):
+        return None
+    stdout, stderr = output[0].get("stdout"), output[0].get("stderr", "")
+    ended = output[0].get("outcome")
+    if not isinstance(stdout, str) or not isinstance(stderr, str) or not isinstance(ended, dict):
+        return None
+    code = ended.get("exit_code")
+    if ended.get("type") != "exit" or not isinstance(code, int) or isinstance(code, bool):
+        return None
+    cap = raw.get("max_output_length")
+    cut = isinstance(cap, int) and len(stdout) + len(stderr) >= cap
+    return code, None if cut else stdout
+
+
+def unwrapped(text: str) -> tuple[int, str | None] | None:
+    """(exit code, the output or None when it was cut) of a known wrapper, else None."""
+    if text.startswith("{"):
+        return _codex_json(text)
+    if text.startswith("Exit code: "):
+        match = _CODEX_HEADER.match(text)
+        if match is None:
+            return None
+        # Codex writes `Total output lines` between the header lines only when it cut.
+        cut = bool(match.group(2))
+        return int(match.group(1)), None if cut else _uncut(text[match.end():])
+    if text.startswith("<returncode>"):
+        match = _MINI_SWE.match(text)
+        if match is None:
+            return None
+        return int(match.group(1)), None if "<warning>" in text else match.group(2)
+    # The last trailer is the command's: the output itself may end with a line like it.
+    match = _OPENHANDS_DONE.match(text, max(0, text.rfind(_OPENHANDS_OPENING) - 1))
+    if match is None:
+        return None
+    cut = any(m in text for m in _OPENHANDS_CUT)
+    return int(match.group(1)), None if cut else text[:match.start()]
+
+
+def _codex_json(text: str) -> tuple[int, str | None] | None:
+    try:
+        parsed = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    output, metadata = parsed.get("output"), parsed.get("metadata")
+    if not isinstance(output, str) or not isinstance(metadata, dict):
+        return None
+    code = metadata.get("exit_code")
+    if not isinstance(code, int) or isinstance(code, bool):
+        return None
+    return code, _uncut(output)
+
+
+def _uncut(output: str) -> str | None:
+    return None if _CODEX_CUT.search(output) else output
