@@ -210,7 +210,7 @@ def test_words_split_as_a_posix_shell_splits_them(line: str) -> None:
     if not line.strip():
         assert expected == [] and _tokens(line.strip()) is None
         return
-    tokens = _tokens(line.strip())
+    tokens = _tokens(line)  # not stripped: a backslash and a space at the end are one word
     assert tokens is not None
     assert [word for word, operator, _ in tokens if not operator] == expected
     assert not any(operator for _, operator, _ in tokens)
