@@ -45,7 +45,7 @@ from proxy.store import HistoryFiles, StateStore, create_history, create_store, 
 from proxy.store.cached import CachedStore
 from proxy.store.failures import describe
 from proxy.store.keys import MAX_KEPT_CHARS
-from proxy.streams import chat_message, chat_messages, responses_output, usage_of
+from proxy.streams import chat_message, chat_messages, one_choice, responses_output, usage_of
 from proxy.threads import ThreadIdentity, loggable
 from proxy.tokens.encoding import encoding_name, tokenizer_for
 from proxy.tokens.estimate import TokenEstimator
@@ -260,6 +260,10 @@ class Pipeline:
             return
         if prepared.inbound.api is not Api.CHAT:
             await self._record_usage(prepared, responses_output(body), usage_of(body), line)
+            return
+        usual = one_choice(body)
+        if usual is not None:
+            await self._record_usage(prepared, usual[0], usual[1], line)
             return
         response = chat_message(body)
         # A message found means a list of choices; of several (`n` > 1) the client keeps any.
