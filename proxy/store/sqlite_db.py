@@ -146,13 +146,17 @@ class StateDb:
         per anchor besides its serialization."""
         kept = self.anchors_kept
         keys = list(map(_KEY_OF, writes))
-        per_thread = Counter(keys)  # threads in order of first appearance
-        if max(per_thread.values()) > kept:
-            # Only a thread's newest `kept` can survive its prune: only those are inserted.
-            writes = _newest(writes, per_thread, kept)
-            keys = list(map(_KEY_OF, writes))
-            per_thread = Counter(keys)
-        threads = list(per_thread)
+        threads = list(dict.fromkeys(keys))  # in order of first appearance
+        if len(threads) == len(keys):  # one anchor each: the usual batch
+            per_thread: Sequence[int] = [1] * len(threads)
+        else:
+            counted = Counter(keys)
+            if max(counted.values()) > kept:
+                # Only a thread's newest `kept` can survive its prune: only those are inserted.
+                writes = _newest(writes, counted, kept)
+                keys = list(map(_KEY_OF, writes))
+                counted = Counter(keys)
+            threads, per_thread = list(counted), list(counted.values())
         before = self._known.peek_many(threads)
         if None in before:  # threads whose row may not exist yet
             first = _first_anchors(writes)
@@ -162,17 +166,21 @@ class StateDb:
         texts = map(jsoncodec.dumps_text, map(Anchor.to_data, map(_ANCHOR_OF, writes)))
         self.conn.executemany("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
                               zip(map(_TENANT_OF, keys), map(_THREAD_OF, keys), texts))
-        added = list(map(add, self._known.peek_many(threads, 0), per_thread.values()))
+        added = list(map(add, self._known.peek_many(threads, 0), per_thread))
         if max(added) >= kept:
             for i, key in enumerate(threads):
                 if added[i] >= kept:
-                    self.conn.execute(
-                        "DELETE FROM anchors WHERE tenant = ? AND thread = ? AND id <= ("
-                        "SELECT id FROM anchors WHERE tenant = ? AND thread = ? "
-                        "ORDER BY id DESC LIMIT 1 OFFSET ?)", (*key_args(key), *key_args(key),
-                                                               kept))
+                    self._prune(key)
                     added[i] = 0
         self._known.put_many(threads, added)
+
+    def _prune(self, key: ThreadKey) -> None:
+        """Delete the thread's anchors older than its newest `anchors_kept`."""
+        self.conn.execute(
+            "DELETE FROM anchors WHERE tenant = ? AND thread = ? AND id <= ("
+            "SELECT id FROM anchors WHERE tenant = ? AND thread = ? "
+            "ORDER BY id DESC LIMIT 1 OFFSET ?)", (*key_args(key), *key_args(key),
+                                                   self.anchors_kept))
 
     def add_event(self, key: ThreadKey, event: CompactionEvent) -> CompactionEvent:
         self._ensure_thread(key, event.created_at)
