@@ -90,7 +90,7 @@ class StateDb:
     def _run_others(self, writes: Sequence[Callable[[], object]]) -> list[AnchorWrite]:
         """Run the writes that are not this database's anchors; returns those, in order."""
         # The usual batch of a busy proxy, its anchors alone, is recognised in C.
-        if (all(map(isinstance, writes, repeat(AnchorWrite)))
+        if (len(writes) > 1 and all(map(isinstance, writes, repeat(AnchorWrite)))
                 and all(map(is_, map(_DB_OF, writes), repeat(self)))):
             return list(writes)  # type: ignore[arg-type]
         anchors: list[AnchorWrite] = []
