@@ -98,6 +98,10 @@ def _compact_arguments(form: dict[str, Any]) -> dict[str, Any]:
     return _compact_call(form)  # a Responses call item holds its arguments itself
 
 
+# Where `_compact_arguments` finds arguments: a chat form's calls, a Responses call item.
+_ARGUMENT_KEYS = frozenset({"tool_calls", "function_call", "arguments"})
+
+
 def _compact_call(call: Any) -> Any:
     arguments = call.get("arguments") if isinstance(call, dict) else None
     if not isinstance(arguments, str):
@@ -199,7 +203,8 @@ class Identities:
         found = None if key is None else self._cache.get(key)
         if found is None:
             form = canonical(entry)
-            compact = _compact_arguments(form)
+            # A form without arguments anywhere (most messages) has nothing to compact.
+            compact = form if form.keys().isdisjoint(_ARGUMENT_KEYS) else _compact_arguments(form)
             # Nothing to ignore (no server id, compact arguments): the entry's own digest,
             # most often known already, not a second hash of the same form; when not, made
             # from this form, not a second one.

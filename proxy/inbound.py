@@ -50,7 +50,8 @@ class Inbound:
 
     @property
     def stateful_upstream(self) -> bool:
-        return self.upstream_state is not None
+        # Asked of every request: a chat one, never stateful, is answered without the lookups.
+        return self.api is Api.RESPONSES and self.upstream_state is not None
 
 
 def parse_json_body(body: bytes) -> dict[str, Any]:

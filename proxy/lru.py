@@ -7,8 +7,9 @@ send the same way on every request (ids, credentials, model names).
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Callable
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Sequence
+from itertools import repeat
 from typing import Generic, TypeVar
 
 K = TypeVar("K")
@@ -42,6 +43,19 @@ class LRU(Generic[K, V]):
         if found is not None:
             data[key] = change(found, *args)
             data.move_to_end(key)
+
+    def peek_many(self, keys: Iterable[K], default: V | None = None) -> list[V | None]:
+        """The value of each key (`default` when absent), looked up in C; nothing made newer."""
+        return list(map(self._data.get, keys, repeat(default)))
+
+    def put_many(self, keys: Sequence[K], values: Iterable[V]) -> None:
+        """`put` of each key (distinct keys) and value, in order, in C; the oldest entries
+        past `max_entries` are dropped after all are in, so none of these is."""
+        data = self._data
+        data.update(zip(keys, values))
+        deque(map(data.move_to_end, keys), maxlen=0)
+        while len(data) > self.max_entries:
+            data.popitem(last=False)
 
     def pop(self, key: K) -> V | None:
         return self._data.pop(key, None)

@@ -299,6 +299,22 @@ def chat_message(body: Any, index: int = 0) -> dict[str, Any] | None:
     return None
 
 
+def one_choice(body: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """`chat_message(body)` and `usage_of(body)` of the usual answer (one choice, its message
+    and the usage objects): a short way for what the proxy records of every answer; None for
+    any other shape, which those read. Not copies: the body is parsed for this alone."""
+    if type(body) is not dict:
+        return None
+    choices, usage = body.get("choices"), body.get("usage")
+    if type(choices) is not list or len(choices) != 1 or type(usage) is not dict:
+        return None
+    choice = choices[0]
+    if type(choice) is not dict or choice.get("index", 0) != 0:
+        return None
+    message = choice.get("message")
+    return (message, usage) if type(message) is dict else None
+
+
 def chat_messages(body: Any) -> list[dict[str, Any]]:
     """Every choice's message in a non-streaming chat completion, by index."""
     choices = body.get("choices") if isinstance(body, _MAPPING) else None

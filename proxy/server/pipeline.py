@@ -45,7 +45,7 @@ from proxy.store import HistoryFiles, StateStore, create_history, create_store, 
 from proxy.store.cached import CachedStore
 from proxy.store.failures import describe
 from proxy.store.keys import MAX_KEPT_CHARS
-from proxy.streams import chat_message, chat_messages, responses_output, usage_of
+from proxy.streams import chat_message, chat_messages, one_choice, responses_output, usage_of
 from proxy.threads import ThreadIdentity, loggable
 from proxy.tokens.encoding import encoding_name, tokenizer_for
 from proxy.tokens.estimate import TokenEstimator
@@ -124,11 +124,12 @@ class Pipeline:
         known = known_of(inbound) if key is not None else None
         if known is not None:
             self._recent.put(key, known)
-        command = self._command(inbound)
+        mentioned = self._mentioned_command(inbound)
+        command = None if mentioned is None else manual.detect(inbound.entries, mentioned)
         if command is not None and key is None:
             return self._no_thread_command(prepared, line)
         state = await self.store.load(key) if key else None
-        view = self._view(inbound, prepared.context, definitions)
+        view = self._view(inbound, prepared.context, definitions, mentioned)
         situation = self._situation(inbound, estimator, state, attempt)
         if command is not None:
             return await self.flow.manual_compact(prepared, view, situation, state, command, line)
@@ -196,11 +197,15 @@ class Pipeline:
                                  thread=loggable(prepared.identity.thread),
                                  tenant=prepared.identity.tenant, **describe(error))
 
-    def _command(self, inbound: Inbound) -> manual.ManualCommand | None:
+    def _mentioned_command(self, inbound: Inbound) -> str | None:
+        """The manual command when compaction is on and some user message begins with it
+        (`manual.mentioned`); None on most requests. Only then can the latest message be the
+        command (`manual.detect`) or the view have exchanges to strip: one walk asks both."""
         config = self.settings.compaction
         if not config.enabled or inbound.entries is None:
             return None
-        return manual.detect(inbound.entries, config.manual_command)
+        command = config.manual_command
+        return command if manual.mentioned(inbound.entries, command) else None
 
     def _no_thread_command(self, prepared: Prepared, line: RequestLine) -> Prepared:
         """`/compact` on a request without a thread: answered, not sent to the model (the
@@ -260,6 +265,10 @@ class Pipeline:
             return
         if prepared.inbound.api is not Api.CHAT:
             await self._record_usage(prepared, responses_output(body), usage_of(body), line)
+            return
+        usual = one_choice(body)
+        if usual is not None:
+            await self._record_usage(prepared, usual[0], usual[1], line)
             return
         response = chat_message(body)
         # A message found means a list of choices; of several (`n` > 1) the client keeps any.
@@ -342,12 +351,13 @@ class Pipeline:
             self._estimators[key] = found
         return found
 
-    def _view(self, inbound: Inbound, context: bytes, definitions: Any) -> View:
-        config = self.settings.compaction
-        command = config.manual_command if config.enabled else None
+    def _view(self, inbound: Inbound, context: bytes, definitions: Any,
+              mentioned: str | None) -> View:
+        """`mentioned`: `_mentioned_command`; None spares `view_of` its own walk for it."""
         assert inbound.entries is not None
-        return view_of(inbound.entries, self.identities, command, tools=inbound.doc.get("tools"),
-                       instructions=inbound.doc.get("instructions"), context=context,
+        doc = inbound.doc
+        return view_of(inbound.entries, self.identities, mentioned, tools=doc.get("tools"),
+                       instructions=doc.get("instructions"), context=context,
                        definitions=definitions)
 
     def _situation(self, inbound: Inbound, estimator: TokenEstimator,

@@ -153,7 +153,12 @@ class TokenEstimator:
                            definitions: Any = None) -> int:
         """The whole request, margin included: never below what upstream counts."""
         body = sum(sizes) if sizes is not None else sum(self.sizes(entries))
-        fixed = rules.REPLY_PRIMING + self.tools_tokens(tools) + self.instructions_tokens(instructions)
+        fixed = rules.REPLY_PRIMING
+        # Most requests have neither (or one): no call for what counts nothing.
+        if tools is not None:
+            fixed += self.tools_tokens(tools)
+        if instructions is not None:
+            fixed += self.instructions_tokens(instructions)
         if definitions is not None:
             fixed += self.definitions_tokens(definitions)
         return self.with_margin(body + fixed)

@@ -1,0 +1,109 @@
+"""A batch of queued anchors (`StateDb.write_batch`): all threads' in one insert (a batch of one,
+a single insert), and the same rows as the store wrote thread after thread (which thread holds
+which anchors, in which order, and when each thread's old rows are pruned)."""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.records import Anchor, ThreadKey
+from proxy.store.sqlite_db import AnchorWrite, StateDb
+
+KEPT = 3
+
+
+def anchor(n: int) -> Anchor:
+    return Anchor((f"r{n}",), n, f"p{n}", 100 + n, 5, model="m", created_at=10.0 + n)
+
+
+def rows(db: StateDb) -> list[tuple[str, str, str]]:
+    """Every anchor row, per thread in insertion order (ids across threads may interleave)."""
+    return db.conn.execute(
+        "SELECT tenant, thread, data FROM anchors ORDER BY tenant, thread, id").fetchall()
+
+
+def threads(db: StateDb) -> list[tuple[Any, ...]]:
+    return db.conn.execute("SELECT * FROM threads ORDER BY tenant, thread").fetchall()
+
+
+class CountingConnection:
+    """A connection that counts `executemany` calls, and passes everything through."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self.executemany_calls = 0
+
+    def executemany(self, sql: str, params: Any) -> sqlite3.Cursor:
+        self.executemany_calls += 1
+        return self._conn.executemany(sql, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+def test_the_anchors_of_several_threads_in_a_batch_are_one_insert(tmp_path: Path) -> None:
+    db = StateDb.connect(tmp_path)
+    counting = CountingConnection(db.conn)
+    db.conn = counting  # type: ignore[assignment]
+    db.write_batch([AnchorWrite(db, ThreadKey("t", f"thread-{i}"), anchor(i)) for i in range(8)])
+    assert counting.executemany_calls == 1
+    assert len(rows(db)) == 8 and len(threads(db)) == 8
+
+
+def reference_batch(db: StateDb, batch: list[tuple[int, int]], counts: dict[ThreadKey, int],
+                    touch: bool) -> None:
+    """A batch as the store wrote it thread after thread: the other writes first, then each
+    thread's newest `KEPT` anchors of the batch, its row made if not known, its old rows
+    pruned once `KEPT` were added since the last prune (`counts`)."""
+    with db._transaction(durable=False):
+        if touch:
+            db.touch(ThreadKey("t", "th0"), 5.0, 7)
+        for t in dict.fromkeys(t for t, _ in batch):
+            key = ThreadKey("t", f"th{t}")
+            anchors = [anchor(n) for u, n in batch if u == t][-KEPT:]
+            if key not in counts:
+                db._ensure_thread(key, anchors[0].created_at)
+            for each in anchors:
+                db.conn.execute("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
+                                (key.tenant, key.thread, orjson.dumps(each.to_data()).decode()))
+            counts[key] = counts.get(key, 0) + len(anchors)
+            if counts[key] >= KEPT:
+                db._prune(key)
+                counts[key] = 0
+
+
+# A batch: (thread number, anchor number) for each queued anchor, and maybe a touch among them.
+batches = st.lists(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 50)), max_size=12),
+                   max_size=6)
+
+
+@settings(max_examples=80, deadline=None)
+@given(batches, st.booleans())
+def test_a_batch_leaves_the_rows_thread_after_thread_leaves(
+        queued: list[list[tuple[int, int]]], touch: bool) -> None:
+    with tempfile.TemporaryDirectory() as one, tempfile.TemporaryDirectory() as other:
+        batched, alone = StateDb.connect(Path(one), KEPT), StateDb.connect(Path(other), KEPT)
+        counts: dict[ThreadKey, int] = {}
+        for batch in queued:
+            writes: list[Any] = [AnchorWrite(batched, ThreadKey("t", f"th{t}"), anchor(n))
+                                 for t, n in batch]
+            if touch:
+                writes.insert(len(writes) // 2, partial(batched.touch, ThreadKey("t", "th0"),
+                                                        5.0, 7))
+            batched.write_batch(writes)
+            if batch or touch:
+                reference_batch(alone, batch, counts, touch)
+        assert rows(batched) == rows(alone)
+        assert threads(batched) == threads(alone)
+        # The same prunes to come: each thread's count since its last prune.
+        assert all(batched._known.get(key) == count for key, count in counts.items())
+        for db in (batched, alone):
+            db.close()
