@@ -1,5 +1,6 @@
 """`write_info`, the request line's way to its log: the very bytes `log.info` writes, for any
-facts, in either form; and it does skip structlog's generic steps when it may."""
+facts, in either form; and it does skip structlog's generic steps when it may. The timestamp
+every line carries."""
 
 from __future__ import annotations
 
@@ -102,3 +103,13 @@ def test_write_info_leaves_other_loggers_to_their_own_info() -> None:
     write_info(Recorder(), "request", {"status": 200, "model": "m"})
     assert seen == [("request", {"status": 200, "model": "m"})]
     assert time.time() != _FROZEN_NOW  # the clock is patched only inside `_written`
+
+
+@given(now=st.floats(min_value=0, max_value=4e9))
+def test_the_timestamp_is_utc_to_the_microsecond_truncated(now: float) -> None:
+    second = int(now)
+    expected = (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+                + f".{int((now - second) * 1_000_000):06d}Z")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(logs.time, "time", lambda: now)
+        assert logs._UtcStamp()(None, "info", {})["timestamp"] == expected

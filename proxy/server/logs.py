@@ -65,7 +65,8 @@ class _UtcStamp:
         if second != self._second:
             self._second, self._prefix = second, time.strftime("%Y-%m-%dT%H:%M:%S",
                                                                time.gmtime(second))
-        event["timestamp"] = f"{self._prefix}.{int((now - second) * 1_000_000):06d}Z"
+        # %d truncates as int() does; it formats faster than an f-string's `:06d`.
+        event["timestamp"] = "%s.%06dZ" % (self._prefix, (now - second) * 1_000_000)
         return event
 
 
