@@ -113,3 +113,11 @@ def test_the_timestamp_is_utc_to_the_microsecond_truncated(now: float) -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(logs.time, "time", lambda: now)
         assert logs._UtcStamp()(None, "info", {})["timestamp"] == expected
+
+
+def test_write_info_lines_reach_structlogs_capture() -> None:
+    configure_logging(LoggingSettings(format="json", level="info"), stream=io.StringIO())
+    log = get_logger("proxy")
+    with structlog.testing.capture_logs() as captured:
+        write_info(log, "request", {"status": 200})
+    assert captured == [{"status": 200, "event": "request", "log_level": "info"}]

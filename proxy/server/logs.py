@@ -157,6 +157,9 @@ class _Processors(list[Any]):
                           structlog.processors.ExceptionRenderer(_redacted_traceback), render])
         self.stamp = stamp
         self.render = render
+        # structlog.testing.capture_logs() swaps the steps in this very list: then the general
+        # way runs whatever it holds.
+        self.installed = list(self)
 
 
 def write_info(log: Any, event: str, facts: dict[str, Any]) -> None:
@@ -166,9 +169,11 @@ def write_info(log: Any, event: str, facts: dict[str, Any]) -> None:
     writes a line, and half its cost was structlog's generic steps: the keywords copied twice,
     a loop over five processors of which two do nothing here (`add_log_level` sets the level
     named below; `ExceptionRenderer` acts on `exc_info` only), and checks on the result.
-    Anything else (another logger, a level above info, `exc_info`) goes the general way."""
+    Anything else (another logger, steps swapped by `capture_logs`, a level above info,
+    `exc_info`) goes the general way."""
     processors = getattr(log, "_processors", None)
-    if type(processors) is _Processors and "event" not in facts and log.is_enabled_for(_INFO):
+    if (type(processors) is _Processors and processors == processors.installed
+            and "event" not in facts and log.is_enabled_for(_INFO)):
         line = log._context.copy()  # noqa: SLF001 - structlog's steps, as _process_event runs them
         line.update(facts)
         if "exc_info" not in line:
