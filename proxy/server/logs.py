@@ -148,6 +148,9 @@ class _StdlibRecords(logging.Handler):
         super().handleError(record)
 
 
+_INFO = logging.INFO
+
+
 class _Processors(list[Any]):
     """The processor chain `configure_logging` installs. Its type tells `write_info` that a
     logger runs exactly these steps, so the request line may run them itself."""
@@ -166,9 +169,10 @@ def write_info(log: Any, event: str, facts: dict[str, Any]) -> None:
     """`log.info(event, **facts)`: the same bytes to the same sink.
 
     A logger bound to the chain `configure_logging` built takes a short way. Every request
-    writes a line, and half its cost was structlog's generic steps: the keywords copied twice,
-    a loop over five processors of which two do nothing here (`add_log_level` sets the level
-    named below; `ExceptionRenderer` acts on `exc_info` only), and checks on the result.
+    writes a line, and structlog's generic steps were a third of its cost (some 40k of 130k
+    instructions): the keywords copied twice, a loop over five processors of which two do
+    nothing here (`add_log_level` sets the level named below; `ExceptionRenderer` acts on
+    `exc_info` only), and checks on the result.
     Anything else (another logger, steps swapped by `capture_logs`, a level above info,
     `exc_info`) goes the general way."""
     processors = getattr(log, "_processors", None)
@@ -184,9 +188,6 @@ def write_info(log: Any, event: str, facts: dict[str, Any]) -> None:
             sink.info(processors.render(sink, "info", line))
             return
     log.info(event, **facts)
-
-
-_INFO = logging.INFO
 
 
 def configure_logging(settings: LoggingSettings, stream: TextIO | None = None) -> None:
