@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
+from functools import partial
 
 import aiohttp
 from aiohttp import web
@@ -33,14 +34,6 @@ from proxy.threads import (body_thread_hint, header_thread, loggable, resolve_th
 _LIFECYCLE = frozenset({"response.created", "response.in_progress", "response.queued"})
 _PEEK_LIMIT = 1 << 20
 _PEEK_SECONDS = 1.0
-
-
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _complete(request, Api.CHAT)
-
-
-async def responses(request: web.Request) -> web.StreamResponse:
-    return await _complete(request, Api.RESPONSES)
 
 
 async def _complete(request: web.Request, api: Api) -> web.StreamResponse:
@@ -71,6 +64,12 @@ async def _complete(request: web.Request, api: Api) -> web.StreamResponse:
             prepared = outcome
         line.set(status=prepared.answer.status)
         return prepared.answer
+
+
+# Partials, not coroutines that await `_complete`: one coroutine frame less, which every
+# suspension of the request (the upstream's answer, its body) passes through twice.
+chat_completions = partial(_complete, api=Api.CHAT)
+responses = partial(_complete, api=Api.RESPONSES)
 
 
 async def _forward(request: web.Request, path: str, services: Services, prepared: Prepared,

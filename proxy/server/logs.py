@@ -65,7 +65,8 @@ class _UtcStamp:
         if second != self._second:
             self._second, self._prefix = second, time.strftime("%Y-%m-%dT%H:%M:%S",
                                                                time.gmtime(second))
-        event["timestamp"] = f"{self._prefix}.{int((now - second) * 1_000_000):06d}Z"
+        # %d truncates as int() does; it formats faster than an f-string's `:06d`.
+        event["timestamp"] = "%s.%06dZ" % (self._prefix, (now - second) * 1_000_000)
         return event
 
 
@@ -147,6 +148,48 @@ class _StdlibRecords(logging.Handler):
         super().handleError(record)
 
 
+_INFO = logging.INFO
+
+
+class _Processors(list[Any]):
+    """The processor chain `configure_logging` installs. Its type tells `write_info` that a
+    logger runs exactly these steps, so the request line may run them itself."""
+
+    def __init__(self, stamp: _UtcStamp, render: Any) -> None:
+        super().__init__([structlog.processors.add_log_level, stamp, _drop_secrets,
+                          structlog.processors.ExceptionRenderer(_redacted_traceback), render])
+        self.stamp = stamp
+        self.render = render
+        # structlog.testing.capture_logs() swaps the steps in this very list: then the general
+        # way runs whatever it holds.
+        self.installed = list(self)
+
+
+def write_info(log: Any, event: str, facts: dict[str, Any]) -> None:
+    """`log.info(event, **facts)`: the same bytes to the same sink.
+
+    A logger bound to the chain `configure_logging` built takes a short way. Every request
+    writes a line, and structlog's generic steps were a third of its cost (some 40k of 130k
+    instructions): the keywords copied twice, a loop over five processors of which two do
+    nothing here (`add_log_level` sets the level named below; `ExceptionRenderer` acts on
+    `exc_info` only), and checks on the result.
+    Anything else (another logger, steps swapped by `capture_logs`, a level above info,
+    `exc_info`) goes the general way."""
+    processors = getattr(log, "_processors", None)
+    if (type(processors) is _Processors and processors == processors.installed
+            and "event" not in facts and log.is_enabled_for(_INFO)):
+        line = log._context.copy()  # noqa: SLF001 - structlog's steps, as _process_event runs them
+        line.update(facts)
+        if "exc_info" not in line:
+            line["event"] = event
+            line["level"] = "info"
+            sink = log._logger  # noqa: SLF001 - what structlog hands each processor
+            line = _drop_secrets(sink, "info", processors.stamp(sink, "info", line))
+            sink.info(processors.render(sink, "info", line))
+            return
+    log.info(event, **facts)
+
+
 def configure_logging(settings: LoggingSettings, stream: TextIO | None = None) -> None:
     """JSON lines by default: rendered to bytes by orjson and written to the stream's binary
     buffer, one write and flush per line (every request writes one; the text layer and
@@ -154,8 +197,7 @@ def configure_logging(settings: LoggingSettings, stream: TextIO | None = None) -
     level = getattr(logging, settings.level.upper())
     stream = stream or sys.stdout
     renderer = _ConsoleLine() if settings.format == "console" else _json_line
-    processors: list[Any] = [structlog.processors.add_log_level, _UtcStamp(), _drop_secrets,
-                             structlog.processors.ExceptionRenderer(_redacted_traceback), renderer]
+    processors = _Processors(_UtcStamp(), renderer)
     structlog.configure(processors=processors,
                         wrapper_class=structlog.make_filtering_bound_logger(level),
                         logger_factory=structlog.BytesLoggerFactory(file=_binary(stream)),

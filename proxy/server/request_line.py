@@ -18,6 +18,7 @@ from typing import Any
 
 from proxy.errors import ProxyError, ShuttingDown
 from proxy.server.drain import is_cut
+from proxy.server.logs import write_info
 
 CLIENT_CLOSED = 499
 _NONES = repeat(None)
@@ -92,8 +93,8 @@ class RequestLine:
         try:
             fields = self.fields
             # Facts set to None are left out: filtered in C, a line has some 30 of them.
-            self._log.info("request", **dict(compress(fields.items(),
-                                                      map(is_not, fields.values(), _NONES))))
+            write_info(self._log, "request",
+                       dict(compress(fields.items(), map(is_not, fields.values(), _NONES))))
         except Exception:  # noqa: BLE001 - the answer is out or on its way: a lost line must not
             # break it. The standard library's logging reports on stderr what its sink refuses.
             logging.getLogger("proxy").exception("request line not written (status %s)",
