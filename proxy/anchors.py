@@ -232,9 +232,11 @@ def _unknown_references(entries: Sequence[Entry], anchors: Sequence[Anchor], mar
     start = 0 if anchor is None else anchor.position
     known = set() if anchor is None else set(_SEP.join(anchor.response_digests).split(_SEP))
     matched = set(response)
-    unknown = sum(1 for i in range(start, len(entries))
-                  if entries[i].kind is Kind.OTHER and i not in matched
-                  and (referenced := reference_id(entries[i])) is not None
+    # Only `OTHER` entries can be references: those are picked in C, the few asked in Python.
+    others = compress(range(start, len(entries)),
+                      map(Kind.OTHER.__eq__, map(_KIND, entries[start:])))
+    unknown = sum(1 for i in others
+                  if i not in matched and (referenced := reference_id(entries[i])) is not None
                   and referenced not in known)
     if not unknown:
         return 0
@@ -247,7 +249,7 @@ def _unknown_references(entries: Sequence[Entry], anchors: Sequence[Anchor], mar
     return math.ceil(unknown * average * (1.0 + margin))
 
 
-_ECHO_END = attrgetter("echo_end")
+_ECHO_END, _KIND = attrgetter("echo_end"), attrgetter("kind")
 
 
 def _fitting(anchors: Sequence[Anchor], count: int) -> Iterator[Anchor]:
