@@ -74,3 +74,16 @@ def test_a_reference_the_proxy_never_relayed_is_not_counted_as_its_json(client: 
     line = proxy.requests()[-1]
     assert line["anchor_used"] is False
     assert line["tokens_estimate"] >= REFERENCED_ITEM
+
+
+def test_a_streamed_answer_echoed_by_reference_uses_its_anchor(client: openai.OpenAI, proxy,
+                                                               fake) -> None:
+    fake.script(Reply.text(LONG_ANSWER, reasoning="Plan the text."), Reply.text("Done."))
+    history: list[Any] = [{"role": "user", "content": "Write it out."}]
+    with client.responses.stream(model=MODEL, input=history, store=True,
+                                 extra_headers=THREAD) as stream:
+        first = stream.get_final_response()
+    history += [_reference(item) for item in first.output]
+    history.append({"role": "user", "content": "Go on."})
+    client.responses.create(model=MODEL, input=history, store=True, extra_headers=THREAD)
+    assert [line["anchor_used"] for line in proxy.requests()] == [False, True]
