@@ -6,6 +6,11 @@ response's entries, which the client echoes next turn at `position` (the project
 `estimate` takes the latest anchor whose response the new projection still holds at that
 place, after the same prefix: upstream's own count of everything up to there, plus an estimate
 of what came after; never below the conservative estimate of the whole projection.
+
+A Responses client with `store` on may echo an answer's items by `item_reference` (their id):
+the anchor keeps the ids of the items it was made from, so a reference to one of them is that
+item's echo. A reference to anything else is upstream's stored content the proxy never saw: it
+is counted as a typical answer item (`rules.REFERENCED_ITEM`), not as its few bytes of JSON.
 """
 
 from __future__ import annotations
@@ -17,12 +22,16 @@ from itertools import compress
 from operator import attrgetter
 from typing import Any, NamedTuple
 
+import structlog
+
 from proxy import jsonio
 
-from proxy.conversation import Api, Entry, Kind, entry_from_chat, entry_from_responses
+from proxy.conversation import (Api, Entry, Kind, entry_from_chat, entry_from_responses,
+                                reference_id)
 from proxy.identity import Identities, content_chat, digest_of
 from proxy.lru import Memo
 from proxy.records import Anchor
+from proxy.tokens.rules import REFERENCED_ITEM
 from proxy.usage import Usage
 
 Digest = Callable[[Entry], str]
@@ -86,9 +95,8 @@ def response_entries(api: Api | str, response: Any) -> tuple[Entry, ...]:
 def make_anchor(projection: Sequence[Entry], context: bytes, response: Iterable[Entry],
                 usage: Usage, digest: Digest, model: str = "", created_at: float = 0.0) -> Anchor:
     """The anchor for a response to `projection`; `digest` is `Identities.content_digest`."""
-    # Reasoning items are left out: clients may drop them from the echo.
-    digests = tuple(digest(e) for e in response if e.kind is not Kind.REASONING)
-    return anchor_for(projection, context, digests, usage, model, created_at)
+    return anchor_for(projection, context, _answer_digests(response, digest), usage, model,
+                      created_at)
 
 
 def response_digests(api: Api | str, response: Any, identities: Identities) -> tuple[str, ...]:
@@ -97,8 +105,32 @@ def response_digests(api: Api | str, response: Any, identities: Identities) -> t
         # One message, never a reasoning item, without client bytes: its digest is that of
         # its canonical form, and no entry needs building for it.
         return (digest_of(content_chat(response)),)
-    return tuple(identities.content_digest(e) for e in response_entries(api, response)
-                 if e.kind is not Kind.REASONING)
+    return _answer_digests(response_entries(api, response), identities.content_digest)
+
+
+# Between a digest and the ids that go with it. A digest is hex; an id with this in it (none
+# of upstream's) is not kept, and a reference to it is then not recognised.
+_SEP = " "
+
+
+def _answer_digests(response: Iterable[Entry], digest: Digest) -> tuple[str, ...]:
+    """What an echo of `response` must match, entry by entry: its content digest, and for a
+    Responses item with an `id`, that id and the ids of the reasoning items just before it (an
+    `item_reference` may stand for any of them). Reasoning items are left out: clients may
+    drop them from the echo."""
+    out: list[str] = []
+    reasoning: list[str] = []
+    for entry in response:
+        item_id = entry.item_id
+        named = entry.api is Api.RESPONSES and bool(item_id) and _SEP not in item_id
+        if entry.kind is Kind.REASONING:
+            if named:
+                reasoning.append(item_id)
+            continue
+        found = digest(entry)
+        out.append(_SEP.join((found, item_id, *reasoning)) if named else found)
+        reasoning = []
+    return tuple(out)
 
 
 def anchor_for(projection: Sequence[Entry], context: bytes, digests: tuple[str, ...],
@@ -130,37 +162,94 @@ def choice_anchors(projection: Sequence[Entry], context: bytes,
 
 
 def echoed(entries: Sequence[Entry], anchor: Anchor, digest: Digest) -> list[int] | None:
-    """Indexes of the anchor's response entries in `entries`, at its position; None if absent."""
-    if anchor.position > len(entries):
+    """Indexes of the anchor's response entries in `entries`, at its position; None if absent.
+
+    An entry is echoed whole (same content digest) or by an `item_reference` to its id; the
+    answer's reasoning items, whole or by reference, may come before it or not at all."""
+    count = len(entries)
+    if anchor.position > count:
         return None
     found: list[int] = []
     i = anchor.position
     for wanted in anchor.response_digests:
-        while i < len(entries) and entries[i].kind is Kind.REASONING:
+        content, _, names = wanted.partition(_SEP)
+        ids = names.split(_SEP) if names else ()
+        while i < count and _reasoning_echo(entries[i], ids):
             i += 1
-        if i >= len(entries) or digest(entries[i]) != wanted:
+        if i >= count:
+            return None
+        entry = entries[i]
+        referenced = reference_id(entry) if entry.kind is Kind.OTHER else None
+        if referenced is None:
+            if digest(entry) != content:
+                return None
+        elif not ids or referenced != ids[0]:
             return None
         found.append(i)
         i += 1
     return found
 
 
+def _reasoning_echo(entry: Entry, ids: Sequence[str]) -> bool:
+    """Whether `entry` is a reasoning item, or a reference to one of `ids[1:]` (the reasoning
+    items before the answer item whose id is `ids[0]`)."""
+    if entry.kind is Kind.REASONING:
+        return True
+    return len(ids) > 1 and entry.kind is Kind.OTHER and reference_id(entry) in ids[1:]
+
+
 def estimate(entries: Sequence[Entry], sizes: Sequence[int], context: bytes,
              anchors: Sequence[Anchor], conservative_total: int, digest: Digest,
              margin: float = 0.0) -> AnchoredEstimate:
-    """The estimate used for decisions; `anchors` latest first, `sizes` per entry, no margin."""
+    """The estimate used for decisions; `anchors` latest first, `sizes` per entry, no margin.
+
+    References to items no anchor covers add a guess each (`_unknown_references`)."""
+    responses = bool(entries) and entries[0].api is Api.RESPONSES
     for anchor in _fitting(anchors, len(entries)):
         response = echoed(entries, anchor, digest)
         if response is None:
             continue
         if projection_digest(entries[:anchor.position], context) != anchor.prefix_digest:
             continue
-        return AnchoredEstimate(max(_anchored(anchor, response, sizes, margin),
-                                    conservative_total), anchor)
+        tokens = max(_anchored(anchor, response, sizes, margin, entries), conservative_total)
+        if responses:
+            tokens += _unknown_references(entries, anchors, margin, anchor, response)
+        return AnchoredEstimate(tokens, anchor)
+    if responses:
+        conservative_total += _unknown_references(entries, anchors, margin)
     return AnchoredEstimate(conservative_total, None)
 
 
-_ECHO_END = attrgetter("echo_end")
+_log = structlog.get_logger("proxy")
+
+
+def _unknown_references(entries: Sequence[Entry], anchors: Sequence[Anchor], margin: float,
+                        anchor: Anchor | None = None, response: Sequence[int] = ()) -> int:
+    """The guess for the `item_reference`s whose item no count covers: those after `anchor`'s
+    position that are not its answer's echo (before it, upstream counted them in the anchor's
+    input), all of them without an anchor. Nothing is known of what they stand for: each is
+    counted as the thread's average anchored answer item, else `REFERENCED_ITEM`."""
+    start = 0 if anchor is None else anchor.position
+    known = set() if anchor is None else set(_SEP.join(anchor.response_digests).split(_SEP))
+    matched = set(response)
+    # Only `OTHER` entries can be references: those are picked in C, the few asked in Python.
+    others = compress(range(start, len(entries)),
+                      map(Kind.OTHER.__eq__, map(_KIND, entries[start:])))
+    unknown = sum(1 for i in others
+                  if i not in matched and (referenced := reference_id(entries[i])) is not None
+                  and referenced not in known)
+    if not unknown:
+        return 0
+    items = sum(len(a.response_digests) for a in anchors if a.output_tokens > 0)
+    average = (math.ceil(sum(a.output_tokens for a in anchors) / items) if items
+               else REFERENCED_ITEM)
+    # The entries' own sizes already hold each reference's JSON: a few tokens, left in.
+    _log.debug("unknown_item_references", count=unknown, tokens_each=average,
+               anchored=anchor is not None)
+    return math.ceil(unknown * average * (1.0 + margin))
+
+
+_ECHO_END, _KIND = attrgetter("echo_end"), attrgetter("kind")
 
 
 def _fitting(anchors: Sequence[Anchor], count: int) -> Iterator[Anchor]:
@@ -169,7 +258,8 @@ def _fitting(anchors: Sequence[Anchor], count: int) -> Iterator[Anchor]:
     return compress(anchors, map(count.__ge__, map(_ECHO_END, anchors)))
 
 
-def _anchored(anchor: Anchor, response: list[int], sizes: Sequence[int], margin: float) -> int:
+def _anchored(anchor: Anchor, response: list[int], sizes: Sequence[int], margin: float,
+              entries: Sequence[Entry]) -> int:
     position = anchor.position
     end = position + len(response)
     if response and response[0] == position and response[-1] == end - 1:
@@ -180,6 +270,10 @@ def _anchored(anchor: Anchor, response: list[int], sizes: Sequence[int], margin:
         matched = set(response)
         echoed = sum(sizes[i] for i in response)
         after = sum(sizes[i] for i in range(position, len(sizes)) if i not in matched)
+    # Items echoed by reference: the anchor's output count covers them, and a reference's
+    # own few tokens of JSON are not the item.
+    echoed -= sum(sizes[i] for i in response
+                  if entries[i].kind is Kind.OTHER and reference_id(entries[i]) is not None)
     # The echo may carry more than the visible output (reasoning a provider wants back).
     return anchor.input_tokens + max(anchor.output_tokens, echoed) + math.ceil(
         after * (1.0 + margin))

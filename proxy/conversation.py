@@ -176,6 +176,14 @@ def entry_from_responses(item: Any, source: bytes | None = None) -> Entry:
     return Entry(Api.RESPONSES, Kind.OTHER, item, source, role, item_id=item_id)
 
 
+def reference_id(entry: Entry) -> str | None:
+    """The id a Responses `item_reference` names (an item upstream keeps stored, PROTOCOL.md
+    §6.2); None for any other entry."""
+    if entry.kind is Kind.OTHER and entry.api is Api.RESPONSES and entry.item_id is not None:
+        return entry.item_id if entry.raw.get("type") == "item_reference" else None
+    return None
+
+
 def entry_from(api: Api, element: Any, source: bytes | None = None) -> Entry:
     return entry_from_chat(element, source) if api is Api.CHAT else entry_from_responses(element, source)
 

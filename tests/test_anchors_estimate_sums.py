@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.anchors import _anchored
+from proxy.conversation import entry_from_responses
 from proxy.records import Anchor
 
 
@@ -33,5 +34,6 @@ def test_the_slice_sums_equal_the_per_index_sums(sizes: list[int], data: st.Data
     digests = tuple(f"d{i}" for i in response)
     anchor = Anchor(response_digests=digests, position=position, prefix_digest="p",
                     input_tokens=1000, output_tokens=output)
-    assert _anchored(anchor, response, sizes, margin) == reference(anchor, response, sizes,
-                                                                     margin)
+    entries = [entry_from_responses({"role": "user", "content": "x"})] * len(sizes)
+    assert _anchored(anchor, response, sizes, margin, entries) == reference(
+        anchor, response, sizes, margin)

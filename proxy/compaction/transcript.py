@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from proxy.conversation import Api, Entry, Kind, content_text
+from proxy.conversation import Api, Entry, Kind, content_text, reference_id
 from proxy.core.repair import repair
 from proxy.core.sanitize import Policy, sanitize
 
@@ -106,6 +106,11 @@ def _render_assistant(entry: Entry) -> str:
 
 
 def _render_other(entry: Entry) -> str:
+    referenced = reference_id(entry)
+    if referenced is not None:
+        # Its content is upstream's (stored): the summary must not read it as nothing said.
+        return (f"[an earlier item ({referenced}) the client sent by reference: its content "
+                "is stored upstream and not shown here]")
     type_ = entry.raw.get("type") or entry.role or "item"
     text = content_text(entry)
     return f"[{type_}]\n{text}" if text else f"[{type_} item, no text]"

@@ -32,6 +32,15 @@ FUNCTION, PROPERTIES, PROPERTY, ENUM, ENUM_ITEM, FUNCTIONS_END = 7, 3, 3, -3, 3,
 
 _REASONING_TEXT = ("reasoning_content", "reasoning")
 
+# An `item_reference` stands for an item upstream keeps stored: its content is upstream's and
+# its own JSON says nothing of its size. One that echoes an answer the proxy relayed is covered
+# by that answer's usage anchor; for any other (relayed by another instance, older than the
+# kept anchors) nothing is known, and `anchors.estimate` counts it as a typical answer item:
+# the average of the thread's anchored answers, else this guess. An assumption, not a
+# measurement: agent answer items (a tool call, a reply) mostly run from tens to a few hundred
+# tokens, and the guess errs above them.
+REFERENCED_ITEM = 1000
+
 
 def json_text(value: Any) -> str:
     if isinstance(value, str):
