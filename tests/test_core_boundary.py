@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.conversation import Api, Entries, Kind, leading_instructions
+from proxy.conversation import Api, Entries, Entry, Kind, leading_instructions, reference_id
 from proxy.core.boundary import _open_call_spans, nearest_safe_cut, safe_cuts
 from proxy.core.reasoning_items import is_produced
 from proxy.core.window import keep_for, window_of, window_start
@@ -109,9 +109,39 @@ def _safe_cuts_one_by_one(entries: Entries) -> list[bool]:
             safe[b] = False
         elif here.kind is Kind.REASONING:
             safe[b + 1] = False
-        elif b and here.api is Api.RESPONSES and is_produced(here) and is_produced(entries[b - 1]):
+        elif b and here.api is Api.RESPONSES and _produced(here) and _produced(entries[b - 1]):
             safe[b] = False
     return safe
+
+
+def _produced(entry: Entry) -> bool:
+    return is_produced(entry) or reference_id(entry) is not None
+
+
+def _by_reference(item: dict) -> dict:
+    """What a store-on client echoes for a reasoning item: a reference to it."""
+    if item.get("type") == "reasoning" and item.get("id"):
+        return {"type": "item_reference", "id": item["id"]}
+    return item
+
+
+def test_a_reference_stays_with_the_item_after_it_that_its_step_produced() -> None:
+    entries = responses(r_user(), {"type": "item_reference", "id": "rs_1"},
+                        r_call("grep", "a", id="fc_1"), r_output("a"),
+                        {"type": "item_reference", "id": "msg_1"}, r_user("next"))
+    assert safe_cuts(entries) == [True, True, False, False, True, True, True]
+
+
+@given(conversations("responses"))
+def test_every_safe_cut_leaves_a_valid_tail_when_reasoning_comes_by_reference(
+        elements: list) -> None:
+    entries = entries_of("responses", [_by_reference(e) for e in elements])
+    lead = leading_instructions(entries)
+    for b, safe in enumerate(safe_cuts(entries)):
+        if not safe or b < lead or b == len(entries):
+            continue
+        found = check_responses({"input": wire(entries[:lead] + entries[b:]), "store": True})
+        assert found is None, (b, found)
 
 
 @given(st.sampled_from(("chat", "responses")).flatmap(

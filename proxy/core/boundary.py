@@ -8,7 +8,10 @@ nothing the providers pair up:
 - `entries[b-1]` is not a Responses `reasoning` item (it stays directly before what it produced);
 - no call made before `b` is answered at or after `b`;
 - the consecutive items one Responses step produced (its message and parallel calls) stay on
-  one side: their server ids name the reasoning item before the first of them.
+  one side: their server ids name the reasoning item before the first of them. An
+  `item_reference` counts as such an item: it may stand for the step's reasoning item (a
+  store-on client echoes reasoning by reference and calls whole), and a cut after it would
+  summarize the reasoning away and keep the call it produced, which upstream then refuses.
 The summary cutoff, the protected window and the stages all move their cuts with these helpers.
 """
 
@@ -18,7 +21,7 @@ from collections.abc import Sequence
 from itertools import accumulate, chain, compress, count, repeat
 from operator import and_, attrgetter, is_, is_not, not_, or_
 
-from proxy.conversation import Api, Entry, Kind, leading_instructions
+from proxy.conversation import Api, Entry, Kind, leading_instructions, reference_id
 from proxy.core.kinds import ASSISTANT, CALL, OTHER, REASONING, RESPONSES, RESULT
 from proxy.core.reasoning_items import is_produced
 
@@ -50,11 +53,11 @@ def is_legacy_result(entry: Entry) -> bool:
 
 def _produced(entries: Sequence[Entry], kinds: list[Kind], apis: list[Api]) -> list[bool]:
     """`is_produced` of each entry, read in C from its kind; only an `OTHER` item (a server
-    call of some type) is asked in Python."""
+    call of some type, an `item_reference`) is asked in Python."""
     produced = list(map(and_, map(is_, apis, repeat(RESPONSES)),
                         map(or_, map(is_, kinds, repeat(ASSISTANT)), map(is_, kinds, repeat(CALL)))))
     for i in compress(count(), map(is_, kinds, repeat(OTHER))):
-        produced[i] = is_produced(entries[i])
+        produced[i] = is_produced(entries[i]) or reference_id(entries[i]) is not None
     return produced
 
 
