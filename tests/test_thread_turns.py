@@ -9,6 +9,9 @@ from proxy.server.turns import Meanwhile, SharedFailure, ThreadTurn
 
 SUMMARY_FAILED = SharedFailure("summarize", "summarizer overloaded", ("a",))
 TOO_BIG = SharedFailure("post_check", "still over the trigger", ("a",))
+# Decided before any summarizer call, by what the compaction was given: stage `summarize`.
+TOO_MANY_CALLS = SharedFailure("summarize", "the summary would take 9 summarizer calls", ("a",),
+                               before_summarizer=True)
 
 
 async def _waited(during: list) -> Meanwhile:
@@ -99,3 +102,17 @@ def test_without_the_summarizers_failures_a_post_check_failure_before_them_is_sh
     assert meanwhile.shared(("a",)) == SUMMARY_FAILED
     assert meanwhile.shared(("a",), summarizer=False) == TOO_BIG
     assert meanwhile.shared(("b",), summarizer=False) is None
+
+
+def test_a_refusal_before_the_summarizer_is_shared_only_with_the_same_inputs() -> None:
+    meanwhile = asyncio.run(_waited([_failed(TOO_MANY_CALLS)]))
+    assert meanwhile.shared(("a",)) == TOO_MANY_CALLS
+    assert meanwhile.shared(("b",)) is None
+    # Whatever the breaker says since: the same inputs would be refused the same way.
+    assert meanwhile.shared(("a",), summarizer=False) == TOO_MANY_CALLS
+
+
+def test_a_refusal_before_the_summarizer_does_not_hide_the_summary_failure_before_it() -> None:
+    meanwhile = asyncio.run(_waited([_failed(SUMMARY_FAILED), _failed(TOO_MANY_CALLS)]))
+    assert meanwhile.shared(("a",)) == TOO_MANY_CALLS
+    assert meanwhile.shared(("b",)) == SUMMARY_FAILED

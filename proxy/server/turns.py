@@ -9,9 +9,11 @@ waited shares the failure rather than repeating it at once:
   request: a summarizer that just timed out would make each request in the queue wait out its
   timeout again, and a single thread's burst would count as several failures towards the
   breaker every thread shares;
-- a failed post-check only by a request that would check the same projection (same checkpoint
-  base, same messages, same model and thresholds, `Job.inputs`): an agent's retry of the very
-  request. Another tab's differs, and its own compaction may pass.
+- a failed post-check, and a refusal decided before the summarizer was asked (a plan over
+  `max_calls`, recorded at stage `summarize`), only by a request that would give its
+  compaction the same inputs (same checkpoint base, same messages, same model and thresholds,
+  `Job.inputs`): an agent's retry of the very request. Another tab's, or one with another
+  model, differs, and its own compaction may pass.
 
 A checkpoint written since clears them: the summarizer works, and a request that still needs
 a summary on that checkpoint asks for its own. A thread's turns live only while a request holds or waits for them (weakly kept): a failure
@@ -30,7 +32,8 @@ from proxy.compaction.postcheck import Verdict
 from proxy.records import ThreadKey
 
 # The failures of the summarizer's side, which the breaker counts; a post-check failure belongs
-# to its request's content. A cancellation (the shutdown's) is shared by no one.
+# to its request's content, and so does a `summarize` refusal made before any summarizer call
+# (`SharedFailure.before_summarizer`). A cancellation (the shutdown's) is shared by no one.
 SUMMARIZER_STAGES = ("summarize", "checkpoint")
 POST_CHECK = "post_check"
 
@@ -41,11 +44,19 @@ class SharedFailure:
     reason: str
     inputs: object = None  # what the failed compaction was given (`Job.inputs`)
     verdict: Verdict | None = None  # a failed post-check's, for the client's error
+    before_summarizer: bool = False  # decided by `inputs` before the summarizer was asked
+
+    @property
+    def of_inputs(self) -> bool:
+        """Whether the failure belongs to what the compaction was given, not to the
+        summarizer: a failed post-check, or a refusal made before any summarizer call."""
+        return self.stage == POST_CHECK or self.before_summarizer
 
     def concerns(self, inputs: object) -> bool:
         """Whether a compaction given `inputs` would end as this one did."""
-        return self.stage in SUMMARIZER_STAGES or (self.stage == POST_CHECK
-                                                   and self.inputs == inputs)
+        if self.of_inputs:
+            return self.inputs == inputs
+        return self.stage in SUMMARIZER_STAGES
 
 
 @dataclass(frozen=True)
@@ -58,7 +69,7 @@ class Meanwhile:
         """The latest failure a compaction given `inputs` would repeat; `summarizer`: one
         of the summarizer's side may be it."""
         return next((f for f in self.failures if f.concerns(inputs)
-                     and (summarizer or f.stage == POST_CHECK)), None)
+                     and (summarizer or f.of_inputs)), None)
 
 
 class ThreadTurn:
@@ -67,8 +78,8 @@ class ThreadTurn:
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
         self.failures = 0  # how many have failed so far: a waiter notes it before it waits
-        # The latest failure of each kind, numbered: a post-check failure must not hide from
-        # a waiter the summarizer's failure before it, nor the other way round.
+        # The latest failure of each kind (`of_inputs`), numbered: a post-check failure must
+        # not hide from a waiter the summarizer's failure before it, nor the other way round.
         self._latest: dict[bool, tuple[int, SharedFailure]] = {}
         self.waiting = 0  # requests waiting for the lock
 
@@ -90,7 +101,7 @@ class ThreadTurn:
     def failed(self, failure: SharedFailure) -> None:
         if failure.stage in SUMMARIZER_STAGES or failure.stage == POST_CHECK:
             self.failures += 1
-            self._latest[failure.stage == POST_CHECK] = (self.failures, failure)
+            self._latest[failure.of_inputs] = (self.failures, failure)
 
     def succeeded(self) -> None:
         """A checkpoint was written: the summarizer works, and the failures before it are
