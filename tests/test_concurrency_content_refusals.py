@@ -6,10 +6,12 @@ compaction, and the summarizer's breaker never counts a refusal it was not asked
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import pytest
 
 from proxy.testing.replies import Reply
 from proxy.testing.summarizer import FakeSummarizer
@@ -18,6 +20,7 @@ from tests.test_compaction_detached import COMPACTION, GatedFake, gated, open_ga
 from tests.test_compaction_failure_paths import over_the_limit, post, wait_for
 from tests.test_compaction_failures import _prefix
 from tests.test_compaction_summarizer_calls import TINY, _over_the_trigger
+from tests.test_concurrency_post_check import TOO_LONG, far_over_the_limit
 from tests.test_concurrency_same_thread import waiting
 
 # A tiny model's window cuts the summary of its request into more chunks than allowed.
@@ -79,3 +82,44 @@ def test_the_same_request_shares_a_refusal_over_max_calls(
     assert [(f["stage"], bool(f.get("shared"))) for f in failed] == [
         ("summarize", False), ("summarize", True)]
     assert len(proxy.logs.events("compaction_started")) == 1  # the first request's only
+
+
+@pytest.fixture
+def unlimited(loop_thread) -> Iterator[GatedFake]:
+    """A gated fake that refuses nothing as too long: a padded summary carried into the next
+    step of a chunked summary still reaches the post-check."""
+    fake = GatedFake()
+    loop_thread.run(fake.start())
+    yield fake
+    open_gate(loop_thread, fake)
+    loop_thread.run(fake.stop())
+
+
+def test_a_retry_shares_its_post_check_though_another_request_was_refused_since(
+        loop_thread, unlimited: GatedFake, make_proxy) -> None:
+    """The first request's summary fails the post-check; a request with another model is then
+    refused before the summarizer; the first one's retry, queued behind both, still gets the
+    first one's 400 without a summary of its own."""
+    gated = unlimited
+    summarizer = FakeSummarizer.install(gated, padding=TOO_LONG)
+    # Three calls summarize the request for the small model; the tiny one's would take 24.
+    proxy = make_proxy(gated, models=MODELS, compaction={
+        **BOUNDED, "summarizer": {"timeout_s": 30, "max_calls": 3}})
+    request = far_over_the_limit()
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(post, proxy, request, "retry-behind")
+        wait_for(lambda: gated.summarizer_requests >= 1)
+        tiny = pool.submit(post, proxy, request, "retry-behind", model="tiny-coder")
+        wait_for(lambda: waiting(proxy, "retry-behind") == 1)
+        retry = pool.submit(post, proxy, request, "retry-behind")
+        wait_for(lambda: waiting(proxy, "retry-behind") == 2)
+        open_gate(loop_thread, gated)
+        answers = [first.result(), tiny.result(), retry.result()]
+    assert [a.status_code for a in answers] == [400, 503, 400]
+    assert "compaction.summarizer.max_calls (3)" in answers[1].json()["error"]["message"]
+    assert answers[2].json() == answers[0].json()
+    [started] = proxy.logs.events("compaction_started")  # the first request's only
+    assert summarizer.calls == started["summarizer_calls"]
+    failed = proxy.logs.events("compaction_failed")
+    assert [(f["stage"], bool(f.get("shared"))) for f in failed] == [
+        ("post_check", False), ("summarize", False), ("post_check", True)]

@@ -36,6 +36,10 @@ from proxy.records import ThreadKey
 # (`SharedFailure.before_summarizer`). A cancellation (the shutdown's) is shared by no one.
 SUMMARIZER_STAGES = ("summarize", "checkpoint")
 POST_CHECK = "post_check"
+# Failures of distinct inputs a thread's turn keeps for its waiters (besides the summarizer's
+# latest): of a queue of requests that all differ and all fail, the latest; the waiter of an
+# older one runs its own compaction.
+KEPT_FAILURES = 8
 
 
 @dataclass(frozen=True)
@@ -78,9 +82,10 @@ class ThreadTurn:
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
         self.failures = 0  # how many have failed so far: a waiter notes it before it waits
-        # The latest failure of each kind (`of_inputs`), numbered: a post-check failure must
-        # not hide from a waiter the summarizer's failure before it, nor the other way round.
-        self._latest: dict[bool, tuple[int, SharedFailure]] = {}
+        # The latest summarizer failure and the latest failure of each inputs, numbered, oldest
+        # first: one must not hide from a waiter another that concerns it (a post-check's the
+        # summarizer's before it, another request's refusal an agent's retry's post-check).
+        self._latest: list[tuple[int, SharedFailure]] = []
         self.waiting = 0  # requests waiting for the lock
 
     @asynccontextmanager
@@ -101,7 +106,12 @@ class ThreadTurn:
     def failed(self, failure: SharedFailure) -> None:
         if failure.stage in SUMMARIZER_STAGES or failure.stage == POST_CHECK:
             self.failures += 1
-            self._latest[failure.of_inputs] = (self.failures, failure)
+            kept = [(n, f) for n, f in self._latest if not _supersedes(failure, f)]
+            kept.append((self.failures, failure))
+            by_inputs = [numbered for numbered in kept if numbered[1].of_inputs]
+            if len(by_inputs) > KEPT_FAILURES:
+                kept.remove(by_inputs[0])
+            self._latest = kept
 
     def succeeded(self) -> None:
         """A checkpoint was written: the summarizer works, and the failures before it are
@@ -110,8 +120,14 @@ class ThreadTurn:
 
     def failures_since(self, seen: int) -> Meanwhile:
         """The failures that came after `seen` (the count when the request began to wait)."""
-        latest = sorted(self._latest.values(), key=lambda numbered: -numbered[0])
-        return Meanwhile(tuple(f for number, f in latest if number > seen))
+        return Meanwhile(tuple(f for number, f in reversed(self._latest) if number > seen))
+
+
+def _supersedes(later: SharedFailure, earlier: SharedFailure) -> bool:
+    """Whether `later` concerns every compaction `earlier` does: the same kind, the same inputs."""
+    if later.of_inputs != earlier.of_inputs:
+        return False
+    return not later.of_inputs or later.inputs == earlier.inputs
 
 
 class ThreadTurns:
