@@ -173,7 +173,7 @@ class Compactor:
                           summarizer_calls=plan.steps, summarizer_model=clipped(summary_model),
                           forced=job.forced)
             outcome = await self._summarize(job, plan, window, plan_for, summary_upstream)
-            healthy = outcome.text is not None
+            healthy = summarizer_verdict(outcome, summary_upstream)
             if outcome.text is None:
                 raise self._failed(job, "summarize", outcome.error)
             try:
@@ -364,6 +364,17 @@ async def _to_the_end(work: Coroutine[Any, Any, T]) -> tuple[asyncio.Future[T], 
         except asyncio.CancelledError:
             cancelled = True
     return task, cancelled
+
+
+def summarizer_verdict(outcome: SummaryOutcome, upstream: UpstreamSettings) -> bool | None:
+    """What the outcome tells the breaker: it worked, it failed, or nothing (None): the client's
+    own credential refused (401, 403; the upstream has no `api_key`). One tenant's revoked key
+    must not open the breaker every tenant shares."""
+    if outcome.text is not None:
+        return True
+    if outcome.status in (401, 403) and upstream.api_key is None:
+        return None
+    return False
 
 
 def _forwarded_anyway(job: Job, stage: str) -> bool:
