@@ -372,7 +372,7 @@ def summarizer_verdict(outcome: SummaryOutcome, upstream: UpstreamSettings) -> b
     must not open the breaker every tenant shares."""
     if outcome.text is not None:
         return True
-    if outcome.status in (401, 403) and upstream.api_key is None:
+    if outcome.status in (401, 403) and not upstream.api_key:
         return None
     return False
 
