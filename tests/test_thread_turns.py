@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 
-from proxy.server.turns import Meanwhile, SharedFailure, ThreadTurn
+from proxy.server.turns import KEPT_FAILURES, Meanwhile, SharedFailure, ThreadTurn
 
 SUMMARY_FAILED = SharedFailure("summarize", "summarizer overloaded", ("a",))
 TOO_BIG = SharedFailure("post_check", "still over the trigger", ("a",))
+# Decided before any summarizer call, by what the compaction was given: stage `summarize`.
+TOO_MANY_CALLS = SharedFailure("summarize", "the summary would take 9 summarizer calls", ("a",),
+                               before_summarizer=True)
 
 
 async def _waited(during: list) -> Meanwhile:
@@ -99,3 +102,42 @@ def test_without_the_summarizers_failures_a_post_check_failure_before_them_is_sh
     assert meanwhile.shared(("a",)) == SUMMARY_FAILED
     assert meanwhile.shared(("a",), summarizer=False) == TOO_BIG
     assert meanwhile.shared(("b",), summarizer=False) is None
+
+
+def test_a_refusal_before_the_summarizer_is_shared_only_with_the_same_inputs() -> None:
+    meanwhile = asyncio.run(_waited([_failed(TOO_MANY_CALLS)]))
+    assert meanwhile.shared(("a",)) == TOO_MANY_CALLS
+    assert meanwhile.shared(("b",)) is None
+    # Whatever the breaker says since: the same inputs would be refused the same way.
+    assert meanwhile.shared(("a",), summarizer=False) == TOO_MANY_CALLS
+
+
+def test_a_refusal_before_the_summarizer_does_not_hide_the_summary_failure_before_it() -> None:
+    meanwhile = asyncio.run(_waited([_failed(SUMMARY_FAILED), _failed(TOO_MANY_CALLS)]))
+    assert meanwhile.shared(("a",)) == TOO_MANY_CALLS
+    assert meanwhile.shared(("b",)) == SUMMARY_FAILED
+
+
+def test_another_requests_refusal_does_not_hide_the_post_check_of_the_same_inputs() -> None:
+    """A request's summary failed its post-check, then another request (another model) was
+    refused before the summarizer: a retry of the first still shares its post-check."""
+    other = SharedFailure("summarize", "the summary would take 9 summarizer calls", ("b",),
+                          before_summarizer=True)
+    meanwhile = asyncio.run(_waited([_failed(TOO_BIG), _failed(other)]))
+    assert meanwhile.shared(("a",)) == TOO_BIG
+    assert meanwhile.shared(("b",)) == other
+    assert meanwhile.shared(("c",)) is None
+
+
+def test_a_failure_of_the_same_inputs_replaces_the_one_before() -> None:
+    again = SharedFailure("post_check", "still over the trigger, again", ("a",))
+    meanwhile = asyncio.run(_waited([_failed(TOO_BIG), _failed(again)]))
+    assert meanwhile.failures == (again,)
+
+
+def test_a_turn_keeps_a_bounded_number_of_failures() -> None:
+    many = [SharedFailure("post_check", f"request {n}", (n,)) for n in range(3 * KEPT_FAILURES)]
+    meanwhile = asyncio.run(_waited([_failed(SUMMARY_FAILED), *map(_failed, many)]))
+    assert meanwhile.failures == (*reversed(many[-KEPT_FAILURES:]), SUMMARY_FAILED)
+    assert meanwhile.shared((1,), summarizer=False) is None, "forgotten: its waiter runs its own"
+    assert meanwhile.shared((1,)) == SUMMARY_FAILED, "the summarizer's failure is kept"

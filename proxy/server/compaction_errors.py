@@ -15,11 +15,15 @@ from proxy.server.drain import CUT
 
 
 class CompactionFailed(Exception):
-    def __init__(self, stage: str, reason: str, verdict: Verdict | None = None) -> None:
+    def __init__(self, stage: str, reason: str, verdict: Verdict | None = None,
+                 before_summarizer: bool = False) -> None:
         super().__init__(f"{stage}: {reason}")
         self.stage = stage
         self.reason = reason
         self.verdict = verdict  # a failed post-check's, for the client's error
+        # Decided by what the compaction was given, before the summarizer was asked (a plan
+        # over `max_calls`, a post-check certain to fail): the summarizer did nothing wrong.
+        self.before_summarizer = before_summarizer
 
 
 class NothingToCompact(Exception):

@@ -3,7 +3,8 @@
 `auto` runs after the cheap cascade: below the trigger nothing happens; above it, one summary
 per thread at a time (a request that waited reuses the checkpoint another one wrote, or shares
 the failure of the summary it waited for, and of its post-check when it would check the same
-projection, `proxy/server/turns.py`, and asks the breaker again: the one before it may have
+projection, or of a refusal made before the summarizer when it would give the same inputs,
+`proxy/server/turns.py`, and asks the breaker again: the one before it may have
 just opened it), with the breaker, the
 hysteresis and the fallbacks of SPEC §9: forward with the cheap stages only while the
 projection fits, else a clear error (a 503 always says when to retry). `manual` answers
@@ -163,9 +164,10 @@ class CompactionFlow:
 
     def _shared(self, prepared: Prepared, meanwhile: Meanwhile, job: Job) -> SharedFailure | None:
         """The failure this request shares instead of compacting: one that came while it
-        waited and that its own compaction would repeat (`turns.SharedFailure.concerns`). A
-        post-check's, decided by the request's content, whatever the breaker says and even on
-        an attempt an upstream overflow bought; the summarizer's side's, unless the breaker has
+        waited and that its own compaction would repeat (`turns.SharedFailure.concerns`). One
+        decided by the request's content (a post-check's, a plan over `max_calls`), whatever
+        the breaker says and even on an attempt an upstream overflow bought; the summarizer's
+        side's, unless the breaker has
         opened since (its own answer, with its wait, is then the better one) or an overflow
         bought this attempt (SPEC §9: one necessary compaction, past the breaker)."""
         if not meanwhile.failures:

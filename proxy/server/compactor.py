@@ -106,7 +106,8 @@ class Compactor:
         error = None if finished.cancelled() else finished.exception()
         turn = self.turns.of(job.key)  # what the requests waiting their turn learn
         if isinstance(error, CompactionFailed):
-            turn.failed(SharedFailure(error.stage, error.reason, job.inputs, error.verdict))
+            turn.failed(SharedFailure(error.stage, error.reason, job.inputs, error.verdict,
+                                      error.before_summarizer))
         elif error is None and not finished.cancelled():
             turn.succeeded()
         if left:
@@ -161,7 +162,8 @@ class Compactor:
         allowed = self.settings.compaction.summarizer.max_calls
         if plan.steps > allowed:
             # Refused before a call: the summarizer did nothing wrong, its breaker is not asked.
-            raise self._failed(job, "summarize", too_many_calls(plan.steps, allowed))
+            raise self._failed(job, "summarize", too_many_calls(plan.steps, allowed),
+                               before_summarizer=True)
         trial = self._claim(job)
         healthy: bool | None = None
         try:
@@ -171,7 +173,7 @@ class Compactor:
                           summarizer_calls=plan.steps, summarizer_model=clipped(summary_model),
                           forced=job.forced)
             outcome = await self._summarize(job, plan, window, plan_for, summary_upstream)
-            healthy = outcome.text is not None
+            healthy = summarizer_verdict(outcome, summary_upstream)
             if outcome.text is None:
                 raise self._failed(job, "summarize", outcome.error)
             try:
@@ -211,7 +213,7 @@ class Compactor:
                                  model=job.model)
         if verdict is not None:
             raise self._failed(job, "post_check", f"{verdict.reason} (known before summarizing: "
-                               "no summary was asked for)", verdict)
+                               "no summary was asked for)", verdict, before_summarizer=True)
 
     def _plan(self, job: Job, cutoff: Cutoff, model: str, upstream: UpstreamSettings,
               window: int) -> SummaryPlan:
@@ -314,13 +316,13 @@ class Compactor:
         self._failed(job, "post_check", reason)
 
     def _failed(self, job: Job, stage: str, reason: str, verdict: Verdict | None = None,
-                degraded: bool | None = None) -> CompactionFailed:
+                degraded: bool | None = None, before_summarizer: bool = False) -> CompactionFailed:
         self.log.warning("compaction_failed", **job.who, stage=stage, error=reason,
                          degraded=_forwarded_anyway(job, stage) if degraded is None else degraded,
                          strategy=job.strategy, **self._detached_field())
         if self.metrics is not None:
             self.metrics.compactions.labels(job.strategy, f"failed_{stage}").inc()
-        return CompactionFailed(stage, reason, verdict)
+        return CompactionFailed(stage, reason, verdict, before_summarizer)
 
     def _completed(self, job: Job, event: CompactionEvent, finished: apply.Finished,
                    started: float, summarizer_ms: float) -> None:
@@ -362,6 +364,17 @@ async def _to_the_end(work: Coroutine[Any, Any, T]) -> tuple[asyncio.Future[T], 
         except asyncio.CancelledError:
             cancelled = True
     return task, cancelled
+
+
+def summarizer_verdict(outcome: SummaryOutcome, upstream: UpstreamSettings) -> bool | None:
+    """What the outcome tells the breaker: it worked, it failed, or nothing (None): the client's
+    own credential refused (401, 403; the upstream has no `api_key`). One tenant's revoked key
+    must not open the breaker every tenant shares."""
+    if outcome.text is not None:
+        return True
+    if outcome.status in (401, 403) and not upstream.api_key:
+        return None
+    return False
 
 
 def _forwarded_anyway(job: Job, stage: str) -> bool:

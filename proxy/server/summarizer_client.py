@@ -39,6 +39,7 @@ class SummaryOutcome:
     duration_ms: float = 0.0
     output_tokens: int = 0
     overflow: bool = False  # a step was refused as longer than the summarizer's window
+    status: int | None = None  # the HTTP status of a step the summarizer refused
 
 
 async def run_summary(plan: SummaryPlan, upstream: UpstreamSettings, client: UpstreamClient,
@@ -58,7 +59,7 @@ async def run_summary(plan: SummaryPlan, upstream: UpstreamSettings, client: Ups
         if status != 200:
             failed = _failed(f"the summarizer answered HTTP {status}: {_excerpt(data)}", step,
                              started)
-            return replace(failed, overflow=is_context_overflow(status, data))
+            return replace(failed, overflow=is_context_overflow(status, data), status=status)
         reply = read_reply(plan.api, data)
         verdict = postcheck.check_reply(reply)
         if not verdict.ok:

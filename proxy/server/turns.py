@@ -9,9 +9,11 @@ waited shares the failure rather than repeating it at once:
   request: a summarizer that just timed out would make each request in the queue wait out its
   timeout again, and a single thread's burst would count as several failures towards the
   breaker every thread shares;
-- a failed post-check only by a request that would check the same projection (same checkpoint
-  base, same messages, same model and thresholds, `Job.inputs`): an agent's retry of the very
-  request. Another tab's differs, and its own compaction may pass.
+- a failed post-check, and a refusal decided before the summarizer was asked (a plan over
+  `max_calls`, recorded at stage `summarize`), only by a request that would give its
+  compaction the same inputs (same checkpoint base, same messages, same model and thresholds,
+  `Job.inputs`): an agent's retry of the very request. Another tab's, or one with another
+  model, differs, and its own compaction may pass.
 
 A checkpoint written since clears them: the summarizer works, and a request that still needs
 a summary on that checkpoint asks for its own. A thread's turns live only while a request holds or waits for them (weakly kept): a failure
@@ -30,9 +32,14 @@ from proxy.compaction.postcheck import Verdict
 from proxy.records import ThreadKey
 
 # The failures of the summarizer's side, which the breaker counts; a post-check failure belongs
-# to its request's content. A cancellation (the shutdown's) is shared by no one.
+# to its request's content, and so does a `summarize` refusal made before any summarizer call
+# (`SharedFailure.before_summarizer`). A cancellation (the shutdown's) is shared by no one.
 SUMMARIZER_STAGES = ("summarize", "checkpoint")
 POST_CHECK = "post_check"
+# Failures of distinct inputs a thread's turn keeps for its waiters (besides the summarizer's
+# latest): of a queue of requests that all differ and all fail, the latest; the waiter of an
+# older one runs its own compaction.
+KEPT_FAILURES = 8
 
 
 @dataclass(frozen=True)
@@ -41,11 +48,19 @@ class SharedFailure:
     reason: str
     inputs: object = None  # what the failed compaction was given (`Job.inputs`)
     verdict: Verdict | None = None  # a failed post-check's, for the client's error
+    before_summarizer: bool = False  # decided by `inputs` before the summarizer was asked
+
+    @property
+    def of_inputs(self) -> bool:
+        """Whether the failure belongs to what the compaction was given, not to the
+        summarizer: a failed post-check, or a refusal made before any summarizer call."""
+        return self.stage == POST_CHECK or self.before_summarizer
 
     def concerns(self, inputs: object) -> bool:
         """Whether a compaction given `inputs` would end as this one did."""
-        return self.stage in SUMMARIZER_STAGES or (self.stage == POST_CHECK
-                                                   and self.inputs == inputs)
+        if self.of_inputs:
+            return self.inputs == inputs
+        return self.stage in SUMMARIZER_STAGES
 
 
 @dataclass(frozen=True)
@@ -58,7 +73,7 @@ class Meanwhile:
         """The latest failure a compaction given `inputs` would repeat; `summarizer`: one
         of the summarizer's side may be it."""
         return next((f for f in self.failures if f.concerns(inputs)
-                     and (summarizer or f.stage == POST_CHECK)), None)
+                     and (summarizer or f.of_inputs)), None)
 
 
 class ThreadTurn:
@@ -67,9 +82,10 @@ class ThreadTurn:
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
         self.failures = 0  # how many have failed so far: a waiter notes it before it waits
-        # The latest failure of each kind, numbered: a post-check failure must not hide from
-        # a waiter the summarizer's failure before it, nor the other way round.
-        self._latest: dict[bool, tuple[int, SharedFailure]] = {}
+        # The latest summarizer failure and the latest failure of each inputs, numbered, oldest
+        # first: one must not hide from a waiter another that concerns it (a post-check's the
+        # summarizer's before it, another request's refusal an agent's retry's post-check).
+        self._latest: list[tuple[int, SharedFailure]] = []
         self.waiting = 0  # requests waiting for the lock
 
     @asynccontextmanager
@@ -90,7 +106,12 @@ class ThreadTurn:
     def failed(self, failure: SharedFailure) -> None:
         if failure.stage in SUMMARIZER_STAGES or failure.stage == POST_CHECK:
             self.failures += 1
-            self._latest[failure.stage == POST_CHECK] = (self.failures, failure)
+            kept = [(n, f) for n, f in self._latest if not _supersedes(failure, f)]
+            kept.append((self.failures, failure))
+            by_inputs = [numbered for numbered in kept if numbered[1].of_inputs]
+            if len(by_inputs) > KEPT_FAILURES:
+                kept.remove(by_inputs[0])
+            self._latest = kept
 
     def succeeded(self) -> None:
         """A checkpoint was written: the summarizer works, and the failures before it are
@@ -99,8 +120,14 @@ class ThreadTurn:
 
     def failures_since(self, seen: int) -> Meanwhile:
         """The failures that came after `seen` (the count when the request began to wait)."""
-        latest = sorted(self._latest.values(), key=lambda numbered: -numbered[0])
-        return Meanwhile(tuple(f for number, f in latest if number > seen))
+        return Meanwhile(tuple(f for number, f in reversed(self._latest) if number > seen))
+
+
+def _supersedes(later: SharedFailure, earlier: SharedFailure) -> bool:
+    """Whether `later` concerns every compaction `earlier` does: the same kind, the same inputs."""
+    if later.of_inputs != earlier.of_inputs:
+        return False
+    return not later.of_inputs or later.inputs == earlier.inputs
 
 
 class ThreadTurns:
