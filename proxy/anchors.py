@@ -22,8 +22,6 @@ from itertools import compress
 from operator import attrgetter
 from typing import Any, NamedTuple
 
-import structlog
-
 from proxy import jsonio
 
 from proxy.conversation import (Api, Entry, Kind, entry_from_chat, entry_from_responses,
@@ -220,9 +218,6 @@ def estimate(entries: Sequence[Entry], sizes: Sequence[int], context: bytes,
     return AnchoredEstimate(conservative_total, None)
 
 
-_log = structlog.get_logger("proxy")
-
-
 def _unknown_references(entries: Sequence[Entry], anchors: Sequence[Anchor], margin: float,
                         anchor: Anchor | None = None, response: Sequence[int] = ()) -> int:
     """The guess for the `item_reference`s whose item no count covers: those after `anchor`'s
@@ -244,8 +239,6 @@ def _unknown_references(entries: Sequence[Entry], anchors: Sequence[Anchor], mar
     average = (math.ceil(sum(a.output_tokens for a in anchors) / items) if items
                else REFERENCED_ITEM)
     # The entries' own sizes already hold each reference's JSON: a few tokens, left in.
-    _log.debug("unknown_item_references", count=unknown, tokens_each=average,
-               anchored=anchor is not None)
     return math.ceil(unknown * average * (1.0 + margin))
 
 

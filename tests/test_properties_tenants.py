@@ -23,6 +23,8 @@ history file), is the same.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from typing import Any
 
 from hypothesis import event, given, settings
@@ -139,7 +141,17 @@ def check_stored(beside_b: tuple[ThreadState, list[CompactionEvent], bytes],
     (state, events, history), (own_state, own_events, own_history) = beside_b, alone
     assert history == own_history, "A's history file holds B's messages"
     assert events == own_events, "A's checkpoints hold B's"
-    assert state == own_state, "A's stored state (anchors, microcompact mark, activity) holds B's"
+    assert _without_item_ids(state) == _without_item_ids(own_state), \
+        "A's stored state (anchors, microcompact mark, activity) holds B's"
+
+
+def _without_item_ids(state: ThreadState) -> ThreadState:
+    """The state with its anchors' Responses item ids left out: upstream names the items of its
+    answers (the fake numbers them across all requests, B's too), and the anchor keeps those
+    names for echoes by `item_reference`. What the proxy itself stores is the rest."""
+    return replace(state, anchors=tuple(
+        replace(a, response_digests=tuple(d.split(" ")[0] for d in a.response_digests))
+        for a in state.anchors))
 
 
 @settings(max_examples=10, deadline=None)
