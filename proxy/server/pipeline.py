@@ -20,7 +20,7 @@ from typing import Any
 
 from proxy import anchors, jsonio
 from proxy.compaction import manual
-from proxy.compaction.trigger import Thresholds, requested_output_tokens, thresholds
+from proxy.compaction.trigger import requested_output_tokens
 from proxy.conversation import Api
 from proxy.errors import CompactionInsufficient, CompactionUnavailable
 from proxy.identity import Identities
@@ -33,6 +33,7 @@ from proxy.reparse import Known, known_of, reparse
 from proxy.server import manual_answer
 from proxy.server.compaction_flow import CompactionFlow
 from proxy.server.compactor import Compactor
+from proxy.server.estimators import Estimators
 from proxy.server.prepared import Attempt, Prepared
 from proxy.server.relay import StreamTap
 from proxy.server.request_line import RequestLine
@@ -47,9 +48,7 @@ from proxy.store.failures import describe
 from proxy.store.keys import MAX_KEPT_CHARS
 from proxy.streams import chat_message, chat_messages, one_choice, responses_output, usage_of
 from proxy.threads import ThreadIdentity, loggable
-from proxy.tokens.encoding import encoding_name, tokenizer_for
 from proxy.tokens.estimate import TokenEstimator
-from proxy.tokens.images import image_rule
 from proxy.tokens.rules import request_definitions
 from proxy.usage import normalize
 
@@ -70,9 +69,7 @@ class Pipeline:
                                    self.history, log, metrics, clock)
         self.flow = CompactionFlow(settings, self.store, self.compactor, log)
         self.lessons = RetryLessons()
-        self._estimators: dict[tuple[str, str], TokenEstimator] = {}  # by encoding, image rule
-        self._by_model: dict[str, TokenEstimator] = {}
-        self._thresholds_by: dict[tuple[str, int], Thresholds] = {}
+        self.estimators = Estimators(settings)
         # Each thread's last request, so a steady one parses and builds only what is new;
         # bounded by the bytes of the client's messages they hold.
         self._recent: WeightedLRU[ThreadKey, Known] = WeightedLRU(
@@ -81,7 +78,7 @@ class Pipeline:
     async def start(self) -> None:
         await self.store.open()
         if self.log is not None:
-            self.log.info("tokenizers", **self._tokenizers_in_use())
+            self.log.info("tokenizers", **self.estimators.in_use())
 
     async def stop(self) -> None:
         await self.store.close()
@@ -114,7 +111,7 @@ class Pipeline:
             known = self._recent.get(key) if key else None
             previous = known.entries if known is not None and known.api is inbound.api else ()
             inbound = with_entries(inbound, previous)
-        estimator = self.estimator(inbound.model)
+        estimator = self.estimators.estimator(inbound.model)
         definitions = request_definitions(inbound.doc)
         prepared = Prepared(inbound, identity, upstream, client_headers, inbound.body, attempt,
                             key=key, estimator=estimator,
@@ -332,25 +329,6 @@ class Pipeline:
         thread = identity.thread
         return None if thread is None else _THREAD_KEYS[identity.tenant, thread]
 
-    def estimator(self, model: str) -> TokenEstimator:
-        found = self._by_model.get(model)
-        if found is None:
-            found = self._estimator_for(model)
-            if len(self._by_model) < 4096:
-                self._by_model[model] = found
-        return found
-
-    def _estimator_for(self, model: str) -> TokenEstimator:
-        profile = self.settings.profile(model)
-        tokenizer = profile.tokenizer if profile else None
-        images = image_rule(model, profile.image_rule if profile else None)
-        key = encoding_name(model, tokenizer), images.name
-        found = self._estimators.get(key)
-        if found is None:
-            found = TokenEstimator(tokenizer_for(model, tokenizer), self.settings.tokens, images)
-            self._estimators[key] = found
-        return found
-
     def _view(self, inbound: Inbound, context: bytes, definitions: Any,
               mentioned: str | None) -> View:
         """`mentioned`: `_mentioned_command`; None spares `view_of` its own walk for it."""
@@ -362,28 +340,12 @@ class Pipeline:
 
     def _situation(self, inbound: Inbound, estimator: TokenEstimator,
                    state: ThreadState | None, attempt: Attempt) -> Situation:
-        th = self._thresholds(inbound.model, requested_output_tokens(inbound.doc))
+        th = self.estimators.thresholds(inbound.model, requested_output_tokens(inbound.doc))
         return Situation(self.settings.compaction, estimator, self.identities, th,
                          now=self.clock(), last_activity=state.last_activity if state else None,
                          mark=state.microcompact if state else None,
                          anchors=state.anchors if state else (), policy=attempt.policy,
                          keep_loop=attempt.keep_loop)
-
-    def _thresholds(self, model: str, reserved_output: int) -> Thresholds:
-        key = (model, reserved_output)
-        found = self._thresholds_by.get(key)
-        if found is None:
-            found = thresholds(self.settings.compaction, self.settings.profile(model),
-                               reserved_output)
-            if len(self._thresholds_by) < 4096:
-                self._thresholds_by[key] = found
-        return found
-
-    def _tokenizers_in_use(self) -> dict[str, str]:
-        out = {p.pattern: self.estimator(p.pattern).described
-               for p in self.settings.models}
-        out["<default>"] = self.estimator("").described
-        return out
 
     @staticmethod
     def _context(inbound: Inbound, definitions: Any) -> bytes:
