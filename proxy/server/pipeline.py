@@ -59,7 +59,10 @@ class Pipeline:
                  log: Any = None, metrics: Any = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
-        self.store = store or CachedStore(create_store(settings.state))
+        # Wrapped unless it is one: the request path reads a known thread's state from the
+        # cache without a coroutine (`CachedStore.cached`).
+        self.store = (store if isinstance(store, CachedStore)
+                      else CachedStore(store or create_store(settings.state)))
         self.history = history or create_history(settings.state)
         self.log = log
         self.metrics = metrics
@@ -125,16 +128,21 @@ class Pipeline:
         command = None if mentioned is None else manual.detect(inbound.entries, mentioned)
         if command is not None and key is None:
             return self._no_thread_command(prepared, line)
-        state = await self.store.load(key) if key else None
+        state = self.store.cached(key) if key else None
+        if state is None and key:
+            state = await self.store.load(key)
         view = self._view(inbound, prepared.context, definitions, mentioned)
         situation = self._situation(inbound, estimator, state, attempt)
         if command is not None:
             return await self.flow.manual_compact(prepared, view, situation, state, command, line)
         built = build(view, state.event if state else None, situation)
         built = await self.flow.auto(prepared, view, situation, state, built, line)
+        mark = built.cascade.mark
+        if state is not None and key is not None and mark not in (None, state.microcompact):
+            await self._keep_mark(prepared, key, mark)
         # An earlier `/compact` exchange left out of the view changes the body too.
-        return await self._finish_prepare(prepared, built, state, line,
-                                          edited=view.entries is not inbound.entries)
+        edited = view.entries is not inbound.entries
+        return self._finish_prepare(prepared, built, line, edited=edited)
 
     def _pass_through(self, prepared: Prepared, line: RequestLine) -> Prepared:
         inbound = prepared.inbound
@@ -144,13 +152,10 @@ class Pipeline:
         prepared.response_headers = {"x-compaction": "none"}
         return prepared
 
-    async def _finish_prepare(self, prepared: Prepared, built: Built, state: ThreadState | None,
-                              line: RequestLine, edited: bool = False) -> Prepared:
+    def _finish_prepare(self, prepared: Prepared, built: Built, line: RequestLine,
+                        edited: bool = False) -> Prepared:
         inbound, key = prepared.inbound, prepared.key
         cascade = built.cascade
-        if (state is not None and key is not None and cascade.mark is not None
-                and cascade.mark != state.microcompact):
-            await self._keep_mark(prepared, key, cascade.mark)
         if prepared.attempt.placeholders is not None:
             built = replace(built, cascade=replace(
                 cascade, entries=prepared.attempt.placeholders(built.projection)[0]))
@@ -165,7 +170,7 @@ class Pipeline:
         prepared.response_headers = {"x-context-tokens": str(built.tokens),
                                      "x-compaction": compaction}
         if key is not None:
-            await self.store.record_request(key, self.clock(), built.tokens)
+            self.store.record_request(key, self.clock(), built.tokens)
         if self.metrics is not None and cascade.changed:
             for report in cascade.reports:
                 self.metrics.observe_saved(report.name, report.tokens_saved)
@@ -261,16 +266,16 @@ class Pipeline:
         except ValueError:
             return
         if prepared.inbound.api is not Api.CHAT:
-            await self._record_usage(prepared, responses_output(body), usage_of(body), line)
+            self._record_usage(prepared, responses_output(body), usage_of(body), line)
             return
         usual = one_choice(body)
         if usual is not None:
-            await self._record_usage(prepared, usual[0], usual[1], line)
+            self._record_usage(prepared, usual[0], usual[1], line)
             return
         response = chat_message(body)
         # A message found means a list of choices; of several (`n` > 1) the client keeps any.
         choices = chat_messages(body) if response and len(body["choices"]) > 1 else None
-        await self._record_usage(prepared, response, usage_of(body), line, choices)
+        self._record_usage(prepared, response, usage_of(body), line, choices)
 
     async def finish_stream(self, prepared: Prepared, tap: StreamTap, status: int,
                             line: RequestLine) -> None:
@@ -289,7 +294,7 @@ class Pipeline:
         if prepared.key is not None and tap.complete:
             choices = tap.stream.messages() if isinstance(tap, ChatTap) else None
             response = tap.response() if choices is None else next(iter(choices), None)
-            await self._record_usage(prepared, response, tap.usage(), line, choices)
+            self._record_usage(prepared, response, tap.usage(), line, choices)
 
     def _learn(self, prepared: Prepared) -> None:
         """A retry's fix passed: the thread's later requests for this model get it at once."""
@@ -297,8 +302,8 @@ class Pipeline:
         if attempt.fix is not None and not attempt.lesson:
             self.lessons.learn(prepared.key, prepared.inbound.model, attempt.fix)
 
-    async def _record_usage(self, prepared: Prepared, response: Any, raw_usage: Any,
-                            line: RequestLine, choices: list[Any] | None = None) -> None:
+    def _record_usage(self, prepared: Prepared, response: Any, raw_usage: Any,
+                      line: RequestLine, choices: list[Any] | None = None) -> None:
         api = prepared.inbound.api
         estimator = prepared.estimator
         usage = normalize(raw_usage, api, response, estimator.tokenizer.count if estimator else None)
@@ -312,7 +317,7 @@ class Pipeline:
             return
         if choices is None or len(choices) < 2:
             digests = anchors.response_digests(api, response, self.identities)
-            await self.store.add_anchor(prepared.key, anchors.anchor_for(
+            self.store.add_anchor(prepared.key, anchors.anchor_for(
                 prepared.projection, prepared.context, digests, usage, prepared.inbound.model,
                 self.clock()))
             return
@@ -320,7 +325,7 @@ class Pipeline:
         digests = [anchors.response_digests(api, a, self.identities) for a in choices]
         for anchor in anchors.choice_anchors(prepared.projection, prepared.context, digests,
                                              usage, prepared.inbound.model, self.clock()):
-            await self.store.add_anchor(prepared.key, anchor)
+            self.store.add_anchor(prepared.key, anchor)
 
     # ---------------------------------------------------------------- helpers
 

@@ -93,10 +93,10 @@ class SqliteStore:
         state = await self._run(self._require_db().load, storable_key(key))
         return replace(state, key=key)
 
-    async def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
+    def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
         self._enqueue(partial(self._require_db().touch, storable_key(key), at, estimate))
 
-    async def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
+    def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
         self._enqueue(AnchorWrite(self._require_db(), storable_key(key), anchor))
 
     async def add_origin(self, made_id: str, upstream: str, at: float) -> None:
