@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from operator import attrgetter
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
@@ -76,7 +77,7 @@ class Pipeline:
         # Each thread's last request, so a steady one parses and builds only what is new;
         # bounded by the bytes of the client's messages they hold.
         self._recent: WeightedLRU[ThreadKey, Known] = WeightedLRU(
-            settings.server.recent_cache_mb * 1024 * 1024, _known_weight)
+            settings.server.recent_cache_mb * 1024 * 1024, attrgetter("weight"))
 
     async def start(self) -> None:
         await self.store.open()
@@ -115,10 +116,13 @@ class Pipeline:
             previous = known.entries if known is not None and known.api is inbound.api else ()
             inbound = with_entries(inbound, previous)
         estimator = self.estimators.estimator(inbound.model)
-        definitions = request_definitions(inbound.doc)
+        doc = inbound.doc
+        # What besides the list shapes the count (`rules.request_definitions`: `definitions`).
+        definitions = request_definitions(doc)
+        context = anchors.context_bytes(doc.get("tools"), doc.get("instructions"), inbound.model,
+                                        definitions)
         prepared = Prepared(inbound, identity, upstream, client_headers, inbound.body, attempt,
-                            key=key, estimator=estimator,
-                            context=self._context(inbound, definitions))
+                            key=key, estimator=estimator, context=context)
         if inbound.entries is None or inbound.stateful_upstream:
             return self._pass_through(prepared, line)
         known = known_of(inbound) if key is not None else None
@@ -161,9 +165,12 @@ class Pipeline:
                 cascade, entries=prepared.attempt.placeholders(built.projection)[0]))
         if prepared.attempt.lesson:
             self._say_lesson(prepared.attempt, built, line)
-        hide_usage = prepared.upstream.stream_usage and _needs_usage_chunk(inbound)
-        prepared.projection, prepared.estimate = built.projection, built.tokens
-        prepared.body = build_body(inbound, built.projection, include_usage=hide_usage)
+        # `stream` first: most requests do not stream, and then nothing more is asked.
+        hide_usage = (inbound.stream and prepared.upstream.stream_usage
+                      and _needs_usage_chunk(inbound))
+        projection, event = built.projection, built.event  # properties: read once
+        prepared.projection, prepared.estimate = projection, built.tokens
+        prepared.body = build_body(inbound, projection, include_usage=hide_usage)
         prepared.stream_tap = self._tap_factory(inbound.api, hide_usage)
         compaction = ("compacted" if line.fields.get("compacted") else
                       "applied" if built.rebuilt is not None or cascade.changed or edited else "none")
@@ -177,9 +184,9 @@ class Pipeline:
         line.set(elements_reused=inbound.reused or None, tokens_estimate=built.tokens,
                  anchor_used=built.anchor is not None,
                  tokenizer=prepared.estimator.described if prepared.estimator else None,
-                 compaction=compaction, checkpoint=built.event.seq if built.event else None,
+                 compaction=compaction, checkpoint=event.seq if event else None,
                  protected=built.protected,
-                 **_stage_fields(built))
+                 **(_stage_fields(built) if cascade.changed else _NO_FIELDS))
         return prepared
 
     @staticmethod
@@ -353,13 +360,6 @@ class Pipeline:
                          keep_loop=attempt.keep_loop)
 
     @staticmethod
-    def _context(inbound: Inbound, definitions: Any) -> bytes:
-        """What besides the list shapes the count (`rules.request_definitions`: `definitions`)."""
-        doc = inbound.doc
-        return anchors.context_bytes(doc.get("tools"), doc.get("instructions"), inbound.model,
-                                     definitions)
-
-    @staticmethod
     def _tap_factory(api: Api, hide_usage: bool) -> Callable[[], StreamTap]:
         if api is Api.CHAT:
             return lambda: ChatTap(hide_usage)
@@ -390,13 +390,8 @@ _THREAD_KEYS: Memo[tuple[str, str], ThreadKey] = Memo(
     _thread_key, max_entries=8192, max_chars=MAX_KEPT_CHARS, chars=lambda named: len(named[1]))
 
 
-def _known_weight(known: Known) -> int:
-    return known.weight
-
-
 def _stage_fields(built: Built) -> Mapping[str, Any]:
-    if not built.cascade.changed:
-        return _NO_FIELDS  # no stage changed anything: nothing to report
+    """What the stages changed; asked only when one did (`cascade.changed`)."""
     stages = {r.name: {"changed": r.changed, "tokens_saved": r.tokens_saved}
               for r in built.cascade.reports if r.changed}
     return {"stages": stages, "tokens_saved": built.cascade.tokens_saved} if stages else {}
