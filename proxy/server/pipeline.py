@@ -121,8 +121,9 @@ class Pipeline:
         definitions = request_definitions(doc)
         context = anchors.context_bytes(doc.get("tools"), doc.get("instructions"), inbound.model,
                                         definitions)
+        # Positional, as `Situation` below.
         prepared = Prepared(inbound, identity, upstream, client_headers, inbound.body, attempt,
-                            key=key, estimator=estimator, context=context)
+                            key, context, estimator)
         if inbound.entries is None or inbound.stateful_upstream:
             return self._pass_through(prepared, line)
         known = known_of(inbound) if key is not None else None
@@ -353,11 +354,12 @@ class Pipeline:
     def _situation(self, inbound: Inbound, estimator: TokenEstimator,
                    state: ThreadState | None, attempt: Attempt) -> Situation:
         th = self.estimators.thresholds(inbound.model, requested_output_tokens(inbound.doc))
-        return Situation(self.settings.compaction, estimator, self.identities, th,
-                         now=self.clock(), last_activity=state.last_activity if state else None,
-                         mark=state.microcompact if state else None,
-                         anchors=state.anchors if state else (), policy=attempt.policy,
-                         keep_loop=attempt.keep_loop)
+        # Positional, in the fields' order: a class called with keywords has them packed into
+        # a dict and out again, about 500 instructions each (callgrind), every request.
+        return Situation(self.settings.compaction, estimator, self.identities, th, self.clock(),
+                         state.last_activity if state else None,
+                         state.microcompact if state else None,  # the mark
+                         state.anchors if state else (), attempt.policy, attempt.keep_loop)
 
     @staticmethod
     def _tap_factory(api: Api, hide_usage: bool) -> Callable[[], StreamTap]:

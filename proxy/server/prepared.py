@@ -47,10 +47,10 @@ class Prepared:
     client_headers: Mapping[str, str]  # the client's request headers
     body: bytes
     attempt: Attempt = field(default_factory=Attempt)
-    response_headers: dict[str, str] = field(default_factory=dict)
     key: ThreadKey | None = None
     context: bytes = b""
     estimator: TokenEstimator | None = None
+    response_headers: dict[str, str] = field(default_factory=dict)
     # What `prepare` finds out, set on the way. Not `__init__` arguments: one is made for every
     # request, and until set these read their class-level defaults (immutable: never shared
     # state).
