@@ -185,7 +185,10 @@ class SqliteStore:
         return fn(*args, **kwargs)
 
     def _enqueue(self, write: Write) -> None:
-        executor = self._require_executor()
+        # `_require_executor`, inline: every request queues a write or two.
+        executor = self._executor
+        if executor is None or self._closing:
+            raise StoreError("state store is not open")
         if self.writer.put(write):
             # Queued writes wait a moment so that a busy proxy commits them in batches.
             asyncio.get_running_loop().call_later(self._write_delay_s, self._drain_soon, executor)
