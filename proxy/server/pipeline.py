@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from operator import attrgetter
 from dataclasses import replace
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
@@ -143,7 +143,8 @@ class Pipeline:
         built = build(view, state.event if state else None, situation)
         built = await self.flow.auto(prepared, view, situation, state, built, line)
         mark = built.cascade.mark
-        if state is not None and key is not None and mark not in (None, state.microcompact):
+        if (state is not None and key is not None and mark is not None
+                and mark != state.microcompact):
             await self._keep_mark(prepared, key, mark)
         # An earlier `/compact` exchange left out of the view changes the body too.
         edited = view.entries is not inbound.entries
