@@ -31,7 +31,7 @@ async def filled(state: Path, ids: list[str] = IDS, tenants: tuple[str, ...] = (
     await store.open()
     for n, thread in enumerate(ids):
         for tenant in tenants:
-            await store.record_request(ThreadKey(tenant, thread), 1000.0 + n, 100 + n)
+            store.record_request(ThreadKey(tenant, thread), 1000.0 + n, 100 + n)
     await store.flush()
     if not keep_open:
         await store.close()
@@ -135,7 +135,7 @@ async def test_reading_never_migrates_or_changes_the_journal_mode(tmp_path: Path
 async def test_reads_the_latest_commits_while_the_owner_runs(tmp_path: Path) -> None:
     owner = await filled(tmp_path / "state", ["t1"], keep_open=True)
     try:
-        await owner.record_request(ThreadKey("tenant-a", "t1"), 2000.0, 4321)
+        owner.record_request(ThreadKey("tenant-a", "t1"), 2000.0, 4321)
         await owner.flush()
         result = cli("inspect", "t1", "--config", config_for(tmp_path, tmp_path / "state"))
         assert result.returncode == 0, result.stderr

@@ -40,17 +40,17 @@ async def test_close_writes_each_threads_latest_activity_and_estimate(tmp_path: 
     await store.open()
     other = ThreadKey("tenant-a", "thread-2")
     for at, estimate in ((1000.0, 237), (1005.0, 500), (1010.0, 812), (1012.0, None)):
-        await store.record_request(KEY, at, estimate)
-    await store.record_request(other, 1001.0, 9)
-    await store.record_request(other, 1002.0, 10)
+        store.record_request(KEY, at, estimate)
+    store.record_request(other, 1001.0, 9)
+    store.record_request(other, 1002.0, 10)
     await store.close()
     assert await persisted(tmp_path) == (1012.0, 812)
     assert await persisted(tmp_path, other) == (1002.0, 10)
 
 
 async def test_flush_writes_the_held_back_activity(cached: CachedStore) -> None:
-    await cached.record_request(KEY, 1000.0, 237)
-    await cached.record_request(KEY, 1010.0, 812)
+    cached.record_request(KEY, 1000.0, 237)
+    cached.record_request(KEY, 1010.0, 812)
     await cached.flush()
     state = await cached.store.load(KEY)
     assert (state.last_activity, state.last_estimate) == (1010.0, 812)
@@ -58,9 +58,9 @@ async def test_flush_writes_the_held_back_activity(cached: CachedStore) -> None:
 
 async def test_the_next_request_after_the_interval_writes_the_held_estimate_too(
         cached: CachedStore) -> None:
-    await cached.record_request(KEY, 1000.0, 237)
-    await cached.record_request(KEY, 1010.0, 812)  # held back
-    await cached.record_request(KEY, 1000.0 + TOUCH_INTERVAL_S, None)  # no estimate of its own
+    cached.record_request(KEY, 1000.0, 237)
+    cached.record_request(KEY, 1010.0, 812)  # held back
+    cached.record_request(KEY, 1000.0 + TOUCH_INTERVAL_S, None)  # no estimate of its own
     state = await cached.store.load(KEY)
     assert (state.last_activity, state.last_estimate) == (1000.0 + TOUCH_INTERVAL_S, 812)
 
@@ -71,7 +71,7 @@ class CountingStore:
     def __init__(self) -> None:
         self.touches: list[tuple[ThreadKey, float, int | None]] = []
 
-    async def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
+    def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
         self.touches.append((key, at, estimate))
 
     async def flush(self) -> None:
@@ -82,9 +82,9 @@ async def test_activity_is_written_at_most_once_per_interval_per_thread() -> Non
     counting = CountingStore()
     store = CachedStore(counting)  # type: ignore[arg-type]
     for n in range(100):  # 100 requests in 29.7 s
-        await store.record_request(KEY, 1000.0 + n * 0.3, n)
+        store.record_request(KEY, 1000.0 + n * 0.3, n)
     assert counting.touches == [(KEY, 1000.0, 0)]
-    await store.record_request(KEY, 1000.0 + TOUCH_INTERVAL_S, None)
+    store.record_request(KEY, 1000.0 + TOUCH_INTERVAL_S, None)
     assert counting.touches[-1] == (KEY, 1000.0 + TOUCH_INTERVAL_S, 99)
     await store.flush()
     assert len(counting.touches) == 2  # nothing held back any more
@@ -95,8 +95,8 @@ async def test_held_back_touches_stay_bounded_and_are_written_not_dropped() -> N
     store = CachedStore(counting, max_threads=2)  # type: ignore[arg-type]
     keys = [ThreadKey("t", f"th{n}") for n in range(3)]
     for key in keys:
-        await store.record_request(key, 1000.0, 1)
-        await store.record_request(key, 1001.0, 2)  # held back
+        store.record_request(key, 1000.0, 1)
+        store.record_request(key, 1001.0, 2)  # held back
     assert counting.touches[-1] == (keys[0], 1001.0, 2)  # the third: the oldest written out
     await store.flush()
     assert sorted(t for t in counting.touches if t[1] == 1001.0) == [
@@ -131,7 +131,7 @@ async def test_touches_written_follow_the_merge_rule_whatever_the_order(
     counting = CountingStore()
     store = CachedStore(counting)  # type: ignore[arg-type]
     for at, estimate in requests:
-        await store.record_request(KEY, at, estimate)
+        store.record_request(KEY, at, estimate)
     await store.flush()
     assert [(at, estimate) for _, at, estimate in counting.touches] == (
         _reference_touches(requests))

@@ -39,8 +39,8 @@ async def main(root):
         n += 1
         payload = (f"{n}:" * 40_000)[: 100_000 + n]
         history.append(key, [{"role": "user", "content": payload}])
-        await store.record_request(key, time.time(), n)
-        await store.add_anchor(key, Anchor((f"r{n}",), n, f"p{n}", n, 1, created_at=time.time()))
+        store.record_request(key, time.time(), n)
+        store.add_anchor(key, Anchor((f"r{n}",), n, f"p{n}", n, 1, created_at=time.time()))
         await store.add_event(key, CompactionEvent(
             cutoff_index=n, cutoff_message_id=f"m{n}",
             prefix_digest=hashlib.sha256(payload.encode()).hexdigest(),

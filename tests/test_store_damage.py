@@ -43,7 +43,7 @@ async def damaged_state(root: Path, how: str = "garbage") -> None:
     await store.open()
     for i in range(THREADS):
         key = ThreadKey(TENANT, f"thread-{i:03d}")
-        await store.record_request(key, 1000.0 + i, 100)
+        store.record_request(key, 1000.0 + i, 100)
         await store.add_event(key, CompactionEvent(
             1, "m", "p", {"role": "user", "content": f"MARK-{i:03d}-" + "s" * 600}))
     await store.close()
@@ -171,7 +171,7 @@ def test_a_request_of_a_damaged_thread_gets_openai_error_shape_others_are_served
 async def _filled(root: Path) -> None:
     store = SqliteStore(root)
     await store.open()
-    await store.record_request(ThreadKey(TENANT, "t"), 1000.0, 1)
+    store.record_request(ThreadKey(TENANT, "t"), 1000.0, 1)
     await store.close()
 
 
@@ -194,7 +194,7 @@ async def test_a_row_sqlite_reads_but_the_proxy_cannot_decode_is_damage_too(
     try:
         for thread in (DAMAGED, SOUND):
             key = ThreadKey(TENANT, thread)
-            await store.record_request(key, 1000.0, 100)
+            store.record_request(key, 1000.0, 100)
             await store.add_event(key, CompactionEvent(1, "m", "p", {"role": "user"}))
         await store.flush()
         with closing(sqlite3.connect(tmp_path / "state.db", isolation_level=None)) as conn:

@@ -68,7 +68,7 @@ async def test_lost_queued_writes_are_logged_rate_limited_without_their_data(
     log = Lines()
     store = SqliteStore(tmp_path, log=log)
     await store.open()
-    await store.record_request(KEY, 1.0, 1)
+    store.record_request(KEY, 1.0, 1)
     await store.flush()
 
     def fill_the_disk() -> None:  # the database may not grow by a page: SQLITE_FULL
@@ -78,7 +78,7 @@ async def test_lost_queued_writes_are_logged_rate_limited_without_their_data(
 
     await store._run(fill_the_disk)
     for n in range(50):  # a few may fit in the last page's free space
-        await store.record_request(_secret_key(n), float(n), n)
+        store.record_request(_secret_key(n), float(n), n)
     await store.flush()
     lost = store.writer.failed
     assert lost > 0
@@ -86,7 +86,7 @@ async def test_lost_queued_writes_are_logged_rate_limited_without_their_data(
     assert event == "state_write_failed" and fields["failed"] == lost
     assert fields["error"] == "OperationalError" and fields["sqlite_error"] == "SQLITE_FULL"
     for n in range(50, 60):  # within the interval: counted, not logged yet
-        await store.record_request(_secret_key(n), float(n), n)
+        store.record_request(_secret_key(n), float(n), n)
     await store.flush()
     assert len(log.lines) == 1 and store.writer.failed == lost + 10
     await store.close()  # the rest is told at close

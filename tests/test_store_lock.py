@@ -30,7 +30,7 @@ async def test_a_second_store_on_the_same_directory_is_refused_naming_path_and_p
         assert "\n" not in message and str(tmp_path / "state") in message
         assert "another proxy process" in message and f"pid {os.getpid()}" in message
         await second.close()  # never opened: nothing to do
-        await owner.record_request(KEY, 1.0, 5)  # the owner is untouched
+        owner.record_request(KEY, 1.0, 5)  # the owner is untouched
         assert (await owner.load(KEY)).last_estimate == 5
     finally:
         await owner.close()
@@ -89,7 +89,7 @@ async def test_the_read_only_cli_works_while_the_owner_holds_the_directory(
     owner = SqliteStore(tmp_path / "state")
     await owner.open()
     try:
-        await owner.record_request(KEY, 1.0, 321)
+        owner.record_request(KEY, 1.0, 321)
         await owner.flush()
         listed = cli("threads", "--config", str(config))
         assert listed.returncode == 0 and "thread-1" in listed.stdout, listed.stderr

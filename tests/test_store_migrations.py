@@ -24,7 +24,7 @@ async def test_an_empty_file_is_migrated_to_the_latest_version(tmp_path: Path) -
     (tmp_path / "state.db").write_bytes(b"")
     store = SqliteStore(tmp_path)
     await store.open()
-    await store.record_request(KEY, 1.0, 3)
+    store.record_request(KEY, 1.0, 3)
     await store.close()
     assert versions(tmp_path / "state.db") == list(range(1, len(MIGRATIONS) + 1))
 
@@ -34,7 +34,7 @@ async def test_reopening_is_idempotent_and_keeps_the_data(tmp_path: Path) -> Non
         store = SqliteStore(tmp_path)
         await store.open()
         assert (await store.load(KEY)).last_estimate == (estimate - 1 or None)
-        await store.record_request(KEY, float(estimate), estimate)
+        store.record_request(KEY, float(estimate), estimate)
         await store.close()
     assert versions(tmp_path / "state.db") == list(range(1, len(MIGRATIONS) + 1))
 

@@ -66,8 +66,8 @@ async def test_unknown_thread_loads_empty(store: SqliteStore) -> None:
 
 async def test_every_record_round_trips_across_reopen(store: SqliteStore) -> None:
     mark = MicrocompactMark(through_message_id="m7", through_index=7, created_at=300.0)
-    await store.record_request(KEY, 50.0, 1234)
-    await store.add_anchor(KEY, anchor(1))
+    store.record_request(KEY, 50.0, 1234)
+    store.add_anchor(KEY, anchor(1))
     stored = await store.add_event(KEY, event(1))
     await store.set_microcompact(KEY, mark)
     store = await reopen(store)
@@ -94,7 +94,7 @@ async def test_events_get_increasing_seq_and_latest_wins(store: SqliteStore) -> 
 
 async def test_only_the_latest_anchors_are_kept_latest_first(store: SqliteStore) -> None:
     for n in range(ANCHORS_KEPT + 10):
-        await store.add_anchor(KEY, anchor(n))
+        store.add_anchor(KEY, anchor(n))
     positions = [a.position for a in (await store.load(KEY)).anchors]
     assert positions == list(range(ANCHORS_KEPT + 9, 9, -1))
     rows = await store._run(lambda: store._require_db().conn.execute(
@@ -107,8 +107,8 @@ async def test_anchors_of_a_batch_keep_their_order_per_thread_and_rows_stay_boun
     other = ThreadKey("tenant-a", "thread-2")
     for round_ in range(5):  # interleaved threads, some batches drained between
         for n in range(round_ * 7, round_ * 7 + 7):
-            await store.add_anchor(KEY, anchor(n))
-            await store.add_anchor(other, anchor(1000 + n))
+            store.add_anchor(KEY, anchor(n))
+            store.add_anchor(other, anchor(1000 + n))
         if round_ % 2:
             await store.flush()
     mine, theirs = (await store.load(KEY)).anchors, (await store.load(other)).anchors
@@ -122,8 +122,8 @@ async def test_anchors_of_a_batch_keep_their_order_per_thread_and_rows_stay_boun
 async def test_an_anchor_retried_after_a_failed_batch_still_gets_its_thread(
         store: SqliteStore) -> None:
     fresh, broken = ThreadKey("tenant-b", "thread-9"), ThreadKey("tenant-c", "thread-0")
-    await store.add_anchor(fresh, anchor(2))  # inserted, then rolled back with its batch...
-    await store.add_anchor(broken, replace(anchor(3), model=object()))  # ...that this fails
+    store.add_anchor(fresh, anchor(2))  # inserted, then rolled back with its batch...
+    store.add_anchor(broken, replace(anchor(3), model=object()))  # ...that this fails
     await store.flush()  # the writes are retried one by one: only the broken one fails
     assert store.writer.failed == 1
     state = await store.load(fresh)
@@ -132,24 +132,24 @@ async def test_an_anchor_retried_after_a_failed_batch_still_gets_its_thread(
 
 
 async def test_touch_keeps_latest_activity_and_last_known_estimate(store: SqliteStore) -> None:
-    await store.record_request(KEY, 10.0, 500)
-    await store.record_request(KEY, 30.0, None)
-    await store.record_request(KEY, 20.0, 700)
+    store.record_request(KEY, 10.0, 500)
+    store.record_request(KEY, 30.0, None)
+    store.record_request(KEY, 20.0, 700)
     state = await store.load(KEY)
     assert (state.created_at, state.last_activity, state.last_estimate) == (10.0, 30.0, 700)
 
 
 async def test_queued_writes_are_seen_by_the_next_load(store: SqliteStore) -> None:
-    await store.record_request(KEY, 10.0, 99)
-    await store.add_anchor(KEY, anchor(1))
+    store.record_request(KEY, 10.0, 99)
+    store.add_anchor(KEY, anchor(1))
     state = await store.load(KEY)  # no flush in between
     assert state.last_estimate == 99 and state.anchors == (anchor(1),)
 
 
 async def test_two_tenants_with_one_thread_id_never_see_each_other(store: SqliteStore) -> None:
     a, b = ThreadKey("tenant-a", "shared"), ThreadKey("tenant-b", "shared")
-    await store.record_request(a, 1.0, 111)
-    await store.add_anchor(a, anchor(1))
+    store.record_request(a, 1.0, 111)
+    store.add_anchor(a, anchor(1))
     await store.add_event(a, event(1, "secret of a"))
     await store.set_microcompact(a, MicrocompactMark("m1", 1))
     assert not (await store.load(b)).known
@@ -164,7 +164,7 @@ async def test_two_tenants_with_one_thread_id_never_see_each_other(store: Sqlite
 async def test_hostile_thread_ids_round_trip_without_collisions(store: SqliteStore) -> None:
     for n, raw in enumerate(HOSTILE_IDS):
         key = ThreadKey("tenant-a", raw)
-        await store.record_request(key, float(n), n)
+        store.record_request(key, float(n), n)
         await store.add_event(key, event(n))
     for n, raw in enumerate(HOSTILE_IDS):
         state = await store.load(ThreadKey("tenant-a", raw))
@@ -179,7 +179,7 @@ async def test_hostile_thread_ids_round_trip_without_collisions(store: SqliteSto
 
 async def test_list_threads_most_recent_first_with_summary_fields(store: SqliteStore) -> None:
     for n in range(5):
-        await store.record_request(ThreadKey("t", f"th{n}"), float(n), n * 10)
+        store.record_request(ThreadKey("t", f"th{n}"), float(n), n * 10)
     await store.add_event(ThreadKey("t", "th3"), event(1))
     listed = await store.list_threads(limit=3)
     assert [s.thread for s in listed] == ["th4", "th3", "th2"]
@@ -189,8 +189,8 @@ async def test_list_threads_most_recent_first_with_summary_fields(store: SqliteS
 async def test_many_concurrent_writes_are_all_persisted(store: SqliteStore) -> None:
     async def one(n: int) -> int:
         key = ThreadKey("t", f"th{n % 10}")
-        await store.record_request(key, float(n), n)
-        await store.add_anchor(key, anchor(n))
+        store.record_request(key, float(n), n)
+        store.add_anchor(key, anchor(n))
         return (await store.add_event(key, event(n))).seq
 
     await asyncio.gather(*(one(n) for n in range(300)))
@@ -214,8 +214,8 @@ def block_worker(store: SqliteStore) -> threading.Event:
 
 async def test_queued_writes_do_not_wait_for_the_disk(store: SqliteStore) -> None:
     release = block_worker(store)
-    await asyncio.wait_for(store.record_request(KEY, 1.0, 7), timeout=1)
-    await asyncio.wait_for(store.add_anchor(KEY, anchor(1)), timeout=1)
+    store.record_request(KEY, 1.0, 7)  # a plain call: it returns with the worker parked
+    store.add_anchor(KEY, anchor(1))
     assert store.writer.pending == 2
     release.set()
     assert (await store.load(KEY)).last_estimate == 7
@@ -224,8 +224,8 @@ async def test_queued_writes_do_not_wait_for_the_disk(store: SqliteStore) -> Non
 async def test_close_drains_queued_writes(store: SqliteStore) -> None:
     release = block_worker(store)
     for n in range(500):
-        await store.record_request(KEY, float(n), n)
-        await store.add_anchor(KEY, anchor(n))
+        store.record_request(KEY, float(n), n)
+        store.add_anchor(KEY, anchor(n))
     assert store.writer.pending == 1000
     closing = asyncio.create_task(store.close())
     release.set()
@@ -261,13 +261,13 @@ async def test_calls_on_a_closed_store_fail_clearly(tmp_path: Path) -> None:
     await store.close()
     await store.close()  # idempotent
     with pytest.raises(StoreError):
-        await store.record_request(KEY, 1.0, None)
+        store.record_request(KEY, 1.0, None)
 
 
 async def test_create_store_from_settings(tmp_path: Path) -> None:
     store = create_store(StateSettings(path=str(tmp_path / "nested" / "data")))
     await store.open()
-    await store.record_request(KEY, 1.0, 5)
+    store.record_request(KEY, 1.0, 5)
     assert (await store.load(KEY)).last_estimate == 5
     await store.close()
     with pytest.raises(StoreError):

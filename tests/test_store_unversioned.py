@@ -21,7 +21,7 @@ async def unversioned(root: Path) -> bytes:
     """A real state with one thread, its schema_version rows then deleted; the file's digest."""
     store = SqliteStore(root)
     await store.open()
-    await store.record_request(ThreadKey("tenant", "t1"), 1000.0, 10)
+    store.record_request(ThreadKey("tenant", "t1"), 1000.0, 10)
     await store.close()
     with closing(sqlite3.connect(root / "state.db", isolation_level=None)) as conn:
         conn.execute("DELETE FROM schema_version")

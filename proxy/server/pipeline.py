@@ -14,13 +14,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
 
 from proxy import anchors, jsonio
 from proxy.compaction import manual
-from proxy.compaction.trigger import Thresholds, requested_output_tokens, thresholds
+from proxy.compaction.trigger import requested_output_tokens
 from proxy.conversation import Api
 from proxy.errors import CompactionInsufficient, CompactionUnavailable
 from proxy.identity import Identities
@@ -33,6 +34,7 @@ from proxy.reparse import Known, known_of, reparse
 from proxy.server import manual_answer
 from proxy.server.compaction_flow import CompactionFlow
 from proxy.server.compactor import Compactor
+from proxy.server.estimators import Estimators
 from proxy.server.prepared import Attempt, Prepared
 from proxy.server.relay import StreamTap
 from proxy.server.request_line import RequestLine
@@ -47,9 +49,7 @@ from proxy.store.failures import describe
 from proxy.store.keys import MAX_KEPT_CHARS
 from proxy.streams import chat_message, chat_messages, one_choice, responses_output, usage_of
 from proxy.threads import ThreadIdentity, loggable
-from proxy.tokens.encoding import encoding_name, tokenizer_for
 from proxy.tokens.estimate import TokenEstimator
-from proxy.tokens.images import image_rule
 from proxy.tokens.rules import request_definitions
 from proxy.usage import normalize
 
@@ -60,7 +60,10 @@ class Pipeline:
                  log: Any = None, metrics: Any = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
-        self.store = store or CachedStore(create_store(settings.state))
+        # Wrapped unless it is one: the request path reads a known thread's state from the
+        # cache without a coroutine (`CachedStore.cached`).
+        self.store = (store if isinstance(store, CachedStore)
+                      else CachedStore(store or create_store(settings.state)))
         self.history = history or create_history(settings.state)
         self.log = log
         self.metrics = metrics
@@ -70,18 +73,16 @@ class Pipeline:
                                    self.history, log, metrics, clock)
         self.flow = CompactionFlow(settings, self.store, self.compactor, log)
         self.lessons = RetryLessons()
-        self._estimators: dict[tuple[str, str], TokenEstimator] = {}  # by encoding, image rule
-        self._by_model: dict[str, TokenEstimator] = {}
-        self._thresholds_by: dict[tuple[str, int], Thresholds] = {}
+        self.estimators = Estimators(settings)
         # Each thread's last request, so a steady one parses and builds only what is new;
         # bounded by the bytes of the client's messages they hold.
         self._recent: WeightedLRU[ThreadKey, Known] = WeightedLRU(
-            settings.server.recent_cache_mb * 1024 * 1024, _known_weight)
+            settings.server.recent_cache_mb * 1024 * 1024, attrgetter("weight"))
 
     async def start(self) -> None:
         await self.store.open()
         if self.log is not None:
-            self.log.info("tokenizers", **self._tokenizers_in_use())
+            self.log.info("tokenizers", **self.estimators.in_use())
 
     async def stop(self) -> None:
         await self.store.close()
@@ -114,11 +115,15 @@ class Pipeline:
             known = self._recent.get(key) if key else None
             previous = known.entries if known is not None and known.api is inbound.api else ()
             inbound = with_entries(inbound, previous)
-        estimator = self.estimator(inbound.model)
-        definitions = request_definitions(inbound.doc)
+        estimator = self.estimators.estimator(inbound.model)
+        doc = inbound.doc
+        # What besides the list shapes the count (`rules.request_definitions`: `definitions`).
+        definitions = request_definitions(doc)
+        context = anchors.context_bytes(doc.get("tools"), doc.get("instructions"), inbound.model,
+                                        definitions)
+        # Positional, as `Situation` below.
         prepared = Prepared(inbound, identity, upstream, client_headers, inbound.body, attempt,
-                            key=key, estimator=estimator,
-                            context=self._context(inbound, definitions))
+                            key, context, estimator)
         if inbound.entries is None or inbound.stateful_upstream:
             return self._pass_through(prepared, line)
         known = known_of(inbound) if key is not None else None
@@ -128,16 +133,22 @@ class Pipeline:
         command = None if mentioned is None else manual.detect(inbound.entries, mentioned)
         if command is not None and key is None:
             return self._no_thread_command(prepared, line)
-        state = await self.store.load(key) if key else None
+        state = self.store.cached(key) if key else None
+        if state is None and key:
+            state = await self.store.load(key)
         view = self._view(inbound, prepared.context, definitions, mentioned)
         situation = self._situation(inbound, estimator, state, attempt)
         if command is not None:
             return await self.flow.manual_compact(prepared, view, situation, state, command, line)
         built = build(view, state.event if state else None, situation)
         built = await self.flow.auto(prepared, view, situation, state, built, line)
+        mark = built.cascade.mark
+        if (state is not None and key is not None and mark is not None
+                and mark != state.microcompact):
+            await self._keep_mark(prepared, key, mark)
         # An earlier `/compact` exchange left out of the view changes the body too.
-        return await self._finish_prepare(prepared, built, state, line,
-                                          edited=view.entries is not inbound.entries)
+        edited = view.entries is not inbound.entries
+        return self._finish_prepare(prepared, built, line, edited=edited)
 
     def _pass_through(self, prepared: Prepared, line: RequestLine) -> Prepared:
         inbound = prepared.inbound
@@ -147,37 +158,37 @@ class Pipeline:
         prepared.response_headers = {"x-compaction": "none"}
         return prepared
 
-    async def _finish_prepare(self, prepared: Prepared, built: Built, state: ThreadState | None,
-                              line: RequestLine, edited: bool = False) -> Prepared:
+    def _finish_prepare(self, prepared: Prepared, built: Built, line: RequestLine,
+                        edited: bool = False) -> Prepared:
         inbound, key = prepared.inbound, prepared.key
         cascade = built.cascade
-        if (state is not None and key is not None and cascade.mark is not None
-                and cascade.mark != state.microcompact):
-            await self._keep_mark(prepared, key, cascade.mark)
         if prepared.attempt.placeholders is not None:
             built = replace(built, cascade=replace(
                 cascade, entries=prepared.attempt.placeholders(built.projection)[0]))
         if prepared.attempt.lesson:
             self._say_lesson(prepared.attempt, built, line)
-        hide_usage = prepared.upstream.stream_usage and _needs_usage_chunk(inbound)
-        prepared.projection, prepared.estimate = built.projection, built.tokens
-        prepared.body = build_body(inbound, built.projection, include_usage=hide_usage)
+        # `stream` first: most requests do not stream, and then nothing more is asked.
+        hide_usage = (inbound.stream and prepared.upstream.stream_usage
+                      and _needs_usage_chunk(inbound))
+        projection, event = built.projection, built.event  # properties: read once
+        prepared.projection, prepared.estimate = projection, built.tokens
+        prepared.body = build_body(inbound, projection, include_usage=hide_usage)
         prepared.stream_tap = self._tap_factory(inbound.api, hide_usage)
         compaction = ("compacted" if line.fields.get("compacted") else
                       "applied" if built.rebuilt is not None or cascade.changed or edited else "none")
         prepared.response_headers = {"x-context-tokens": str(built.tokens),
                                      "x-compaction": compaction}
         if key is not None:
-            await self.store.record_request(key, self.clock(), built.tokens)
+            self.store.record_request(key, self.clock(), built.tokens)
         if self.metrics is not None and cascade.changed:
             for report in cascade.reports:
                 self.metrics.observe_saved(report.name, report.tokens_saved)
         line.set(elements_reused=inbound.reused or None, tokens_estimate=built.tokens,
                  anchor_used=built.anchor is not None,
                  tokenizer=prepared.estimator.described if prepared.estimator else None,
-                 compaction=compaction, checkpoint=built.event.seq if built.event else None,
+                 compaction=compaction, checkpoint=event.seq if event else None,
                  protected=built.protected,
-                 **_stage_fields(built))
+                 **(_stage_fields(built) if cascade.changed else _NO_FIELDS))
         return prepared
 
     @staticmethod
@@ -264,16 +275,16 @@ class Pipeline:
         except ValueError:
             return
         if prepared.inbound.api is not Api.CHAT:
-            await self._record_usage(prepared, responses_output(body), usage_of(body), line)
+            self._record_usage(prepared, responses_output(body), usage_of(body), line)
             return
         usual = one_choice(body)
         if usual is not None:
-            await self._record_usage(prepared, usual[0], usual[1], line)
+            self._record_usage(prepared, usual[0], usual[1], line)
             return
         response = chat_message(body)
         # A message found means a list of choices; of several (`n` > 1) the client keeps any.
         choices = chat_messages(body) if response and len(body["choices"]) > 1 else None
-        await self._record_usage(prepared, response, usage_of(body), line, choices)
+        self._record_usage(prepared, response, usage_of(body), line, choices)
 
     async def finish_stream(self, prepared: Prepared, tap: StreamTap, status: int,
                             line: RequestLine) -> None:
@@ -292,7 +303,7 @@ class Pipeline:
         if prepared.key is not None and tap.complete:
             choices = tap.stream.messages() if isinstance(tap, ChatTap) else None
             response = tap.response() if choices is None else next(iter(choices), None)
-            await self._record_usage(prepared, response, tap.usage(), line, choices)
+            self._record_usage(prepared, response, tap.usage(), line, choices)
 
     def _learn(self, prepared: Prepared) -> None:
         """A retry's fix passed: the thread's later requests for this model get it at once."""
@@ -300,8 +311,8 @@ class Pipeline:
         if attempt.fix is not None and not attempt.lesson:
             self.lessons.learn(prepared.key, prepared.inbound.model, attempt.fix)
 
-    async def _record_usage(self, prepared: Prepared, response: Any, raw_usage: Any,
-                            line: RequestLine, choices: list[Any] | None = None) -> None:
+    def _record_usage(self, prepared: Prepared, response: Any, raw_usage: Any,
+                      line: RequestLine, choices: list[Any] | None = None) -> None:
         api = prepared.inbound.api
         estimator = prepared.estimator
         usage = normalize(raw_usage, api, response, estimator.tokenizer.count if estimator else None)
@@ -315,7 +326,7 @@ class Pipeline:
             return
         if choices is None or len(choices) < 2:
             digests = anchors.response_digests(api, response, self.identities)
-            await self.store.add_anchor(prepared.key, anchors.anchor_for(
+            self.store.add_anchor(prepared.key, anchors.anchor_for(
                 prepared.projection, prepared.context, digests, usage, prepared.inbound.model,
                 self.clock()))
             return
@@ -323,7 +334,7 @@ class Pipeline:
         digests = [anchors.response_digests(api, a, self.identities) for a in choices]
         for anchor in anchors.choice_anchors(prepared.projection, prepared.context, digests,
                                              usage, prepared.inbound.model, self.clock()):
-            await self.store.add_anchor(prepared.key, anchor)
+            self.store.add_anchor(prepared.key, anchor)
 
     # ---------------------------------------------------------------- helpers
 
@@ -331,25 +342,6 @@ class Pipeline:
     def thread_key(identity: ThreadIdentity) -> ThreadKey | None:
         thread = identity.thread
         return None if thread is None else _THREAD_KEYS[identity.tenant, thread]
-
-    def estimator(self, model: str) -> TokenEstimator:
-        found = self._by_model.get(model)
-        if found is None:
-            found = self._estimator_for(model)
-            if len(self._by_model) < 4096:
-                self._by_model[model] = found
-        return found
-
-    def _estimator_for(self, model: str) -> TokenEstimator:
-        profile = self.settings.profile(model)
-        tokenizer = profile.tokenizer if profile else None
-        images = image_rule(model, profile.image_rule if profile else None)
-        key = encoding_name(model, tokenizer), images.name
-        found = self._estimators.get(key)
-        if found is None:
-            found = TokenEstimator(tokenizer_for(model, tokenizer), self.settings.tokens, images)
-            self._estimators[key] = found
-        return found
 
     def _view(self, inbound: Inbound, context: bytes, definitions: Any,
               mentioned: str | None) -> View:
@@ -362,35 +354,13 @@ class Pipeline:
 
     def _situation(self, inbound: Inbound, estimator: TokenEstimator,
                    state: ThreadState | None, attempt: Attempt) -> Situation:
-        th = self._thresholds(inbound.model, requested_output_tokens(inbound.doc))
-        return Situation(self.settings.compaction, estimator, self.identities, th,
-                         now=self.clock(), last_activity=state.last_activity if state else None,
-                         mark=state.microcompact if state else None,
-                         anchors=state.anchors if state else (), policy=attempt.policy,
-                         keep_loop=attempt.keep_loop)
-
-    def _thresholds(self, model: str, reserved_output: int) -> Thresholds:
-        key = (model, reserved_output)
-        found = self._thresholds_by.get(key)
-        if found is None:
-            found = thresholds(self.settings.compaction, self.settings.profile(model),
-                               reserved_output)
-            if len(self._thresholds_by) < 4096:
-                self._thresholds_by[key] = found
-        return found
-
-    def _tokenizers_in_use(self) -> dict[str, str]:
-        out = {p.pattern: self.estimator(p.pattern).described
-               for p in self.settings.models}
-        out["<default>"] = self.estimator("").described
-        return out
-
-    @staticmethod
-    def _context(inbound: Inbound, definitions: Any) -> bytes:
-        """What besides the list shapes the count (`rules.request_definitions`: `definitions`)."""
-        doc = inbound.doc
-        return anchors.context_bytes(doc.get("tools"), doc.get("instructions"), inbound.model,
-                                     definitions)
+        th = self.estimators.thresholds(inbound.model, requested_output_tokens(inbound.doc))
+        # Positional, in the fields' order: a class called with keywords has them packed into
+        # a dict and out again, about 500 instructions each (callgrind), every request.
+        return Situation(self.settings.compaction, estimator, self.identities, th, self.clock(),
+                         state.last_activity if state else None,
+                         state.microcompact if state else None,  # the mark
+                         state.anchors if state else (), attempt.policy, attempt.keep_loop)
 
     @staticmethod
     def _tap_factory(api: Api, hide_usage: bool) -> Callable[[], StreamTap]:
@@ -423,13 +393,8 @@ _THREAD_KEYS: Memo[tuple[str, str], ThreadKey] = Memo(
     _thread_key, max_entries=8192, max_chars=MAX_KEPT_CHARS, chars=lambda named: len(named[1]))
 
 
-def _known_weight(known: Known) -> int:
-    return known.weight
-
-
 def _stage_fields(built: Built) -> Mapping[str, Any]:
-    if not built.cascade.changed:
-        return _NO_FIELDS  # no stage changed anything: nothing to report
+    """What the stages changed; asked only when one did (`cascade.changed`)."""
     stages = {r.name: {"changed": r.changed, "tokens_saved": r.tokens_saved}
               for r in built.cascade.reports if r.changed}
     return {"stages": stages, "tokens_saved": built.cascade.tokens_saved} if stages else {}

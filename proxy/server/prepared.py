@@ -47,14 +47,17 @@ class Prepared:
     client_headers: Mapping[str, str]  # the client's request headers
     body: bytes
     attempt: Attempt = field(default_factory=Attempt)
-    answer: web.StreamResponse | None = None
-    response_headers: dict[str, str] = field(default_factory=dict)
-    stream_tap: Callable[[], StreamTap] = PlainTap
     key: ThreadKey | None = None
-    projection: Entries = ()
     context: bytes = b""
-    estimate: int | None = None
     estimator: TokenEstimator | None = None
+    response_headers: dict[str, str] = field(default_factory=dict)
+    # What `prepare` finds out, set on the way. Not `__init__` arguments: one is made for every
+    # request, and until set these read their class-level defaults (immutable: never shared
+    # state).
+    answer: web.StreamResponse | None = field(default=None, init=False)
+    stream_tap: Callable[[], StreamTap] = field(default=PlainTap, init=False)
+    projection: Entries = field(default=(), init=False)
+    estimate: int | None = field(default=None, init=False)
 
     @property
     def credentials(self) -> Mapping[str, str]:

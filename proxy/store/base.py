@@ -9,7 +9,9 @@ Write guarantees every implementation gives:
   `add_event` is atomic: a crash leaves the old latest event or the new one, never half.
 - `record_request`, `add_anchor` and `add_origin` are queued (the request path does not wait
   on disk) and applied in order; a later `load` (or `origin`) on the same store sees them;
-  `flush` and `close` wait for them.
+  `flush` and `close` wait for them. `record_request` and `add_anchor` are plain calls, not
+  coroutines: every request makes them, and a coroutine that never waits costs its creation
+  and its await for nothing.
 """
 
 from __future__ import annotations
@@ -52,10 +54,10 @@ class StateStore(Protocol):
     async def load(self, key: ThreadKey) -> ThreadState:
         """The thread's state; an empty one (`known` False) for an unknown thread."""
 
-    async def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
+    def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
         """Queue: touch last activity (creating the thread), keep the estimate if given."""
 
-    async def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
+    def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
         """Queue: add a usage anchor; only the latest `ANCHORS_KEPT` are kept."""
 
     async def add_origin(self, made_id: str, upstream: str, at: float) -> None:

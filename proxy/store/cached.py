@@ -46,12 +46,17 @@ class CachedStore:
         await self.store.open()
 
     async def close(self) -> None:
-        await self._write_held()
+        self._write_held()
         await self.store.close()
 
     async def flush(self) -> None:
-        await self._write_held()
+        self._write_held()
         await self.store.flush()
+
+    def cached(self, key: ThreadKey) -> ThreadState | None:
+        """The thread's state when this cache holds it (now the newest), else None: a known
+        thread's state without a coroutine; `load` reads the others from the store."""
+        return self._states.get(key)
 
     async def load(self, key: ThreadKey) -> ThreadState:
         found = self._states.get(key)
@@ -60,7 +65,7 @@ class CachedStore:
             self._states.put(key, found)
         return found
 
-    async def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
+    def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
         held = self._held.pop(key, None)
         # `_merged`, inline for the usual case: a thread's requests come in order.
         if held is None or (at >= held[0] and estimate is not None):
@@ -69,15 +74,15 @@ class CachedStore:
             latest, latest_estimate = _merged(held, at, estimate)
         persisted = self._touched.get(key)
         if persisted is None or at - persisted >= TOUCH_INTERVAL_S:
-            await self._persist(key, latest, latest_estimate)
+            self._persist(key, latest, latest_estimate)
         else:
             self._held[key] = (latest, latest_estimate)
             if len(self._held) > self._max_held:
-                await self._persist(*_oldest(self._held))
+                self._persist(*_oldest(self._held))
         self._states.update(key, _touched, at, estimate)
 
-    async def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
-        await self.store.add_anchor(key, anchor)
+    def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
+        self.store.add_anchor(key, anchor)
         self._states.update(key, _anchored, anchor)
 
     async def add_origin(self, made_id: str, upstream: str, at: float) -> None:
@@ -104,14 +109,14 @@ class CachedStore:
     async def events(self, key: ThreadKey) -> list[CompactionEvent]:
         return await self.store.events(key)
 
-    async def _persist(self, key: ThreadKey, at: float, estimate: int | None) -> None:
-        await self.store.record_request(key, at, estimate)
+    def _persist(self, key: ThreadKey, at: float, estimate: int | None) -> None:
+        self.store.record_request(key, at, estimate)
         self._touched.put(key, at)
 
-    async def _write_held(self) -> None:
+    def _write_held(self) -> None:
         held, self._held = self._held, OrderedDict()
         for key, (at, estimate) in held.items():
-            await self._persist(key, at, estimate)
+            self._persist(key, at, estimate)
 
 
 def _merged(held: HeldTouch | None, at: float, estimate: int | None) -> HeldTouch:

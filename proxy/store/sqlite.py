@@ -93,10 +93,10 @@ class SqliteStore:
         state = await self._run(self._require_db().load, storable_key(key))
         return replace(state, key=key)
 
-    async def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
+    def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
         self._enqueue(partial(self._require_db().touch, storable_key(key), at, estimate))
 
-    async def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
+    def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
         self._enqueue(AnchorWrite(self._require_db(), storable_key(key), anchor))
 
     async def add_origin(self, made_id: str, upstream: str, at: float) -> None:
@@ -185,7 +185,10 @@ class SqliteStore:
         return fn(*args, **kwargs)
 
     def _enqueue(self, write: Write) -> None:
-        executor = self._require_executor()
+        # `_require_executor`, inline: every request queues a write or two.
+        executor = self._executor
+        if executor is None or self._closing:
+            raise StoreError("state store is not open")
         if self.writer.put(write):
             # Queued writes wait a moment so that a busy proxy commits them in batches.
             asyncio.get_running_loop().call_later(self._write_delay_s, self._drain_soon, executor)

@@ -1,0 +1,59 @@
+"""What each model gets for counting and triggering: its token estimator and its thresholds.
+
+Both follow from the settings and the model name alone (and the output a request reserves),
+so each is made once and remembered; the bounds keep clients that invent model names from
+growing the caches without end.
+"""
+
+from __future__ import annotations
+
+from proxy.compaction.trigger import Thresholds, thresholds
+from proxy.settings import Settings
+from proxy.tokens.encoding import encoding_name, tokenizer_for
+from proxy.tokens.estimate import TokenEstimator
+from proxy.tokens.images import image_rule
+
+MAX_REMEMBERED = 4096  # model names (and reserved outputs) remembered; past it, made each time
+
+
+class Estimators:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._shared: dict[tuple[str, str], TokenEstimator] = {}  # by encoding, image rule
+        self._by_model: dict[str, TokenEstimator] = {}
+        self._thresholds_by: dict[tuple[str, int], Thresholds] = {}
+
+    def estimator(self, model: str) -> TokenEstimator:
+        found = self._by_model.get(model)
+        if found is None:
+            found = self._estimator_for(model)
+            if len(self._by_model) < MAX_REMEMBERED:
+                self._by_model[model] = found
+        return found
+
+    def thresholds(self, model: str, reserved_output: int) -> Thresholds:
+        key = (model, reserved_output)
+        found = self._thresholds_by.get(key)
+        if found is None:
+            found = thresholds(self.settings.compaction, self.settings.profile(model),
+                               reserved_output)
+            if len(self._thresholds_by) < MAX_REMEMBERED:
+                self._thresholds_by[key] = found
+        return found
+
+    def in_use(self) -> dict[str, str]:
+        """The tokenizer each configured model pattern gets, and the default's (for the log)."""
+        out = {p.pattern: self.estimator(p.pattern).described for p in self.settings.models}
+        out["<default>"] = self.estimator("").described
+        return out
+
+    def _estimator_for(self, model: str) -> TokenEstimator:
+        profile = self.settings.profile(model)
+        tokenizer = profile.tokenizer if profile else None
+        images = image_rule(model, profile.image_rule if profile else None)
+        key = encoding_name(model, tokenizer), images.name
+        found = self._shared.get(key)
+        if found is None:
+            found = TokenEstimator(tokenizer_for(model, tokenizer), self.settings.tokens, images)
+            self._shared[key] = found
+        return found
