@@ -169,6 +169,13 @@ def echoed(entries: Sequence[Entry], anchor: Anchor, digest: Digest) -> list[int
         return None
     found: list[int] = []
     i = anchor.position
+    if count and entries[0].api is Api.CHAT:  # no reasoning items, no references: whole echoes
+        for wanted in anchor.response_digests:
+            if i >= count or digest(entries[i]) != wanted:
+                return None
+            found.append(i)
+            i += 1
+        return found
     for wanted in anchor.response_digests:
         content, _, names = wanted.partition(_SEP)
         ids = names.split(_SEP) if names else ()
@@ -209,10 +216,15 @@ def estimate(entries: Sequence[Entry], sizes: Sequence[int], context: bytes,
             continue
         if projection_digest(entries[:anchor.position], context) != anchor.prefix_digest:
             continue
-        tokens = max(_anchored(anchor, response, sizes, margin, entries), conservative_total)
-        if responses:
-            tokens += _unknown_references(entries, anchors, margin, anchor, response)
-        return AnchoredEstimate(tokens, anchor)
+        if not responses:
+            return AnchoredEstimate(max(_anchored(anchor, response, sizes, margin),
+                                        conservative_total), anchor)
+        # Items echoed by reference: the anchor's output count covers them, and a reference's
+        # own few tokens of JSON are not the item.
+        referenced = sum(sizes[i] for i in response if reference_id(entries[i]) is not None)
+        tokens = max(_anchored(anchor, response, sizes, margin, referenced), conservative_total)
+        return AnchoredEstimate(
+            tokens + _unknown_references(entries, anchors, margin, anchor, response), anchor)
     if responses:
         conservative_total += _unknown_references(entries, anchors, margin)
     return AnchoredEstimate(conservative_total, None)
@@ -252,7 +264,8 @@ def _fitting(anchors: Sequence[Anchor], count: int) -> Iterator[Anchor]:
 
 
 def _anchored(anchor: Anchor, response: list[int], sizes: Sequence[int], margin: float,
-              entries: Sequence[Entry]) -> int:
+              referenced: int = 0) -> int:
+    """`referenced`: the sizes of the echoed entries that are `item_reference`s."""
     position = anchor.position
     end = position + len(response)
     if response and response[0] == position and response[-1] == end - 1:
@@ -263,10 +276,7 @@ def _anchored(anchor: Anchor, response: list[int], sizes: Sequence[int], margin:
         matched = set(response)
         echoed = sum(sizes[i] for i in response)
         after = sum(sizes[i] for i in range(position, len(sizes)) if i not in matched)
-    # Items echoed by reference: the anchor's output count covers them, and a reference's
-    # own few tokens of JSON are not the item.
-    echoed -= sum(sizes[i] for i in response
-                  if entries[i].kind is Kind.OTHER and reference_id(entries[i]) is not None)
+    echoed -= referenced
     # The echo may carry more than the visible output (reasoning a provider wants back).
     return anchor.input_tokens + max(anchor.output_tokens, echoed) + math.ceil(
         after * (1.0 + margin))
