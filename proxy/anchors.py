@@ -134,11 +134,10 @@ def _answer_digests(response: Iterable[Entry], digest: Digest) -> tuple[str, ...
 def anchor_for(projection: Sequence[Entry], context: bytes, digests: tuple[str, ...],
                usage: Usage, model: str = "", created_at: float = 0.0) -> Anchor:
     """The anchor for a response to `projection` whose echo has `digests`."""
-    return Anchor(response_digests=digests, position=len(projection),
-                  prefix_digest=projection_digest(projection, context),
-                  input_tokens=usage.input, output_tokens=usage.visible_output,
-                  cached_tokens=usage.cached, reasoning_tokens=usage.reasoning,
-                  model=model, created_at=created_at)
+    # Positional: a class called with keywords packs them into a dict and out again (some 500
+    # instructions each), and every answer makes one. `test_anchors_fields` pins the order.
+    return Anchor(digests, len(projection), projection_digest(projection, context), usage.input,
+                  usage.visible_output, usage.cached, usage.reasoning, model, created_at)
 
 
 def choice_anchors(projection: Sequence[Entry], context: bytes,
