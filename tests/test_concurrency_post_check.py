@@ -5,16 +5,15 @@ summary of its own; a request that differs (another tab, one exchange further) r
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from proxy.testing.replies import Reply
 from proxy.testing.summarizer import FakeSummarizer
 from tests.compaction_session import LIMIT, planted_session
-from tests.test_compaction_detached import COMPACTION, GatedFake, gated, open_gate  # noqa: F401
-from tests.test_compaction_failure_paths import post, stages, wait_for
+from tests.test_compaction_detached import COMPACTION, GatedFake, gated  # noqa: F401
+from tests.test_compaction_failure_paths import post, stages
 from tests.test_compaction_failures import MODELS, _main_requests, _prefix
-from tests.test_concurrency_same_thread import _compact_twice, second_waits, waiting
+from tests.test_concurrency_same_thread import _compact_twice, queued_behind, second_waits
 
 # A summarizer with a large window (one call per summary, whose answer decides) and a summary
 # longer than the trigger yet shorter than what it replaces: the post-check fails, the
@@ -46,13 +45,7 @@ def test_retries_queued_behind_a_failed_post_check_share_its_400(
     summarizer = FakeSummarizer.install(gated, padding=TOO_LONG)
     proxy = make_proxy(gated, models=BIG, compaction=WITH_BIG)
     over = far_over_the_limit()
-    with ThreadPoolExecutor(3) as pool:
-        first = pool.submit(post, proxy, over, "retry")
-        wait_for(lambda: gated.summarizer_requests >= 1)
-        retries = [pool.submit(post, proxy, over, "retry") for _ in range(2)]
-        wait_for(lambda: waiting(proxy, "retry") == 2)  # at the thread's lock
-        open_gate(loop_thread, gated)
-        answers = [first.result(), *(r.result() for r in retries)]
+    answers = queued_behind(loop_thread, gated, proxy, over, [over, over], "retry")
     assert summarizer.calls == 1, "a retry repeated the summary that had just failed"
     for answer in answers:
         assert answer.status_code == 400, answer.text

@@ -38,13 +38,21 @@ def second_waits(loop_thread, gated: GatedFake, proxy, first: list, later: list,
                  thread: str) -> list[httpx.Response]:
     """`first` holds the thread's compaction at the gate while `later` waits at the thread's
     lock; then the gate opens. The two answers, in that order."""
-    with ThreadPoolExecutor(2) as pool:
-        a = pool.submit(post, proxy, first, thread)
+    return queued_behind(loop_thread, gated, proxy, first, [later], thread)
+
+
+def queued_behind(loop_thread, gated: GatedFake, proxy, first: list, later: list[list],
+                  thread: str) -> list[httpx.Response]:
+    """`first` holds the thread's compaction at the gate while each of `later` queues at the
+    thread's lock, in order; then the gate opens. The answers, in that order."""
+    with ThreadPoolExecutor(1 + len(later)) as pool:
+        answers = [pool.submit(post, proxy, first, thread)]
         wait_for(lambda: gated.summarizer_requests >= 1)
-        b = pool.submit(post, proxy, later, thread)
-        wait_for(lambda: waiting(proxy, thread) == 1)
+        for n, messages in enumerate(later, 1):
+            answers.append(pool.submit(post, proxy, messages, thread))
+            wait_for(lambda n=n: waiting(proxy, thread) == n)
         open_gate(loop_thread, gated)
-        return [a.result(), b.result()]
+        return [a.result() for a in answers]
 
 
 def test_two_tabs_on_one_thread_share_one_compaction_and_its_history(
@@ -109,13 +117,7 @@ def test_requests_queued_behind_a_failed_summary_share_its_failure(
     proxy = make_proxy(gated, models=MODELS, compaction={**COMPACTION,
                                                          "summarizer": {"timeout_s": TIMEOUT_S}})
     over = over_the_limit()
-    with ThreadPoolExecutor(3) as pool:
-        first = pool.submit(post, proxy, over, "queue")
-        wait_for(lambda: gated.summarizer_requests >= 1)
-        rest = [pool.submit(post, proxy, over, "queue") for _ in range(2)]
-        wait_for(lambda: waiting(proxy, "queue") == 2)  # at the thread's lock
-        open_gate(loop_thread, gated)
-        answers = [first.result(), *(r.result() for r in rest)]
+    answers = queued_behind(loop_thread, gated, proxy, over, [over, over], "queue")
     assert summarizer.calls == 1, "a queued request repeated the summary that had just failed"
     for answer in answers:
         assert_retry_later(answer)
