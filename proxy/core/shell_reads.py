@@ -27,14 +27,15 @@ _SHELL_FLAGS = frozenset({"-c", "-lc", "-cl", "-ic", "-lic"})
 _MAX_DEPTH = 2  # `bash -lc "sh -c '...'"`: deeper nesting is not worth reading
 # Programs that never write files or run other programs, whatever their arguments.
 _PLAIN = frozenset({"cat", "head", "tail", "nl", "wc", "ls", "pwd", "stat", "du", "grep",
-                    "egrep", "fgrep", "ag", "cut", "tr", "echo", "basename", "dirname",
+                    "egrep", "fgrep", "cut", "tr", "echo", "basename", "dirname",
                     "realpath", "readlink", "true", "diff", "cmp", "jq", "md5sum", "sha1sum",
                     "sha256sum", "column", "rev", "tac", "od", "hexdump", "strings"})
 _FIND_ACTIONS = frozenset({"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint",
                            "-fprint0", "-fprintf", "-fls"})
 _GIT_LOOKS = frozenset({"status", "diff", "log", "show", "ls-files", "grep", "blame",
                         "rev-parse", "shortlog", "describe", "ls-tree", "cat-file"})
-_GIT_WRITES = ("--output", "--ext-diff", "-O", "--open-files-in-pager", "--textconv")
+_GIT_WRITES = ("--output", "--ext-diff", "-O", "--open-files-in-pager", "--textconv",
+               "--filters")  # textconv drivers and filters are configured programs
 _DEV_NULL = "/dev/null"
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _HARMLESS_ASSIGNMENT = re.compile(r"^(?:LC_[A-Z]+|LANG|LANGUAGE|NO_COLOR|COLUMNS)=")
@@ -269,6 +270,11 @@ def _rg(args: Sequence[str]) -> bool:
     return not any(a == "--pre" or a.startswith("--pre=") for a in args)
 
 
+def _ag(args: Sequence[str]) -> bool:
+    # `--pager COMMAND` runs a program of the line's choosing.
+    return not any(a == "--pager" or a.startswith("--pager=") for a in args)
+
+
 def _git(args: Sequence[str]) -> bool:
     args = list(args)
     while args and args[0] in ("-C", "--no-pager"):
@@ -299,7 +305,7 @@ def _uniq(args: Sequence[str]) -> bool:
     return all(a.startswith("-") for a in args)  # a second operand is a file it writes
 
 
-_CHECKS = {"sed": _sed, "find": _find, "rg": _rg, "git": _git, "tree": _tree, "file": _file,
+_CHECKS = {"sed": _sed, "find": _find, "rg": _rg, "ag": _ag, "git": _git, "tree": _tree, "file": _file,
            "sort": _sort, "uniq": _uniq}
 
 
