@@ -48,23 +48,29 @@ def test_a_base_url_query_follows_the_clients_path(make_upstream, make_proxy,  #
 def garbled_upstream() -> Iterator[str]:
     """An upstream whose answers start with a status line aiohttp's client refuses."""
     server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.05)  # closing the socket does not wake a thread blocked in accept()
     port = server.getsockname()[1]
+    stop = threading.Event()
 
     def serve() -> None:
-        while True:
+        while not stop.is_set():
             try:
                 connection, _ = server.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
             with connection:
+                connection.settimeout(5)
                 connection.recv(65536)
                 connection.sendall(b"HTTP/1.1 abc Nope\r\nContent-Length: 0\r\n\r\n")
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{port}/v1"
-    server.close()
+    stop.set()
     thread.join(5)
+    server.close()
 
 
 @pytest.mark.parametrize("path", ["/chat/completions", "/embeddings"])
