@@ -272,7 +272,7 @@ def test_a_responses_stream_that_goes_silent_before_its_first_real_event_is_504(
         await out.prepare(request)
         await out.write(_event("response.created", sequence_number=0,
                                response={"id": "resp_1", "status": "in_progress"}))
-        await asyncio.sleep(5)
+        await asyncio.sleep(1.5)  # five times the proxy's timeout; the teardown waits it out
         return out
 
     proxy = make_proxy(make_upstream(answer).url, upstreams={"fake": {"timeout_s": 0.3}})
