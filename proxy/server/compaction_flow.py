@@ -27,7 +27,7 @@ from proxy.compaction.trigger import Action, Thresholds, decide
 from proxy.conversation import leading_instructions
 from proxy.errors import CompactionInsufficient, CompactionUnavailable, ProxyError
 from proxy.projection import Built, Situation, View, build, measure_projection
-from proxy.records import ThreadState
+from proxy.records import CompactionEvent, ThreadState
 from proxy.server import manual_answer
 from proxy.server.compactor import (BreakerOpen, ClientLeft, CompactionCut, CompactionFailed,
                                     Compactor, Job, NothingToCompact)
@@ -99,16 +99,10 @@ class CompactionFlow:
             return self._degrade(prepared, built, fits, shared.stage, _waited_for(shared), line,
                                  None, shared=True)
         try:
-            event = await self.compactor.compact_past_client(job)
+            event = await self._compact(job, line)
         except BreakerOpen as refused:
             return self._degrade(prepared, built, fits, "breaker_open", refused.blocked.reason,
                                  line, refused.blocked)
-        except ClientLeft as left:
-            _detached_line(line, left)
-            raise
-        except asyncio.CancelledError as cancelled:
-            _cancelled_line(line, cancelled)
-            raise
         except NothingToCompact:
             if fits:
                 return built
@@ -264,7 +258,7 @@ class CompactionFlow:
                           line: RequestLine) -> tuple[str, str]:
         """`/compact`'s own compaction: the answer's text and its `x-compaction`."""
         try:
-            event = await self.compactor.compact_past_client(job)
+            event = await self._compact(job, line)
         except NothingToCompact:
             return manual.nothing_text(built.tokens,
                                        compacted_before=latest.event is not None), "none"
@@ -275,12 +269,6 @@ class CompactionFlow:
             raise CompactionUnavailable(
                 f"Compaction is unavailable right now: {blocked.reason}. The conversation "
                 "is unchanged; try again later.", headers=_retry_after(blocked)) from None
-        except ClientLeft as left:
-            _detached_line(line, left)
-            raise
-        except asyncio.CancelledError as cancelled:
-            _cancelled_line(line, cancelled)
-            raise
         except CompactionFailed as failed:
             line.set(compaction_failed=failed.stage)
             if failed.stage != POST_CHECK:
@@ -293,6 +281,18 @@ class CompactionFlow:
         return manual.compacted_text(event.cutoff_index - lead,
                                      len(view.entries) - event.cutoff_index,
                                      event.tokens_before, event.tokens_after), "compacted"
+
+    async def _compact(self, job: Job, line: RequestLine) -> CompactionEvent:
+        """The job's compaction, with a departed client or the shutdown's cut said on the line
+        (both are cancellations: no `except Exception` of the callers sees them)."""
+        try:
+            return await self.compactor.compact_past_client(job)
+        except ClientLeft as left:
+            _detached_line(line, left)
+            raise
+        except asyncio.CancelledError as cancelled:
+            _cancelled_line(line, cancelled)
+            raise
 
     @staticmethod
     def _kept(reason: str, verdict: Verdict | None, built: Built, situation: Situation) -> str:
