@@ -7,12 +7,13 @@ Claude-Code-style `Bash`, opencode `bash`, Gemini CLI `run_shell_command`, Cline
 `shell_call`'s `action`). Whether the line only reads is `shell_reads`' decision.
 
 An output is taken only from a wrapper that states exit code 0 and is not cut: Codex's JSON
-(`{"output": ..., "metadata": {"exit_code": 0}}`) or text header (`Exit code: 0`, `Wall time`,
-`Output:`), mini-swe-agent's `<returncode>0</returncode><output>...</output>` and OpenHands'
+(`{"output": ..., "metadata": {"exit_code": 0}}`), its text header (`Exit code: 0`, `Wall time`,
+`Output:`) and its `exec_command` header (`Wall time`, `Process exited with code 0`, `Output:`),
+mini-swe-agent's `<returncode>0</returncode><output>...</output>` and OpenHands'
 `[The command completed with exit code 0.]` trailer, and a Responses `shell_call_output` of one
 command (`stdout` with an `exit` outcome, under its `max_output_length`). A bare output says
 nothing of success (`cat: x: No such file or directory` is one too), so it is never taken as a
-file's text.
+file's text; nor is one that bears any mark its agent leaves where it cut an output.
 """
 
 from __future__ import annotations
@@ -28,10 +29,22 @@ from proxy.core.shell_reads import (FileRead, argv_file_read, argv_only_reads, f
                                     only_reads)
 
 _DIRECTORY_KEYS = ("workdir", "working_directory", "cwd", "directory")
-# Codex's text form and its cut markers are written from memory, not checked against its source
-# here: an output they do not match is simply not taken, never mistaken for a file's text.
+# Codex's shapes, from openai/codex codex-rs: `core/src/tools/mod.rs` (the JSON and the text form
+# of `shell`; the text form writes `Total output lines` between its header lines only when the
+# cut changed the line count), `core/src/tools/handlers/unified_exec.rs` and `tools/context.rs`
+# (`exec_command`: optional `Chunk ID`, `Wall time`, `Process exited with code N` or
+# `Process running with session ID N`, optional `Original token count`, then `Output:`).
 _CODEX_HEADER = re.compile(r"\AExit code: (-?\d+)\nWall time: [^\n]*\n((?:[^\n]*\n)*?)Output:\n")
-_CODEX_CUT = re.compile(r"\[\.\.\. omitted \d+ of \d+ lines \.\.\.\]|…\d+ tokens truncated…")
+_EXEC_HEADER = re.compile(r"\A(?:Chunk ID: [^\n]*\n)?Wall time: [^\n]*\n((?:[^\n]*\n)*?)Output:\n")
+_EXEC_EXITED = re.compile(r"Process exited with code (-?\d+)")
+_EXEC_TOKENS = re.compile(r"Original token count: (\d+)")
+# Where Codex cut an output: the middle cut of `utils/string/src/truncate.rs` (tokens or
+# chars), the older line/byte cut of `core/src/truncate.rs`, the warning `formatted_truncate_text`
+# (`utils/output-truncation`) puts first, and the note a timed-out command's output starts with.
+_CODEX_CUT = re.compile(r"…\d+ (?:tokens|chars) truncated…|\[\.\.\. omitted \d+ of \d+ lines \.\.\.\]"
+                        r"|\[\.\.\. output truncated to fit \d+ bytes \.\.\.\]"
+                        r"|\AWarning: truncated output \(original token count: \d+\)"
+                        r"|\Acommand timed out after \d+ milliseconds\n")
 _MINI_SWE = re.compile(r"\A<returncode>(-?\d+)</returncode>\n<output>\n(.*)</output>\s*\Z", re.S)
 _OPENHANDS_DONE = re.compile(
     r"\n?\[The command completed with exit code (-?\d+)\.\]((?:\n\[[^\n]*\])*)\s*\Z")
@@ -129,6 +142,8 @@ def unwrapped(text: str) -> tuple[int, str | None] | None:
         # Codex writes `Total output lines` between the header lines only when it cut.
         cut = bool(match.group(2))
         return int(match.group(1)), None if cut else _uncut(text[match.end():])
+    if text.startswith(("Chunk ID: ", "Wall time: ")):
+        return _codex_exec(text)
     if text.startswith("<returncode>"):
         match = _MINI_SWE.match(text)
         if match is None:
@@ -160,3 +175,26 @@ def _codex_json(text: str) -> tuple[int, str | None] | None:
 
 def _uncut(output: str) -> str | None:
     return None if _CODEX_CUT.search(output) else output
+
+
+def _codex_exec(text: str) -> tuple[int, str | None] | None:
+    """An `exec_command` (or `write_stdin`) output whose process exited; None while it runs."""
+    match = _EXEC_HEADER.match(text)
+    if match is None:
+        return None
+    code, tokens = None, None
+    for line in match.group(1).split("\n")[:-1]:
+        if (exited := _EXEC_EXITED.fullmatch(line)) is not None and code is None:
+            code = int(exited.group(1))
+        elif (counted := _EXEC_TOKENS.fullmatch(line)) is not None and tokens is None:
+            tokens = int(counted.group(1))
+        else:
+            return None  # still running, or a line this reading does not know
+    if code is None:
+        return None
+    output = _uncut(text[match.end():])
+    # The count is of everything the process printed (ceil(UTF-8 bytes / 4)): an output that
+    # does not add up to it lost some, marked or not.
+    if output is not None and tokens is not None and (len(output.encode()) + 3) // 4 != tokens:
+        output = None
+    return code, output
