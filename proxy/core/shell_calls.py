@@ -49,7 +49,12 @@ _MINI_SWE = re.compile(r"\A<returncode>(-?\d+)</returncode>\n<output>\n(.*)</out
 _OPENHANDS_DONE = re.compile(
     r"\n?\[The command completed with exit code (-?\d+)\.\]((?:\n\[[^\n]*\])*)\s*\Z")
 _OPENHANDS_OPENING = "[The command completed with exit code "
-_OPENHANDS_CUT = ("[Below is the output of the previous command.]", "Observation truncated")
+# OpenHands' marks of a cut output (All-Hands-AI/OpenHands: `events/observation/commands.py`,
+# `runtime/utils/bash.py`, the memory's `truncate_content`; the agent SDK's `maybe_truncate`), and
+# the prefix of a command's output read after a soft timeout, which shows only its rest.
+_OPENHANDS_CUT = ("[Below is the output of the previous command.]", "Observation truncated",
+                  "[... Command output truncated: removed ",
+                  "[Previous command outputs are truncated. ", "<response clipped>")
 
 
 def _arguments(call: ToolCall) -> dict[str, Any] | None:
