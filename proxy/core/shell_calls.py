@@ -28,7 +28,7 @@ from proxy.conversation import Api, Entry, Kind, ToolCall, content_text
 from proxy.core.shell_reads import (FileRead, argv_file_read, argv_only_reads, file_read,
                                     only_reads)
 
-_DIRECTORY_KEYS = ("workdir", "working_directory", "cwd", "directory")
+_DIRECTORY_KEYS = ("workdir", "working_directory", "cwd", "directory", "dir_path")
 # Codex's shapes, from openai/codex codex-rs: `core/src/tools/mod.rs` (the JSON and the text form
 # of `shell`; the text form writes `Total output lines` between its header lines only when the
 # cut changed the line count), `core/src/tools/handlers/unified_exec.rs` and `tools/context.rs`
@@ -92,8 +92,10 @@ def call_only_reads(call: ToolCall) -> bool:
 
 
 def call_file_read(call: ToolCall) -> FileRead | None:
-    """The one file whose text the call's output is, with the path made absolute against the
-    call's own working directory when it names one."""
+    """The one file whose text the call's output is, with the path put under the call's own
+    working directory when it names one. A relative directory is resolved as a relative
+    operand is (Codex: against its session's directory; Gemini CLI: its project's root), so
+    it stays part of the path; one whose place the text does not say (`~`, `$`) gives none."""
     args = _arguments(call)
     if args is None:
         return None
@@ -105,9 +107,12 @@ def call_file_read(call: ToolCall) -> FileRead | None:
         return found
     for key in _DIRECTORY_KEYS:
         directory = args.get(key)
-        if isinstance(directory, str) and directory.startswith("/"):
-            return FileRead(posixpath.normpath(posixpath.join(directory, found.path)),
-                            found.whole, found.written)
+        if not isinstance(directory, str) or not directory.strip():
+            continue
+        if directory.startswith("~") or any(c in directory for c in "$`"):
+            return None
+        return FileRead(posixpath.normpath(posixpath.join(directory, found.path)),
+                        found.whole, found.written)
     return found
 
 
