@@ -64,7 +64,12 @@ def _arguments(call: ToolCall) -> dict[str, Any] | None:
         args = orjson.loads(call.arguments)
     except orjson.JSONDecodeError:
         return None
-    return args if isinstance(args, dict) else None
+    if not isinstance(args, dict):
+        return None
+    # OpenHands types `command` into the running process when `is_input` is set (a bool, or
+    # "true" in its older schema): no shell may be reading it.
+    typed = args.get("is_input")
+    return None if typed is True or (isinstance(typed, str) and typed.lower() == "true") else args
 
 
 def _command(args: dict[str, Any]) -> str | list[str] | None:
