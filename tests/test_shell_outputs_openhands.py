@@ -4,7 +4,12 @@ agent SDK's terminal observation): every mark it leaves where the output was cut
 
 from __future__ import annotations
 
+from proxy.compaction.cutoff import PARTIAL, Cutoff
+from proxy.compaction.restore import collect
+from proxy.conversation import Api
 from proxy.core.shell_calls import unwrapped
+from proxy.settings import RestoreSettings
+from tests.test_compaction_support import assistant_calls, conv, count, tool_result, user
 
 TRAILER = ("\n[The command completed with exit code 0.]\n[Current working directory: /workspace]\n"
            "[Python interpreter: /usr/bin/python]\n[Command finished with exit code 0]")
@@ -37,3 +42,12 @@ def test_a_failed_or_unfinished_command_is_not_a_success() -> None:
                   "to see additional output by sending empty command '', send other commands to "
                   "interact with the current process, or send keys to interrupt/kill the command.]")
     assert unwrapped(unfinished) is None
+
+
+def test_the_agent_sdks_terminal_tool_is_a_shell_tool_by_default() -> None:
+    call = assistant_calls(("a", "terminal", {"command": "cat /workspace/a.py", "is_input": False,
+                                              "timeout": None, "reset": False}))
+    elements = [user("go"), call, tool_result("a", "x = 1" + TRAILER), user("tail")]
+    entries = conv(Api.CHAT, elements)
+    cutoff = Cutoff(index=len(entries) - 1, lead=0, start=0, strategy=PARTIAL)
+    assert collect(entries, cutoff, RestoreSettings(), count).file_paths == ("/workspace/a.py",)
