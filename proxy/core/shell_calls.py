@@ -41,7 +41,8 @@ _EXEC_TOKENS = re.compile(r"Original token count: (\d+)")
 # Where Codex cut an output: the middle cut of `utils/string/src/truncate.rs` (tokens or
 # chars), the older line/byte cut of `core/src/truncate.rs`, the warning `formatted_truncate_text`
 # (`utils/output-truncation`) puts first, and the note a timed-out command's output starts with.
-_CODEX_CUT = re.compile(r"…\d+ (?:tokens|chars) truncated…|\[\.\.\. omitted \d+ of \d+ lines \.\.\.\]"
+_CODEX_CUT = re.compile(r"…\d+ (?:tokens|chars) truncated…"
+                        r"|\[\.\.\. omitted \d+ of \d+ lines \.\.\.\]"
                         r"|\[\.\.\. output truncated to fit \d+ bytes \.\.\.\]"
                         r"|\AWarning: truncated output \(original token count: \d+\)"
                         r"|\Acommand timed out after \d+ milliseconds\n")
