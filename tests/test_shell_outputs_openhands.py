@@ -51,3 +51,10 @@ def test_the_agent_sdks_terminal_tool_is_a_shell_tool_by_default() -> None:
     entries = conv(Api.CHAT, elements)
     cutoff = Cutoff(index=len(entries) - 1, lead=0, start=0, strategy=PARTIAL)
     assert collect(entries, cutoff, RestoreSettings(), count).file_paths == ("/workspace/a.py",)
+
+
+def test_a_printed_json_file_is_taken_as_the_command_output_it_is() -> None:
+    # `cat package.json`: the output starts as Codex's JSON form does, but is not it.
+    package = '{\n  "name": "app",\n  "version": "1.0.0"\n}\n'
+    assert unwrapped(package + TRAILER) == (0, package)
+    assert unwrapped('{"output": "x", "metadata": {"exit_code": 0}}') == (0, "x")

@@ -149,8 +149,10 @@ def _shell_call_output(raw: dict[str, Any]) -> tuple[int, str | None] | None:
 
 def unwrapped(text: str) -> tuple[int, str | None] | None:
     """(exit code, the output or None when it was cut) of a known wrapper, else None."""
-    if text.startswith("{"):
-        return _codex_json(text)
+    # A printed JSON file opens as Codex's JSON form does: when it is not that form, another
+    # wrapper (OpenHands' trailer) may still hold it.
+    if text.startswith("{") and (found := _codex_json(text)) is not None:
+        return found
     if text.startswith("Exit code: "):
         match = _CODEX_HEADER.match(text)
         if match is None:
