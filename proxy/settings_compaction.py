@@ -28,10 +28,11 @@ DEFAULT_EXPLORATION_TOOLS = (
     "web_search", "WebSearch", "websearch", "google_web_search", "search_web",
     "web_fetch", "WebFetch", "webfetch", "fetch_url_content")
 # Codex CLI (shell, exec_command, shell_command, Responses local_shell_call and shell_call),
-# OpenHands (execute_bash), Claude-Code-style tools (Bash), opencode and mini-swe-agent (bash),
-# Gemini CLI (run_shell_command), Cline / Roo Code (execute_command).
+# OpenHands (execute_bash; its agent SDK's terminal), Claude-Code-style tools (Bash), opencode
+# and mini-swe-agent (bash), Gemini CLI (run_shell_command), Cline / Roo Code (execute_command).
 DEFAULT_SHELL_TOOLS = ("shell", "exec_command", "shell_command", "local_shell_call", "shell_call",
-                       "execute_bash", "Bash", "bash", "run_shell_command", "execute_command")
+                       "execute_bash", "terminal", "Bash", "bash", "run_shell_command",
+                       "execute_command")
 DEFAULT_FILE_TOOLS = ("read_file", "read", "Read", "view", "open", "cat", "str_replace_editor")
 DEFAULT_PLAN_TOOLS = ("todo_write", "TodoWrite", "todowrite", "update_plan", "write_todos",
                       "update_todo_list", "task_tracker", "plan")

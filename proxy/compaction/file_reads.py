@@ -12,6 +12,11 @@ from proxy.conversation import ToolCall
 from proxy.core.shell_calls import call_file_read
 from proxy.core.tool_names import looks_only, named, shell_looks_only
 
+# Gemini CLI's `read_many_files` is no file tool here (its `include` globs name no one path):
+# its output joins `--- /abs/path ---` separators and the files' texts unescaped, so a file that
+# holds such a line splits the rest wrongly, and how its text parts reach an OpenAI-compatible
+# request (joined how, inside what) is each client's own (google-gemini/gemini-cli,
+# `tools/read-many-files.ts`, `utils/generateContentResponseUtilities.ts`).
 _PATH_KEYS = ("path", "file_path", "filePath", "filepath", "file", "filename", "target_file",
               "absolute_path", "relative_path", "notebook_path", "uri")
 # How file tools answer a view of a directory: OpenHands' and Anthropic's str_replace_editor,

@@ -7,12 +7,13 @@ Claude-Code-style `Bash`, opencode `bash`, Gemini CLI `run_shell_command`, Cline
 `shell_call`'s `action`). Whether the line only reads is `shell_reads`' decision.
 
 An output is taken only from a wrapper that states exit code 0 and is not cut: Codex's JSON
-(`{"output": ..., "metadata": {"exit_code": 0}}`) or text header (`Exit code: 0`, `Wall time`,
-`Output:`), mini-swe-agent's `<returncode>0</returncode><output>...</output>` and OpenHands'
+(`{"output": ..., "metadata": {"exit_code": 0}}`), its text header (`Exit code: 0`, `Wall time`,
+`Output:`) and its `exec_command` header (`Wall time`, `Process exited with code 0`, `Output:`),
+mini-swe-agent's `<returncode>0</returncode><output>...</output>` and OpenHands'
 `[The command completed with exit code 0.]` trailer, and a Responses `shell_call_output` of one
 command (`stdout` with an `exit` outcome, under its `max_output_length`). A bare output says
 nothing of success (`cat: x: No such file or directory` is one too), so it is never taken as a
-file's text.
+file's text; nor is one that bears any mark its agent leaves where it cut an output.
 """
 
 from __future__ import annotations
@@ -27,16 +28,34 @@ from proxy.conversation import Api, Entry, Kind, ToolCall, content_text
 from proxy.core.shell_reads import (FileRead, argv_file_read, argv_only_reads, file_read,
                                     only_reads)
 
-_DIRECTORY_KEYS = ("workdir", "working_directory", "cwd", "directory")
-# Codex's text form and its cut markers are written from memory, not checked against its source
-# here: an output they do not match is simply not taken, never mistaken for a file's text.
+_DIRECTORY_KEYS = ("workdir", "working_directory", "cwd", "directory", "dir_path")
+# Codex's shapes, from openai/codex codex-rs: `core/src/tools/mod.rs` (the JSON and the text form
+# of `shell`; the text form writes `Total output lines` between its header lines only when the
+# cut changed the line count), `core/src/tools/handlers/unified_exec.rs` and `tools/context.rs`
+# (`exec_command`: optional `Chunk ID`, `Wall time`, `Process exited with code N` or
+# `Process running with session ID N`, optional `Original token count`, then `Output:`).
 _CODEX_HEADER = re.compile(r"\AExit code: (-?\d+)\nWall time: [^\n]*\n((?:[^\n]*\n)*?)Output:\n")
-_CODEX_CUT = re.compile(r"\[\.\.\. omitted \d+ of \d+ lines \.\.\.\]|…\d+ tokens truncated…")
+_EXEC_HEADER = re.compile(r"\A(?:Chunk ID: [^\n]*\n)?Wall time: [^\n]*\n((?:[^\n]*\n)*?)Output:\n")
+_EXEC_EXITED = re.compile(r"Process exited with code (-?\d+)")
+_EXEC_TOKENS = re.compile(r"Original token count: (\d+)")
+# Where Codex cut an output: the middle cut of `utils/string/src/truncate.rs` (tokens or
+# chars), the older line/byte cut of `core/src/truncate.rs`, the warning `formatted_truncate_text`
+# (`utils/output-truncation`) puts first, and the note a timed-out command's output starts with.
+_CODEX_CUT = re.compile(r"…\d+ (?:tokens|chars) truncated…"
+                        r"|\[\.\.\. omitted \d+ of \d+ lines \.\.\.\]"
+                        r"|\[\.\.\. output truncated to fit \d+ bytes \.\.\.\]"
+                        r"|\AWarning: truncated output \(original token count: \d+\)"
+                        r"|\Acommand timed out after \d+ milliseconds\n")
 _MINI_SWE = re.compile(r"\A<returncode>(-?\d+)</returncode>\n<output>\n(.*)</output>\s*\Z", re.S)
 _OPENHANDS_DONE = re.compile(
     r"\n?\[The command completed with exit code (-?\d+)\.\]((?:\n\[[^\n]*\])*)\s*\Z")
 _OPENHANDS_OPENING = "[The command completed with exit code "
-_OPENHANDS_CUT = ("[Below is the output of the previous command.]", "Observation truncated")
+# OpenHands' marks of a cut output (All-Hands-AI/OpenHands: `events/observation/commands.py`,
+# `runtime/utils/bash.py`, the memory's `truncate_content`; the agent SDK's `maybe_truncate`), and
+# the prefix of a command's output read after a soft timeout, which shows only its rest.
+_OPENHANDS_CUT = ("[Below is the output of the previous command.]", "Observation truncated",
+                  "[... Command output truncated: removed ",
+                  "[Previous command outputs are truncated. ", "<response clipped>")
 
 
 def _arguments(call: ToolCall) -> dict[str, Any] | None:
@@ -46,7 +65,12 @@ def _arguments(call: ToolCall) -> dict[str, Any] | None:
         args = orjson.loads(call.arguments)
     except orjson.JSONDecodeError:
         return None
-    return args if isinstance(args, dict) else None
+    if not isinstance(args, dict):
+        return None
+    # OpenHands types `command` into the running process when `is_input` is set (a bool, or
+    # "true" in its older schema): no shell may be reading it.
+    typed = args.get("is_input")
+    return None if typed is True or (isinstance(typed, str) and typed.lower() == "true") else args
 
 
 def _command(args: dict[str, Any]) -> str | list[str] | None:
@@ -74,8 +98,10 @@ def call_only_reads(call: ToolCall) -> bool:
 
 
 def call_file_read(call: ToolCall) -> FileRead | None:
-    """The one file whose text the call's output is, with the path made absolute against the
-    call's own working directory when it names one."""
+    """The one file whose text the call's output is, with the path put under the call's own
+    working directory when it names one. A relative directory is resolved as a relative
+    operand is (Codex: against its session's directory; Gemini CLI: its project's root), so
+    it stays part of the path; one whose place the text does not say (`~`, `$`) gives none."""
     args = _arguments(call)
     if args is None:
         return None
@@ -87,9 +113,12 @@ def call_file_read(call: ToolCall) -> FileRead | None:
         return found
     for key in _DIRECTORY_KEYS:
         directory = args.get(key)
-        if isinstance(directory, str) and directory.startswith("/"):
-            return FileRead(posixpath.normpath(posixpath.join(directory, found.path)),
-                            found.whole, found.written)
+        if not isinstance(directory, str) or not directory.strip():
+            continue
+        if directory.startswith("~") or any(c in directory for c in "$`"):
+            return None
+        return FileRead(posixpath.normpath(posixpath.join(directory, found.path)),
+                        found.whole, found.written)
     return found
 
 
@@ -120,8 +149,10 @@ def _shell_call_output(raw: dict[str, Any]) -> tuple[int, str | None] | None:
 
 def unwrapped(text: str) -> tuple[int, str | None] | None:
     """(exit code, the output or None when it was cut) of a known wrapper, else None."""
-    if text.startswith("{"):
-        return _codex_json(text)
+    # A printed JSON file opens as Codex's JSON form does: when it is not that form, another
+    # wrapper (OpenHands' trailer) may still hold it.
+    if text.startswith("{") and (found := _codex_json(text)) is not None:
+        return found
     if text.startswith("Exit code: "):
         match = _CODEX_HEADER.match(text)
         if match is None:
@@ -129,6 +160,8 @@ def unwrapped(text: str) -> tuple[int, str | None] | None:
         # Codex writes `Total output lines` between the header lines only when it cut.
         cut = bool(match.group(2))
         return int(match.group(1)), None if cut else _uncut(text[match.end():])
+    if text.startswith(("Chunk ID: ", "Wall time: ")):
+        return _codex_exec(text)
     if text.startswith("<returncode>"):
         match = _MINI_SWE.match(text)
         if match is None:
@@ -160,3 +193,26 @@ def _codex_json(text: str) -> tuple[int, str | None] | None:
 
 def _uncut(output: str) -> str | None:
     return None if _CODEX_CUT.search(output) else output
+
+
+def _codex_exec(text: str) -> tuple[int, str | None] | None:
+    """An `exec_command` (or `write_stdin`) output whose process exited; None while it runs."""
+    match = _EXEC_HEADER.match(text)
+    if match is None:
+        return None
+    code, tokens = None, None
+    for line in match.group(1).split("\n")[:-1]:
+        if (exited := _EXEC_EXITED.fullmatch(line)) is not None and code is None:
+            code = int(exited.group(1))
+        elif (counted := _EXEC_TOKENS.fullmatch(line)) is not None and tokens is None:
+            tokens = int(counted.group(1))
+        else:
+            return None  # still running, or a line this reading does not know
+    if code is None:
+        return None
+    output = _uncut(text[match.end():])
+    # The count is of everything the process printed (ceil(UTF-8 bytes / 4)): an output that
+    # does not add up to it lost some, marked or not.
+    if output is not None and tokens is not None and (len(output.encode()) + 3) // 4 != tokens:
+        output = None
+    return code, output
