@@ -147,12 +147,12 @@ def estimate(projection: Entries, view: View, situation: Situation,
 
 
 def measure_projection(view: View, situation: Situation):  # type: ignore[no-untyped-def]
-    """How `apply.finish` measures a candidate projection: cascade, then the whole estimate."""
+    """How `apply.finish` measures a candidate projection: cascade, then the whole estimate,
+    the request's own (`estimate`): an `item_reference` counts as the item it stands for (its
+    answer's anchor, else the guess of `anchors.estimate`), not as its few tokens of JSON."""
     def measure(projection: Entries) -> int:
         entries = cascade_of(projection, situation, compacted=True).entries
-        estimator = situation.estimator
-        return estimator.conservative_total(entries, view.tools, view.instructions,
-                                            definitions=view.definitions)
+        return estimate(entries, view, situation)[0]
     return measure
 
 

@@ -66,9 +66,12 @@ def test_a_tool_loop_echoed_partly_by_reference_uses_its_anchor(client: openai.O
 
 
 def test_a_reference_the_proxy_never_relayed_is_not_counted_as_its_json(client: openai.OpenAI,
-                                                                        proxy, fake) -> None:
-    history: list[Any] = [{"role": "user", "content": "Go on."},
-                          {"type": "item_reference", "id": "msg_from_another_instance"},
+                                                                        proxy, fake,
+                                                                        make_client) -> None:
+    # Stored upstream by a call that did not pass through this proxy (another instance's).
+    elsewhere = make_client(fake.url).responses.create(
+        model=MODEL, input="Start.", store=True).output[0]
+    history: list[Any] = [{"role": "user", "content": "Go on."}, _reference(elsewhere),
                           {"role": "user", "content": "And then?"}]
     client.responses.create(model=MODEL, input=history, store=True, extra_headers=THREAD)
     line = proxy.requests()[-1]

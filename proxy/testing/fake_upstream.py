@@ -31,6 +31,7 @@ from proxy.testing.replies import Reply
 from proxy.testing.rules import Rejection
 from proxy.testing.signing import DEFAULT_KEY, Signer
 from proxy.testing.sse import PEER_GONE, reject
+from proxy.testing.stored_items import StoredItems
 from proxy.testing.turn import Ids, Turn, call_ids, completion_tokens, stream_options
 from proxy.testing.usage import USAGE_STYLES, Counts, PromptCache
 
@@ -86,6 +87,7 @@ class FakeUpstream:
         self.responder: Responder | None = None
         self.stored: dict[str, responses_endpoint.Stored] = {}
         self.conversations: dict[str, list[Any]] = {}  # conversation id -> its items so far
+        self.items = StoredItems()  # stored answers' output items, for `item_reference`s
         self.stored_chat: dict[str, stored_chat.StoredChat] = {}  # made with `store: true`
         self._script: list[Reply] = []
         self._runner: web.AppRunner | None = None

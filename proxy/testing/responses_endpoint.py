@@ -2,9 +2,12 @@
 
 Stored responses (`store` is true by default) keep their whole item chain, so a later request
 with `previous_response_id` is validated, counted and cached as the full conversation it
-continues, and its encrypted reasoning is bound to that full history. A request naming a
-`conversation` (an id, or `{"id": ...}`) continues that conversation's items the same way and
-appends its input and output to it; an id the fake has not seen starts an empty conversation.
+continues, and its encrypted reasoning is bound to that full history. Their output items are
+kept per credential too (`stored_items`): a later `item_reference` to one is validated, counted
+and continued as that item, one to an item the fake does not hold is OpenAI's 404. A request
+naming a `conversation` (an id, or `{"id": ...}`) continues that conversation's items the same
+way and appends its input and output to it; an id the fake has not seen starts an empty
+conversation.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from proxy.testing.responses_render import (
 from proxy.testing.responses_rules import input_items
 from proxy.testing.rules import check_responses
 from proxy.testing.sse import event_frame, reject, send_failure, send_stream
+from proxy.testing.stored_items import credential_of, expand
 from proxy.testing.turn import Turn
 
 if TYPE_CHECKING:
@@ -54,10 +58,13 @@ async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
     prior = _prior(fake, body)
     if isinstance(prior, Rejection):
         return reject(prior)
+    credential = credential_of(recorded.headers)
+    resolve = fake.items.resolver(credential)
     found = check_responses(body, verify_encrypted=fake.signer.encrypted_valid, prior=prior,
-                            signer=fake.signer)
+                            signer=fake.signer, resolve=resolve)
     if found is not None:
         return reject(found)
+    body = _expanded(body, resolve)
     units = fake.units.responses(body, prior)
     prompt = prompt_tokens(units)
     stream = body.get("stream") is True
@@ -74,7 +81,19 @@ async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
         if failed is not None:
             return failed
     chain = [*prior, *input_items(body)]
-    return await _answer(fake, request, body, fake.turn(body, reply, prompt, units), chain, stream)
+    return await _answer(fake, request, body, fake.turn(body, reply, prompt, units), chain, stream,
+                         credential)
+
+
+def _expanded(body: dict[str, Any], resolve: Any) -> dict[str, Any]:
+    """The body with its references replaced by the stored items (the rules let it through:
+    each one resolves), as upstream counts and continues it."""
+    items = body.get("input")
+    if not isinstance(items, list):
+        return body
+    expanded = expand(items, resolve)
+    assert isinstance(expanded, list), "the rules answered an unknown reference"
+    return {**body, "input": expanded}
 
 
 def conversation_id(body: dict[str, Any]) -> str | None:
@@ -85,12 +104,13 @@ def conversation_id(body: dict[str, Any]) -> str | None:
 
 
 async def _answer(fake: FakeUpstream, request: web.Request, body: dict[str, Any], turn: Turn,
-                  chain: list[Any], stream: bool) -> web.StreamResponse:
+                  chain: list[Any], stream: bool, credential: str) -> web.StreamResponse:
     output = output_items(turn, chain, options_of(body), fake.signer, fake.ids)
     response_id = "resp_" + fake.ids.hex(48)
     response = response_object(turn, body, response_id, output)
     if body.get("store") is not False:
         fake.stored[response_id] = Stored([*chain, *output], response)
+        fake.items.remember(credential, output)
     conversation = conversation_id(body)
     if conversation is not None:
         fake.conversations[conversation] = [*chain, *output]

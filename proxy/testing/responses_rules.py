@@ -2,7 +2,8 @@
 
 Item-local checks (a chat-style `tool` role, a server item without its required `id`, unknown
 keys) name `input[i]`; the rest look at the whole chain: items of stored earlier responses
-(`prior`, when `previous_response_id` is used) followed by this request's items. Calls pair
+(`prior`, when `previous_response_id` is used) followed by this request's items, each
+`item_reference` replaced by the stored item it names when the store is given. Calls pair
 with outputs by `call_id`; a reasoning item is followed by what it produced; ids the fake issued
 next to a reasoning item need that item (`ws_…` ids too, for tests that replay server tool
 calls); `store: false` cannot refer to items by id; encrypted reasoning must belong to its
@@ -17,6 +18,7 @@ from typing import Any
 from proxy.testing import rejections
 from proxy.testing.rejections import Rejection
 from proxy.testing.signing import DEFAULT_SIGNER, Signer
+from proxy.testing.stored_items import Resolve, expand
 
 Item = Mapping[str, Any]
 VerifyEncrypted = Callable[[Item, Sequence[Any]], bool]
@@ -74,14 +76,25 @@ def item_type(item: Any) -> str:
 
 def check_items(body: Mapping[str, Any], *, prior: Sequence[Any] = (),
                 verify_encrypted: VerifyEncrypted | None = None,
-                signer: Signer = DEFAULT_SIGNER) -> Rejection | None:
+                signer: Signer = DEFAULT_SIGNER,
+                resolve: Resolve | None = None) -> Rejection | None:
+    """`resolve`: the stored items references may name (`stored_items`); without it, a
+    reference stands for an item that is there, whatever it is."""
     items = input_items(body)
     for i, item in enumerate(items):
         found = _item_rule(i, item)
         if found is not None:
             return found
+    refused = _not_persisted(body, items)
+    if refused is not None:
+        return refused
+    if resolve is not None:
+        expanded = expand(items, resolve)
+        if isinstance(expanded, Rejection):
+            return expanded
+        items = expanded
     chain = [*prior, *items]
-    return (_not_persisted(body, items) or _pairing(chain) or _reasoning_followed(chain)
+    return (_pairing(chain) or _reasoning_followed(chain)
             or _required_reasoning(chain, signer) or _encrypted(chain, verify_encrypted))
 
 
@@ -174,8 +187,9 @@ def _reasoning_followed(chain: Sequence[Any]) -> Rejection | None:
 
 
 def _required_reasoning(chain: Sequence[Any], signer: Signer) -> Rejection | None:
-    # An item_reference stands for a stored item (`store` on; `_not_persisted` refuses it
-    # otherwise): a reasoning item sent by reference is there.
+    # An item_reference left in the chain (no store given to expand it) stands for a stored
+    # item (`store` on; `_not_persisted` refuses it otherwise): a reasoning item sent by
+    # reference is there.
     present = {item.get("id") for item in chain if item_type(item) in ("reasoning", "item_reference")}
     for item in chain:
         needed = signer.required_reasoning(item.get("id"))

@@ -16,6 +16,7 @@ from proxy.testing.dialects import DIALECTS
 from proxy.testing.rejections import Rejection
 from proxy.testing.responses_rules import check_items
 from proxy.testing.signing import DEFAULT_SIGNER, Signer
+from proxy.testing.stored_items import Resolve
 
 __all__ = ["DIALECTS", "Rejection", "check_chat", "check_responses"]
 
@@ -48,7 +49,11 @@ def check_chat(body: dict[str, Any], dialect: str = "openai", *,
 def check_responses(body: dict[str, Any], *,
                     verify_encrypted: Callable[..., bool] | None = None,
                     prior: Sequence[Any] = (),
-                    signer: Signer = DEFAULT_SIGNER) -> Rejection | None:
+                    signer: Signer = DEFAULT_SIGNER,
+                    resolve: Resolve | None = None) -> Rejection | None:
     """`verify_encrypted(item, preceding_items) -> bool` checks `encrypted_content` (skipped when
-    None); `prior` holds the items of stored earlier responses when `previous_response_id` is used."""
-    return check_items(body, prior=prior, verify_encrypted=verify_encrypted, signer=signer)
+    None); `prior` holds the items of stored earlier responses when `previous_response_id` is used;
+    `resolve(id)` the stored item an `item_reference` names (None: unknown, OpenAI's 404), when
+    given: without it a reference is taken as an item that is there."""
+    return check_items(body, prior=prior, verify_encrypted=verify_encrypted, signer=signer,
+                       resolve=resolve)

@@ -17,6 +17,7 @@ from aiohttp import web
 from proxy import jsonio
 from proxy.testing import rejections
 from proxy.testing.sse import reject
+from proxy.testing.stored_items import credential_of
 
 if TYPE_CHECKING:
     from proxy.testing.fake_upstream import FakeUpstream
@@ -27,8 +28,11 @@ _RUNNING = ("queued", "in_progress")
 
 async def delete(fake: FakeUpstream, request: web.Request) -> web.Response:
     response_id = request.match_info["id"]
-    if fake.stored.pop(response_id, None) is None:
+    stored = fake.stored.pop(response_id, None)
+    if stored is None:
         return _not_found(response_id)
+    # Its items go with it [MEM: a deleted response's items are taken as no longer referable].
+    fake.items.forget(credential_of(request.headers), stored.response.get("output") or ())
     # OpenAI's reference gives "response.deleted"; Azure's documents "response".
     return _json({"id": response_id, "object": "response.deleted", "deleted": True})
 
