@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from proxy.compaction.postcheck import Verdict
 from proxy.records import ThreadKey
+from proxy.server.client_owned import Refusal
 
 # The failures of the summarizer's side, which the breaker counts; a post-check failure belongs
 # to its request's content, and so does a `summarize` refusal made before any summarizer call
@@ -49,6 +50,9 @@ class SharedFailure:
     inputs: object = None  # what the failed compaction was given (`Job.inputs`)
     verdict: Verdict | None = None  # a failed post-check's, for the client's error
     before_summarizer: bool = False  # decided by `inputs` before the summarizer was asked
+    # The request's own credential refused or rate-limited: the thread's key names the
+    # credential (its tenant), so every request waiting on it presented the same one.
+    refusal: Refusal | None = None
 
     @property
     def of_inputs(self) -> bool:
