@@ -28,7 +28,10 @@ def test_the_upstreams_identifiers_and_waits_pass_only_when_well_formed() -> Non
     odd = read_refusal(429, _body(code="not an identifier", type=7, message=None),
                        {"Retry-After": "soon"})
     assert (odd.code, odd.type, odd.message, odd.retry_after) == (None, None, "", {})
-    assert refusal_error(odd).headers == {"Retry-After": "1"}, "the proxy's usual wait"
+    error = refusal_error(odd)
+    assert error.headers == {"Retry-After": "1"}, "the proxy's usual wait"
+    assert error.body()["error"]["code"] is None, "no code of the proxy's stands in"
+    assert (error.status, error.body()["error"]["type"]) == (429, "rate_limit_error")
     assert read_refusal(401, b"<html>denied</html>", {}).code is None
 
 

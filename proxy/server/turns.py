@@ -8,7 +8,8 @@ waited shares the failure rather than repeating it at once:
 - a failure of the summarizer's side (the summary, the checkpoint's write) whatever the
   request: a summarizer that just timed out would make each request in the queue wait out its
   timeout again, and a single thread's burst would count as several failures towards the
-  breaker every thread shares;
+  breaker every thread shares; one that refused or rate-limited the request's own credential
+  (`client_owned`) is shared as the client's own error: the thread's key names the credential;
 - a failed post-check, and a refusal decided before the summarizer was asked (a plan over
   `max_calls`, recorded at stage `summarize`), only by a request that would give its
   compaction the same inputs (same checkpoint base, same messages, same model and thresholds,
