@@ -114,6 +114,17 @@ def test_a_refused_credential_is_the_clients_own_error_not_a_503_retried_in_vain
     assert stages(proxy) == ["summarize"]
 
 
+def test_compact_with_a_refused_credential_gets_the_clients_401(refusing: RefusingFake,
+                                                                  make_proxy) -> None:
+    refusing.refuse(REVOKED, 401, INVALID_KEY)
+    proxy = make_proxy(refusing, models=MODELS, compaction=NO_CHEAP)
+    command = [*between_trigger_and_limit(), {"role": "user", "content": "/compact"}]
+    with _client(proxy, REVOKED) as client, pytest.raises(openai.AuthenticationError) as caught:
+        _ask(client, command, "revoked-manual")
+    assert caught.value.code == "invalid_api_key"
+    assert [line["status"] for line in proxy.requests()] == [401]
+
+
 def test_a_refused_credential_on_a_request_that_fits_still_goes_up(refusing: RefusingFake,
                                                                     make_proxy) -> None:
     """Forwarded with the cheap stages as any failed summary: the upstream then answers the
