@@ -83,6 +83,20 @@ class CompactionUnavailable(ProxyError):
     code = "compaction_unavailable"
 
 
+class SummarizerRefused(CompactionUnavailable):
+    """Compaction is needed, and the summarizer's upstream refused the request's own credential
+    (401, 403) or rate-limited it (429): the client's to fix or to wait out, so it gets that
+    status, not a 503. A `CompactionUnavailable` still, for what handles one (the retry an
+    upstream overflow bought answers with the upstream's own error)."""
+
+    def __init__(self, message: str, *, status: int, type_: str, code: str | None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message, code=code, headers=headers)
+        self.code = code  # None too: no code of ours stands in for the upstream's
+        self.status = status
+        self.type = type_
+
+
 def error_body(message: str, type_: str, param: str | None = None,
                code: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}

@@ -54,9 +54,8 @@ def test_a_tenants_refused_key_does_not_open_the_breaker_for_the_others(make_fak
     proxy = make_proxy(fake, models=MODELS, compaction=NO_CHEAP)
     for n in range(3):  # the breaker's default failures
         refused = _post(proxy, f"revoked-{n}", REVOKED)
-        assert refused.status_code == 503, refused.text
+        assert refused.status_code == 401, refused.text  # the client's, not a 503
         assert "HTTP 401" in refused.json()["error"]["message"]
-        assert refused.headers["retry-after"] == "1", "the breaker stayed closed"
     fake.script(Reply.text("compacted for the other tenant"))
     other = _post(proxy, "another-tenant", API_KEY)
     assert other.status_code == 200, other.text

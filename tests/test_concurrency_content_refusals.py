@@ -84,6 +84,28 @@ def test_the_same_request_shares_a_refusal_over_max_calls(
     assert len(proxy.logs.events("compaction_started")) == 1  # the first request's only
 
 
+def test_the_same_request_over_the_limit_shares_the_400_over_max_calls(
+        loop_thread, gated: GatedFake, make_proxy) -> None:
+    """Refused before any call and refused alike on every retry: a 400 without `Retry-After`,
+    the queued retry's the same, without a plan of its own."""
+    FakeSummarizer.install(gated)
+    proxy = make_proxy(gated, models=MODELS, compaction=BOUNDED)
+    gated.script(Reply.text("ok"))
+    request = far_over_the_limit()
+    answers = _queue_behind(loop_thread, gated, proxy, "bounded-over",
+                            [(request, "tiny-coder"), (request, "tiny-coder")])
+    assert [a.status_code for a in answers] == [400, 400]
+    assert answers[0].json() == answers[1].json()
+    error = answers[0].json()["error"]
+    assert error["code"] == "context_compaction_insufficient"
+    assert "compaction.summarizer.max_calls (2)" in error["message"]
+    assert all("retry-after" not in a.headers for a in answers)
+    failed = proxy.logs.events("compaction_failed")
+    assert [(f["stage"], bool(f.get("shared"))) for f in failed] == [
+        ("summarize", False), ("summarize", True)]
+    assert len(proxy.logs.events("compaction_started")) == 1  # the first request's only
+
+
 @pytest.fixture
 def unlimited(loop_thread) -> Iterator[GatedFake]:
     """A gated fake that refuses nothing as too long: a padded summary carried into the next
@@ -115,8 +137,9 @@ def test_a_retry_shares_its_post_check_though_another_request_was_refused_since(
         wait_for(lambda: waiting(proxy, "retry-behind") == 2)
         open_gate(loop_thread, gated)
         answers = [first.result(), tiny.result(), retry.result()]
-    assert [a.status_code for a in answers] == [400, 503, 400]
+    assert [a.status_code for a in answers] == [400, 400, 400]
     assert "compaction.summarizer.max_calls (3)" in answers[1].json()["error"]["message"]
+    assert "retry-after" not in answers[1].headers
     assert answers[2].json() == answers[0].json()
     [started] = proxy.logs.events("compaction_started")  # the first request's only
     assert summarizer.calls == started["summarizer_calls"]

@@ -1,5 +1,6 @@
-"""A summarizer's error body is quoted in `compaction_failed` and in the client's 503: an
-upstream that echoes the credential it refused must not put that credential there."""
+"""A summarizer's error body is quoted in `compaction_failed`, and what the client is told of
+it reaches the client: an upstream that echoes the credential it refused must not put that
+credential in either."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ def test_a_summarizer_that_echoes_the_key_does_not_get_it_logged(make_fake, make
     assert failed["stage"] == "summarize" and "HTTP 401" in failed["error"]
     assert "Invalid credential: Bearer ***" in failed["error"]
     assert API_KEY not in proxy.logs.text
-    assert refused.status_code == 503 and API_KEY not in refused.text
+    # The client's own credential refused: its 401, which quotes no part of the refusal's text.
+    assert refused.status_code == 401 and API_KEY not in refused.text
+    assert "Invalid credential" not in refused.text
 
 
 def _index_over(messages: list[dict[str, Any]]) -> int:

@@ -11,12 +11,13 @@ import asyncio
 from proxy.compaction import breaker
 from proxy.compaction.postcheck import Verdict
 from proxy.records import CompactionEvent
+from proxy.server.client_owned import Refusal
 from proxy.server.drain import CUT
 
 
 class CompactionFailed(Exception):
     def __init__(self, stage: str, reason: str, verdict: Verdict | None = None,
-                 before_summarizer: bool = False) -> None:
+                 before_summarizer: bool = False, refusal: Refusal | None = None) -> None:
         super().__init__(f"{stage}: {reason}")
         self.stage = stage
         self.reason = reason
@@ -24,6 +25,9 @@ class CompactionFailed(Exception):
         # Decided by what the compaction was given, before the summarizer was asked (a plan
         # over `max_calls`, a post-check certain to fail): the summarizer did nothing wrong.
         self.before_summarizer = before_summarizer
+        # The summarizer's upstream refused or rate-limited the request's own credential
+        # (`client_owned.client_refusal`): the client's to fix or wait out.
+        self.refusal = refusal
 
 
 class NothingToCompact(Exception):

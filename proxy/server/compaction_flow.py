@@ -4,14 +4,15 @@
 per thread at a time (a request that waited reuses the checkpoint another one wrote, or shares
 the failure of the summary it waited for, and of its post-check when it would check the same
 projection, or of a refusal made before the summarizer when it would give the same inputs,
-`proxy/server/turns.py`, and asks the breaker again: the one before it may have
-just opened it), with the breaker, the
-hysteresis and the fallbacks of SPEC §9: forward with the cheap stages only while the
-projection fits, else a clear error (a 503 always says when to retry). `manual` answers
-`/compact` (SPEC §8) itself. `overflow_retry_failed` records the forced compaction an upstream
-overflow bought that did not help. Both run a started compaction to its end when the client
-leaves (its retry waits on the thread's lock and reuses the checkpoint); the request's line,
-a 499, says so (`compaction_detached`) once it has ended.
+`proxy/server/turns.py`, and asks the breaker again: the one before it may have just opened
+it), with the breaker, the hysteresis and the fallbacks of SPEC §9: forward with the cheap
+stages only while the projection fits, else a clear error: a 503 that says when to retry when
+the summarizer's side failed, the client's own status when the failure is the client's (its
+credential refused or rate-limited by the summarizer's upstream, a plan over `max_calls`:
+`client_owned`). `manual` answers `/compact` (SPEC §8) itself. `overflow_retry_failed` records
+the forced compaction an upstream overflow bought that did not help. Both run a started
+compaction to its end when the client leaves (its retry waits on the thread's lock and reuses
+the checkpoint); the request's line, a 499, says so (`compaction_detached`) once it has ended.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from proxy.errors import CompactionInsufficient, CompactionUnavailable, ProxyErr
 from proxy.projection import Built, Situation, View, build, measure_projection
 from proxy.records import CompactionEvent, ThreadState
 from proxy.server import manual_answer
+from proxy.server.client_owned import over_max_calls_error, refusal_error
 from proxy.server.compactor import (BreakerOpen, ClientLeft, CompactionCut, CompactionFailed,
                                     Compactor, Job, NothingToCompact)
 from proxy.server.prepared import Prepared
@@ -97,7 +99,7 @@ class CompactionFlow:
             raise _post_check_error(shared.verdict, shared.reason)
         if shared is not None:
             return self._degrade(prepared, built, fits, shared.stage, _waited_for(shared), line,
-                                 None, shared=True)
+                                 None, shared=True, owned=_owned_error(shared, built))
         try:
             event = await self._compact(job, line)
         except BreakerOpen as refused:
@@ -119,7 +121,8 @@ class CompactionFlow:
             if failed.stage == POST_CHECK:
                 raise _post_check_error(failed.verdict, failed.reason) from None
             return self._degrade(prepared, built, fits, failed.stage, failed.reason, line,
-                                 self._breaker_after(prepared), logged=True)
+                                 self._breaker_after(prepared), logged=True,
+                                 owned=_owned_error(failed, built))
         line.set(compacted=True)
         return build(view, event, replace(situation, anchors=()))
 
@@ -177,10 +180,11 @@ class CompactionFlow:
 
     def _degrade(self, prepared: Prepared, built: Built, fits: bool, stage: str, reason: str,
                  line: RequestLine, blocked: Blocked | None, logged: bool = False,
-                 shared: bool = False) -> Built:
-        """Forward with the cheap stages only when it fits; else a 503 that says when to retry
-        (`blocked`: the breaker's wait, None when it is closed). `shared`: the failure is the
-        compaction's this request waited for."""
+                 shared: bool = False, owned: ProxyError | None = None) -> Built:
+        """Forward with the cheap stages only when it fits; else `owned`, the client's own
+        answer to a failure that is the client's (`_owned_error`), or a 503 that says when to
+        retry (`blocked`: the breaker's wait, None when it is closed). `shared`: the failure
+        is the compaction's this request waited for."""
         if not logged:
             self._failed_line(line, prepared, stage, reason, degraded=fits,
                               retry_after=blocked.wait_s if blocked else None,
@@ -188,6 +192,8 @@ class CompactionFlow:
         line.set(compaction_degraded=stage, compaction_shared=shared or None)
         if fits:
             return built
+        if owned is not None:
+            raise owned
         if blocked is not None and blocked.reason != reason:
             reason = f"{reason}; {blocked.reason}"
         raise CompactionUnavailable(
@@ -241,11 +247,7 @@ class CompactionFlow:
                                                           built, job, line)
             else:
                 self._shared_line(line, prepared, shared)
-                if shared.stage != POST_CHECK:
-                    raise CompactionUnavailable(
-                        f"Compaction failed: {_waited_for(shared)}. The conversation is "
-                        "unchanged; try again later.", headers=_retry_after(None))
-                text = self._kept(shared.reason, shared.verdict, built, situation)
+                text = _manual_failed(shared, _waited_for(shared), None, built, situation)
                 compaction = "none"
         headers = {"x-compaction": compaction, "x-context-tokens": str(built.tokens)}
         seed = f"{prepared.key.tenant}\0{prepared.key.thread}\0{len(view.entries)}"
@@ -271,12 +273,8 @@ class CompactionFlow:
                 "is unchanged; try again later.", headers=_retry_after(blocked)) from None
         except CompactionFailed as failed:
             line.set(compaction_failed=failed.stage)
-            if failed.stage != POST_CHECK:
-                raise CompactionUnavailable(
-                    f"Compaction failed: {failed.reason}. The conversation is unchanged; "
-                    "try again later.",
-                    headers=_retry_after(self._breaker_after(prepared))) from None
-            return self._kept(failed.reason, failed.verdict, built, situation), "none"
+            return _manual_failed(failed, failed.reason, self._breaker_after(prepared), built,
+                                  situation), "none"
         lead = leading_instructions(view.entries)
         return manual.compacted_text(event.cutoff_index - lead,
                                      len(view.entries) - event.cutoff_index,
@@ -294,14 +292,41 @@ class CompactionFlow:
             _cancelled_line(line, cancelled)
             raise
 
-    @staticmethod
-    def _kept(reason: str, verdict: Verdict | None, built: Built, situation: Situation) -> str:
-        """`/compact` after a failed post-check: over the trigger, the 400 asking for a new
-        thread; below it, a thread a summary cannot shrink (mostly the user's own words,
-        restored verbatim) needs no new thread: say so and keep it."""
+
+def _manual_failed(failure: CompactionFailed | SharedFailure, reason: str,
+                   blocked: Blocked | None, built: Built, situation: Situation) -> str:
+    """`/compact`'s answer to a failed compaction, its own or the one it waited for (`reason`
+    says which): the text of a thread kept as it is, or the error to raise."""
+    if failure.stage == POST_CHECK:
+        return _kept(failure.reason, failure.verdict, built, situation)
+    if failure.refusal is not None:
+        raise refusal_error(failure.refusal)
+    if failure.before_summarizer:  # a plan over `max_calls`: refused alike on every retry
         if built.tokens > situation.thresholds.trigger:
-            raise _post_check_error(verdict, reason)
-        return manual.unchanged_text(reason, built.tokens)
+            raise over_max_calls_error(failure.reason, built.tokens)
+        return manual.unchanged_text(failure.reason, built.tokens)
+    raise CompactionUnavailable(f"Compaction failed: {reason}. The conversation is unchanged; "
+                                "try again later.", headers=_retry_after(blocked))
+
+
+def _kept(reason: str, verdict: Verdict | None, built: Built, situation: Situation) -> str:
+    """`/compact` after a failed post-check: over the trigger, the 400 asking for a new
+    thread; below it, a thread a summary cannot shrink (mostly the user's own words,
+    restored verbatim) needs no new thread: say so and keep it."""
+    if built.tokens > situation.thresholds.trigger:
+        raise _post_check_error(verdict, reason)
+    return manual.unchanged_text(reason, built.tokens)
+
+
+def _owned_error(failure: CompactionFailed | SharedFailure, built: Built) -> ProxyError | None:
+    """The answer to a failure that is the client's, for a request that does not fit: its
+    credential refused or rate-limited by the summarizer's upstream (its status), or a plan
+    over `max_calls` (a 400: a retry is refused the same way). None: the summarizer's."""
+    if failure.refusal is not None:
+        return refusal_error(failure.refusal)
+    if failure.before_summarizer and failure.stage != POST_CHECK:
+        return over_max_calls_error(failure.reason, built.tokens)
+    return None
 
 
 def _retry_after(blocked: Blocked | None) -> dict[str, str]:

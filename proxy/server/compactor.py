@@ -33,6 +33,7 @@ from proxy.conversation import Api, Kind, leading_instructions
 from proxy.core.sanitize import Policy, sanitize
 from proxy.records import CompactionEvent, ThreadKey
 from proxy.server.breakers import SummarizerBreakers
+from proxy.server.client_owned import Refusal, client_refusal, summarizer_verdict
 from proxy.server.compaction_errors import (BreakerOpen, ClientLeft, CompactionCut,
                                            CompactionFailed, NothingToCompact)
 from proxy.server.compaction_job import Job
@@ -107,7 +108,7 @@ class Compactor:
         turn = self.turns.of(job.key)  # what the requests waiting their turn learn
         if isinstance(error, CompactionFailed):
             turn.failed(SharedFailure(error.stage, error.reason, job.inputs, error.verdict,
-                                      error.before_summarizer))
+                                      error.before_summarizer, error.refusal))
         elif error is None and not finished.cancelled():
             turn.succeeded()
         if left:
@@ -173,9 +174,10 @@ class Compactor:
                           summarizer_calls=plan.steps, summarizer_model=clipped(summary_model),
                           forced=job.forced)
             outcome = await self._summarize(job, plan, window, plan_for, summary_upstream)
-            healthy = summarizer_verdict(outcome, summary_upstream)
+            refusal = client_refusal(outcome.refusal, summary_upstream)
+            healthy = summarizer_verdict(outcome.text is not None, refusal)
             if outcome.text is None:
-                raise self._failed(job, "summarize", outcome.error)
+                raise self._failed(job, "summarize", outcome.error, refusal=refusal)
             try:
                 finished = self._finish(job, cutoff, outcome.text, restored, summary_model)
             except CompactionFailed as failed:
@@ -316,13 +318,14 @@ class Compactor:
         self._failed(job, "post_check", reason)
 
     def _failed(self, job: Job, stage: str, reason: str, verdict: Verdict | None = None,
-                degraded: bool | None = None, before_summarizer: bool = False) -> CompactionFailed:
+                degraded: bool | None = None, before_summarizer: bool = False,
+                refusal: Refusal | None = None) -> CompactionFailed:
         self.log.warning("compaction_failed", **job.who, stage=stage, error=reason,
                          degraded=_forwarded_anyway(job, stage) if degraded is None else degraded,
                          strategy=job.strategy, **self._detached_field())
         if self.metrics is not None:
             self.metrics.compactions.labels(job.strategy, f"failed_{stage}").inc()
-        return CompactionFailed(stage, reason, verdict, before_summarizer)
+        return CompactionFailed(stage, reason, verdict, before_summarizer, refusal)
 
     def _completed(self, job: Job, event: CompactionEvent, finished: apply.Finished,
                    started: float, summarizer_ms: float) -> None:
@@ -364,17 +367,6 @@ async def _to_the_end(work: Coroutine[Any, Any, T]) -> tuple[asyncio.Future[T], 
         except asyncio.CancelledError:
             cancelled = True
     return task, cancelled
-
-
-def summarizer_verdict(outcome: SummaryOutcome, upstream: UpstreamSettings) -> bool | None:
-    """What the outcome tells the breaker: it worked, it failed, or nothing (None): the client's
-    own credential refused (401, 403; the upstream has no `api_key`). One tenant's revoked key
-    must not open the breaker every tenant shares."""
-    if outcome.text is not None:
-        return True
-    if outcome.status in (401, 403) and not upstream.api_key:
-        return None
-    return False
 
 
 def _forwarded_anyway(job: Job, stage: str) -> bool:

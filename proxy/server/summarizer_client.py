@@ -21,6 +21,7 @@ from proxy.compaction.overflow import is_context_overflow
 from proxy.compaction.summarizer import SummaryPlan, read_reply
 from proxy.conversation import Api
 from proxy.errors import ProxyError
+from proxy.server.client_owned import Refusal, read_refusal
 from proxy.server.headers import upstream_request_headers
 from proxy.server.inflate import answer_encoding, inflated
 from proxy.redaction import redact
@@ -39,7 +40,7 @@ class SummaryOutcome:
     duration_ms: float = 0.0
     output_tokens: int = 0
     overflow: bool = False  # a step was refused as longer than the summarizer's window
-    status: int | None = None  # the HTTP status of a step the summarizer refused
+    refusal: Refusal | None = None  # the HTTP error a step was answered with
 
 
 async def run_summary(plan: SummaryPlan, upstream: UpstreamSettings, client: UpstreamClient,
@@ -50,7 +51,7 @@ async def run_summary(plan: SummaryPlan, upstream: UpstreamSettings, client: Ups
     for step in range(plan.steps):
         body = jsonio.dumps(plan.request(step, carried))
         try:
-            status, data = await asyncio.wait_for(
+            status, data, headers = await asyncio.wait_for(
                 _post(client, upstream, plan.api, credentials, body), timeout_s)
         except asyncio.TimeoutError:
             return _failed(f"the summarizer did not answer within {timeout_s:g}s", step, started)
@@ -59,7 +60,8 @@ async def run_summary(plan: SummaryPlan, upstream: UpstreamSettings, client: Ups
         if status != 200:
             failed = _failed(f"the summarizer answered HTTP {status}: {_excerpt(data)}", step,
                              started)
-            return replace(failed, overflow=is_context_overflow(status, data), status=status)
+            return replace(failed, overflow=is_context_overflow(status, data),
+                           refusal=read_refusal(status, data, headers))
         reply = read_reply(plan.api, data)
         verdict = postcheck.check_reply(reply)
         if not verdict.ok:
@@ -100,7 +102,8 @@ def too_many_calls(needed: int, allowed: int) -> str:
 
 
 async def _post(client: UpstreamClient, upstream: UpstreamSettings, api: Api,
-                credentials: Mapping[str, str], body: bytes) -> tuple[int, bytes]:
+                credentials: Mapping[str, str],
+                body: bytes) -> tuple[int, bytes, Mapping[str, str]]:
     headers = upstream_request_headers(credentials, api_key=upstream.api_key,
                                        identity_encoding=True)
     headers["Content-Type"] = "application/json"
@@ -108,7 +111,8 @@ async def _post(client: UpstreamClient, upstream: UpstreamSettings, api: Api,
     async with response:
         data = await read_body(response, upstream)
         # Compressed although asked for identity: read inflated (else as it came, and failing).
-        return response.status, inflated(data, answer_encoding(response.headers)) or data
+        return (response.status, inflated(data, answer_encoding(response.headers)) or data,
+                response.headers)
 
 
 def _failed(error: str, step: int, started: float) -> SummaryOutcome:

@@ -8,7 +8,8 @@ waited shares the failure rather than repeating it at once:
 - a failure of the summarizer's side (the summary, the checkpoint's write) whatever the
   request: a summarizer that just timed out would make each request in the queue wait out its
   timeout again, and a single thread's burst would count as several failures towards the
-  breaker every thread shares;
+  breaker every thread shares; one that refused or rate-limited the request's own credential
+  (`client_owned`) is shared as the client's own error: the thread's key names the credential;
 - a failed post-check, and a refusal decided before the summarizer was asked (a plan over
   `max_calls`, recorded at stage `summarize`), only by a request that would give its
   compaction the same inputs (same checkpoint base, same messages, same model and thresholds,
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 
 from proxy.compaction.postcheck import Verdict
 from proxy.records import ThreadKey
+from proxy.server.client_owned import Refusal
 
 # The failures of the summarizer's side, which the breaker counts; a post-check failure belongs
 # to its request's content, and so does a `summarize` refusal made before any summarizer call
@@ -49,6 +51,9 @@ class SharedFailure:
     inputs: object = None  # what the failed compaction was given (`Job.inputs`)
     verdict: Verdict | None = None  # a failed post-check's, for the client's error
     before_summarizer: bool = False  # decided by `inputs` before the summarizer was asked
+    # The request's own credential refused or rate-limited: the thread's key names the
+    # credential (its tenant), so every request waiting on it presented the same one.
+    refusal: Refusal | None = None
 
     @property
     def of_inputs(self) -> bool:

@@ -1,0 +1,136 @@
+"""Failures of a compaction that belong to the client, not to the summarizer: what the breaker
+hears of them, and what the client is told instead of a 503 "retry later".
+
+Two kinds. The summarizer's upstream, called with the request's own credential (it has no
+`api_key`), refused that credential (401, 403) or rate-limited it (429): one tenant's key or
+quota, which must not open the breaker every tenant shares, and which the client must fix or
+wait out; it gets the upstream's status. And a summary refused before any call because its
+plan needs more calls than `compaction.summarizer.max_calls` allows: the same content and
+configuration are refused the same way on every retry, so it is a 400, not a 503.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+
+from proxy import jsonio
+from proxy.errors import CompactionInsufficient, SummarizerRefused
+from proxy.redaction import redact
+from proxy.settings import UpstreamSettings
+
+CREDENTIAL_REFUSED = (401, 403)
+RATE_LIMITED = 429
+# An error code or type worth passing on: a short identifier (`invalid_api_key`,
+# `insufficient_quota`, Anthropic's `rate_limit_error`), never free text.
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+_SECONDS = re.compile(r"\d{1,9}(\.\d{1,6})?")
+_MESSAGE_CHARS = 300
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An HTTP error the summarizer's upstream answered a step with, as much of it as a client
+    may be shown."""
+
+    status: int
+    code: str | None = None
+    type: str | None = None
+    message: str = ""  # the upstream's own, redacted and clipped; "" when it had none
+    retry_after: Mapping[str, str] = field(default_factory=dict)  # its wait, when valid
+
+
+def read_refusal(status: int, data: bytes, headers: Mapping[str, str]) -> Refusal:
+    """The upstream's error: `error.code`, `error.type` and `error.message` of an OpenAI-shaped
+    body (Anthropic's has the same `error` object), and its `Retry-After` / `retry-after-ms`."""
+    try:
+        doc = jsonio.loads(data)
+    except ValueError:
+        doc = None
+    error = doc.get("error") if isinstance(doc, dict) else None
+    error = error if isinstance(error, dict) else {}
+    message = error.get("message")
+    return Refusal(status, _identifier(error.get("code")), _identifier(error.get("type")),
+                   _clipped(redact(message)) if isinstance(message, str) else "",
+                   _waits(headers))
+
+
+def client_refusal(refusal: Refusal | None, upstream: UpstreamSettings) -> Refusal | None:
+    """`refusal` when it concerns the request's own credential: the summarizer's upstream was
+    called with it (no `api_key`) and refused it or rate-limited it; else None. With the
+    proxy's own key the same statuses are the summarizer's failure, everyone's."""
+    if refusal is None or upstream.api_key:
+        return None
+    owned = refusal.status in CREDENTIAL_REFUSED or refusal.status == RATE_LIMITED
+    return refusal if owned else None
+
+
+def summarizer_verdict(summarized: bool, client_refused: Refusal | None) -> bool | None:
+    """What an outcome tells the breaker: it worked, it failed, or nothing (None): the client's
+    own credential refused or rate-limited (`client_refusal`). One tenant's revoked key or spent
+    quota must not open the breaker every tenant shares."""
+    if summarized:
+        return True
+    return None if client_refused is not None else False
+
+
+def refusal_error(refusal: Refusal) -> SummarizerRefused:
+    """The client's answer: the upstream's status, code and type, and for a 429 its message
+    (which limit, how long) and its wait. A refused credential's message is not passed on: it
+    may quote the credential in a form no redaction knows, and says nothing the status does not."""
+    code = f", {refusal.code}" if refusal.code else ""
+    if refusal.status == RATE_LIMITED:
+        said = f": {refusal.message}" if refusal.message else ""
+        return SummarizerRefused(
+            f"Context compaction could not run: the summarizer's upstream rate-limited this "
+            f"request's credential (HTTP 429{code}{said}). The proxy summarizes with the "
+            "credential the request carries; retry once its limit allows. Nothing was changed.",
+            status=RATE_LIMITED, type_=refusal.type or "rate_limit_error", code=refusal.code,
+            headers={"Retry-After": "1", **refusal.retry_after})
+    return SummarizerRefused(
+        f"Context compaction could not run: the summarizer's upstream refused this request's "
+        f"credential (HTTP {refusal.status}{code}). The proxy summarizes with the credential "
+        "the request carries; check it. Nothing was changed.",
+        status=refusal.status, type_=refusal.type or "invalid_request_error", code=refusal.code)
+
+
+def over_max_calls_error(reason: str, tokens: int) -> CompactionInsufficient:
+    """A plan over `compaction.summarizer.max_calls` where the compaction cannot be done
+    without (a request over the model's limit, a `/compact` over the trigger): refused before
+    any call, and refused again on every retry of the same content."""
+    return CompactionInsufficient(
+        f"This conversation (about {tokens:,} tokens) needs context compaction, which cannot "
+        f"run: {reason}. A retry is refused the same way: the proxy's operator can raise "
+        "compaction.summarizer.max_calls, or start a new thread; you can paste a short recap "
+        "of where you are.")
+
+
+def _identifier(value: object) -> str | None:
+    return value if isinstance(value, str) and _IDENTIFIER.fullmatch(value) else None
+
+
+def _clipped(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MESSAGE_CHARS else text[:_MESSAGE_CHARS] + "..."
+
+
+def _waits(headers: Mapping[str, str]) -> dict[str, str]:
+    """The upstream's `Retry-After` (seconds or an HTTP date) and `retry-after-ms` (the
+    OpenAI SDKs read it first), each passed on only when it reads as what it should be."""
+    waits = {}
+    after = headers.get("Retry-After", "").strip()
+    if _SECONDS.fullmatch(after) or _http_date(after):
+        waits["Retry-After"] = after
+    millis = headers.get("retry-after-ms", "").strip()
+    if _SECONDS.fullmatch(millis):
+        waits["retry-after-ms"] = millis
+    return waits
+
+
+def _http_date(text: str) -> bool:
+    try:
+        return bool(text) and parsedate_to_datetime(text) is not None
+    except (TypeError, ValueError, IndexError):
+        return False
