@@ -57,3 +57,9 @@ def test_a_session_echoing_every_item_by_reference_survives_compaction(codex_set
     assert len(estimates) == len(counted)
     assert all(e >= c for e, c in zip(estimates, counted, strict=True)), \
         [(e, c) for e, c in zip(estimates, counted, strict=True) if e < c]
+    # The projection a compaction sends is estimated as its post-check measured it: a reference
+    # in the kept tail counts as the thread's average answer item, not 1,000 tokens (1.6-1.7
+    # times upstream's count here when the build after the summary forgot the anchors).
+    compacted = [(line["tokens_estimate"], line["usage_input"]) for line in lines
+                 if line.get("compaction") == "compacted"]
+    assert compacted and all(e <= 1.4 * c for e, c in compacted), compacted

@@ -124,7 +124,7 @@ class CompactionFlow:
                                  self._breaker_after(prepared), logged=True,
                                  owned=_owned_error(failed, built))
         line.set(compacted=True)
-        return build(view, event, replace(situation, anchors=()))
+        return build(view, event, situation)
 
     def _profile_too_large(self, prepared: Prepared, built: Built, th: Thresholds) -> str:
         """An overflow below the profile's limit means the profile is wrong, not the thread:
