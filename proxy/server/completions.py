@@ -84,7 +84,6 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
     async with response:
         line.set(status=response.status)
         line.mark_upstream()
-        out_headers = client_response_headers(response.headers, prepared.response_headers)
         # None: plain, as the proxy asked (nearly always: the header is looked for in C first).
         encoding = (answer_encoding(response.headers)
                     if "Content-Encoding" in response.headers else None)
@@ -95,6 +94,7 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
                 again = await services.pipeline.retry(prepared, 400, error, line)
                 if again is not None:
                     return again
+            out_headers = client_response_headers(response.headers, prepared.response_headers)
             tap = prepared.stream_tap()
             relayed = tap if encoding is None else _encoded_stream(tap, encoding, out_headers)
             try:
@@ -116,7 +116,8 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
             if again is not None:
                 return again
         line.set(bytes_out=len(data))
-        out = whole_response(response.status, response.reason, out_headers, data)
+        out = whole_response(response.status, response.reason, response.headers, data,
+                             prepared.response_headers)
         # The client has its answer before the proxy records what it reported. Nothing below
         # waits (the store queues its writes), so no other request runs in between: the next
         # turn, on any connection, still finds the anchor.
