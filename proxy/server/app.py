@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from proxy.conversation import Api
 from proxy.server import client_body, completions, passthrough
 from proxy.server.drain import CUT_WAIT_S, Drain
 from proxy.server.logs import get_logger
@@ -41,10 +42,9 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> web.Ap
     app.router.add_get("/healthz", served(healthz, drain))
     app.router.add_get("/metrics", served(services.metrics.handler, drain))
     expect = client_body.expect_continue
-    app.router.add_post("/v1/chat/completions", served(completions.chat_completions, drain),
-                        expect_handler=expect)
-    app.router.add_post("/v1/responses", served(completions.responses, drain),
-                        expect_handler=expect)
+    for path, api in (("/v1/chat/completions", Api.CHAT), ("/v1/responses", Api.RESPONSES)):
+        app.router.add_post(path, served(completions.handler(services, api), drain),
+                            expect_handler=expect)
     app.router.add_route("*", "/v1/{tail:.*}", served(passthrough.passthrough, drain),
                          expect_handler=client_body.expect_upload)
     app.router.register_resource(Unserved())  # last: it takes whatever the others do not
