@@ -49,9 +49,10 @@ class Drain:
     def track(self, task: asyncio.Task[Any] | None) -> None:
         """Track a handler's task until it ends, i.e. after aiohttp wrote the end of its
         response (`proxy.server.serving` calls this as the handler starts, and answers the cut)."""
-        if task is not None and task not in self._tasks:
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        tasks = self._tasks
+        if task is not None and task not in tasks:
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
 
     async def on_shutdown(self, app: web.Application) -> None:
         if not self._tasks:
