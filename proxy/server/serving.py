@@ -64,16 +64,17 @@ def served(handler: Handler, drain: Drain) -> Handler:
 
 
 class Unserved(web.PlainResource):
-    """The last resource, which takes every request the others do not (a target with no path,
-    `OPTIONS *`, included): the proxy answers it, so it has a request line like any other
-    request, and a client whose base URL lacks `/v1` shows up in the log and the metrics."""
+    """The last resource, which takes every request the others do not (`OPTIONS *` and a path
+    with an encoded newline, which no route pattern matches, included): the proxy answers it,
+    so it has a request line like any other request, and a client whose base URL lacks `/v1`
+    shows up in the log and the metrics."""
 
     def __init__(self) -> None:
         super().__init__("/")
         self.add_route("*", self._answer)
 
     def _match(self, path: str) -> dict[str, str] | None:
-        return {}
+        return {}  # aiohttp's test of a path against the resource: any path matches
 
     async def _answer(self, request: web.Request) -> web.Response:
         services = request.app[SERVICES]
