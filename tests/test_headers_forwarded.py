@@ -11,6 +11,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from proxy.server import headers as headers_module
 from proxy.server.headers import (HOP_BY_HOP, client_response_headers,
                                   upstream_request_headers)
+from proxy.server.relay import whole_response
 
 _KNOWN = ["Host", "Content-Length", "Content-Type", "Content-Encoding", "Expect", "Connection",
           "Keep-Alive", "TE", "Transfer-Encoding", "Upgrade", "Authorization", "X-Api-Key",
@@ -61,6 +62,18 @@ def test_response_headers_keep_exactly_what_may_cross(lines, extra) -> None:
     expected = CIMultiDict(_kept(lines, set(HOP_BY_HOP) | {"content-length", "server", "date"}))
     expected.update(extra or {})
     assert list(out.items()) == list(expected.items())
+
+
+@example(lines=_NAMED_BY_CONNECTION, extra=None)
+@given(lines=_LINES, extra=st.sampled_from([None, {}, {"X-Proxy": "1", "content-type": "t"}]))
+def test_a_whole_answer_goes_out_with_the_response_headers(lines, extra) -> None:
+    """`whole_response` strips its own copy of the upstream's headers in place: the same
+    headers, in the same order, as `client_response_headers` makes from its copy."""
+    upstream = CIMultiDictProxy(CIMultiDict(lines))
+    out = whole_response(200, "OK", upstream, b"{}", extra)
+    assert list(out.headers.items()) == list(client_response_headers(upstream, extra).items())
+    assert (out.status, out.reason, out.body) == (200, "OK", b"{}")
+    assert list(upstream.items()) == lines  # the upstream's own headers are left as they came
 
 
 @given(lines=st.lists(st.tuples(_NAME, _VALUE), max_size=12, unique_by=lambda kv: kv[0].lower()))

@@ -56,6 +56,18 @@ def test_write_info_writes_the_bytes_log_info_writes(form: str, facts: dict[str,
     assert short == general and general
 
 
+@given(context=st.dictionaries(_NAMES, _VALUES, max_size=3),
+       facts=st.dictionaries(_NAMES, _VALUES, max_size=6))
+def test_a_bound_context_comes_first_as_log_info_writes_it(context: dict[str, Any],
+                                                          facts: dict[str, Any]) -> None:
+    """A logger with a context of its own copies it into the line (the facts after it,
+    replacing what they name); without one, the facts are the line."""
+    general = _outcome("json", lambda log: log.bind(**context).info("request", **facts))
+    short = _outcome("json", lambda log: write_info(log.bind(**context), "request", dict(facts),
+                                                   level_checked=True))
+    assert short == general and general
+
+
 def _outcome(form: str, write: Any) -> bytes | str:
     """The line written, or the error that stopped it (the console form refuses some values,
     an `exception` that is not text: the same way on both ways)."""

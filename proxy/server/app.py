@@ -1,81 +1,24 @@
-"""The aiohttp application: routes, the middlewares, and the lifecycle of shared services."""
+"""The aiohttp application: routes, each served by `proxy.server.serving`, and the lifecycle
+of shared services."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
-import orjson
 from aiohttp import web
 
-from proxy.errors import MethodNotAllowed, NotFound, ProxyError
+from proxy.conversation import Api
 from proxy.server import client_body, completions, passthrough
 from proxy.server.drain import CUT_WAIT_S, Drain
 from proxy.server.logs import get_logger
 from proxy.server.metrics import Metrics
 from proxy.server.origins import origins_for
 from proxy.server.pipeline import Pipeline
-from proxy.server.request_line import RequestLine
+from proxy.server.serving import Unserved, json_response, served
 from proxy.server.services import SERVICES, Services
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import Settings
-from proxy.threads import tenant_digest
-
-
-def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(status=status, body=orjson.dumps(body), headers=headers,
-                        content_type="application/json")
-
-
-def render_error(error: ProxyError) -> web.Response:
-    return json_response(error.status, error.body(), error.headers)
-
-
-@web.middleware
-async def error_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-    unrouted = request.match_info.http_exception
-    if unrouted is not None:
-        return _unserved(request, unrouted)
-    try:
-        return await handler(request)
-    except ProxyError as error:
-        return render_error(error)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return render_error(_from_http_exception(request, exc))
-    except Exception:
-        request.app[SERVICES].log.exception("unhandled_error", path=request.path,
-                                            method=request.method)
-        return render_error(unhandled_error())
-
-
-def _unserved(request: web.Request, exc: web.HTTPException) -> web.Response:
-    """A path or method no route takes. The proxy answers it, so it has a request line like any
-    other request: a client whose base URL lacks `/v1` shows up in the log and the metrics."""
-    services = request.app[SERVICES]
-    error = _from_http_exception(request, exc)
-    with RequestLine(services.log, services.metrics, "other", path=request.path,
-                     method=request.method, tenant=tenant_digest(request.headers)) as line:
-        line.set(status=error.status, error=error.code or error.type)
-    return render_error(error)
-
-
-def unhandled_error() -> ProxyError:
-    return ProxyError("The proxy failed to handle this request; see its log.", code="proxy_error")
-
-
-def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ProxyError:
-    if exc.status == 405:
-        return MethodNotAllowed(f"Method {request.method} is not allowed on {request.path}.")
-    if exc.status == 404:
-        return NotFound(f"Unknown path {request.path}: the proxy serves /v1/*, /healthz "
-                        "and /metrics.")
-    error = ProxyError(exc.reason or "Request failed.")
-    error.status = exc.status
-    error.type = "invalid_request_error"
-    return error
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -91,19 +34,20 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> web.Ap
                                              metrics=services.metrics)
     services.origins = origins_for(settings, getattr(services.pipeline, "store", None),
                                    getattr(services.pipeline, "clock", time.time), log)
-    app = web.Application(middlewares=[error_middleware, services.drain.middleware],
-                          client_max_size=settings.server.max_body_bytes)
+    app = web.Application(client_max_size=settings.server.max_body_bytes)
     app[SERVICES] = services
     app.on_shutdown.append(services.drain.on_shutdown)
     app.cleanup_ctx.append(_lifecycle)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/metrics", services.metrics.handler)
+    drain = services.drain
+    app.router.add_get("/healthz", served(healthz, drain))
+    app.router.add_get("/metrics", served(services.metrics.handler, drain))
     expect = client_body.expect_continue
-    app.router.add_post("/v1/chat/completions", completions.chat_completions,
-                        expect_handler=expect)
-    app.router.add_post("/v1/responses", completions.responses, expect_handler=expect)
-    app.router.add_route("*", "/v1/{tail:.*}", passthrough.passthrough,
+    for path, api in (("/v1/chat/completions", Api.CHAT), ("/v1/responses", Api.RESPONSES)):
+        app.router.add_post(path, served(completions.handler(services, api), drain),
+                            expect_handler=expect)
+    app.router.add_route("*", "/v1/{tail:.*}", served(passthrough.passthrough, drain),
                          expect_handler=client_body.expect_upload)
+    app.router.register_resource(Unserved())  # last: it takes whatever the others do not
     return app
 
 

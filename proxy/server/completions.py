@@ -9,7 +9,7 @@ once, before any byte went to the client; then the pipeline records what the ans
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 import aiohttp
@@ -24,8 +24,8 @@ from proxy.server.inflate import InflatingTap, answer_encoding, inflated, inflat
 from proxy.server.prepared import Prepared
 from proxy.server.relay import PlainTap, StreamTap, is_event_stream, relay_stream, whole_response
 from proxy.server.request_line import RequestLine, clipped
-from proxy.server.services import SERVICES, Services
-from proxy.server.upstream import read_body, reading_answer, upstream_path
+from proxy.server.services import Services
+from proxy.server.upstream import answer_failed, reading_answer, upstream_path
 from proxy.settings import UpstreamSettings
 from proxy.sse import SseDecoder
 from proxy.threads import (body_thread_hint, header_thread, loggable, resolve_thread,
@@ -36,8 +36,16 @@ _PEEK_LIMIT = 1 << 20
 _PEEK_SECONDS = 1.0
 
 
-async def _complete(request: web.Request, api: Api) -> web.StreamResponse:
-    services = request.app[SERVICES]
+def handler(services: Services,
+            api: Api) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The route's handler for `api`: `_complete` given the application's services, which a
+    request would otherwise find through three properties and a lookup of the application.
+    A partial, not a coroutine that awaits `_complete`: one coroutine frame less, which every
+    suspension of the request (the upstream's answer, its body) passes through twice."""
+    return partial(_complete, services, api)
+
+
+async def _complete(services: Services, api: Api, request: web.Request) -> web.StreamResponse:
     tenant = tenant_digest(request.headers)
     with RequestLine(services.log, services.metrics, str(api), path=request.path,
                      method=request.method, tenant=tenant) as line:
@@ -66,12 +74,6 @@ async def _complete(request: web.Request, api: Api) -> web.StreamResponse:
         return prepared.answer
 
 
-# Partials, not coroutines that await `_complete`: one coroutine frame less, which every
-# suspension of the request (the upstream's answer, its body) passes through twice.
-chat_completions = partial(_complete, api=Api.CHAT)
-responses = partial(_complete, api=Api.RESPONSES)
-
-
 async def _forward(request: web.Request, path: str, services: Services, prepared: Prepared,
                    line: RequestLine) -> web.StreamResponse | Prepared:
     """Send the projection; the client's response, or the next attempt when a retry helps."""
@@ -84,7 +86,6 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
     async with response:
         line.set(status=response.status)
         line.mark_upstream()
-        out_headers = client_response_headers(response.headers, prepared.response_headers)
         # None: plain, as the proxy asked (nearly always: the header is looked for in C first).
         encoding = (answer_encoding(response.headers)
                     if "Content-Encoding" in response.headers else None)
@@ -95,6 +96,7 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
                 again = await services.pipeline.retry(prepared, 400, error, line)
                 if again is not None:
                     return again
+            out_headers = client_response_headers(response.headers, prepared.response_headers)
             tap = prepared.stream_tap()
             relayed = tap if encoding is None else _encoded_stream(tap, encoding, out_headers)
             try:
@@ -108,7 +110,10 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
             await _recorded(services.pipeline.finish_stream(prepared, tap, response.status, line),
                             services, line)
             return outcome.response
-        data = await read_body(response, prepared.upstream)
+        try:  # `read_body`, inline: a coroutine less for every answer
+            data = await response.read()
+        except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
+            raise answer_failed(prepared.upstream, exc) from None
         # Read inflated, relayed as it came; b"" (nothing to read) when it cannot be inflated.
         readable = data if encoding is None else inflated(data, encoding) or b""
         if response.status >= 400:
@@ -116,7 +121,8 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
             if again is not None:
                 return again
         line.set(bytes_out=len(data))
-        out = whole_response(response.status, response.reason, out_headers, data)
+        out = whole_response(response.status, response.reason, response.headers, data,
+                             prepared.response_headers)
         # The client has its answer before the proxy records what it reported. Nothing below
         # waits (the store queues its writes), so no other request runs in between: the next
         # turn, on any connection, still finds the anchor.

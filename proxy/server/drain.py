@@ -1,6 +1,6 @@
 """Graceful shutdown: in-flight requests get `server.shutdown_grace_s` in all, then are cut.
 
-A middleware tracks every handler task until its response is written. On shutdown (aiohttp has
+Every handler's task is tracked until its response is written. On shutdown (aiohttp has
 closed the listening sockets and idle connections by then) the drain waits for those tasks; the
 ones still running when the grace ends are cancelled with the `CUT` message. A relayed stream
 takes the cut as its end and closes with the API's error frame; a request that has sent nothing
@@ -12,19 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
-
-from proxy.errors import ShuttingDown
 
 CUT = "compaction-proxy: shutdown grace ended"
 CUT_MESSAGE = "The proxy is shutting down and cut this request off; retry it."
 # After the cut, handlers only write their last frame and record usage: this is plenty.
 CUT_WAIT_S = 2.0
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def is_cut(exc: BaseException | None) -> bool:
@@ -51,20 +46,13 @@ class Drain:
     def in_flight(self) -> int:
         return len(self._tasks)
 
-    @web.middleware
-    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        task = asyncio.current_task()
-        if task is not None and task not in self._tasks:
-            self._tasks.add(task)
-            # Tracked until the task ends, i.e. after aiohttp wrote the end of the response.
-            task.add_done_callback(self._tasks.discard)
-        try:
-            return await handler(request)
-        except asyncio.CancelledError as exc:
-            if not is_cut(exc) or request.writer.output_size > 0:
-                raise  # a client that left, or a cut answer that is already under way
-            resume_after_cut()
-            raise ShuttingDown(CUT_MESSAGE, headers={"Connection": "close"}) from None
+    def track(self, task: asyncio.Task[Any] | None) -> None:
+        """Track a handler's task until it ends, i.e. after aiohttp wrote the end of its
+        response (`proxy.server.serving` calls this as the handler starts, and answers the cut)."""
+        tasks = self._tasks
+        if task is not None and task not in tasks:
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
 
     async def on_shutdown(self, app: web.Application) -> None:
         if not self._tasks:

@@ -41,10 +41,17 @@ def upstream_request_headers(client: Mapping[str, str] | CIMultiDictProxy[str], 
 
 def client_response_headers(upstream: Mapping[str, str] | CIMultiDictProxy[str],
                             extra: Mapping[str, str] | None = None) -> CIMultiDict[str]:
-    out = _forwarded(upstream, _RESPONSE_DROP)
+    return for_client(CIMultiDict(upstream), upstream, extra)
+
+
+def for_client(copy: CIMultiDict[str], upstream: Mapping[str, str] | CIMultiDictProxy[str],
+               extra: Mapping[str, str] | None = None) -> CIMultiDict[str]:
+    """`copy`, a copy of `upstream` (a response's own headers, made as it was built), made
+    what `client_response_headers` returns, in place: one copy of the headers less."""
+    _strip(copy, upstream, _RESPONSE_DROP)
     if extra:
-        out.update(extra)  # replaces a header of the same name in place, as `out[name] = value`
-    return out
+        copy.update(extra)  # replaces a header of the same name in place, as `out[name] = value`
+    return copy
 
 
 @lru_cache(maxsize=64)
@@ -59,9 +66,14 @@ def _forwarded(headers: Mapping[str, str] | CIMultiDictProxy[str],
                dropped: frozenset[str]) -> CIMultiDict[str]:
     """A copy of `headers`, order and case kept, without the names in `dropped` (lower case)
     and those its `Connection` header names (hop-by-hop too)."""
-    out = CIMultiDict(headers)
-    # The copy and the names to drop are found in C: only the few names both present and
-    # dropped (Host, Content-Length...) cost a step here, not every header.
+    return _strip(CIMultiDict(headers), headers, dropped)
+
+
+def _strip(out: CIMultiDict[str], headers: Mapping[str, str] | CIMultiDictProxy[str],
+           dropped: frozenset[str]) -> CIMultiDict[str]:
+    """`out`, a copy of `headers`, without what `_forwarded` leaves out."""
+    # The names to drop are found in C: only the few names both present and dropped (Host,
+    # Content-Length...) cost a step here, not every header.
     if _CASELESS_KEY_SETS and type(headers) in _CASELESS:
         # The keys view meets `dropped` ignoring case, without a lower-cased copy of every
         # name (that copy was half the cost of the whole function).

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.errors import ShuttingDown
 from proxy.server.drain import CUT_MESSAGE, is_cut, resume_after_cut
+from proxy.server.headers import for_client
 from proxy.server.upstream import describe
 
 
@@ -142,6 +143,11 @@ def _sent(outcome: RelayOutcome, data: bytes, started: float) -> None:
         outcome.first_byte_ms = round((time.perf_counter() - started) * 1000, 2)
 
 
-def whole_response(status: int, reason: str | None, headers: CIMultiDict[str],
-                   body: bytes) -> web.Response:
-    return web.Response(status=status, reason=reason, headers=headers, body=body)
+def whole_response(status: int, reason: str | None,
+                   upstream_headers: Mapping[str, str] | CIMultiDictProxy[str], body: bytes,
+                   extra: Mapping[str, str] | None = None) -> web.Response:
+    """The client's answer: `body`, with the upstream's headers made `client_response_headers`
+    once the response has its own copy of them (aiohttp copies what it is given)."""
+    out = web.Response(status=status, reason=reason, headers=upstream_headers, body=body)
+    for_client(out.headers, upstream_headers, extra)
+    return out

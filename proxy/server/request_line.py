@@ -94,7 +94,8 @@ class RequestLine:
             fields = self.fields
             # Facts set to None are left out: filtered in C, a line has some 30 of them.
             write_info(self._log, "request",
-                       dict(compress(fields.items(), map(is_not, fields.values(), _NONES))))
+                       dict(compress(fields.items(), map(is_not, fields.values(), _NONES))),
+                       level_checked=enabled is not None)
         except Exception:  # noqa: BLE001 - the answer is out or on its way: a lost line must not
             # break it. The standard library's logging reports on stderr what its sink refuses.
             logging.getLogger("proxy").exception("request line not written (status %s)",

@@ -19,7 +19,7 @@ from aiohttp.http_exceptions import (BadStatusLine, ContentEncodingError, Conten
                                      LineTooLong, TransferEncodingError)
 
 from proxy.errors import ProxyError
-from proxy.server.app import render_error, unhandled_error
+from proxy.server.serving import render_error, unhandled_error
 from proxy.server.logs import get_logger
 from proxy.server.services import SERVICES
 

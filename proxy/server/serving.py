@@ -1,0 +1,109 @@
+"""What every request gets around its handler: errors answered in OpenAI's shape, the drain's
+tracking and its shutdown cut, and an answer of the proxy's own for a path no route serves.
+
+Done by wrapping each handler where it is registered, not by middlewares: with any middleware
+at all aiohttp adds one of its own, and every request then runs through three more coroutines
+(each a partial called with a keyword), whose frames each resumption of the handler passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from proxy.errors import MethodNotAllowed, NotFound, ProxyError, ShuttingDown
+from proxy.server.drain import CUT_MESSAGE, Drain, is_cut, resume_after_cut
+from proxy.server.request_line import RequestLine
+from proxy.server.services import SERVICES
+from proxy.threads import tenant_digest
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(body), headers=headers,
+                        content_type="application/json")
+
+
+def render_error(error: ProxyError) -> web.Response:
+    return json_response(error.status, error.body(), error.headers)
+
+
+def unhandled_error() -> ProxyError:
+    return ProxyError("The proxy failed to handle this request; see its log.", code="proxy_error")
+
+
+def served(handler: Handler, drain: Drain) -> Handler:
+    """`handler`, its task tracked by `drain`, and its failures answered as the client's errors."""
+
+    async def serve(request: web.Request) -> web.StreamResponse:
+        drain.track(asyncio.current_task())
+        try:
+            return await handler(request)
+        except ProxyError as error:
+            return render_error(error)
+        except asyncio.CancelledError as exc:
+            if not is_cut(exc) or request.writer.output_size > 0:
+                raise  # a client that left, or a cut answer that is already under way
+            resume_after_cut()
+            return render_error(ShuttingDown(CUT_MESSAGE, headers={"Connection": "close"}))
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            return render_error(_from_http_exception(request, exc))
+        except Exception:
+            request.app[SERVICES].log.exception("unhandled_error", path=request.path,
+                                                method=request.method)
+            return render_error(unhandled_error())
+
+    return serve
+
+
+class Unserved(web.PlainResource):
+    """The last resource, which takes every request the others do not (`OPTIONS *` and a path
+    with an encoded newline, which no route pattern matches, included): the proxy answers it,
+    so it has a request line like any other request, and a client whose base URL lacks `/v1`
+    shows up in the log and the metrics."""
+
+    def __init__(self) -> None:
+        super().__init__("/")
+        self.add_route("*", self._answer)
+
+    def _match(self, path: str) -> dict[str, str] | None:
+        return {}  # aiohttp's test of a path against the resource: any path matches
+
+    async def _answer(self, request: web.Request) -> web.Response:
+        services = request.app[SERVICES]
+        error = await self._error(request)
+        with RequestLine(services.log, services.metrics, "other", path=request.path,
+                         method=request.method, tenant=tenant_digest(request.headers)) as line:
+            line.set(status=error.status, error=error.code or error.type)
+        return render_error(error)
+
+    async def _error(self, request: web.Request) -> ProxyError:
+        """405 when another resource has the path for other methods, else 404."""
+        allowed: set[str] = set()
+        for resource in request.app.router.resources():
+            if resource is not self:
+                allowed |= (await resource.resolve(request))[1]
+        return _not_served(request, 405 if allowed else 404)
+
+
+def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ProxyError:
+    if exc.status in (404, 405):
+        return _not_served(request, exc.status)
+    error = ProxyError(exc.reason or "Request failed.")
+    error.status = exc.status
+    error.type = "invalid_request_error"
+    return error
+
+
+def _not_served(request: web.Request, status: int) -> ProxyError:
+    if status == 405:
+        return MethodNotAllowed(f"Method {request.method} is not allowed on {request.path}.")
+    return NotFound(f"Unknown path {request.path}: the proxy serves /v1/*, /healthz "
+                    "and /metrics.")
