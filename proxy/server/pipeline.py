@@ -264,8 +264,9 @@ class Pipeline:
 
     # ---------------------------------------------------------------- after the upstream call
 
-    async def finish_body(self, prepared: Prepared, data: bytes, status: int,
-                          line: RequestLine) -> None:
+    # Plain calls, not coroutines: nothing here waits (the store queues its writes), and one
+    # coroutine fewer a request is one frame fewer to build, start and finish.
+    def finish_body(self, prepared: Prepared, data: bytes, status: int, line: RequestLine) -> None:
         if status != 200 or prepared.key is None:
             return
         if prepared.attempt.fix:  # a retry's fix passed, or a lesson applied did
@@ -286,8 +287,8 @@ class Pipeline:
         choices = chat_messages(body) if response and len(body["choices"]) > 1 else None
         self._record_usage(prepared, response, usage_of(body), line, choices)
 
-    async def finish_stream(self, prepared: Prepared, tap: StreamTap, status: int,
-                            line: RequestLine) -> None:
+    def finish_stream(self, prepared: Prepared, tap: StreamTap, status: int,
+                      line: RequestLine) -> None:
         if not isinstance(tap, (ChatTap, ResponsesTap)) or status != 200:
             return
         if prepared.attempt.fix:  # a retry's fix passed, or a lesson applied did
