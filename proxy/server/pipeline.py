@@ -18,10 +18,9 @@ from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
-
 from proxy import anchors, jsonio
 from proxy.compaction import manual
-from proxy.compaction.trigger import requested_output_tokens
+from proxy.compaction.trigger import may_act, requested_output_tokens
 from proxy.conversation import Api
 from proxy.errors import CompactionInsufficient, CompactionUnavailable
 from proxy.identity import Identities
@@ -141,7 +140,9 @@ class Pipeline:
         if command is not None:
             return await self.flow.manual_compact(prepared, view, situation, state, command, line)
         built = build(view, state.event if state else None, situation)
-        built = await self.flow.auto(prepared, view, situation, state, built, line)
+        if may_act(built.tokens, situation.thresholds, forced=prepared.attempt.forced):
+            # Else `auto` hands `built` back as it is: no coroutine for the usual request.
+            built = await self.flow.auto(prepared, view, situation, state, built, line)
         mark = built.cascade.mark
         if (state is not None and key is not None and mark is not None
                 and mark != state.microcompact):
@@ -228,7 +229,6 @@ class Pipeline:
         prepared.response_headers = {"x-compaction": "none"}
         return prepared
 
-
     # ---------------------------------------------------------------- one retry
 
     async def retry(self, prepared: Prepared, status: int, body: Any,
@@ -264,8 +264,7 @@ class Pipeline:
 
     # ---------------------------------------------------------------- after the upstream call
 
-    # Plain calls, not coroutines: nothing here waits (the store queues its writes), and one
-    # coroutine fewer a request is one frame fewer to build, start and finish.
+    # Plain calls, not coroutines: nothing here waits (the store queues its writes).
     def finish_body(self, prepared: Prepared, data: bytes, status: int, line: RequestLine) -> None:
         if status != 200 or prepared.key is None:
             return
