@@ -109,7 +109,7 @@ def rearm_at(event: CompactionEvent | None, th: Thresholds, rearm_ratio: float) 
     return event.tokens_after + math.ceil(rearm_ratio * th.trigger)
 
 
-def may_act(estimate: int, th: Thresholds, *, forced: bool = False) -> bool:
+def may_act(estimate: int, th: Thresholds, forced: bool = False) -> bool:
     """Whether `decide` can say anything but NONE; False for the usual request, under the
     trigger, which then needs no decision at all."""
     return forced or estimate > th.trigger

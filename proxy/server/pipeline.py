@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
@@ -140,7 +141,7 @@ class Pipeline:
         if command is not None:
             return await self.flow.manual_compact(prepared, view, situation, state, command, line)
         built = build(view, state.event if state else None, situation)
-        if may_act(built.tokens, situation.thresholds, forced=prepared.attempt.forced):
+        if may_act(built.tokens, situation.thresholds, prepared.attempt.forced):
             # Else `auto` hands `built` back as it is: no coroutine for the usual request.
             built = await self.flow.auto(prepared, view, situation, state, built, line)
         mark = built.cascade.mark
@@ -364,9 +365,7 @@ class Pipeline:
 
     @staticmethod
     def _tap_factory(api: Api, hide_usage: bool) -> Callable[[], StreamTap]:
-        if api is Api.CHAT:
-            return lambda: ChatTap(hide_usage)
-        return ResponsesTap
+        return (_HIDING_CHAT_TAP if hide_usage else _CHAT_TAP) if api is Api.CHAT else ResponsesTap
 
 
 def _needs_usage_chunk(inbound: Inbound) -> bool:
@@ -380,6 +379,7 @@ def _needs_usage_chunk(inbound: Inbound) -> bool:
 
 
 _NO_FIELDS: Mapping[str, Any] = MappingProxyType({})
+_CHAT_TAP, _HIDING_CHAT_TAP = partial(ChatTap, False), partial(ChatTap, True)  # not one a request
 
 
 def _thread_key(named: tuple[str, str]) -> ThreadKey:
