@@ -36,7 +36,7 @@ def test_upstream_retry_names_the_tenant(make_fake, make_proxy) -> None:
 
 
 def test_usage_not_recorded_names_the_tenant(proxy, fake, monkeypatch) -> None:
-    async def broken(*args: Any, **kwargs: Any) -> None:
+    def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("store went away")
 
     monkeypatch.setattr(proxy.app[SERVICES].pipeline, "finish_body", broken)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 
@@ -287,9 +286,9 @@ def test_a_stream_ends_only_after_its_anchor_and_request_line(proxy, fake, monke
     pipeline = proxy.app[SERVICES].pipeline
     record = pipeline.finish_stream
 
-    async def slow_record(*args, **kwargs):
-        await asyncio.sleep(0.2)
-        return await record(*args, **kwargs)
+    def slow_record(*args, **kwargs):
+        time.sleep(0.2)
+        return record(*args, **kwargs)
 
     monkeypatch.setattr(pipeline, "finish_stream", slow_record)
     for turn in range(1, 4):
@@ -306,9 +305,9 @@ def test_a_body_answer_reaches_the_client_before_its_usage_is_recorded(proxy, fa
     pipeline = proxy.app[SERVICES].pipeline
     record, released, held = pipeline.finish_body, threading.Event(), []
 
-    async def held_record(*args, **kwargs):
+    def held_record(*args, **kwargs):
         held.append(released.wait(10))
-        return await record(*args, **kwargs)
+        return record(*args, **kwargs)
 
     monkeypatch.setattr(pipeline, "finish_body", held_record)
     fake.script(Reply.text("First answer."), Reply.text("Second answer."))
@@ -333,7 +332,7 @@ def test_a_failed_recording_costs_the_anchor_not_the_answer(proxy, fake, monkeyp
                                                             stream) -> None:
     pipeline = proxy.app[SERVICES].pipeline
 
-    async def broken(*args, **kwargs):
+    def broken(*args, **kwargs):
         raise RuntimeError("store went away")
 
     monkeypatch.setattr(pipeline, "finish_stream" if stream else "finish_body", broken)

@@ -109,6 +109,12 @@ def rearm_at(event: CompactionEvent | None, th: Thresholds, rearm_ratio: float) 
     return event.tokens_after + math.ceil(rearm_ratio * th.trigger)
 
 
+def may_act(estimate: int, th: Thresholds, forced: bool = False) -> bool:
+    """Whether `decide` can say anything but NONE; False for the usual request, under the
+    trigger, which then needs no decision at all."""
+    return forced or estimate > th.trigger
+
+
 def decide(estimate: int, th: Thresholds, event: CompactionEvent | None, rearm_ratio: float,
            *, forced: bool = False) -> Decision:
     """What to do with a projection of `estimate` tokens.

@@ -107,8 +107,8 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
                     await services.origins.stream_made(prepared, tap)
             line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms,
                      upstream_error=outcome.upstream_error)
-            await _recorded(services.pipeline.finish_stream(prepared, tap, response.status, line),
-                            services, line)
+            _recorded(services, line, services.pipeline.finish_stream, prepared, tap,
+                      response.status)
             return outcome.response
         try:  # `read_body`, inline: a coroutine less for every answer
             data = await response.read()
@@ -128,8 +128,8 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
         # turn, on any connection, still finds the anchor.
         await out.prepare(request)
         await out.write_eof()
-        await _recorded(services.pipeline.finish_body(prepared, readable, response.status, line),
-                        services, line)
+        _recorded(services, line, services.pipeline.finish_body, prepared, readable,
+                  response.status)
         if services.origins is not None and response.status == 200:
             await services.origins.answer_made(prepared, readable)
         return out
@@ -146,11 +146,14 @@ def _encoded_stream(tap: StreamTap, encoding: str, headers: CIMultiDict[str]) ->
     return InflatingTap(tap, inflate)
 
 
-async def _recorded(recording: Awaitable[None], services: Services, line: RequestLine) -> None:
-    """Record what an answer reported. The client has the answer already (or its stream so far):
-    a failure here costs the next estimate its anchor, so it is logged, never the answer."""
+def _recorded(services: Services, line: RequestLine,
+              record: Callable[[Prepared, bytes | StreamTap, int, RequestLine], None],
+              prepared: Prepared, answer: bytes | StreamTap, status: int) -> None:
+    """`record` (the pipeline's `finish_body` or `finish_stream`) what an answer reported. The
+    client has the answer already (or its stream so far): a failure here costs the next
+    estimate its anchor, so it is logged, never the answer."""
     try:
-        await recording
+        record(prepared, answer, status, line)
     except Exception as exc:  # noqa: BLE001 - whatever broke, the answer stands
         services.log.warning("usage_not_recorded", thread=line.fields.get("thread"),
                              tenant=line.fields.get("tenant"), error=type(exc).__name__)

@@ -14,14 +14,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
-
 from proxy import anchors, jsonio
 from proxy.compaction import manual
-from proxy.compaction.trigger import requested_output_tokens
+from proxy.compaction.trigger import may_act, requested_output_tokens
 from proxy.conversation import Api
 from proxy.errors import CompactionInsufficient, CompactionUnavailable
 from proxy.identity import Identities
@@ -141,7 +141,9 @@ class Pipeline:
         if command is not None:
             return await self.flow.manual_compact(prepared, view, situation, state, command, line)
         built = build(view, state.event if state else None, situation)
-        built = await self.flow.auto(prepared, view, situation, state, built, line)
+        if may_act(built.tokens, situation.thresholds, prepared.attempt.forced):
+            # Else `auto` hands `built` back as it is: no coroutine for the usual request.
+            built = await self.flow.auto(prepared, view, situation, state, built, line)
         mark = built.cascade.mark
         if (state is not None and key is not None and mark is not None
                 and mark != state.microcompact):
@@ -228,7 +230,6 @@ class Pipeline:
         prepared.response_headers = {"x-compaction": "none"}
         return prepared
 
-
     # ---------------------------------------------------------------- one retry
 
     async def retry(self, prepared: Prepared, status: int, body: Any,
@@ -264,8 +265,8 @@ class Pipeline:
 
     # ---------------------------------------------------------------- after the upstream call
 
-    async def finish_body(self, prepared: Prepared, data: bytes, status: int,
-                          line: RequestLine) -> None:
+    # Plain calls, not coroutines: nothing here waits (the store queues its writes).
+    def finish_body(self, prepared: Prepared, data: bytes, status: int, line: RequestLine) -> None:
         if status != 200 or prepared.key is None:
             return
         if prepared.attempt.fix:  # a retry's fix passed, or a lesson applied did
@@ -286,8 +287,8 @@ class Pipeline:
         choices = chat_messages(body) if response and len(body["choices"]) > 1 else None
         self._record_usage(prepared, response, usage_of(body), line, choices)
 
-    async def finish_stream(self, prepared: Prepared, tap: StreamTap, status: int,
-                            line: RequestLine) -> None:
+    def finish_stream(self, prepared: Prepared, tap: StreamTap, status: int,
+                      line: RequestLine) -> None:
         if not isinstance(tap, (ChatTap, ResponsesTap)) or status != 200:
             return
         if prepared.attempt.fix:  # a retry's fix passed, or a lesson applied did
@@ -364,9 +365,7 @@ class Pipeline:
 
     @staticmethod
     def _tap_factory(api: Api, hide_usage: bool) -> Callable[[], StreamTap]:
-        if api is Api.CHAT:
-            return lambda: ChatTap(hide_usage)
-        return ResponsesTap
+        return (_HIDING_CHAT_TAP if hide_usage else _CHAT_TAP) if api is Api.CHAT else ResponsesTap
 
 
 def _needs_usage_chunk(inbound: Inbound) -> bool:
@@ -380,6 +379,7 @@ def _needs_usage_chunk(inbound: Inbound) -> bool:
 
 
 _NO_FIELDS: Mapping[str, Any] = MappingProxyType({})
+_CHAT_TAP, _HIDING_CHAT_TAP = partial(ChatTap, False), partial(ChatTap, True)  # not one a request
 
 
 def _thread_key(named: tuple[str, str]) -> ThreadKey:

@@ -50,10 +50,10 @@ class Prepared:
     key: ThreadKey | None = None
     context: bytes = b""
     estimator: TokenEstimator | None = None
-    response_headers: dict[str, str] = field(default_factory=dict)
     # What `prepare` finds out, set on the way. Not `__init__` arguments: one is made for every
     # request, and until set these read their class-level defaults (immutable: never shared
     # state).
+    response_headers: Mapping[str, str] | None = field(default=None, init=False)
     answer: web.StreamResponse | None = field(default=None, init=False)
     stream_tap: Callable[[], StreamTap] = field(default=PlainTap, init=False)
     projection: Entries = field(default=(), init=False)

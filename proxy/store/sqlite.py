@@ -1,7 +1,7 @@
 """The SQLite state store: `StateStore` over one `state.db`, run on one worker thread.
 
-Every SQLite call runs on a single dedicated thread (a one-worker executor) that owns the
-connection; the event loop only submits jobs and awaits their futures. Jobs run in
+Every SQLite call runs on a single dedicated thread (`proxy.store.worker.Worker`) that owns
+the connection; the event loop only submits jobs and awaits their futures. Jobs run in
 submission order and each starts by draining the background writer, so the store reads its
 own writes. See `proxy/store/base.py` for the guarantees of each method.
 
@@ -18,7 +18,6 @@ import asyncio
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -33,6 +32,7 @@ from proxy.store.failures import WriteFailures
 from proxy.store.keys import storable_key, thread_key_text
 from proxy.store.lock import StateLock
 from proxy.store.sqlite_db import DB_FILE, AnchorWrite, StateDb, make_state_dir
+from proxy.store.worker import Worker
 from proxy.store.writer import BackgroundWriter, Write
 
 T = TypeVar("T")
@@ -53,7 +53,7 @@ class SqliteStore:
         self._check_on_open = check_on_open
         self.path = self.root / DB_FILE
         self._anchors_kept = anchors_kept
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: Worker | None = None
         self._db: StateDb | None = None
         self._lock: StateLock | None = None
         self._closing = False
@@ -69,11 +69,11 @@ class SqliteStore:
         if self._executor is not None:
             return
         self._closing = False
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="state-store")
+        self._executor = Worker("state-store")
         try:
             self._lock, self._db = await self._run(self._open_owned)
         except BaseException:
-            self._executor.shutdown(wait=False)
+            self._executor.shutdown()
             self._executor = None
             raise
 
@@ -84,7 +84,7 @@ class SqliteStore:
         self._closing = True  # from here on, new calls fail instead of racing the close
         await asyncio.wrap_future(executor.submit(self._after_drain, self._close_owned, db))
         self._executor = self._db = None
-        executor.shutdown(wait=False)  # its last job is done: nothing left to wait for
+        executor.shutdown()  # its last job is done: nothing left to wait for
 
     async def flush(self) -> None:
         await self._run(lambda: None)
@@ -193,14 +193,14 @@ class SqliteStore:
             # Queued writes wait a moment so that a busy proxy commits them in batches.
             asyncio.get_running_loop().call_later(self._write_delay_s, self._drain_soon, executor)
 
-    def _drain_soon(self, executor: ThreadPoolExecutor) -> None:
+    def _drain_soon(self, executor: Worker) -> None:
         if self._executor is executor and not self._closing:
-            executor.submit(self.writer.drain)
+            executor.post(self.writer.drain)  # no future: nothing waits for it
 
     def _apply_batch(self, writes: Sequence[Write]) -> None:
         self._require_db().write_batch(writes)
 
-    def _require_executor(self) -> ThreadPoolExecutor:
+    def _require_executor(self) -> Worker:
         if self._executor is None or self._closing:
             raise StoreError("state store is not open")
         return self._executor

@@ -20,6 +20,8 @@ from operator import add, is_, itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
+import orjson
+
 from proxy.lru import LRU
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
 from proxy.store import jsoncodec
@@ -74,18 +76,19 @@ class StateDb:
 
     def write(self, fn: Callable[..., T], *args: Any, durable: bool = False) -> T:
         """Run one statement method in its own transaction; `durable` syncs the commit."""
-        with self._transaction(durable):
-            return fn(*args)
+        return self._transaction(durable, fn, *args)
 
     def write_batch(self, writes: Sequence[Callable[[], object]]) -> None:
         """Every write in one transaction. Anchors go last, all threads' in one insert (the
         other queued writes touch threads, which commutes with adding anchors)."""
-        with self._transaction(durable=False):
-            anchors = self._run_others(writes)
-            if len(anchors) == 1:
-                anchors[0]()
-            elif anchors:
-                self._insert_anchors(anchors)
+        self._transaction(False, self._batch, writes)
+
+    def _batch(self, writes: Sequence[Callable[[], object]]) -> None:
+        anchors = self._run_others(writes)
+        if len(anchors) == 1:
+            anchors[0]()
+        elif anchors:
+            self._insert_anchors(anchors)
 
     def _run_others(self, writes: Sequence[Callable[[], object]]) -> list[AnchorWrite]:
         """Run the writes that are not this database's anchors; returns those, in order."""
@@ -101,8 +104,11 @@ class StateDb:
                 write()
         return anchors
 
-    @contextmanager
-    def _transaction(self, durable: bool) -> Iterator[None]:
+    def _transaction(self, durable: bool, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` in one transaction, rolled back if it raises.
+
+        A call, not a generator-based context manager: every batch of queued writes runs one,
+        and the `with` cost some 100 Python steps of `contextlib` each time."""
         # WAL + synchronous=NORMAL: every commit is atomic and survives a process crash (it
         # is in the OS page cache); only a power loss may roll back the latest commits.
         # Checkpoints commit with FULL (WAL fsynced): losing one would mean a second paid
@@ -112,7 +118,7 @@ class StateDb:
         try:
             self.conn.execute("BEGIN IMMEDIATE")
             try:
-                yield
+                result = fn(*args)
                 self.conn.execute("COMMIT")
             except BaseException:
                 self._known = LRU(_KNOWN_THREADS)  # it may name a row the rollback removed
@@ -121,6 +127,7 @@ class StateDb:
                 if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
                 raise
+            return result
         finally:
             if durable:
                 self.conn.execute("PRAGMA synchronous=NORMAL")
@@ -177,10 +184,11 @@ class StateDb:
             for key, count in zip(threads, before):
                 if count is None:
                     self._ensure_thread(key, first[key].created_at)
-        texts = map(jsoncodec.dumps_text, map(Anchor.to_data, map(_ANCHOR_OF, writes)))
+            before = [count or 0 for count in before]
         self.conn.executemany("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
-                              zip(map(_TENANT_OF, keys), map(_THREAD_OF, keys), texts))
-        added = list(map(add, self._known.peek_many(threads, 0), per_thread))
+                              zip(map(_TENANT_OF, keys), map(_THREAD_OF, keys),
+                                  _anchor_texts(writes)))
+        added = list(map(add, before, per_thread))  # type: ignore[arg-type]
         if max(added) >= kept:
             for i, key in enumerate(threads):
                 if added[i] >= kept:
@@ -326,6 +334,16 @@ def _newest(writes: list[AnchorWrite], per_thread: Counter[ThreadKey],
         else:
             out.append(write)
     return out
+
+
+def _anchor_texts(writes: list[AnchorWrite]) -> list[str]:
+    """Each anchor as stored (`jsoncodec.dumps_text` of its data), serialized in C; one that
+    orjson refuses (a model name with a lone surrogate) sends all through `jsoncodec`."""
+    datas = list(map(Anchor.to_data, map(_ANCHOR_OF, writes)))
+    try:
+        return list(map(bytes.decode, map(orjson.dumps, datas)))
+    except orjson.JSONEncodeError:
+        return list(map(jsoncodec.dumps_text, datas))
 
 
 def _first_anchors(writes: list[AnchorWrite]) -> dict[ThreadKey, Anchor]:
