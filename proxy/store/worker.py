@@ -27,7 +27,10 @@ Job = Callable[[], object]
 class Worker:
     def __init__(self, name: str) -> None:
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=_work, args=(self._jobs,), name=name)
+        # Without the exit hook below nothing would end a non-daemon worker at exit: the
+        # interpreter would wait for it forever (the store's close drains it in any case).
+        self._thread = threading.Thread(target=_work, args=(self._jobs,), name=name,
+                                        daemon=_REGISTER_AT_EXIT is None)
         self._thread.start()
         _LIVE[self._thread] = self._jobs
 
@@ -84,4 +87,7 @@ def _at_exit() -> None:
         thread.join()
 
 
-threading._register_atexit(_at_exit)  # type: ignore[attr-defined]
+# A private hook of `threading` (3.9+); should a later Python drop it, workers are daemons.
+_REGISTER_AT_EXIT = getattr(threading, "_register_atexit", None)
+if _REGISTER_AT_EXIT is not None:
+    _REGISTER_AT_EXIT(_at_exit)
