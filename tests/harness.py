@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import io
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -20,6 +21,7 @@ from aiohttp import web
 from proxy.__main__ import make_runner
 from proxy.server.app import build_app
 from proxy.server.logs import configure_logging
+from proxy.server.pipeline import Pipeline
 from proxy.settings import LoggingSettings, Settings, parse_settings
 
 T = TypeVar("T")
@@ -130,6 +132,20 @@ def proxy_settings(upstream_url: str, state_path: str, **sections: Any) -> Setti
     for name, value in sections.items():
         raw[name] = _merge(raw.get(name), value)
     return parse_settings(raw, {})
+
+
+@asynccontextmanager
+async def started_pipeline(state_path: str, **sections: Any) -> AsyncIterator[Pipeline]:
+    """A pipeline in process, without a server: one upstream nobody listens on, state in
+    `state_path`, `sections` as in the YAML."""
+    raw: dict[str, Any] = {"upstreams": {"up": {"base_url": "http://127.0.0.1:9/v1"}},
+                           "state": {"path": state_path}, **sections}
+    pipeline = Pipeline(parse_settings(raw, {}))
+    await pipeline.start()
+    try:
+        yield pipeline
+    finally:
+        await pipeline.stop()
 
 
 def _merge(base: Any, extra: Any) -> Any:

@@ -19,8 +19,8 @@ from proxy.records import CompactionEvent
 from proxy.server.pipeline import Pipeline
 from proxy.server.prepared import Attempt
 from proxy.server.request_line import RequestLine
-from proxy.settings import parse_settings
 from proxy.threads import ThreadIdentity
+from tests.harness import started_pipeline
 
 _counts = st.integers(min_value=0, max_value=400_000)
 
@@ -50,13 +50,9 @@ def test_a_request_may_act_unless_decide_says_none(estimate: int, th: Thresholds
 
 @pytest.fixture
 async def pipeline(tmp_path: Path) -> Any:
-    settings = parse_settings({"upstreams": {"up": {"base_url": "http://127.0.0.1:9/v1"}},
-                               "models": {"small*": {"max_input_tokens": 400}},
-                               "state": {"path": str(tmp_path)}}, {})
-    made = Pipeline(settings)
-    await made.start()
-    yield made
-    await made.stop()
+    async with started_pipeline(str(tmp_path),
+                                models={"small*": {"max_input_tokens": 400}}) as made:
+        yield made
 
 
 async def _asked(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch, model: str, text: str,

@@ -16,8 +16,8 @@ from proxy.compaction import manual
 from proxy.conversation import Api
 from proxy.server.pipeline import Pipeline
 from proxy.server.request_line import RequestLine
-from proxy.settings import parse_settings
 from proxy.threads import ThreadIdentity
+from tests.harness import started_pipeline
 from tests.test_compaction_support import assistant, conv, system, user
 
 _texts = st.sampled_from(["hi", "/compact", "  /compact keep the API", "/compactly", "x /compact",
@@ -35,12 +35,8 @@ def test_a_command_found_is_always_a_command_mentioned(messages: list[tuple[str,
 
 @pytest.fixture
 async def pipeline(tmp_path: Path) -> Any:
-    settings = parse_settings({"upstreams": {"up": {"base_url": "http://127.0.0.1:9/v1"}},
-                               "state": {"path": str(tmp_path)}}, {})
-    made = Pipeline(settings)
-    await made.start()
-    yield made
-    await made.stop()
+    async with started_pipeline(str(tmp_path)) as made:
+        yield made
 
 
 async def _prepare(pipeline: Pipeline, text: str) -> Any:

@@ -14,8 +14,8 @@ from multidict import CIMultiDict
 from proxy.conversation import Api
 from proxy.server.pipeline import Pipeline
 from proxy.server.request_line import RequestLine
-from proxy.settings import parse_settings
 from proxy.threads import ThreadIdentity
+from tests.harness import started_pipeline
 
 IDENTITY = ThreadIdentity("thread-1", "header:x-thread-id", "tenant-1")
 BODY = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "Say hello."}]})
@@ -35,12 +35,8 @@ STREAM = (b'data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index
 
 @pytest.fixture
 async def pipeline(tmp_path: Path) -> Any:
-    settings = parse_settings({"upstreams": {"up": {"base_url": "http://127.0.0.1:9/v1"}},
-                               "state": {"path": str(tmp_path)}}, {})
-    made = Pipeline(settings)
-    await made.start()
-    yield made
-    await made.stop()
+    async with started_pipeline(str(tmp_path)) as made:
+        yield made
 
 
 async def _prepared(pipeline: Pipeline, body: bytes) -> Any:
