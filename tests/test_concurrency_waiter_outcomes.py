@@ -94,7 +94,9 @@ def _by_sharing(proxy) -> list[dict[str, Any]]:
 def _retry_of_one_that_left(loop_thread, gated: GatedFake, proxy, over: list,
                             thread: str) -> httpx.Response:
     ask_and_leave(proxy.base_url, over, thread)
-    wait_for(lambda: noticed(proxy.logs.events))
+    # A far-over request is parsed and planned before the proxy can notice its client left:
+    # seconds on a loaded 2-core machine (it once took over 5 in a full run beside benchmarks).
+    wait_for(lambda: noticed(proxy.logs.events), timeout=15.0)
     answers: list[httpx.Response] = []
     retry = threading.Thread(target=lambda: answers.append(post(proxy, over, thread)))
     retry.start()
