@@ -235,8 +235,9 @@ def estimate(entries: Sequence[Entry], sizes: Sequence[int], context: bytes,
 def _unknown_references(entries: Sequence[Entry], anchors: Sequence[Anchor], margin: float,
                         anchor: Anchor | None = None, response: Sequence[int] = ()) -> int:
     """What the `item_reference`s no count covers add: those after `anchor`'s position that are
-    not its answer's echo (before it, upstream counted them in the anchor's input), all of them
-    without an anchor. See `_referenced_tokens`."""
+    not its answer's echo (before it, upstream counted them in the anchor's input; its reasoning
+    items, which its output does not count, are among them), all of them without an anchor.
+    See `_referenced_tokens`."""
     start = 0 if anchor is None else anchor.position
     matched = set(response)
     # Only `OTHER` entries can be references: those are picked in C, the few asked in Python.
@@ -245,8 +246,10 @@ def _unknown_references(entries: Sequence[Entry], anchors: Sequence[Anchor], mar
     referenced = [found for i in others
                   if i not in matched and (found := reference_id(entries[i])) is not None]
     if referenced and anchor is not None:
-        known = set(_SEP.join(anchor.response_digests).split(_SEP))
-        referenced = [found for found in referenced if found not in known]
+        # Its answer's items are the echo its output counts; its reasoning items are not in
+        # that count (visible output only), so they stay, counted by its reasoning.
+        echo = {names.split(_SEP, 2)[1] for names in anchor.response_digests if _SEP in names}
+        referenced = [found for found in referenced if found not in echo]
     return _referenced_tokens(referenced, anchors, margin) if referenced else 0
 
 
