@@ -9,8 +9,10 @@ of what came after; never below the conservative estimate of the whole projectio
 
 A Responses client with `store` on may echo an answer's items by `item_reference` (their id):
 the anchor keeps the ids of the items it was made from, so a reference to one of them is that
-item's echo. A reference to anything else is upstream's stored content the proxy never saw: it
-is counted as a typical answer item (`rules.REFERENCED_ITEM`), not as its few bytes of JSON.
+item's echo. Where that anchor does not fit (a compaction rewrote the prefix, the client dropped
+or moved items), a reference to its items still counts by its answer's output while the thread
+keeps it. A reference to anything else is upstream's stored content the proxy never saw: it is
+counted as a typical answer item (`rules.REFERENCED_ITEM`), not as its few bytes of JSON.
 """
 
 from __future__ import annotations
@@ -207,7 +209,8 @@ def estimate(entries: Sequence[Entry], sizes: Sequence[int], context: bytes,
              margin: float = 0.0) -> AnchoredEstimate:
     """The estimate used for decisions; `anchors` latest first, `sizes` per entry, no margin.
 
-    References to items no anchor covers add a guess each (`_unknown_references`)."""
+    References to items no count covers add their answer's output, or a guess
+    (`_unknown_references`)."""
     responses = bool(entries) and entries[0].api is Api.RESPONSES
     for anchor in _fitting(anchors, len(entries)):
         response = echoed(entries, anchor, digest)
@@ -231,26 +234,62 @@ def estimate(entries: Sequence[Entry], sizes: Sequence[int], context: bytes,
 
 def _unknown_references(entries: Sequence[Entry], anchors: Sequence[Anchor], margin: float,
                         anchor: Anchor | None = None, response: Sequence[int] = ()) -> int:
-    """The guess for the `item_reference`s whose item no count covers: those after `anchor`'s
-    position that are not its answer's echo (before it, upstream counted them in the anchor's
-    input), all of them without an anchor. Nothing is known of what they stand for: each is
-    counted as the thread's average anchored answer item, else `REFERENCED_ITEM`."""
+    """What the `item_reference`s no count covers add: those after `anchor`'s position that are
+    not its answer's echo (before it, upstream counted them in the anchor's input; its reasoning
+    items, which its output does not count, are among them), all of them without an anchor.
+    See `_referenced_tokens`."""
     start = 0 if anchor is None else anchor.position
-    known = set() if anchor is None else set(_SEP.join(anchor.response_digests).split(_SEP))
     matched = set(response)
     # Only `OTHER` entries can be references: those are picked in C, the few asked in Python.
     others = compress(range(start, len(entries)),
                       map(Kind.OTHER.__eq__, map(_KIND, entries[start:])))
-    unknown = sum(1 for i in others
-                  if i not in matched and (referenced := reference_id(entries[i])) is not None
-                  and referenced not in known)
-    if not unknown:
-        return 0
-    items = sum(len(a.response_digests) for a in anchors if a.output_tokens > 0)
-    average = (math.ceil(sum(a.output_tokens for a in anchors) / items) if items
-               else REFERENCED_ITEM)
+    referenced = [found for i in others
+                  if i not in matched and (found := reference_id(entries[i])) is not None]
+    if referenced and anchor is not None:
+        # Its answer's items are the echo its output counts; its reasoning items are not in
+        # that count (visible output only), so they stay, counted by its reasoning.
+        echo = {names.split(_SEP, 2)[1] for names in anchor.response_digests if _SEP in names}
+        referenced = [found for found in referenced if found not in echo]
+    return _referenced_tokens(referenced, anchors, margin) if referenced else 0
+
+
+def _referenced_tokens(referenced: Sequence[str], anchors: Sequence[Anchor],
+                       margin: float) -> int:
+    """The tokens of the items `referenced` names, with the margin.
+
+    An item of a kept anchor's answer (the proxy relayed it) counts by that answer: upstream
+    reported its output and reasoning, not each item's, so an answer any of whose items is
+    named counts its whole output, and its whole reasoning if any of its reasoning items is:
+    never less than the named items, and exact when the client names them all. Anything else
+    is upstream's stored content the proxy never saw: each counts as the thread's average
+    anchored answer item, else `REFERENCED_ITEM`."""
+    # A set: upstream refuses a list naming one item twice ("Duplicate item found with id",
+    # HTTP 400, as clients quote it: continuedev/continue#10723), so no count has duplicates.
+    unknown = set(referenced)
+    tokens = 0
+    for kept in anchors:
+        if not unknown:
+            break
+        if kept.output_tokens <= 0:  # one of several choices: no output of its own
+            continue
+        names = [digest.split(_SEP) for digest in kept.response_digests]
+        answer = {n[1] for n in names if len(n) > 1} & unknown
+        reasoning = {r for n in names for r in n[2:]} & unknown
+        if answer:
+            tokens += kept.output_tokens
+        if reasoning:
+            # An upper bound: OpenAI reads a stored reasoning item back within the tool-call
+            # chain that made it and strips earlier turns' (its cookbook on reasoning items);
+            # what it then counts of one is not documented.
+            tokens += kept.reasoning_tokens
+        unknown -= answer | reasoning
+    if unknown:
+        items = sum(len(a.response_digests) for a in anchors if a.output_tokens > 0)
+        average = (math.ceil(sum(a.output_tokens for a in anchors) / items) if items
+                   else REFERENCED_ITEM)
+        tokens += len(unknown) * average
     # The entries' own sizes already hold each reference's JSON: a few tokens, left in.
-    return math.ceil(unknown * average * (1.0 + margin))
+    return math.ceil(tokens * (1.0 + margin))
 
 
 _ECHO_END, _KIND = attrgetter("echo_end"), attrgetter("kind")

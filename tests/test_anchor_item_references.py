@@ -90,3 +90,27 @@ def test_a_streamed_answer_echoed_by_reference_uses_its_anchor(client: openai.Op
     history.append({"role": "user", "content": "Go on."})
     client.responses.create(model=MODEL, input=history, store=True, extra_headers=THREAD)
     assert [line["anchor_used"] for line in proxy.requests()] == [False, True]
+
+
+def test_a_reasoning_item_echoed_by_reference_counts_its_reasoning(client: openai.OpenAI, proxy,
+                                                                   fake) -> None:
+    # Upstream reads the referenced reasoning item back (the fake counts its summary, the
+    # whole reasoning here); the anchor's visible output does not hold it: the answer's
+    # reasoning count does.
+    thinking = " ".join(f"thought{i}" for i in range(800))
+    fake.script(Reply.tool_calls(call("read_file", {"path": "src/lexer.py"}), reasoning=thinking),
+                Reply.text("Done."))
+    history: list[Any] = [{"role": "user", "content": "Read the lexer."}]
+    first = client.responses.create(model=MODEL, input=history, store=True, extra_headers=THREAD,
+                                    reasoning={"summary": "auto"})
+    assert [item.type for item in first.output] == ["reasoning", "function_call"]
+    history += [_reference(item) for item in first.output]
+    history.append({"type": "function_call_output", "call_id": first.output[1].call_id,
+                    "output": "def lex(): ..."})
+    second = client.responses.create(model=MODEL, input=history, store=True, extra_headers=THREAD,
+                                     reasoning={"summary": "auto"})
+    line = proxy.requests()[-1]
+    assert line["anchor_used"] is True
+    assert second.usage is not None and first.usage is not None
+    assert second.usage.input_tokens > first.usage.input_tokens + 1000
+    assert line["tokens_estimate"] >= second.usage.input_tokens

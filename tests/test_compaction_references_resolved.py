@@ -58,8 +58,10 @@ def test_a_session_echoing_every_item_by_reference_survives_compaction(codex_set
     assert all(e >= c for e, c in zip(estimates, counted, strict=True)), \
         [(e, c) for e, c in zip(estimates, counted, strict=True) if e < c]
     # The projection a compaction sends is estimated as its post-check measured it: a reference
-    # in the kept tail counts as the thread's average answer item, not 1,000 tokens (1.6-1.7
-    # times upstream's count here when the build after the summary forgot the anchors).
+    # in the kept tail to an item the proxy relayed counts as that answer's output and reasoning
+    # (a kept anchor's), not 1,000 tokens (1.6-1.7 times upstream's count here when the build
+    # after the summary forgot the anchors) nor the thread's average answer item (1.22-1.25
+    # times: this session's tool calls are far smaller than its replies). 1.049-1.055 measured.
     compacted = [(line["tokens_estimate"], line["usage_input"]) for line in lines
                  if line.get("compaction") == "compacted"]
-    assert compacted and all(e <= 1.4 * c for e, c in compacted), compacted
+    assert compacted and all(e <= 1.1 * c for e, c in compacted), compacted

@@ -74,3 +74,17 @@ def test_a_reference_to_an_item_the_proxy_relayed_is_covered_by_its_anchor() -> 
     measured, _ = _measure(items, (anchor,))
     after = ESTIMATOR.sizes(responses(*items))[2]
     assert measured == 500 + 600 + math.ceil(after * (1.0 + ESTIMATOR.margin))
+
+
+def test_after_a_summary_a_relayed_item_counts_as_its_answer_not_the_average() -> None:
+    """No anchor fits a compacted projection (its prefix is the summary): a reference to an item
+    the proxy relayed counts as the output and reasoning of the kept anchor that answered it."""
+    small = anchor_for(responses(ASK), b"", ("digest fc_a rs_a",),
+                       Usage(500, 30, reasoning=6, visible_output=24))
+    large = anchor_for(responses(ASK, NEXT), b"", ("digest msg_b",),
+                       Usage(700, 900, visible_output=900))
+    summary = {"role": "user", "content": "Summary: the lexer was read."}
+    items = [summary, {"type": "item_reference", "id": "rs_a"},
+             {"type": "item_reference", "id": "fc_a"}, NEXT]
+    measured, conservative = _measure(items, (large, small))
+    assert measured == conservative + _guess(24 + 6)
