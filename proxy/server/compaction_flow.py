@@ -299,12 +299,12 @@ def _manual_failed(failure: CompactionFailed | SharedFailure, reason: str,
     says which): the text of a thread kept as it is, or the error to raise."""
     if failure.stage == POST_CHECK:
         return _kept(failure.reason, failure.verdict, built, situation)
-    if failure.refusal is not None:
-        raise refusal_error(failure.refusal)
-    if failure.before_summarizer:  # a plan over `max_calls`: refused alike on every retry
-        if built.tokens > situation.thresholds.trigger:
-            raise over_max_calls_error(failure.reason, built.tokens)
+    # A plan over `max_calls` below the trigger: a thread kept as it is needs no new thread.
+    if failure.before_summarizer and built.tokens <= situation.thresholds.trigger:
         return manual.unchanged_text(failure.reason, built.tokens)
+    owned = _owned_error(failure, built)
+    if owned is not None:
+        raise owned
     raise CompactionUnavailable(f"Compaction failed: {reason}. The conversation is unchanged; "
                                 "try again later.", headers=_retry_after(blocked))
 

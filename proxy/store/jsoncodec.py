@@ -24,6 +24,15 @@ def dumps_text(value: Any) -> str:
     return dumps(value).decode("utf-8")
 
 
+def dumps_texts(values: list[Any]) -> list[str]:
+    """`dumps_text` of each: a batch of queued writes serializes its anchors in C, and one that
+    orjson refuses sends all of them the fallback's way."""
+    try:
+        return list(map(bytes.decode, map(orjson.dumps, values)))
+    except orjson.JSONEncodeError:
+        return list(map(dumps_text, values))
+
+
 def loads(data: bytes | str) -> Any:
     try:
         return orjson.loads(data)

@@ -20,8 +20,6 @@ from operator import add, is_, itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-import orjson
-
 from proxy.lru import LRU
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
 from proxy.store import jsoncodec
@@ -187,7 +185,8 @@ class StateDb:
             before = [count or 0 for count in before]
         self.conn.executemany("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
                               zip(map(_TENANT_OF, keys), map(_THREAD_OF, keys),
-                                  _anchor_texts(writes)))
+                                  jsoncodec.dumps_texts(
+                                      list(map(Anchor.to_data, map(_ANCHOR_OF, writes))))))
         added = list(map(add, before, per_thread))  # type: ignore[arg-type]
         if max(added) >= kept:
             for i, key in enumerate(threads):
@@ -334,16 +333,6 @@ def _newest(writes: list[AnchorWrite], per_thread: Counter[ThreadKey],
         else:
             out.append(write)
     return out
-
-
-def _anchor_texts(writes: list[AnchorWrite]) -> list[str]:
-    """Each anchor as stored (`jsoncodec.dumps_text` of its data), serialized in C; one that
-    orjson refuses (a model name with a lone surrogate) sends all through `jsoncodec`."""
-    datas = list(map(Anchor.to_data, map(_ANCHOR_OF, writes)))
-    try:
-        return list(map(bytes.decode, map(orjson.dumps, datas)))
-    except orjson.JSONEncodeError:
-        return list(map(jsoncodec.dumps_text, datas))
 
 
 def _first_anchors(writes: list[AnchorWrite]) -> dict[ThreadKey, Anchor]:
