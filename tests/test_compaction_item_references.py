@@ -9,6 +9,7 @@ keep the call it produced raw with its id, which upstream refuses without its re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from proxy.testing.sessions import coding_session
@@ -21,15 +22,25 @@ def _echo(item: Any) -> dict[str, Any]:
     return {"type": "item_reference", "id": item.id}
 
 
-def test_a_session_echoing_by_reference_survives_compaction(codex_setup) -> None:  # noqa: F811
-    fake, summarizer, proxy, client = codex_setup
+def echoing_session(fake, client, seed: int,  # type: ignore[no-untyped-def]
+                    echo: Callable[[Any], dict[str, Any]]) -> list[Any]:
+    """A Responses coding session with `store` on, each answer's items sent back by `echo`;
+    the usage of each answer."""
     history: list[dict[str, Any]] = []
-    for side, chunk in _steps(coding_session(120, seed=3, api="responses")):
+    usages: list[Any] = []
+    for side, chunk in _steps(coding_session(120, seed=seed, api="responses")):
         if side == "client":
             history.extend(chunk)
             continue
         fake.script(_reply(chunk))
         response = client.responses.create(model=MODEL, input=history, store=True, tools=TOOLS)
-        history.extend(_echo(item) for item in response.output)
+        usages.append(response.usage)
+        history.extend(echo(item) for item in response.output)
+    return usages
+
+
+def test_a_session_echoing_by_reference_survives_compaction(codex_setup) -> None:  # noqa: F811
+    fake, summarizer, proxy, client = codex_setup
+    echoing_session(fake, client, 3, _echo)
     assert summarizer.calls >= 1
     assert all(line["status"] == 200 for line in proxy.requests())

@@ -10,9 +10,9 @@ from typing import Any
 
 from proxy.compaction.apply import SUMMARY_HEADER
 from proxy.testing.reference_tokens import responses_prompt_tokens
-from proxy.testing.sessions import coding_session
 from proxy.testing.summarizer import is_summarizer_request
-from tests.test_responses_api import MODEL, TOOLS, _reply, _steps, codex_setup  # noqa: F401
+from tests.test_compaction_item_references import echoing_session
+from tests.test_responses_api import codex_setup  # noqa: F401
 
 
 def _reference(item: Any) -> dict[str, str]:
@@ -32,17 +32,9 @@ def _summarized(body: dict[str, Any]) -> bool:
 
 def test_a_session_echoing_every_item_by_reference_survives_compaction(codex_setup) -> None:  # noqa: F811
     fake, summarizer, proxy, client = codex_setup
-    history: list[dict[str, Any]] = []
-    counted: list[int] = []
-    for side, chunk in _steps(coding_session(120, seed=5, api="responses")):
-        if side == "client":
-            history.extend(chunk)
-            continue
-        fake.script(_reply(chunk))
-        response = client.responses.create(model=MODEL, input=history, store=True, tools=TOOLS)
-        assert response.usage is not None
-        counted.append(response.usage.input_tokens)
-        history.extend(_reference(item) for item in response.output)
+    usages = echoing_session(fake, client, 5, _reference)
+    assert all(usage is not None for usage in usages)
+    counted = [usage.input_tokens for usage in usages]
     lines = [line for line in proxy.requests() if line.get("status") is not None]
     assert summarizer.calls >= 1
     assert all(line["status"] == 200 for line in lines)
