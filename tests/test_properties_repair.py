@@ -7,7 +7,8 @@ output after the call, anywhere later), not read back from what repair reports. 
 group that gets a cancelled result and is followed by a user message also gets the proxy's
 assistant note between them (Mistral refuses a user message right after a tool message). In
 Responses, a `computer_call` no screenshot answers is replaced by a note (an output would
-have to invent the screenshot), and the reasoning item right before it goes too.
+have to invent the screenshot) at the end of its step, and a reasoning item left right before
+the note goes too.
 """
 
 from __future__ import annotations
@@ -116,6 +117,16 @@ def _unanswered_computer_calls(entries: Entries) -> list[int]:
     """Input indexes of the computer calls no screenshot with their id comes after."""
     return [j for j, e in enumerate(entries) if e.raw.get("type") == _COMPUTER and e.kind is Kind.CALL
             and not any(r.kind is Kind.RESULT and r.answers == e.calls[0].id for r in entries[j + 1:])]
+
+
+def _step_end(entries: Entries, c: int) -> int:
+    """Where the step of the call at `c` ends: after its run of calls and the outputs after it."""
+    e = c + 1
+    while e < len(entries) and entries[e].kind is Kind.CALL:
+        e += 1
+    while e < len(entries) and entries[e].kind is Kind.RESULT:
+        e += 1
+    return e
 
 
 def _expected_responses(entries: Entries) -> tuple[list[int], list[str]]:
@@ -235,10 +246,11 @@ def test_the_latest_user_message_is_the_clients_own(drawn: tuple[str, list]) -> 
 
 
 @given(damaged)
-def test_an_unanswered_computer_call_is_replaced_by_a_note_in_its_place(drawn: tuple[str, list]) -> None:
-    """OpenAI refuses a computer_call with no output after it: none goes upstream; in its
-    place, a note naming its action and safety checks; the reasoning item right before it
-    (which must be followed by the item it produced) goes with it. Never an invented output."""
+def test_an_unanswered_computer_call_is_replaced_by_a_note_after_its_step(drawn: tuple[str, list]) -> None:
+    """OpenAI refuses a computer_call with no output after it: none goes upstream; at the end
+    of its step (its run of calls, then outputs), a note naming its action and safety checks;
+    a reasoning item is never left right before a note (it must be followed by an item it
+    produced). Never an invented output."""
     api, elements = drawn
     entries = entries_of(api, elements)
     out = repair(entries)
@@ -249,13 +261,13 @@ def test_an_unanswered_computer_call_is_replaced_by_a_note_in_its_place(drawn: t
     notes = _computer_notes(out)
     assert len(notes) == len(calls) == out.dropped_calls
     for p, c in zip(notes, calls, strict=True):
-        assert all(o < c for o in out.origins[:p] if o is not None)  # in the call's place
-        assert all(o > c for o in out.origins[p + 1:] if o is not None)
+        end = _step_end(entries, c)
+        assert all(o < end for o in out.origins[:p] if o is not None)
+        assert all(o >= end for o in out.origins[p + 1:] if o is not None)
+        assert p == 0 or out.entries[p - 1].kind is not Kind.REASONING
         text = content_text(out.entries[p])
         assert entries[c].raw["action"]["type"] in text and "\n" not in text
         assert all(f'"{check["code"]}"' in text for check in entries[c].raw["pending_safety_checks"])
-        if c and entries[c - 1].kind is Kind.REASONING:
-            assert c - 1 not in out.origins
     if api == "responses":  # the other rules still hold: reasoning followed, outputs paired
         rules = check_responses({"model": "m", "input": sent})
         assert rules is None, rules

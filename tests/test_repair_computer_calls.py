@@ -2,8 +2,9 @@
 
 OpenAI refuses it ("No tool output found for computer call call_...", seen by several
 computer-use clients), and a made output would have to invent a screenshot: repair takes the
-call out, with the reasoning item it followed, and leaves an assistant note in its place that
-names the action and its unacknowledged safety checks and claims no outcome.
+call out and leaves an assistant note at the end of its step (where a cancelled output would
+go) that names the action and its unacknowledged safety checks and claims no outcome; the
+reasoning item that would be left right before the note goes too.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def _unanswered_computer_calls(items: list[dict[str, Any]]) -> list[str]:
     return open_ids
 
 
-def test_an_interrupted_computer_call_becomes_a_note_in_its_place() -> None:
+def test_an_interrupted_computer_call_becomes_a_note() -> None:
     entries = responses(r_developer(), r_user("Open the settings."), r_reasoning("rs_1"),
                         _computer(), r_user("Stop, do something else."))
     out = repair(entries)
@@ -61,6 +62,13 @@ def test_an_answered_computer_call_is_left_as_it_is() -> None:
     entries = responses(r_user(), r_reasoning("rs_1"), _computer(), _screenshot(), r_user("Next."))
     out = repair(entries)
     assert out.entries is entries and out.changed == 0
+
+
+def test_a_computer_call_an_item_reference_may_answer_stays() -> None:
+    """A screenshot the client sends by reference to the stored item is unseen here."""
+    entries = responses(r_user(), _computer(), {"type": "item_reference", "id": "cuo_1"},
+                        r_user("Next."))
+    assert repair(entries).entries is entries
 
 
 def test_a_reasoning_item_not_right_before_the_call_stays() -> None:
@@ -93,9 +101,22 @@ def test_a_function_call_of_the_same_step_keeps_its_cancelled_output() -> None:
                         r_user("Stop."))
     out = repair(entries)
     sent = wire(out.entries)
-    assert [e.get("type") for e in sent] == ["message", "reasoning", "function_call", "message",
-                                            "function_call_output", "message"]
+    assert [e.get("type") for e in sent] == ["message", "reasoning", "function_call",
+                                            "function_call_output", "message", "message"]
     assert out.cancelled == 1 and out.dropped_calls == 1 and out.dropped_reasoning == 0
+    assert check_responses({"model": "m", "input": sent}) is None
+
+
+def test_an_answered_call_of_the_same_step_keeps_its_reasoning_item_and_screenshot() -> None:
+    entries = responses(r_user(), r_reasoning("rs_1"), _computer("call_a"), _computer("call_b"),
+                        _screenshot("call_b"), r_user("Stop."))
+    out = repair(entries)
+    sent = wire(out.entries)
+    assert [e.get("type") for e in sent] == ["message", "reasoning", "computer_call",
+                                            "computer_call_output", "message", "message"]
+    assert sent[2] == entries[3].raw and content_text(out.entries[4]).startswith(NOTE_OPENING)
+    assert out.dropped_reasoning == 0 and out.dropped_items == 0 and out.dropped_calls == 1
+    assert _unanswered_computer_calls(sent) == []
     assert check_responses({"model": "m", "input": sent}) is None
 
 

@@ -22,8 +22,9 @@
   a user item after an output.
 - Responses: a `computer_call` with no output is refused upstream too ("No tool output found
   for computer call ...", seen by computer-use clients), but its output must be a screenshot:
-  the call is taken out and an assistant note (`computer_calls`) stands in its place, naming
-  the action and claiming no outcome. A reasoning item right before it goes with it.
+  the call is taken out and an assistant note (`computer_calls`) goes at the end of its step,
+  naming the action and claiming no outcome. A reasoning item left right before the note (it
+  produced the call) goes too.
 - Responses: a reasoning item left without the item it produced is dropped, and the server
   ids of items that followed it are removed, or the items themselves when their id is required
   (`reasoning_items`).
@@ -103,7 +104,7 @@ def repair(entries: Sequence[Entry]) -> Repaired:
     if _valid_responses(entries):
         return Repaired(entries, tuple(range(len(entries))))
     out, origins, cancelled, dropped, replaced = _pair_responses(entries)
-    # The reasoning item right before a replaced call produced it: left before the note, it
+    # A reasoning item right before a note produced the call it stands for: left there, it
     # would be followed by an item it did not produce.
     doomed = {p - 1 for p in replaced if p and out[p - 1].kind is REASONING}
     return _finish(entries, out, origins, cancelled, dropped, doomed=doomed, dropped_calls=len(replaced))
@@ -311,9 +312,11 @@ def _kept_outputs(entries: Entries) -> tuple[list[bool], dict[str, int]]:
 
 
 def _pair_responses(entries: Entries) -> tuple[list[Entry], list[int | None], int, int, list[int]]:
-    """Outputs kept, cancelled outputs made, and (the last list) where in the output a note
-    stands for an unanswered computer call."""
+    """The entries with outputs paired, and (the last list) where in them a note stands for
+    an unanswered computer call: at the end of its step, where a cancelled output would go,
+    so the reasoning item before the step stays followed by any other item of it."""
     keep, last_answer = _kept_outputs(entries)
+    screens = _unanswered_screens(entries, last_answer)
     out: list[Entry] = []
     origins: list[int | None] = []
     replaced: list[int] = []
@@ -324,19 +327,38 @@ def _pair_responses(entries: Entries) -> tuple[list[Entry], list[int | None], in
         extends = entry.kind is Kind.RESULT or (entry.kind is Kind.CALL and previous is Kind.CALL)
         if not extends:
             cancelled += _close_group(entries, group, last_answer, out, origins)
+            replaced += _note_screens(entries, group, screens, out, origins)
+            group.clear()
         if entry.kind is Kind.CALL:
             group.append(i)
-        if entry.raw.get("type") == _SCREENSHOT_CALL and entry.kind is Kind.CALL \
-                and last_answer.get(entry.calls[0].id, -1) < i:
-            replaced.append(len(out))
-            out.append(make_assistant(Api.RESPONSES, interrupted_computer_note(entry.raw)))
-            origins.append(None)
-        elif keep[i]:
+        if keep[i] and i not in screens:
             out.append(entry)
             origins.append(i)
         previous = entry.kind
     cancelled += _close_group(entries, group, last_answer, out, origins)
+    replaced += _note_screens(entries, group, screens, out, origins)
     return out, origins, cancelled, keep.count(False), replaced
+
+
+def _unanswered_screens(entries: Entries, last_answer: dict[str, int]) -> set[int]:
+    """The computer calls no kept output follows. One an `item_reference` comes after stays:
+    the stored screenshot it names may answer it, unseen here."""
+    last_reference = max((i for i, e in enumerate(entries) if e.raw.get("type") == "item_reference"),
+                         default=-1)
+    return {i for i, e in enumerate(entries) if e.kind is Kind.CALL and e.raw.get("type") == _SCREENSHOT_CALL
+            and last_answer.get(e.calls[0].id, -1) < i and last_reference < i}
+
+
+def _note_screens(entries: Entries, group: list[int], screens: set[int], out: list[Entry],
+                  origins: list[int | None]) -> list[int]:
+    """A note for each of the group's unanswered computer calls; where they went."""
+    at = []
+    for i in group:
+        if i in screens:
+            at.append(len(out))
+            out.append(make_assistant(Api.RESPONSES, interrupted_computer_note(entries[i].raw)))
+            origins.append(None)
+    return at
 
 
 def _close_group(entries: Entries, group: list[int], last_answer: dict[str, int],
@@ -351,5 +373,4 @@ def _close_group(entries: Entries, group: list[int], last_answer: dict[str, int]
             out.append(make_result(Api.RESPONSES, call, CANCELLED_TEXT, entries[i].raw.get("type")))
             origins.append(None)
             made.add(call.id)
-    group.clear()
     return len(made)
