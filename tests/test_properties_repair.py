@@ -5,7 +5,10 @@ The expected outcome is computed here from the input alone, by the pairing rules
 PROTOCOL.md (chat: the run of tool messages right after the call message; Responses: the first
 output after the call, anywhere later), not read back from what repair reports. In chat, a
 group that gets a cancelled result and is followed by a user message also gets the proxy's
-assistant note between them (Mistral refuses a user message right after a tool message).
+assistant note between them (Mistral refuses a user message right after a tool message). In
+Responses, a `computer_call` no screenshot answers is replaced by a note (an output would
+have to invent the screenshot) at the end of its step, and a reasoning item left right before
+the note goes too.
 """
 
 from __future__ import annotations
@@ -22,16 +25,44 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from proxy.conversation import Entries, Kind, content_text, latest_user_index
+from proxy.core.computer_calls import NOTE_OPENING
 from proxy.core.repair import CANCELLED_TEXT, INTERRUPTED_NOTE, Repaired, repair
-from tests.factories import entries_of
+from proxy.testing.rules import check_responses
+from tests.factories import entries_of, wire
 from tests.strategies import cascade_contexts, conversations, interrupted, with_shared_id
 
 ROOT = Path(__file__).resolve().parent.parent
 _CLIENT_CALLS = ("function_call", "custom_tool_call")
 
+_COMPUTER = "computer_call"
+
+
+@st.composite
+def _with_computer_calls(draw: st.DrawFn, elements: list) -> list:
+    """Up to three `computer_call`s put in anywhere, each answered by a screenshot or not,
+    after a reasoning item or not, waiting on safety checks or not."""
+    out = list(elements)
+    for n in range(draw(st.integers(1, 3))):
+        checks = [{"id": f"cu_sc_{n}_{k}", "code": code, "message": "Check it."}
+                  for k, code in enumerate(draw(st.lists(st.sampled_from(
+                      ("malicious_instructions", "irrelevant_domain", "sensitive_domain")), max_size=2)))]
+        call = {"type": _COMPUTER, "id": f"cu_{n}", "call_id": f"call_computer{n}",
+                "action": draw(st.sampled_from(({"type": "screenshot"}, {"type": "click", "x": 3, "y": n},
+                                                {"type": "type", "text": "hello\n] world" * n}))),
+                "pending_safety_checks": checks, "status": "completed"}
+        before = [{"type": "reasoning", "id": f"rs_cu{n}", "summary": []}] if draw(st.booleans()) else []
+        answer = [] if draw(st.booleans()) else [
+            {"type": "computer_call_output", "call_id": f"call_computer{n}",
+             "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64,iVBORw0KGgo="}}]
+        at = draw(st.integers(0, len(out)))
+        out[at:at] = [*before, call, *answer]
+    return out
+
+
 damaged = st.sampled_from(("chat", "responses")).flatmap(lambda api: st.tuples(
     st.just(api), conversations(api, messy=True) | interrupted(api)
-    | interrupted(api).flatmap(with_shared_id)))
+    | interrupted(api).flatmap(with_shared_id)
+    | (interrupted(api).flatmap(_with_computer_calls) if api == "responses" else st.nothing())))
 
 
 def _expected_chat(entries: Entries) -> tuple[list[int], list[str]]:
@@ -76,17 +107,40 @@ def _made(out: Repaired) -> list:
     return [e for e, o in zip(out.entries, out.origins, strict=True) if o is None]
 
 
+def _computer_notes(out: Repaired) -> list[int]:
+    return [p for p, (e, o) in enumerate(zip(out.entries, out.origins, strict=True))
+            if o is None and e.kind is Kind.ASSISTANT and content_text(e).startswith(NOTE_OPENING)
+            and content_text(e) != INTERRUPTED_NOTE]
+
+
+def _unanswered_computer_calls(entries: Entries) -> list[int]:
+    """Input indexes of the computer calls no screenshot with their id comes after."""
+    return [j for j, e in enumerate(entries) if e.raw.get("type") == _COMPUTER and e.kind is Kind.CALL
+            and not any(r.kind is Kind.RESULT and r.answers == e.calls[0].id for r in entries[j + 1:])]
+
+
+def _step_end(entries: Entries, c: int) -> int:
+    """Where the step of the call at `c` ends: after its run of calls and the outputs after it."""
+    e = c + 1
+    while e < len(entries) and entries[e].kind is Kind.CALL:
+        e += 1
+    while e < len(entries) and entries[e].kind is Kind.RESULT:
+        e += 1
+    return e
+
+
 def _expected_responses(entries: Entries) -> tuple[list[int], list[str]]:
     kept: list[int] = []
     called: list[str] = []
     answered: set[str] = set()
     for j, entry in enumerate(entries):
-        if entry.kind is Kind.CALL and entry.raw.get("type") in _CLIENT_CALLS:
+        if entry.kind is Kind.CALL and entry.raw.get("type") in (*_CLIENT_CALLS, _COMPUTER):
             called.append(entry.calls[0].id)
         if entry.kind is Kind.RESULT and entry.answers in called and entry.answers not in answered:
             answered.add(entry.answers)  # type: ignore[arg-type]
             kept.append(j)
-    return kept, [c for c in dict.fromkeys(called) if c not in answered]
+    computer = {e.calls[0].id for e in entries if e.raw.get("type") == _COMPUTER and e.kind is Kind.CALL}
+    return kept, [c for c in dict.fromkeys(called) if c not in answered and c not in computer]
 
 
 def _expected(api: str, entries: Entries) -> tuple[list[int], list[str]]:
@@ -165,7 +219,7 @@ def test_a_note_stands_exactly_between_a_cancelled_result_and_a_user_message(
     entries = entries_of(api, elements)
     out = repair(entries)
     notes = [p for p, (e, o) in enumerate(zip(out.entries, out.origins, strict=True))
-             if o is None and e.kind is not Kind.RESULT]
+             if o is None and e.kind is not Kind.RESULT and p not in _computer_notes(out)]
     assert all(out.entries[p].kind is Kind.ASSISTANT and content_text(out.entries[p]) == INTERRUPTED_NOTE
                and not out.entries[p].calls for p in notes)
     expected = _expected_notes(entries) if api == "chat" else []
@@ -173,7 +227,7 @@ def test_a_note_stands_exactly_between_a_cancelled_result_and_a_user_message(
     assert all(out.origins[p - 1] is None and out.entries[p - 1].kind is Kind.RESULT for p in notes)
     assert out.notes == len(expected)
     assert out.changed == (out.cancelled + out.dropped_results + out.dropped_reasoning
-                           + out.ids_removed + out.dropped_items + out.notes)
+                           + out.ids_removed + out.dropped_items + out.notes + out.dropped_calls)
     if api == "chat":  # no user message right after a tool message repair made
         assert not [p for p in range(len(out.entries) - 1) if out.origins[p] is None
                     and out.entries[p].kind is Kind.RESULT and out.entries[p + 1].kind is Kind.USER]
@@ -191,22 +245,37 @@ def test_the_latest_user_message_is_the_clients_own(drawn: tuple[str, list]) -> 
         assert out.entries[kept] is entries[latest] and out.origins[kept] == latest
 
 
-_COMPUTER_CALL = {"type": "computer_call", "id": "cu_1", "call_id": "call_computer",
-                  "action": {"type": "screenshot"}, "pending_safety_checks": [], "status": "completed"}
+@given(damaged)
+def test_an_unanswered_computer_call_is_replaced_by_a_note_after_its_step(drawn: tuple[str, list]) -> None:
+    """OpenAI refuses a computer_call with no output after it: none goes upstream; at the end
+    of its step (its run of calls, then outputs), a note naming its action and safety checks;
+    a reasoning item is never left right before a note (it must be followed by an item it
+    produced). Never an invented output."""
+    api, elements = drawn
+    entries = entries_of(api, elements)
+    out = repair(entries)
+    sent = wire(out.entries)
+    assert not [j for j, e in enumerate(out.entries) if e.raw.get("type") == _COMPUTER
+                and not any(r.get("call_id") == e.raw["call_id"] for r in sent[j + 1:])]
+    calls = _unanswered_computer_calls(entries)
+    notes = _computer_notes(out)
+    assert len(notes) == len(calls) == out.dropped_calls
+    for p, c in zip(notes, calls, strict=True):
+        end = _step_end(entries, c)
+        assert all(o < end for o in out.origins[:p] if o is not None)
+        assert all(o >= end for o in out.origins[p + 1:] if o is not None)
+        assert p == 0 or out.entries[p - 1].kind is not Kind.REASONING
+        text = content_text(out.entries[p])
+        assert entries[c].raw["action"]["type"] in text and "\n" not in text
+        assert all(f'"{check["code"]}"' in text for check in entries[c].raw["pending_safety_checks"])
+    if api == "responses":  # the other rules still hold: reasoning followed, outputs paired
+        rules = check_responses({"model": "m", "input": sent})
+        assert rules is None, rules
+    again = repair(out.entries)  # what repair sends is a list it finds nothing to do in
+    assert again.entries is out.entries and again.changed == 0
 
 
-@st.composite
-def _with_a_computer_call(draw: st.DrawFn, elements: list) -> list:
-    """A `computer_call` somewhere, answered (a screenshot) or not."""
-    out = list(elements)
-    at = draw(st.integers(0, len(out)))
-    answer = [] if draw(st.booleans()) else [
-        {"type": "computer_call_output", "call_id": "call_computer",
-         "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64,iVBORw0KGgo="}}]
-    return out[:at] + [_COMPUTER_CALL, *answer] + out[at:]
-
-
-@given((conversations("responses", messy=True) | interrupted("responses")).flatmap(_with_a_computer_call))
+@given((conversations("responses", messy=True) | interrupted("responses")).flatmap(_with_computer_calls))
 def test_a_made_result_answers_its_call_in_kind(elements: list) -> None:
     """SPEC §5, never invent a success: a made output is a cancellation of the type its call
     is answered with; a call whose output cannot honestly be made up (a computer_call wants a
@@ -219,9 +288,11 @@ def test_a_made_result_answers_its_call_in_kind(elements: list) -> None:
         if e.kind is Kind.CALL:
             kinds.setdefault(e.calls[0].id, set()).add(e.raw["type"])
     for entry, origin in zip(out.entries, out.origins, strict=True):
-        if origin is None:
+        if origin is None and entry.kind is Kind.RESULT:
             made_for = entry.raw["type"].removesuffix("_output")
             assert made_for in kinds[entry.answers] and made_for in _CLIENT_CALLS
+        elif origin is None:  # the rest it makes are notes
+            assert entry.kind is Kind.ASSISTANT and content_text(entry).startswith(NOTE_OPENING)
 
 
 # ---------------------------------------------------------------- across processes

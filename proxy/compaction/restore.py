@@ -174,16 +174,16 @@ def _latest_reads(entries: Sequence[Entry], span: range, tail_start: int,
                 continue
             path, wrapped, names = found
             seen.add(path)
-            text = _read_text(result, path, wrapped)
+            text = _read_text(result, call, path, wrapped)
             if text and text.strip() and not looks_binary(text):
                 yield _Read(path, call, text, i, result, names)
 
 
-def _read_text(result: Entry, path: str, wrapped: bool) -> str | None:
+def _read_text(result: Entry, call: ToolCall, path: str, wrapped: bool) -> str | None:
     """The file's text in a read's result: a shell command's own output when its result says
     it exited 0 uncut, else a file tool's text result unless it lists a directory."""
     if wrapped:
-        found = outcome(result)
+        found = outcome(result, call)
         return found[1] if found is not None and found[0] == 0 else None
     if has_non_text_parts(result):
         return None

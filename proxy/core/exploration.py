@@ -39,7 +39,7 @@ def record_text(pairs: Sequence[tuple[ToolCall, Entry]]) -> str:
 def describe(call: ToolCall, result: Entry) -> str:
     output = content_text(result)
     # A shell tool's wrapper says how its command ended; what it wraps is the command's output.
-    wrapped = outcome(result)
+    wrapped = outcome(result, call)
     if wrapped is not None and wrapped[1] is not None:
         output = wrapped[1]
     failed = looks_failed(output) or (wrapped is not None and wrapped[0] != 0)

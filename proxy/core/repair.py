@@ -20,6 +20,11 @@
   It opens with a bracketed note that the proxy wrote it and claims no outcome. Responses is
   left as it is: Mistral has no Responses API, and no Responses rule in PROTOCOL.md refuses
   a user item after an output.
+- Responses: a `computer_call` with no output is refused upstream too ("No tool output found
+  for computer call ...", seen by computer-use clients), but its output must be a screenshot:
+  the call is taken out and an assistant note (`computer_calls`) goes at the end of its step,
+  naming the action and claiming no outcome. A reasoning item left right before the note (it
+  produced the call) goes too.
 - Responses: a reasoning item left without the item it produced is dropped, and the server
   ids of items that followed it are removed, or the items themselves when their id is required
   (`reasoning_items`).
@@ -36,6 +41,7 @@ from operator import attrgetter, is_, itemgetter
 from proxy.conversation import (Api, Entries, Entry, Kind, ToolCall, content_text, make_assistant,
                                 make_result)
 from proxy.core.checked import CheckedLists
+from proxy.core.computer_calls import interrupted_computer_note
 from proxy.core.kinds import CALL, REASONING, RESULT
 from proxy.core.memo import memoized
 from proxy.core.reasoning_items import drop_reasoning, is_produced, unfollowed_reasoning
@@ -48,9 +54,10 @@ INTERRUPTED_NOTE = ("[compaction-proxy note, not written by the assistant: the t
                     "unknown.]")
 # Responses call types the client answers with an output item, and repair can answer for it;
 # others run on the server. A `computer_call` is the client's too, but its output must be a
-# screenshot: nothing repair could make.
+# screenshot: nothing repair could make, so an unanswered one goes (`_SCREENSHOT_CALL`).
 _ANSWERED_BY_CLIENT = ("function_call", "custom_tool_call", "local_shell_call", "shell_call",
                        "apply_patch_call")
+_SCREENSHOT_CALL = "computer_call"
 # Lists found valid: a steady thread's check walks only what its last request did not have.
 # What a valid chat list leaves open: nothing. A Responses one: whether an item_reference came.
 _VALID_CHAT: CheckedLists[tuple[()]] = CheckedLists(4096, ())
@@ -67,11 +74,12 @@ class Repaired:
     ids_removed: int = 0
     dropped_items: int = 0  # server items gone with their reasoning item
     notes: int = 0  # chat: assistant notes put between a cancelled result and a user message
+    dropped_calls: int = 0  # Responses: unanswered computer calls, each replaced by a note
 
     @property
     def changed(self) -> int:
         return (self.cancelled + self.dropped_results + self.dropped_reasoning + self.ids_removed
-                + self.dropped_items + self.notes)
+                + self.dropped_items + self.notes + self.dropped_calls)
 
 
 def is_cancelled(entry: Entry) -> bool:
@@ -95,17 +103,22 @@ def repair(entries: Sequence[Entry]) -> Repaired:
         return _finish(entries, out, origins, cancelled, dropped, notes)
     if _valid_responses(entries):
         return Repaired(entries, tuple(range(len(entries))))
-    return _finish(entries, *_pair_responses(entries))
+    out, origins, cancelled, dropped, replaced = _pair_responses(entries)
+    # A reasoning item right before a note produced the call it stands for: left there, it
+    # would be followed by an item it did not produce.
+    doomed = {p - 1 for p in replaced if p and out[p - 1].kind is REASONING}
+    return _finish(entries, out, origins, cancelled, dropped, doomed=doomed, dropped_calls=len(replaced))
 
 
-def _finish(original: Entries, out: list[Entry], origins: list[int | None],
-            cancelled: int, dropped: int, notes: int = 0) -> Repaired:
-    gone = unfollowed_reasoning(out) if original[0].api is Api.RESPONSES else set()
+def _finish(original: Entries, out: list[Entry], origins: list[int | None], cancelled: int,
+            dropped: int, notes: int = 0, doomed: frozenset[int] | set[int] = frozenset(),
+            dropped_calls: int = 0) -> Repaired:
+    gone = unfollowed_reasoning(out) | doomed if original[0].api is Api.RESPONSES else set()
     lost = drop_reasoning(out, origins, lambda i, _: i in gone)
-    if not (cancelled or dropped or lost.reasoning):
+    if not (cancelled or dropped or lost.reasoning or dropped_calls):
         return Repaired(original, tuple(range(len(original))))
     return Repaired(lost.entries, lost.origins, cancelled, dropped, lost.reasoning, lost.ids_removed,
-                    lost.items_dropped, notes)
+                    lost.items_dropped, notes, dropped_calls)
 
 
 def _valid_chat(entries: Entries) -> bool:
@@ -229,7 +242,8 @@ def _valid_responses_from(entries: Entries, start: int, referenced: bool = False
             call_id = entry.calls[0].id
             made.add(call_id)
             open_ids.add(call_id)
-            if entry.raw.get("type") in _ANSWERED_BY_CLIENT:
+            type_ = entry.raw.get("type")
+            if type_ in _ANSWERED_BY_CLIENT or type_ == _SCREENSHOT_CALL:
                 pending.add(call_id)
         elif kind is RESULT:
             if earlier is None:
@@ -297,10 +311,15 @@ def _kept_outputs(entries: Entries) -> tuple[list[bool], dict[str, int]]:
     return keep, last_answer
 
 
-def _pair_responses(entries: Entries) -> tuple[list[Entry], list[int | None], int, int]:
+def _pair_responses(entries: Entries) -> tuple[list[Entry], list[int | None], int, int, list[int]]:
+    """The entries with outputs paired, and (the last list) where in them a note stands for
+    an unanswered computer call: at the end of its step, where a cancelled output would go,
+    so the reasoning item before the step stays followed by any other item of it."""
     keep, last_answer = _kept_outputs(entries)
+    screens = _unanswered_screens(entries, last_answer)
     out: list[Entry] = []
     origins: list[int | None] = []
+    replaced: list[int] = []
     cancelled = 0
     group: list[int] = []  # the call items of the current step, open until its outputs end
     previous: Kind | None = None
@@ -308,14 +327,38 @@ def _pair_responses(entries: Entries) -> tuple[list[Entry], list[int | None], in
         extends = entry.kind is Kind.RESULT or (entry.kind is Kind.CALL and previous is Kind.CALL)
         if not extends:
             cancelled += _close_group(entries, group, last_answer, out, origins)
+            replaced += _note_screens(entries, group, screens, out, origins)
+            group.clear()
         if entry.kind is Kind.CALL:
             group.append(i)
-        if keep[i]:
+        if keep[i] and i not in screens:
             out.append(entry)
             origins.append(i)
         previous = entry.kind
     cancelled += _close_group(entries, group, last_answer, out, origins)
-    return out, origins, cancelled, keep.count(False)
+    replaced += _note_screens(entries, group, screens, out, origins)
+    return out, origins, cancelled, keep.count(False), replaced
+
+
+def _unanswered_screens(entries: Entries, last_answer: dict[str, int]) -> set[int]:
+    """The computer calls no kept output follows. One an `item_reference` comes after stays:
+    the stored screenshot it names may answer it, unseen here."""
+    last_reference = max((i for i, e in enumerate(entries) if e.raw.get("type") == "item_reference"),
+                         default=-1)
+    return {i for i, e in enumerate(entries) if e.kind is Kind.CALL and e.raw.get("type") == _SCREENSHOT_CALL
+            and last_answer.get(e.calls[0].id, -1) < i and last_reference < i}
+
+
+def _note_screens(entries: Entries, group: list[int], screens: set[int], out: list[Entry],
+                  origins: list[int | None]) -> list[int]:
+    """A note for each of the group's unanswered computer calls; where they went."""
+    at = []
+    for i in group:
+        if i in screens:
+            at.append(len(out))
+            out.append(make_assistant(Api.RESPONSES, interrupted_computer_note(entries[i].raw)))
+            origins.append(None)
+    return at
 
 
 def _close_group(entries: Entries, group: list[int], last_answer: dict[str, int],
@@ -330,5 +373,4 @@ def _close_group(entries: Entries, group: list[int], last_answer: dict[str, int]
             out.append(make_result(Api.RESPONSES, call, CANCELLED_TEXT, entries[i].raw.get("type")))
             origins.append(None)
             made.add(call.id)
-    group.clear()
     return len(made)

@@ -8,8 +8,9 @@ Claude-Code-style `Bash`, opencode `bash`, Gemini CLI `run_shell_command`, Cline
 
 An output is taken only from a wrapper that states exit code 0 and is not cut: Codex's JSON
 (`{"output": ..., "metadata": {"exit_code": 0}}`), its text header (`Exit code: 0`, `Wall time`,
-`Output:`) and its `exec_command` header (`Wall time`, `Process exited with code 0`, `Output:`),
-mini-swe-agent's `<returncode>0</returncode><output>...</output>` and OpenHands'
+`Output:`), its `exec_command` header (`Wall time`, `Process exited with code 0`, `Output:`)
+when it came back before the call's yield deadline, mini-swe-agent's
+`<returncode>0</returncode><output>...</output>` and OpenHands'
 `[The command completed with exit code 0.]` trailer, and a Responses `shell_call_output` of one
 command (`stdout` with an `exit` outcome, under its `max_output_length`). A bare output says
 nothing of success (`cat: x: No such file or directory` is one too), so it is never taken as a
@@ -35,9 +36,19 @@ _DIRECTORY_KEYS = ("workdir", "working_directory", "cwd", "directory", "dir_path
 # (`exec_command`: optional `Chunk ID`, `Wall time`, `Process exited with code N` or
 # `Process running with session ID N`, optional `Original token count`, then `Output:`).
 _CODEX_HEADER = re.compile(r"\AExit code: (-?\d+)\nWall time: [^\n]*\n((?:[^\n]*\n)*?)Output:\n")
-_EXEC_HEADER = re.compile(r"\A(?:Chunk ID: [^\n]*\n)?Wall time: [^\n]*\n((?:[^\n]*\n)*?)Output:\n")
+_EXEC_HEADER = re.compile(r"\A(?:Chunk ID: [^\n]*\n)?Wall time: ([^\n]*)\n((?:[^\n]*\n)*?)Output:\n")
 _EXEC_EXITED = re.compile(r"Process exited with code (-?\d+)")
 _EXEC_TOKENS = re.compile(r"Original token count: (\d+)")
+_EXEC_WALL = re.compile(r"(\d{1,9}(?:\.\d{1,9})?) seconds")
+# Unified exec collects output until the process's output closes after its exit, or until a
+# deadline: `yield_time_ms` (10,000 by default for `exec_command`) clamped to 250..30,000 ms
+# (`unified_exec/mod.rs`, `process_manager.rs`, `handlers/unified_exec.rs`). Only then does it
+# ask whether the process exited: one that exited just after the deadline is reported as
+# exited, with only the output collected before it. A wall time under the deadline is the one
+# sign the output was read to its end; 250 ms, the floor, when the call's own is unknown. (A
+# pause for an approval, or Windows' longer first wait, only moves the deadline later: a wall
+# time under the one computed here is under the real one too.)
+_EXEC_YIELD_MS = (10_000, 250, 30_000)  # default, least, most
 # Where Codex cut an output: the middle cut of `utils/string/src/truncate.rs` (tokens or
 # chars), the older line/byte cut of `core/src/truncate.rs`, the warning `formatted_truncate_text`
 # (`utils/output-truncation`) puts first, and the note a timed-out command's output starts with.
@@ -122,12 +133,25 @@ def call_file_read(call: ToolCall) -> FileRead | None:
     return found
 
 
-def outcome(result: Entry) -> tuple[int, str | None] | None:
-    """(exit code, the output or None when it was cut) that a shell call's result states."""
+def outcome(result: Entry, call: ToolCall | None = None) -> tuple[int, str | None] | None:
+    """(exit code, the output or None when it was cut) that a shell call's result states;
+    `call`, when given, is the call it answers (its yield deadline, for `exec_command`)."""
     if result.api is Api.RESPONSES and result.kind is Kind.RESULT \
             and result.raw.get("type") == "shell_call_output":
         return _shell_call_output(result.raw)
-    return unwrapped(content_text(result))
+    return unwrapped(content_text(result), _exec_deadline_ms(call))
+
+
+def _exec_deadline_ms(call: ToolCall | None) -> int:
+    """The least time unified exec waited for output before it answered `call`."""
+    default, least, most = _EXEC_YIELD_MS
+    if call is None or call.name != "exec_command":
+        return least
+    args = _arguments(call)
+    asked = default if args is None else args.get("yield_time_ms", default)
+    if not isinstance(asked, int) or isinstance(asked, bool):
+        return least
+    return min(max(asked, least), most)
 
 
 def _shell_call_output(raw: dict[str, Any]) -> tuple[int, str | None] | None:
@@ -147,8 +171,9 @@ def _shell_call_output(raw: dict[str, Any]) -> tuple[int, str | None] | None:
     return code, None if cut else stdout
 
 
-def unwrapped(text: str) -> tuple[int, str | None] | None:
-    """(exit code, the output or None when it was cut) of a known wrapper, else None."""
+def unwrapped(text: str, exec_deadline_ms: int = _EXEC_YIELD_MS[1]) -> tuple[int, str | None] | None:
+    """(exit code, the output or None when it was cut) of a known wrapper, else None;
+    `exec_deadline_ms`: the yield deadline of the `exec_command` whose output it may be."""
     # A printed JSON file opens as Codex's JSON form does: when it is not that form, another
     # wrapper (OpenHands' trailer) may still hold it.
     if text.startswith("{") and (found := _codex_json(text)) is not None:
@@ -161,7 +186,7 @@ def unwrapped(text: str) -> tuple[int, str | None] | None:
         cut = bool(match.group(2))
         return int(match.group(1)), None if cut else _uncut(text[match.end():])
     if text.startswith(("Chunk ID: ", "Wall time: ")):
-        return _codex_exec(text)
+        return _codex_exec(text, exec_deadline_ms)
     if text.startswith("<returncode>"):
         match = _MINI_SWE.match(text)
         if match is None:
@@ -195,13 +220,13 @@ def _uncut(output: str) -> str | None:
     return None if _CODEX_CUT.search(output) else output
 
 
-def _codex_exec(text: str) -> tuple[int, str | None] | None:
+def _codex_exec(text: str, deadline_ms: int) -> tuple[int, str | None] | None:
     """An `exec_command` (or `write_stdin`) output whose process exited; None while it runs."""
     match = _EXEC_HEADER.match(text)
     if match is None:
         return None
     code, tokens = None, None
-    for line in match.group(1).split("\n")[:-1]:
+    for line in match.group(2).split("\n")[:-1]:
         if (exited := _EXEC_EXITED.fullmatch(line)) is not None and code is None:
             code = int(exited.group(1))
         elif (counted := _EXEC_TOKENS.fullmatch(line)) is not None and tokens is None:
@@ -210,9 +235,13 @@ def _codex_exec(text: str) -> tuple[int, str | None] | None:
             return None  # still running, or a line this reading does not know
     if code is None:
         return None
+    wall = _EXEC_WALL.fullmatch(match.group(1))
+    # Printed to 0.1 ms: a collection that ran to the deadline may show a hair under it.
+    if wall is None or float(wall.group(1)) * 1000 >= deadline_ms - 1:
+        return code, None
     output = _uncut(text[match.end():])
-    # The count is of everything the process printed (ceil(UTF-8 bytes / 4)): an output that
-    # does not add up to it lost some, marked or not.
+    # The count is of all the output collected (ceil(UTF-8 bytes / 4)), before any cut to fit
+    # `max_output_tokens`: an output that does not add up to it lost some, marked or not.
     if output is not None and tokens is not None and (len(output.encode()) + 3) // 4 != tokens:
         output = None
     return code, output
