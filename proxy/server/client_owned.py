@@ -4,9 +4,11 @@ hears of them, and what the client is told instead of a 503 "retry later".
 Two kinds. The summarizer's upstream, called with the request's own credential (it has no
 `api_key`), refused that credential (401, 403) or rate-limited it (429): one tenant's key or
 quota, which must not open the breaker every tenant shares, and which the client must fix or
-wait out; it gets the upstream's status. And a summary refused before any call because its
-plan needs more calls than `compaction.summarizer.max_calls` allows: the same content and
-configuration are refused the same way on every retry, so it is a 400, not a 503.
+wait out; it gets the upstream's status. And a summary that needs more calls than
+`compaction.summarizer.max_calls` allows: refused before any call by its plan, or after the
+summarizer's upstream refused the planned steps as too long and a re-plan for the smaller
+window it really has would take too many. The same content and configuration are refused the
+same way on every retry, and the summarizer is not unhealthy: a 400, not a 503, not counted.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from email.utils import parsedate_to_datetime
 from proxy import jsonio
 from proxy.errors import CompactionInsufficient, SummarizerRefused
 from proxy.redaction import redact
-from proxy.settings import UpstreamSettings
+from proxy.settings import ModelProfile, UpstreamSettings
 
 CREDENTIAL_REFUSED = (401, 403)
 RATE_LIMITED = 429
@@ -67,13 +69,15 @@ def client_refusal(refusal: Refusal | None, upstream: UpstreamSettings) -> Refus
     return refusal if owned else None
 
 
-def summarizer_verdict(summarized: bool, client_refused: Refusal | None) -> bool | None:
-    """What an outcome tells the breaker: it worked, it failed, or nothing (None): the client's
-    own credential refused or rate-limited (`client_refusal`). One tenant's revoked key or spent
-    quota must not open the breaker every tenant shares."""
+def summarizer_verdict(summarized: bool, owned: bool) -> bool | None:
+    """What an outcome tells the breaker: it worked, it failed, or nothing (None) when the
+    failure is `owned`: the client's own credential refused or rate-limited
+    (`client_refusal`), or a failure the compaction's inputs decide (a re-plan over
+    `max_calls`). One tenant's revoked key, spent quota or thread must not open the breaker
+    every tenant shares."""
     if summarized:
         return True
-    return None if client_refused is not None else False
+    return None if owned else False
 
 
 def refusal_error(refusal: Refusal) -> SummarizerRefused:
@@ -105,6 +109,24 @@ def over_max_calls_error(reason: str, tokens: int) -> CompactionInsufficient:
         f"run: {reason}. A retry is refused the same way: the proxy's operator can raise "
         "compaction.summarizer.max_calls, or start a new thread; you can paste a short recap "
         "of where you are.")
+
+
+def replan_over_max_calls(needed: int, allowed: int, window_setting: str) -> str:
+    """Why a summary failed whose re-plan for a smaller window would take `needed` calls."""
+    return (f"the summarizer's upstream refused its planned steps as too long, so its real "
+            f"input window is smaller than {window_setting} says (set it to the real one); "
+            f"a re-plan for a smaller window: the summary would take {needed} summarizer "
+            f"calls, more than compaction.summarizer.max_calls ({allowed}) allows")
+
+
+def window_setting(profile: ModelProfile | None, window: int) -> str:
+    """The setting the summarizer's window of `window` tokens was taken from, named for the
+    operator: its model profile's key, or the fallback trigger when it has none."""
+    if profile is not None and (profile.max_input_tokens or profile.context_window):
+        key = "max_input_tokens" if profile.max_input_tokens else "context_window"
+        return f"models.{profile.pattern}.{key} ({window:,} tokens usable)"
+    return (f"compaction.fallback_trigger_tokens ({window:,} tokens: the summarizer's model "
+            "has no profile with its window)")
 
 
 def _identifier(value: object) -> str | None:

@@ -41,6 +41,9 @@ class SummaryOutcome:
     output_tokens: int = 0
     overflow: bool = False  # a step was refused as longer than the summarizer's window
     refusal: Refusal | None = None  # the HTTP error a step was answered with
+    # The calls a re-plan for a smaller window would have taken, past `max_calls`; 0 when no
+    # re-plan was refused so.
+    replan_calls: int = 0
 
 
 async def run_summary(plan: SummaryPlan, upstream: UpstreamSettings, client: UpstreamClient,
@@ -78,7 +81,8 @@ async def run_replanning(plan: SummaryPlan, window: int, plan_for: Callable[[int
                          credentials: Mapping[str, str], timeout_s: float) -> SummaryOutcome:
     """`run_summary` of `plan` (made for `window`); when a step is refused as too long, again
     with the plan `plan_for` makes for half the window (`replanned` is told), unless that would
-    take the calls past `max_calls`: then it fails as it is, and the error says so."""
+    take the calls past `max_calls`: then it fails as it is (`replan_calls` says how many it
+    would have taken), and the error says so."""
     outcome = await run_summary(plan, upstream, client, credentials, timeout_s)
     calls = outcome.calls
     for _ in range(_OVERFLOW_REPLANS):
@@ -88,8 +92,9 @@ async def run_replanning(plan: SummaryPlan, window: int, plan_for: Callable[[int
         window //= 2
         plan = plan_for(window)
         if calls + plan.steps > max_calls:
-            return replace(outcome, calls=calls, error=f"{outcome.error}; a re-plan for a "
-                           f"smaller window: {too_many_calls(calls + plan.steps, max_calls)}")
+            return replace(outcome, calls=calls, replan_calls=calls + plan.steps,
+                           error=f"{outcome.error}; a re-plan for a smaller window: "
+                           f"{too_many_calls(calls + plan.steps, max_calls)}")
         replanned(window)
         outcome = await run_summary(plan, upstream, client, credentials, timeout_s)
         calls += outcome.calls
