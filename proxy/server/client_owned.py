@@ -1,10 +1,12 @@
 """Failures of a compaction that belong to the client, not to the summarizer: what the breaker
 hears of them, and what the client is told instead of a 503 "retry later".
 
-Two kinds. The summarizer's upstream, called with the request's own credential (it has no
+Three kinds. The summarizer's upstream, called with the request's own credential (it has no
 `api_key`), refused that credential (401, 403) or rate-limited it (429): one tenant's key or
 quota, which must not open the breaker every tenant shares, and which the client must fix or
-wait out; it gets the upstream's status. And a summary that needs more calls than
+wait out; it gets the upstream's status. The upstream's content policy refused the
+conversation's content (`CONTENT_REFUSED`), whichever credential was used: the client's
+thread, a 400 with the upstream's code. And a summary that needs more calls than
 `compaction.summarizer.max_calls` allows: refused before any call by its plan, or after the
 summarizer's upstream refused the planned steps as too long and a re-plan for the smaller
 window it really has would take too many. The same content and configuration are refused the
@@ -30,6 +32,11 @@ RATE_LIMITED = 429
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _SECONDS = re.compile(r"\d{1,9}(\.\d{1,6})?")
 _MESSAGE_CHARS = 300
+# The codes a content policy refuses a request's content with (a 400): OpenAI's
+# `invalid_prompt` ("your prompt was flagged as potentially violating our usage policy") and
+# Azure OpenAI's `content_filter` (the prompt "triggering ... content management policy").
+# Only these: any other 400 may be the proxy's own request at fault, the summarizer's failure.
+CONTENT_REFUSED = frozenset({"invalid_prompt", "content_filter"})
 
 
 @dataclass(frozen=True)
@@ -60,13 +67,27 @@ def read_refusal(status: int, data: bytes, headers: Mapping[str, str]) -> Refusa
 
 
 def client_refusal(refusal: Refusal | None, upstream: UpstreamSettings) -> Refusal | None:
-    """`refusal` when it concerns the request's own credential: the summarizer's upstream was
-    called with it (no `api_key`) and refused it or rate-limited it; else None. With the
-    proxy's own key the same statuses are the summarizer's failure, everyone's."""
+    """`refusal` when it is the client's: its content refused by a content policy (whichever
+    credential), or its own credential refused or rate-limited (the summarizer's upstream was
+    called with it: no `api_key`); else None. With the proxy's own key those statuses are the
+    summarizer's failure, everyone's."""
+    if content_refused(refusal):
+        return refusal
     if refusal is None or upstream.api_key:
         return None
     owned = refusal.status in CREDENTIAL_REFUSED or refusal.status == RATE_LIMITED
     return refusal if owned else None
+
+
+def content_refused(refusal: Refusal | None) -> bool:
+    """Whether the upstream's content policy refused what the summarizer was sent."""
+    return refusal is not None and refusal.status == 400 and refusal.code in CONTENT_REFUSED
+
+
+def content_refusal_reason(refusal: Refusal) -> str:
+    # Not the upstream's message: it may quote or list what was flagged.
+    return (f"the summarizer's upstream refused the conversation's content by its content "
+            f"policy (HTTP 400, {refusal.code})")
 
 
 def summarizer_verdict(summarized: bool, owned: bool) -> bool | None:
@@ -81,10 +102,18 @@ def summarizer_verdict(summarized: bool, owned: bool) -> bool | None:
 
 
 def refusal_error(refusal: Refusal) -> SummarizerRefused:
-    """The client's answer: the upstream's status, code and type, and for a 429 its message
+    """The client's answer: the upstream's status, code and type (a content refusal's type is
+    ours: Azure's is null), and for a 429 its message
     (which limit, how long) and its wait. A refused credential's message is not passed on: it
     may quote the credential in a form no redaction knows, and says nothing the status does not."""
     code = f", {refusal.code}" if refusal.code else ""
+    if content_refused(refusal):
+        return SummarizerRefused(
+            f"Context compaction could not run: {content_refusal_reason(refusal)}. The proxy "
+            "sent it the earlier part of this conversation to summarize; the same content is "
+            "likely refused again: start a new thread, or remove or rephrase what may have "
+            "been flagged. Nothing was changed.",
+            status=400, type_="invalid_request_error", code=refusal.code)
     if refusal.status == RATE_LIMITED:
         said = f": {refusal.message}" if refusal.message else ""
         return SummarizerRefused(

@@ -33,8 +33,8 @@ from proxy.conversation import Api, Kind, leading_instructions
 from proxy.core.sanitize import Policy, sanitize
 from proxy.records import CompactionEvent, ThreadKey
 from proxy.server.breakers import SummarizerBreakers
-from proxy.server.client_owned import (Refusal, client_refusal, replan_over_max_calls,
-                                       summarizer_verdict, window_setting)
+from proxy.server.client_owned import (Refusal, client_refusal, content_refused,
+                                       replan_over_max_calls, summarizer_verdict, window_setting)
 from proxy.server.compaction_errors import (BreakerOpen, ClientLeft, CompactionCut,
                                            CompactionFailed, NothingToCompact)
 from proxy.server.compaction_job import Job
@@ -176,7 +176,7 @@ class Compactor:
                           forced=job.forced)
             outcome = await self._summarize(job, plan, window, plan_for, summary_upstream)
             refusal = client_refusal(outcome.refusal, summary_upstream)
-            by_inputs = outcome.replan_calls > 0
+            by_inputs = outcome.replan_calls > 0 or content_refused(refusal)
             healthy = summarizer_verdict(outcome.text is not None,
                                          owned=refusal is not None or by_inputs)
             if outcome.text is None:

@@ -21,7 +21,8 @@ from proxy.compaction.overflow import is_context_overflow
 from proxy.compaction.summarizer import SummaryPlan, read_reply
 from proxy.conversation import Api
 from proxy.errors import ProxyError
-from proxy.server.client_owned import Refusal, read_refusal
+from proxy.server.client_owned import (Refusal, content_refusal_reason, content_refused,
+                                       read_refusal)
 from proxy.server.headers import upstream_request_headers
 from proxy.server.inflate import answer_encoding, inflated
 from proxy.redaction import redact
@@ -61,10 +62,11 @@ async def run_summary(plan: SummaryPlan, upstream: UpstreamSettings, client: Ups
         except ProxyError as error:
             return _failed(error.message, step, started)
         if status != 200:
-            failed = _failed(f"the summarizer answered HTTP {status}: {_excerpt(data)}", step,
-                             started)
-            return replace(failed, overflow=is_context_overflow(status, data),
-                           refusal=read_refusal(status, data, headers))
+            refusal = read_refusal(status, data, headers)
+            said = (content_refusal_reason(refusal) if content_refused(refusal)
+                    else f"the summarizer answered HTTP {status}: {_excerpt(data)}")
+            return replace(_failed(said, step, started), refusal=refusal,
+                           overflow=is_context_overflow(status, data))
         reply = read_reply(plan.api, data)
         verdict = postcheck.check_reply(reply)
         if not verdict.ok:
