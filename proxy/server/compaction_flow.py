@@ -325,7 +325,7 @@ def _owned_error(failure: CompactionFailed | SharedFailure, built: Built) -> Pro
     refused by the upstream's content policy (a 400), or a plan or re-plan over `max_calls`
     (a 400: a retry is refused the same way). None: the summarizer's."""
     if failure.refusal is not None:
-        return refusal_error(failure.refusal)
+        return refusal_error(failure.refusal, waited=isinstance(failure, SharedFailure))
     if failure.by_inputs and failure.stage != POST_CHECK:
         return over_max_calls_error(failure.reason, built.tokens)
     return None
