@@ -18,6 +18,8 @@ from typing import Any
 import openai
 import pytest
 
+from proxy.server.client_owned import window_setting
+from proxy.settings import ModelProfile
 from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request
 from tests.compaction_session import LIMIT, MODEL
 from tests.conftest import API_KEY
@@ -119,3 +121,12 @@ def test_compact_over_the_trigger_gets_the_same_400(make_fake, make_proxy) -> No
     _assert_refused_for_good(caught.value)
     assert [line["status"] for line in proxy.requests()] == [400]
     assert summarizer.calls == 0 and stages(proxy) == ["summarize"]
+
+
+def test_the_error_names_the_setting_the_window_came_from() -> None:
+    assert window_setting(ModelProfile("sum-*", context_window=32_000), 27_904) == (
+        "models.sum-*.context_window (27,904 tokens usable)")
+    for none in (None, ModelProfile("sum-*")):
+        assert window_setting(none, 100_000).startswith(
+            "compaction.fallback_trigger_tokens (100,000 tokens: the summarizer's model has no "
+            "profile")

@@ -9,8 +9,9 @@ it), with the breaker, the hysteresis and the fallbacks of SPEC §9: forward wit
 stages only while the projection fits, else a clear error: a 503 that says when to retry when
 the summarizer's side failed, the client's own status when the failure is the client's (its
 credential refused or rate-limited by the summarizer's upstream, its content refused by the
-upstream's content policy, a plan or a re-plan over `max_calls`: `client_owned`). `manual` answers `/compact` (SPEC §8) itself. `overflow_retry_failed` records
-the forced compaction an upstream overflow bought that did not help. Both run a started
+upstream's content policy, a plan or a re-plan over `max_calls`: `client_owned`). `manual`
+answers `/compact` (SPEC §8) itself. `overflow_retry_failed` records the forced compaction an
+upstream overflow bought that did not help. Both run a started
 compaction to its end when the client leaves (its retry waits on the thread's lock and reuses
 the checkpoint); the request's line, a 499, says so (`compaction_detached`) once it has ended.
 """

@@ -12,9 +12,9 @@ waited shares the failure rather than repeating it at once:
   (`client_owned`) is shared as the client's own error: the thread's key names the credential;
 - a failed post-check, and a refusal decided by the compaction's inputs (a plan, or a re-plan
   for the summarizer's real window, over `max_calls`; content the summarizer's upstream
-  refused by its content policy; recorded at stage `summarize`), only by a request that would give its
-  compaction the same inputs (same checkpoint base, same messages, same model and thresholds,
-  `Job.inputs`): an agent's retry of the very request. Another tab's, or one with another
+  refused by its content policy; recorded at stage `summarize`), only by a request that
+  would give its compaction the same inputs (same checkpoint base, same messages, same model
+  and thresholds, `Job.inputs`): an agent's retry of the very request. Another tab's, or one with another
   model, differs, and its own compaction may pass.
 
 A checkpoint written since clears them: the summarizer works, and a request that still needs
