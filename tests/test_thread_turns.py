@@ -11,7 +11,7 @@ SUMMARY_FAILED = SharedFailure("summarize", "summarizer overloaded", ("a",))
 TOO_BIG = SharedFailure("post_check", "still over the trigger", ("a",))
 # Decided before any summarizer call, by what the compaction was given: stage `summarize`.
 TOO_MANY_CALLS = SharedFailure("summarize", "the summary would take 9 summarizer calls", ("a",),
-                               before_summarizer=True)
+                               by_inputs=True)
 
 
 async def _waited(during: list) -> Meanwhile:
@@ -122,7 +122,7 @@ def test_another_requests_refusal_does_not_hide_the_post_check_of_the_same_input
     """A request's summary failed its post-check, then another request (another model) was
     refused before the summarizer: a retry of the first still shares its post-check."""
     other = SharedFailure("summarize", "the summary would take 9 summarizer calls", ("b",),
-                          before_summarizer=True)
+                          by_inputs=True)
     meanwhile = asyncio.run(_waited([_failed(TOO_BIG), _failed(other)]))
     assert meanwhile.shared(("a",)) == TOO_BIG
     assert meanwhile.shared(("b",)) == other

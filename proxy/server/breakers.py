@@ -42,8 +42,8 @@ class SummarizerBreakers:
 
     def settle(self, key: str, trial: float | None, healthy: bool | None) -> None:
         """`healthy`: the summarizer worked and its summary was kept (True), it failed or the
-        checkpoint could not be kept (False), or no verdict (None: cancelled, a bug, or the
-        client's own credential refused, `compactor.summarizer_verdict`)."""
+        checkpoint could not be kept (False), or no verdict (None: cancelled, a bug, or a
+        failure that is the client's, `client_owned.summarizer_verdict`)."""
         state = self._states.get(key, breaker.CLOSED)
         if healthy is None:
             state = breaker.abandon(state, trial)

@@ -17,14 +17,16 @@ from proxy.server.drain import CUT
 
 class CompactionFailed(Exception):
     def __init__(self, stage: str, reason: str, verdict: Verdict | None = None,
-                 before_summarizer: bool = False, refusal: Refusal | None = None) -> None:
+                 by_inputs: bool = False, refusal: Refusal | None = None) -> None:
         super().__init__(f"{stage}: {reason}")
         self.stage = stage
         self.reason = reason
         self.verdict = verdict  # a failed post-check's, for the client's error
-        # Decided by what the compaction was given, before the summarizer was asked (a plan
-        # over `max_calls`, a post-check certain to fail): the summarizer did nothing wrong.
-        self.before_summarizer = before_summarizer
+        # Decided by what the compaction was given and the configuration, so a retry of it ends
+        # the same (a plan, or a re-plan for the summarizer's real window, over `max_calls`; a
+        # post-check certain to fail; the content refused by the upstream's content policy):
+        # the summarizer is not unhealthy.
+        self.by_inputs = by_inputs
         # The summarizer's upstream refused or rate-limited the request's own credential
         # (`client_owned.client_refusal`): the client's to fix or wait out.
         self.refusal = refusal

@@ -3,14 +3,15 @@
 `auto` runs after the cheap cascade: below the trigger nothing happens; above it, one summary
 per thread at a time (a request that waited reuses the checkpoint another one wrote, or shares
 the failure of the summary it waited for, and of its post-check when it would check the same
-projection, or of a refusal made before the summarizer when it would give the same inputs,
+projection, or of a refusal its inputs decided when it would give the same inputs,
 `proxy/server/turns.py`, and asks the breaker again: the one before it may have just opened
 it), with the breaker, the hysteresis and the fallbacks of SPEC §9: forward with the cheap
 stages only while the projection fits, else a clear error: a 503 that says when to retry when
 the summarizer's side failed, the client's own status when the failure is the client's (its
-credential refused or rate-limited by the summarizer's upstream, a plan over `max_calls`:
-`client_owned`). `manual` answers `/compact` (SPEC §8) itself. `overflow_retry_failed` records
-the forced compaction an upstream overflow bought that did not help. Both run a started
+credential refused or rate-limited by the summarizer's upstream, its content refused by the
+upstream's content policy, a plan or a re-plan over `max_calls`: `client_owned`). `manual`
+answers `/compact` (SPEC §8) itself. `overflow_retry_failed` records the forced compaction an
+upstream overflow bought that did not help. Both run a started
 compaction to its end when the client leaves (its retry waits on the thread's lock and reuses
 the checkpoint); the request's line, a 499, says so (`compaction_detached`) once it has ended.
 """
@@ -299,8 +300,9 @@ def _manual_failed(failure: CompactionFailed | SharedFailure, reason: str,
     says which): the text of a thread kept as it is, or the error to raise."""
     if failure.stage == POST_CHECK:
         return _kept(failure.reason, failure.verdict, built, situation)
-    # A plan over `max_calls` below the trigger: a thread kept as it is needs no new thread.
-    if failure.before_summarizer and built.tokens <= situation.thresholds.trigger:
+    # A refusal its inputs decided (a plan over `max_calls`, say) below the trigger: a thread
+    # kept as it is needs no new thread.
+    if failure.by_inputs and built.tokens <= situation.thresholds.trigger:
         return manual.unchanged_text(failure.reason, built.tokens)
     owned = _owned_error(failure, built)
     if owned is not None:
@@ -320,11 +322,12 @@ def _kept(reason: str, verdict: Verdict | None, built: Built, situation: Situati
 
 def _owned_error(failure: CompactionFailed | SharedFailure, built: Built) -> ProxyError | None:
     """The answer to a failure that is the client's, for a request that does not fit: its
-    credential refused or rate-limited by the summarizer's upstream (its status), or a plan
-    over `max_calls` (a 400: a retry is refused the same way). None: the summarizer's."""
+    credential refused or rate-limited by the summarizer's upstream (its status), its content
+    refused by the upstream's content policy (a 400), or a plan or re-plan over `max_calls`
+    (a 400: a retry is refused the same way). None: the summarizer's."""
     if failure.refusal is not None:
-        return refusal_error(failure.refusal)
-    if failure.before_summarizer and failure.stage != POST_CHECK:
+        return refusal_error(failure.refusal, waited=isinstance(failure, SharedFailure))
+    if failure.by_inputs and failure.stage != POST_CHECK:
         return over_max_calls_error(failure.reason, built.tokens)
     return None
 

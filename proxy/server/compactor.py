@@ -33,7 +33,8 @@ from proxy.conversation import Api, Kind, leading_instructions
 from proxy.core.sanitize import Policy, sanitize
 from proxy.records import CompactionEvent, ThreadKey
 from proxy.server.breakers import SummarizerBreakers
-from proxy.server.client_owned import Refusal, client_refusal, summarizer_verdict
+from proxy.server.client_owned import (Refusal, client_refusal, content_refused,
+                                       replan_over_max_calls, summarizer_verdict, window_setting)
 from proxy.server.compaction_errors import (BreakerOpen, ClientLeft, CompactionCut,
                                            CompactionFailed, NothingToCompact)
 from proxy.server.compaction_job import Job
@@ -108,7 +109,7 @@ class Compactor:
         turn = self.turns.of(job.key)  # what the requests waiting their turn learn
         if isinstance(error, CompactionFailed):
             turn.failed(SharedFailure(error.stage, error.reason, job.inputs, error.verdict,
-                                      error.before_summarizer, error.refusal))
+                                      error.by_inputs, error.refusal))
         elif error is None and not finished.cancelled():
             turn.succeeded()
         if left:
@@ -164,7 +165,7 @@ class Compactor:
         if plan.steps > allowed:
             # Refused before a call: the summarizer did nothing wrong, its breaker is not asked.
             raise self._failed(job, "summarize", too_many_calls(plan.steps, allowed),
-                               before_summarizer=True)
+                               by_inputs=True)
         trial = self._claim(job)
         healthy: bool | None = None
         try:
@@ -175,9 +176,12 @@ class Compactor:
                           forced=job.forced)
             outcome = await self._summarize(job, plan, window, plan_for, summary_upstream)
             refusal = client_refusal(outcome.refusal, summary_upstream)
-            healthy = summarizer_verdict(outcome.text is not None, refusal)
+            by_inputs = outcome.replan_calls > 0 or content_refused(refusal)
+            healthy = summarizer_verdict(outcome.text is not None,
+                                         owned=refusal is not None or by_inputs)
             if outcome.text is None:
-                raise self._failed(job, "summarize", outcome.error, refusal=refusal)
+                raise self._failed(job, "summarize", outcome.error, refusal=refusal,
+                                   by_inputs=by_inputs)
             try:
                 finished = self._finish(job, cutoff, outcome.text, restored, summary_model)
             except CompactionFailed as failed:
@@ -215,7 +219,7 @@ class Compactor:
                                  model=job.model)
         if verdict is not None:
             raise self._failed(job, "post_check", f"{verdict.reason} (known before summarizing: "
-                               "no summary was asked for)", verdict, before_summarizer=True)
+                               "no summary was asked for)", verdict, by_inputs=True)
 
     def _plan(self, job: Job, cutoff: Cutoff, model: str, upstream: UpstreamSettings,
               window: int) -> SummaryPlan:
@@ -248,7 +252,7 @@ class Compactor:
                          upstream: UpstreamSettings) -> SummaryOutcome:
         config = self.settings.compaction.summarizer
         try:
-            return await run_replanning(
+            outcome = await run_replanning(
                 plan, window, plan_for, config.max_calls,
                 lambda size: self.log.info("summarizer_overflow", **job.who, retry_window=size),
                 upstream, self.client, job.credentials, config.timeout_s)
@@ -256,6 +260,11 @@ class Compactor:
             self._failed(job, "cancelled", "the compaction was cancelled while the summarizer "
                          "worked (the shutdown grace ended); nothing was written", degraded=False)
             raise
+        if outcome.replan_calls:  # the error names the window setting the operator can fix
+            configured = window_setting(self.settings.profile(plan.model), self._window(plan.model))
+            outcome = replace(outcome, error=replan_over_max_calls(
+                outcome.replan_calls, config.max_calls, configured))
+        return outcome
 
     async def _checkpoint(self, job: Job, cutoff: Cutoff, event: CompactionEvent) -> CompactionEvent:
         """Offload, then write the event; a checkpoint that cannot be written takes its history
@@ -318,14 +327,14 @@ class Compactor:
         self._failed(job, "post_check", reason)
 
     def _failed(self, job: Job, stage: str, reason: str, verdict: Verdict | None = None,
-                degraded: bool | None = None, before_summarizer: bool = False,
+                degraded: bool | None = None, by_inputs: bool = False,
                 refusal: Refusal | None = None) -> CompactionFailed:
         self.log.warning("compaction_failed", **job.who, stage=stage, error=reason,
                          degraded=_forwarded_anyway(job, stage) if degraded is None else degraded,
                          strategy=job.strategy, **self._detached_field())
         if self.metrics is not None:
             self.metrics.compactions.labels(job.strategy, f"failed_{stage}").inc()
-        return CompactionFailed(stage, reason, verdict, before_summarizer, refusal)
+        return CompactionFailed(stage, reason, verdict, by_inputs, refusal)
 
     def _completed(self, job: Job, event: CompactionEvent, finished: apply.Finished,
                    started: float, summarizer_ms: float) -> None:

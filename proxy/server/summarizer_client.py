@@ -21,7 +21,8 @@ from proxy.compaction.overflow import is_context_overflow
 from proxy.compaction.summarizer import SummaryPlan, read_reply
 from proxy.conversation import Api
 from proxy.errors import ProxyError
-from proxy.server.client_owned import Refusal, read_refusal
+from proxy.server.client_owned import (Refusal, content_refusal_reason, content_refused,
+                                       read_refusal)
 from proxy.server.headers import upstream_request_headers
 from proxy.server.inflate import answer_encoding, inflated
 from proxy.redaction import redact
@@ -41,6 +42,9 @@ class SummaryOutcome:
     output_tokens: int = 0
     overflow: bool = False  # a step was refused as longer than the summarizer's window
     refusal: Refusal | None = None  # the HTTP error a step was answered with
+    # The calls a re-plan for a smaller window would have taken, past `max_calls`; 0 when no
+    # re-plan was refused so.
+    replan_calls: int = 0
 
 
 async def run_summary(plan: SummaryPlan, upstream: UpstreamSettings, client: UpstreamClient,
@@ -58,10 +62,11 @@ async def run_summary(plan: SummaryPlan, upstream: UpstreamSettings, client: Ups
         except ProxyError as error:
             return _failed(error.message, step, started)
         if status != 200:
-            failed = _failed(f"the summarizer answered HTTP {status}: {_excerpt(data)}", step,
-                             started)
-            return replace(failed, overflow=is_context_overflow(status, data),
-                           refusal=read_refusal(status, data, headers))
+            refusal = read_refusal(status, data, headers)
+            said = (content_refusal_reason(refusal) if content_refused(refusal)
+                    else f"the summarizer answered HTTP {status}: {_excerpt(data)}")
+            return replace(_failed(said, step, started), refusal=refusal,
+                           overflow=is_context_overflow(status, data))
         reply = read_reply(plan.api, data)
         verdict = postcheck.check_reply(reply)
         if not verdict.ok:
@@ -78,7 +83,8 @@ async def run_replanning(plan: SummaryPlan, window: int, plan_for: Callable[[int
                          credentials: Mapping[str, str], timeout_s: float) -> SummaryOutcome:
     """`run_summary` of `plan` (made for `window`); when a step is refused as too long, again
     with the plan `plan_for` makes for half the window (`replanned` is told), unless that would
-    take the calls past `max_calls`: then it fails as it is, and the error says so."""
+    take the calls past `max_calls`: then it fails as it is (`replan_calls` says how many it
+    would have taken), and the error says so."""
     outcome = await run_summary(plan, upstream, client, credentials, timeout_s)
     calls = outcome.calls
     for _ in range(_OVERFLOW_REPLANS):
@@ -88,8 +94,9 @@ async def run_replanning(plan: SummaryPlan, window: int, plan_for: Callable[[int
         window //= 2
         plan = plan_for(window)
         if calls + plan.steps > max_calls:
-            return replace(outcome, calls=calls, error=f"{outcome.error}; a re-plan for a "
-                           f"smaller window: {too_many_calls(calls + plan.steps, max_calls)}")
+            return replace(outcome, calls=calls, replan_calls=calls + plan.steps,
+                           error=f"{outcome.error}; a re-plan for a smaller window: "
+                           f"{too_many_calls(calls + plan.steps, max_calls)}")
         replanned(window)
         outcome = await run_summary(plan, upstream, client, credentials, timeout_s)
         calls += outcome.calls

@@ -10,10 +10,11 @@ waited shares the failure rather than repeating it at once:
   timeout again, and a single thread's burst would count as several failures towards the
   breaker every thread shares; one that refused or rate-limited the request's own credential
   (`client_owned`) is shared as the client's own error: the thread's key names the credential;
-- a failed post-check, and a refusal decided before the summarizer was asked (a plan over
-  `max_calls`, recorded at stage `summarize`), only by a request that would give its
-  compaction the same inputs (same checkpoint base, same messages, same model and thresholds,
-  `Job.inputs`): an agent's retry of the very request. Another tab's, or one with another
+- a failed post-check, and a refusal decided by the compaction's inputs (a plan, or a re-plan
+  for the summarizer's real window, over `max_calls`; content the summarizer's upstream
+  refused by its content policy; recorded at stage `summarize`), only by a request that
+  would give its compaction the same inputs (same checkpoint base, same messages, same model
+  and thresholds, `Job.inputs`): an agent's retry of the very request. Another tab's, or one with another
   model, differs, and its own compaction may pass.
 
 A checkpoint written since clears them: the summarizer works, and a request that still needs
@@ -34,8 +35,8 @@ from proxy.records import ThreadKey
 from proxy.server.client_owned import Refusal
 
 # The failures of the summarizer's side, which the breaker counts; a post-check failure belongs
-# to its request's content, and so does a `summarize` refusal made before any summarizer call
-# (`SharedFailure.before_summarizer`). A cancellation (the shutdown's) is shared by no one.
+# to its request's content, and so does a `summarize` failure its inputs decide
+# (`SharedFailure.by_inputs`). A cancellation (the shutdown's) is shared by no one.
 SUMMARIZER_STAGES = ("summarize", "checkpoint")
 POST_CHECK = "post_check"
 # Failures of distinct inputs a thread's turn keeps for its waiters (besides the summarizer's
@@ -50,7 +51,7 @@ class SharedFailure:
     reason: str
     inputs: object = None  # what the failed compaction was given (`Job.inputs`)
     verdict: Verdict | None = None  # a failed post-check's, for the client's error
-    before_summarizer: bool = False  # decided by `inputs` before the summarizer was asked
+    by_inputs: bool = False  # decided by `inputs` (`CompactionFailed.by_inputs`)
     # The request's own credential refused or rate-limited: the thread's key names the
     # credential (its tenant), so every request waiting on it presented the same one.
     refusal: Refusal | None = None
@@ -58,8 +59,8 @@ class SharedFailure:
     @property
     def of_inputs(self) -> bool:
         """Whether the failure belongs to what the compaction was given, not to the
-        summarizer: a failed post-check, or a refusal made before any summarizer call."""
-        return self.stage == POST_CHECK or self.before_summarizer
+        summarizer: a failed post-check, or a `summarize` failure its inputs decide."""
+        return self.stage == POST_CHECK or self.by_inputs
 
     def concerns(self, inputs: object) -> bool:
         """Whether a compaction given `inputs` would end as this one did."""
