@@ -251,9 +251,10 @@ class StateDb:
             if row is None:
                 return ThreadState(key)
             created_at, last_activity, last_estimate, event_count, microcompact = row
+            anchors = self._anchors(key)
             return ThreadState(
-                key, created_at=created_at, last_activity=last_activity,
-                anchors=self._anchors(key), event=self._latest_event(key),
+                key, created_at=created_at, last_activity=_active_at(last_activity, anchors),
+                anchors=anchors, event=self._latest_event(key),
                 event_count=event_count,
                 microcompact=decoded(MicrocompactMark, microcompact)
                 if microcompact else None,
@@ -289,9 +290,14 @@ class StateDb:
         return [decoded(CompactionEvent, data) for (data,) in rows]
 
     def list_threads(self, limit: int) -> list[ThreadSummary]:
+        """The most recently active threads, by `_active_at` as `load` gives it (every thread's
+        newest anchor is read: an operator's command, not the request path)."""
         rows = self.conn.execute(
-            "SELECT thread, tenant, created_at, last_activity, event_count, last_estimate "
-            "FROM threads ORDER BY last_activity DESC LIMIT ?", (limit,))
+            "SELECT thread, tenant, created_at, max(last_activity, coalesce(("
+            "SELECT CASE WHEN json_valid(data) THEN json_extract(data, '$.created_at') END "
+            "FROM anchors WHERE anchors.tenant = threads.tenant "
+            "AND anchors.thread = threads.thread ORDER BY id DESC LIMIT 1), 0)) AS active, "
+            "event_count, last_estimate FROM threads ORDER BY active DESC LIMIT ?", (limit,))
         return [ThreadSummary(*row) for row in rows]
 
     def find(self, thread: str) -> list[ThreadState]:
@@ -340,6 +346,15 @@ def _first_anchors(writes: list[AnchorWrite]) -> dict[ThreadKey, Anchor]:
     for write in writes:
         first.setdefault(write.key, write.anchor)
     return first
+
+
+def _active_at(touched: float, anchors: Sequence[Anchor]) -> float:
+    """The thread's last activity: its persisted touch, or its newest anchor's time if later.
+
+    Touches are held back up to `proxy.store.cached.TOUCH_INTERVAL_S` and a kill loses them;
+    the anchor of each answer is queued at once (written within `WRITE_DELAY_S`), so after a
+    kill the last answer stands in for the touches lost with it."""
+    return max(touched, anchors[0].created_at) if anchors else touched
 
 
 def decoded(record: Any, text: str) -> Any:
