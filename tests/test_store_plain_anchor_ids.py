@@ -20,7 +20,8 @@ from proxy.records import Anchor, ThreadKey
 from proxy.store import SqliteStore
 from proxy.store.jsoncodec import dumps_text
 from proxy.store.schema import MIGRATIONS, current_version, migrate
-from proxy.store.sqlite_db import DB_FILE, AnchorWrite, StateDb
+from proxy.store.db_file import DB_FILE
+from proxy.store.sqlite_db import AnchorWrite, StateDb
 from tests.process import cli, write_config
 
 A, B, C = ThreadKey("t", "a"), ThreadKey("t", "b"), ThreadKey("u", "c")

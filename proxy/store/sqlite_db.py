@@ -8,7 +8,6 @@ storable keys (`proxy.store.keys.storable_key`) and run inside `write`/`write_ba
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import time
 from collections import Counter
@@ -25,10 +24,10 @@ from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, 
 from proxy.store import jsoncodec
 from proxy.store import damage
 from proxy.store.base import ANCHORS_KEPT, StoreError, ThreadSummary
+from proxy.store.db_file import configure, prepare
 from proxy.store.schema import migrate
 
 T = TypeVar("T")
-DB_FILE = "state.db"
 _KNOWN_THREADS = 10_000
 # OpenAI keeps stored responses and chat completions 30 days by default [MEM: not re-verified
 # this session]; an id older than that is gone upstream as well.
@@ -48,10 +47,10 @@ class StateDb:
                 check: bool = False) -> StateDb:
         """Open (creating directory 0700 and file 0600) and migrate `root/state.db`; with
         `check`, refuse (StoreError) a file that `PRAGMA quick_check` finds damaged."""
-        path = _prepare(root)
+        path = prepare(root)
         conn = sqlite3.connect(path, isolation_level=None, timeout=5.0)
         try:
-            _configure(conn)
+            configure(conn)
             migrate(conn, path=path)
             problems = damage.check(conn) if check else []
         except sqlite3.DatabaseError as error:
@@ -369,28 +368,3 @@ def decoded(record: Any, text: str) -> Any:
 
 def key_args(key: ThreadKey) -> tuple[str, str]:
     return key.tenant, key.thread
-
-
-def make_state_dir(root: Path) -> None:
-    try:
-        root.mkdir(mode=0o700, parents=True)
-        os.chmod(root, 0o700)  # mkdir's mode is filtered by the umask
-    except FileExistsError:
-        pass
-
-
-def _prepare(root: Path) -> Path:
-    make_state_dir(root)
-    path = root / DB_FILE
-    # SQLite gives the -wal and -shm files the database file's mode: create it 0600 first.
-    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
-    return path
-
-
-def _configure(conn: sqlite3.Connection) -> None:
-    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-    if str(mode).lower() != "wal":
-        raise StoreError(f"state database cannot use WAL mode (got {mode!r}); "
-                         "put state.path on a local file system")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute("PRAGMA busy_timeout=5000")
