@@ -36,7 +36,7 @@ ORIGINS_KEPT_S = 30 * 86_400.0
 
 class StateDb:
     def __init__(self, conn: sqlite3.Connection, anchors_kept: int = ANCHORS_KEPT) -> None:
-        self.conn = conn
+        self.conn = conn  # and the write cursor with it (the setter)
         self.anchors_kept = anchors_kept
         # Threads known to have their row (rows are never deleted): an anchor for one of them
         # skips the insert-or-ignore. Per thread, anchors inserted since its last prune.
@@ -65,6 +65,19 @@ class StateDb:
             conn.close()
             raise StoreError(damage.damaged_message(path, problems))
         return cls(conn, anchors_kept)
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        return self._conn
+
+    @conn.setter
+    def conn(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        # The statements of every queued batch (BEGIN, the anchors' INSERT, COMMIT) run on one
+        # cursor kept open: `conn.execute` makes a cursor and frees it for each statement, and
+        # a quiet proxy runs a batch per answer. Each statement is reset when it completes: the
+        # cursor holds no lock between batches.
+        self._writes = conn.cursor()
 
     def close(self) -> None:
         self.conn.close()
@@ -113,10 +126,10 @@ class StateDb:
         if durable:
             self.conn.execute("PRAGMA synchronous=FULL")
         try:
-            self.conn.execute("BEGIN IMMEDIATE")
+            self._writes.execute("BEGIN IMMEDIATE")
             try:
                 result = fn(*args)
-                self.conn.execute("COMMIT")
+                self._writes.execute("COMMIT")
             except BaseException:
                 self._known = LRU(_KNOWN_THREADS)  # it may name a row the rollback removed
                 # A failed COMMIT (a full disk) may have rolled back already: a ROLLBACK then
@@ -145,8 +158,8 @@ class StateDb:
         if added is None:
             self._ensure_thread(key, anchor.created_at)
             added = 0
-        self.conn.execute("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
-                          (key.tenant, key.thread, jsoncodec.dumps_text(anchor.to_data())))
+        self._writes.execute("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
+                             (key.tenant, key.thread, jsoncodec.dumps_text(anchor.to_data())))
         added += 1
         if added >= self.anchors_kept:
             self._prune(key)
@@ -182,10 +195,10 @@ class StateDb:
                 if count is None:
                     self._ensure_thread(key, first[key].created_at)
             before = [count or 0 for count in before]
-        self.conn.executemany("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
-                              zip(map(_TENANT_OF, keys), map(_THREAD_OF, keys),
-                                  jsoncodec.dumps_texts(
-                                      list(map(Anchor.to_data, map(_ANCHOR_OF, writes))))))
+        self._writes.executemany("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
+                                 zip(map(_TENANT_OF, keys), map(_THREAD_OF, keys),
+                                     jsoncodec.dumps_texts(
+                                         list(map(Anchor.to_data, map(_ANCHOR_OF, writes))))))
         added = list(map(add, before, per_thread))  # type: ignore[arg-type]
         if max(added) >= kept:
             for i, key in enumerate(threads):
