@@ -122,8 +122,13 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration] = MIGRATIO
                  "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
     if (problem := unversioned_problem(conn, path)) is not None:
         raise StoreError(problem)
-    for version in range(1, len(migrations) + 1):
-        _apply(conn, version, migrations[version - 1])
+    applied = [_apply(conn, version, migrations[version - 1])
+               for version in range(1, len(migrations) + 1)]
+    if any(applied):
+        # A migration's transaction is all in the WAL (a rebuilt table: the whole table), and
+        # the WAL file keeps its largest size until the last connection closes: give it back.
+        # A reader beside it (`inspect`) may keep part of it: that is only space, not data.
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     found = current_version(conn)
     if found > len(migrations):
         raise StoreError(f"{path} is at schema version {found}, newer than this proxy "
@@ -131,16 +136,19 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration] = MIGRATIO
     return found
 
 
-def _apply(conn: sqlite3.Connection, version: int, migration: Migration) -> None:
+def _apply(conn: sqlite3.Connection, version: int, migration: Migration) -> bool:
+    """Run the migration unless the database has its version; True when it ran."""
     if current_version(conn) >= version:
-        return
+        return False
     conn.execute("BEGIN IMMEDIATE")
     try:
         # Checked inside the write lock: another process may have migrated meanwhile.
-        if current_version(conn) < version:
+        ran = current_version(conn) < version
+        if ran:
             migration(conn)
             conn.execute("INSERT INTO schema_version VALUES (?, ?)", (version, time.time()))
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+    return ran
