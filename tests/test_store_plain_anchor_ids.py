@@ -7,6 +7,7 @@ version 2 table and rows as they were, and the next start migrates again.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
@@ -192,7 +193,7 @@ def test_a_kill_mid_copy_leaves_version_2_and_the_next_start_migrates(tmp_path: 
     root = str(Path(__file__).resolve().parents[1])
     child = subprocess.run([sys.executable, "-c", _KILLED_MID_COPY, str(path)],
                            capture_output=True, text=True, timeout=60,
-                           env={"PYTHONPATH": root})
+                           env={**os.environ, "PYTHONPATH": root})
     assert child.returncode == 9, child.stderr
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:
         assert current_version(conn) == 2
