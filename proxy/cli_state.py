@@ -21,7 +21,7 @@ from proxy.records import ThreadState
 from proxy.settings import Settings
 from proxy.store import StateDb, StoreError, ThreadSummary, open_read_only, thread_key_text
 from proxy.store.damage import REMEDY, damaged_message, is_damage
-from proxy.store.sqlite_db import DB_FILE
+from proxy.store.db_file import DB_FILE
 
 T = TypeVar("T")
 _PROBLEMS_SHOWN = 100

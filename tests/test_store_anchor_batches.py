@@ -45,6 +45,9 @@ class CountingConnection:
         self.executemany_calls += 1
         return self._conn.executemany(sql, params)
 
+    def cursor(self) -> CountingConnection:
+        return self  # the store's write cursor is where the anchors' insert runs
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
 

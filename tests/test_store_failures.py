@@ -34,6 +34,9 @@ class FullDiskOnCommit:
             raise sqlite3.OperationalError("database or disk is full")
         return self.conn.execute(sql, *args)
 
+    def cursor(self) -> FullDiskOnCommit:
+        return self  # the store's write cursor commits through `execute` above
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.conn, name)
 

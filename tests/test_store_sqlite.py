@@ -66,13 +66,13 @@ async def test_unknown_thread_loads_empty(store: SqliteStore) -> None:
 
 async def test_every_record_round_trips_across_reopen(store: SqliteStore) -> None:
     mark = MicrocompactMark(through_message_id="m7", through_index=7, created_at=300.0)
-    store.record_request(KEY, 50.0, 1234)
+    store.record_request(KEY, 150.0, 1234)  # after the anchor's time: the touch is read back
     store.add_anchor(KEY, anchor(1))
     stored = await store.add_event(KEY, event(1))
     await store.set_microcompact(KEY, mark)
     store = await reopen(store)
     state = await store.load(KEY)
-    assert (state.created_at, state.last_activity, state.last_estimate) == (50.0, 50.0, 1234)
+    assert (state.created_at, state.last_activity, state.last_estimate) == (150.0, 150.0, 1234)
     assert state.anchors == (anchor(1),)
     assert state.event == stored == replace(event(1), seq=1)
     assert state.event_count == 1 and state.microcompact == mark
@@ -189,7 +189,7 @@ async def test_list_threads_most_recent_first_with_summary_fields(store: SqliteS
 async def test_many_concurrent_writes_are_all_persisted(store: SqliteStore) -> None:
     async def one(n: int) -> int:
         key = ThreadKey("t", f"th{n % 10}")
-        store.record_request(key, float(n), n)
+        store.record_request(key, 1000.0 + n, n)  # after every anchor's time
         store.add_anchor(key, anchor(n))
         return (await store.add_event(key, event(n))).seq
 
@@ -201,7 +201,7 @@ async def test_many_concurrent_writes_are_all_persisted(store: SqliteStore) -> N
         assert [e.seq for e in events] == list(range(1, 31)) and state.event_count == 30
         assert sorted(e.cutoff_index for e in events) == list(range(thread, 300, 10))
         assert len(state.anchors) == ANCHORS_KEPT
-        assert state.last_activity == float(290 + thread)
+        assert state.last_activity == 1290.0 + thread
     await store.close()
 
 
@@ -224,7 +224,7 @@ async def test_queued_writes_do_not_wait_for_the_disk(store: SqliteStore) -> Non
 async def test_close_drains_queued_writes(store: SqliteStore) -> None:
     release = block_worker(store)
     for n in range(500):
-        store.record_request(KEY, float(n), n)
+        store.record_request(KEY, 1000.0 + n, n)  # after every anchor's time
         store.add_anchor(KEY, anchor(n))
     assert store.writer.pending == 1000
     closing = asyncio.create_task(store.close())
@@ -232,7 +232,7 @@ async def test_close_drains_queued_writes(store: SqliteStore) -> None:
     await closing
     store = await reopen(store)
     state = await store.load(KEY)
-    assert (state.last_activity, state.last_estimate) == (499.0, 499)
+    assert (state.last_activity, state.last_estimate) == (1499.0, 499)
     assert state.anchors[0].position == 499 and store.writer.failed == 0
     await store.close()
 

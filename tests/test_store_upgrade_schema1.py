@@ -16,7 +16,8 @@ from pathlib import Path
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey
 from proxy.store import SqliteStore, open_read_only
 from proxy.store.schema import MIGRATIONS, migrate
-from proxy.store.sqlite_db import DB_FILE, StateDb
+from proxy.store.db_file import DB_FILE
+from proxy.store.sqlite_db import StateDb
 from tests.process import cli, write_config
 
 KEY = ThreadKey("tenant", "thread-1")

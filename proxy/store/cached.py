@@ -24,8 +24,9 @@ from proxy.store.base import ANCHORS_KEPT, StateStore, ThreadSummary
 
 DEFAULT_THREADS = 8192
 # Activity is persisted at most this often per thread (a touch per request would be most of the
-# store's writes; the cache always has it exactly). Only a kill loses the held-back touches: after
-# it an idle time may read this much longer, nothing that matters at hours of idleness.
+# store's writes; the cache always has it exactly). Only a kill loses the held-back touches and
+# their estimates; the store reads a thread's newest anchor (each answer's is queued at once) as
+# its last activity when later, so an idle time reads longer only by requests left unanswered.
 TOUCH_INTERVAL_S = 30.0
 HeldTouch = tuple[float, int | None]
 

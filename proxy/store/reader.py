@@ -15,7 +15,8 @@ from pathlib import Path
 from proxy.store.base import StoreError
 from proxy.store.damage import damaged_message, is_damage
 from proxy.store.schema import MIGRATIONS, READABLE_FROM, current_version, unversioned_problem
-from proxy.store.sqlite_db import DB_FILE, StateDb
+from proxy.store.db_file import DB_FILE
+from proxy.store.sqlite_db import StateDb
 
 
 def open_read_only(root: Path) -> StateDb:

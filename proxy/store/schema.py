@@ -61,12 +61,34 @@ def _origins(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX origins_by_age ON origins (made_at)")
 
 
-MIGRATIONS: tuple[Migration, ...] = (_initial, _origins)
+def _plain_anchor_ids(conn: sqlite3.Connection) -> None:
+    # AUTOINCREMENT updated `sqlite_sequence` on every insert, and an anchor is inserted for
+    # every answer. A plain INTEGER PRIMARY KEY gives max(id) + 1 just the same; it could
+    # reuse an id only once the table's newest row is deleted, and nothing deletes that (a
+    # prune keeps its thread's newest rows), so ids still grow with insertion order, which is
+    # all the reads (`ORDER BY id`) and prunes rely on. SQLite cannot drop AUTOINCREMENT in
+    # place: the table is rebuilt, rows and ids as they are, in this migration's transaction.
+    conn.execute(
+        """CREATE TABLE anchors_rebuilt (
+               id INTEGER PRIMARY KEY,
+               tenant TEXT NOT NULL,
+               thread TEXT NOT NULL,
+               data TEXT NOT NULL
+           )""")
+    conn.execute("INSERT INTO anchors_rebuilt (id, tenant, thread, data) "
+                 "SELECT id, tenant, thread, data FROM anchors ORDER BY id")
+    conn.execute("DROP TABLE anchors")  # its index and its `sqlite_sequence` row with it
+    conn.execute("ALTER TABLE anchors_rebuilt RENAME TO anchors")
+    conn.execute("CREATE INDEX anchors_by_thread ON anchors (tenant, thread, id)")
+
+
+MIGRATIONS: tuple[Migration, ...] = (_initial, _origins, _plain_anchor_ids)
 
 # The oldest version the state commands (`proxy/store/reader.py`) read as it is: every migration
-# since only added tables they do not read. An upgrade installs the new package while the old
-# proxy still serves its older state; the reader must not migrate under it (nor can: read-only).
-# A migration that changes what they read raises this to its own version.
+# since only added tables they do not read, or rebuilt one with the same columns. An upgrade
+# installs the new package while the old proxy still serves its older state; the reader must
+# not migrate under it (nor can: read-only). A migration that changes what they read raises
+# this to its own version.
 READABLE_FROM = 1
 
 
@@ -100,8 +122,13 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration] = MIGRATIO
                  "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
     if (problem := unversioned_problem(conn, path)) is not None:
         raise StoreError(problem)
-    for version in range(1, len(migrations) + 1):
-        _apply(conn, version, migrations[version - 1])
+    applied = [_apply(conn, version, migrations[version - 1])
+               for version in range(1, len(migrations) + 1)]
+    if any(applied):
+        # A migration's transaction is all in the WAL (a rebuilt table: the whole table), and
+        # the WAL file keeps its largest size until the last connection closes: give it back.
+        # A reader beside it (`inspect`) may keep part of it: that is only space, not data.
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     found = current_version(conn)
     if found > len(migrations):
         raise StoreError(f"{path} is at schema version {found}, newer than this proxy "
@@ -109,16 +136,19 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration] = MIGRATIO
     return found
 
 
-def _apply(conn: sqlite3.Connection, version: int, migration: Migration) -> None:
+def _apply(conn: sqlite3.Connection, version: int, migration: Migration) -> bool:
+    """Run the migration unless the database has its version; True when it ran."""
     if current_version(conn) >= version:
-        return
+        return False
     conn.execute("BEGIN IMMEDIATE")
     try:
         # Checked inside the write lock: another process may have migrated meanwhile.
-        if current_version(conn) < version:
+        ran = current_version(conn) < version
+        if ran:
             migration(conn)
             conn.execute("INSERT INTO schema_version VALUES (?, ?)", (version, time.time()))
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+    return ran

@@ -31,7 +31,8 @@ from proxy.store.damage import REMEDY, StateDamaged, is_damage
 from proxy.store.failures import WriteFailures
 from proxy.store.keys import storable_key, thread_key_text
 from proxy.store.lock import StateLock
-from proxy.store.sqlite_db import DB_FILE, AnchorWrite, StateDb, make_state_dir
+from proxy.store.db_file import DB_FILE, make_state_dir
+from proxy.store.sqlite_db import AnchorWrite, StateDb
 from proxy.store.worker import Worker
 from proxy.store.writer import BackgroundWriter, Write
 

@@ -8,7 +8,6 @@ storable keys (`proxy.store.keys.storable_key`) and run inside `write`/`write_ba
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import time
 from collections import Counter
@@ -25,10 +24,10 @@ from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, 
 from proxy.store import jsoncodec
 from proxy.store import damage
 from proxy.store.base import ANCHORS_KEPT, StoreError, ThreadSummary
+from proxy.store.db_file import configure, prepare
 from proxy.store.schema import migrate
 
 T = TypeVar("T")
-DB_FILE = "state.db"
 _KNOWN_THREADS = 10_000
 # OpenAI keeps stored responses and chat completions 30 days by default [MEM: not re-verified
 # this session]; an id older than that is gone upstream as well.
@@ -37,7 +36,7 @@ ORIGINS_KEPT_S = 30 * 86_400.0
 
 class StateDb:
     def __init__(self, conn: sqlite3.Connection, anchors_kept: int = ANCHORS_KEPT) -> None:
-        self.conn = conn
+        self.conn = conn  # and the write cursor with it (the setter)
         self.anchors_kept = anchors_kept
         # Threads known to have their row (rows are never deleted): an anchor for one of them
         # skips the insert-or-ignore. Per thread, anchors inserted since its last prune.
@@ -48,10 +47,10 @@ class StateDb:
                 check: bool = False) -> StateDb:
         """Open (creating directory 0700 and file 0600) and migrate `root/state.db`; with
         `check`, refuse (StoreError) a file that `PRAGMA quick_check` finds damaged."""
-        path = _prepare(root)
+        path = prepare(root)
         conn = sqlite3.connect(path, isolation_level=None, timeout=5.0)
         try:
-            _configure(conn)
+            configure(conn)
             migrate(conn, path=path)
             problems = damage.check(conn) if check else []
         except sqlite3.DatabaseError as error:
@@ -66,6 +65,19 @@ class StateDb:
             conn.close()
             raise StoreError(damage.damaged_message(path, problems))
         return cls(conn, anchors_kept)
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        return self._conn
+
+    @conn.setter
+    def conn(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        # The statements of every queued batch (BEGIN, the anchors' INSERT, COMMIT) run on one
+        # cursor kept open: `conn.execute` makes a cursor and frees it for each statement, and
+        # a quiet proxy runs a batch per answer. Each statement is reset when it completes: the
+        # cursor holds no lock between batches.
+        self._writes = conn.cursor()
 
     def close(self) -> None:
         self.conn.close()
@@ -114,10 +126,10 @@ class StateDb:
         if durable:
             self.conn.execute("PRAGMA synchronous=FULL")
         try:
-            self.conn.execute("BEGIN IMMEDIATE")
+            self._writes.execute("BEGIN IMMEDIATE")
             try:
                 result = fn(*args)
-                self.conn.execute("COMMIT")
+                self._writes.execute("COMMIT")
             except BaseException:
                 self._known = LRU(_KNOWN_THREADS)  # it may name a row the rollback removed
                 # A failed COMMIT (a full disk) may have rolled back already: a ROLLBACK then
@@ -146,8 +158,8 @@ class StateDb:
         if added is None:
             self._ensure_thread(key, anchor.created_at)
             added = 0
-        self.conn.execute("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
-                          (key.tenant, key.thread, jsoncodec.dumps_text(anchor.to_data())))
+        self._writes.execute("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
+                             (key.tenant, key.thread, jsoncodec.dumps_text(anchor.to_data())))
         added += 1
         if added >= self.anchors_kept:
             self._prune(key)
@@ -183,10 +195,10 @@ class StateDb:
                 if count is None:
                     self._ensure_thread(key, first[key].created_at)
             before = [count or 0 for count in before]
-        self.conn.executemany("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
-                              zip(map(_TENANT_OF, keys), map(_THREAD_OF, keys),
-                                  jsoncodec.dumps_texts(
-                                      list(map(Anchor.to_data, map(_ANCHOR_OF, writes))))))
+        self._writes.executemany("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
+                                 zip(map(_TENANT_OF, keys), map(_THREAD_OF, keys),
+                                     jsoncodec.dumps_texts(
+                                         list(map(Anchor.to_data, map(_ANCHOR_OF, writes))))))
         added = list(map(add, before, per_thread))  # type: ignore[arg-type]
         if max(added) >= kept:
             for i, key in enumerate(threads):
@@ -251,9 +263,10 @@ class StateDb:
             if row is None:
                 return ThreadState(key)
             created_at, last_activity, last_estimate, event_count, microcompact = row
+            anchors = self._anchors(key)
             return ThreadState(
-                key, created_at=created_at, last_activity=last_activity,
-                anchors=self._anchors(key), event=self._latest_event(key),
+                key, created_at=created_at, last_activity=_active_at(last_activity, anchors),
+                anchors=anchors, event=self._latest_event(key),
                 event_count=event_count,
                 microcompact=decoded(MicrocompactMark, microcompact)
                 if microcompact else None,
@@ -289,9 +302,14 @@ class StateDb:
         return [decoded(CompactionEvent, data) for (data,) in rows]
 
     def list_threads(self, limit: int) -> list[ThreadSummary]:
+        """The most recently active threads, by `_active_at` as `load` gives it (every thread's
+        newest anchor is read: an operator's command, not the request path)."""
         rows = self.conn.execute(
-            "SELECT thread, tenant, created_at, last_activity, event_count, last_estimate "
-            "FROM threads ORDER BY last_activity DESC LIMIT ?", (limit,))
+            "SELECT thread, tenant, created_at, max(last_activity, coalesce(("
+            "SELECT CASE WHEN json_valid(data) THEN json_extract(data, '$.created_at') END "
+            "FROM anchors WHERE anchors.tenant = threads.tenant "
+            "AND anchors.thread = threads.thread ORDER BY id DESC LIMIT 1), 0)) AS active, "
+            "event_count, last_estimate FROM threads ORDER BY active DESC LIMIT ?", (limit,))
         return [ThreadSummary(*row) for row in rows]
 
     def find(self, thread: str) -> list[ThreadState]:
@@ -342,6 +360,15 @@ def _first_anchors(writes: list[AnchorWrite]) -> dict[ThreadKey, Anchor]:
     return first
 
 
+def _active_at(touched: float, anchors: Sequence[Anchor]) -> float:
+    """The thread's last activity: its persisted touch, or its newest anchor's time if later.
+
+    Touches are held back up to `proxy.store.cached.TOUCH_INTERVAL_S` and a kill loses them;
+    the anchor of each answer is queued at once (written within `WRITE_DELAY_S`), so after a
+    kill the last answer stands in for the touches lost with it."""
+    return max(touched, anchors[0].created_at) if anchors else touched
+
+
 def decoded(record: Any, text: str) -> Any:
     """`record.from_data` of a stored JSON text, or `damage.UnreadableRow` naming the record
     type (never the text: it holds client content)."""
@@ -354,28 +381,3 @@ def decoded(record: Any, text: str) -> Any:
 
 def key_args(key: ThreadKey) -> tuple[str, str]:
     return key.tenant, key.thread
-
-
-def make_state_dir(root: Path) -> None:
-    try:
-        root.mkdir(mode=0o700, parents=True)
-        os.chmod(root, 0o700)  # mkdir's mode is filtered by the umask
-    except FileExistsError:
-        pass
-
-
-def _prepare(root: Path) -> Path:
-    make_state_dir(root)
-    path = root / DB_FILE
-    # SQLite gives the -wal and -shm files the database file's mode: create it 0600 first.
-    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
-    return path
-
-
-def _configure(conn: sqlite3.Connection) -> None:
-    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-    if str(mode).lower() != "wal":
-        raise StoreError(f"state database cannot use WAL mode (got {mode!r}); "
-                         "put state.path on a local file system")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute("PRAGMA busy_timeout=5000")
