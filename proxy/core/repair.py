@@ -107,7 +107,8 @@ def repair(entries: Sequence[Entry]) -> Repaired:
     # A reasoning item right before a note produced the call it stands for: left there, it
     # would be followed by an item it did not produce.
     doomed = {p - 1 for p in replaced if p and out[p - 1].kind is REASONING}
-    return _finish(entries, out, origins, cancelled, dropped, doomed=doomed, dropped_calls=len(replaced))
+    return _finish(entries, out, origins, cancelled, dropped, doomed=doomed,
+                   dropped_calls=len(replaced))
 
 
 def _finish(original: Entries, out: list[Entry], origins: list[int | None], cancelled: int,
@@ -343,9 +344,10 @@ def _pair_responses(entries: Entries) -> tuple[list[Entry], list[int | None], in
 def _unanswered_screens(entries: Entries, last_answer: dict[str, int]) -> set[int]:
     """The computer calls no kept output follows. One an `item_reference` comes after stays:
     the stored screenshot it names may answer it, unseen here."""
-    last_reference = max((i for i, e in enumerate(entries) if e.raw.get("type") == "item_reference"),
-                         default=-1)
-    return {i for i, e in enumerate(entries) if e.kind is Kind.CALL and e.raw.get("type") == _SCREENSHOT_CALL
+    last_reference = max((i for i, e in enumerate(entries)
+                          if e.raw.get("type") == "item_reference"), default=-1)
+    return {i for i, e in enumerate(entries)
+            if e.kind is Kind.CALL and e.raw.get("type") == _SCREENSHOT_CALL
             and last_answer.get(e.calls[0].id, -1) < i and last_reference < i}
 
 

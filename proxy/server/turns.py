@@ -14,8 +14,8 @@ waited shares the failure rather than repeating it at once:
   for the summarizer's real window, over `max_calls`; content the summarizer's upstream
   refused by its content policy; recorded at stage `summarize`), only by a request that
   would give its compaction the same inputs (same checkpoint base, same messages, same model
-  and thresholds, `Job.inputs`): an agent's retry of the very request. Another tab's, or one with another
-  model, differs, and its own compaction may pass.
+  and thresholds, `Job.inputs`): an agent's retry of the very request. Another tab's, or one
+  with another model, differs, and its own compaction may pass.
 
 A checkpoint written since clears them: the summarizer works, and a request that still needs
 a summary on that checkpoint asks for its own. A thread's turns live only while a request holds or waits for them (weakly kept): a failure
