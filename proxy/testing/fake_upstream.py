@@ -28,6 +28,7 @@ from proxy.testing.dialects import DIALECTS
 from proxy.testing.overflow import OVERFLOW_STYLES
 from proxy.testing.prompt_units import PromptUnits, Unit
 from proxy.testing.replies import Reply
+from proxy.testing.response_store import StoredResponses
 from proxy.testing.rules import Rejection
 from proxy.testing.signing import DEFAULT_KEY, Signer
 from proxy.testing.sse import PEER_GONE, reject
@@ -85,7 +86,7 @@ class FakeUpstream:
         self.requests: list[Recorded] = []
         self.peer_gone: list[str] = []  # streams the client abandoned while the fake held them
         self.responder: Responder | None = None
-        self.stored: dict[str, responses_endpoint.Stored] = {}
+        self.stored = StoredResponses()  # made with `store` on, per credential
         self.conversations: dict[str, list[Any]] = {}  # conversation id -> its items so far
         self.items = StoredItems()  # stored answers' output items, for `item_reference`s
         self.stored_chat: dict[str, stored_chat.StoredChat] = {}  # made with `store: true`

@@ -1,6 +1,7 @@
 """`POST /v1/responses` and `GET /v1/responses/{id}` of the fake (PROTOCOL.md §2.3, §6).
 
-Stored responses (`store` is true by default) keep their whole item chain, so a later request
+Stored responses (`store` is true by default) are kept per credential (`response_store`) with
+their whole item chain, so a later request of the same credential
 with `previous_response_id` is validated, counted and cached as the full conversation it
 continues, and its encrypted reasoning is bound to that full history. Their output items are
 kept per credential too (`stored_items`): a later `item_reference` to one is validated, counted
@@ -12,7 +13,6 @@ conversation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -24,6 +24,7 @@ from proxy.testing.overflow import responses_overflow
 from proxy.testing.prompt_units import prompt_tokens
 from proxy.testing.rejections import Rejection
 from proxy.testing.replies import Reply
+from proxy.testing.response_store import Stored
 from proxy.testing.responses_render import (
     events,
     options_of,
@@ -44,21 +45,15 @@ if TYPE_CHECKING:
 _NOTHING = Reply.text("")
 
 
-@dataclass(frozen=True)
-class Stored:
-    chain: list[Any]  # every item of the conversation up to and including this response's output
-    response: dict[str, Any]
-
-
 async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse:
     recorded = fake.recorded(request)
     body = parse_body(recorded)
     if isinstance(body, Rejection):
         return reject(body)
-    prior = _prior(fake, body)
+    credential = credential_of(recorded.headers)
+    prior = _prior(fake, body, credential)
     if isinstance(prior, Rejection):
         return reject(prior)
-    credential = credential_of(recorded.headers)
     resolve = fake.items.resolver(credential)
     found = check_responses(body, verify_encrypted=fake.signer.encrypted_valid, prior=prior,
                             signer=fake.signer, resolve=resolve)
@@ -109,7 +104,7 @@ async def _answer(fake: FakeUpstream, request: web.Request, body: dict[str, Any]
     response_id = "resp_" + fake.ids.hex(48)
     response = response_object(turn, body, response_id, output)
     if body.get("store") is not False:
-        fake.stored[response_id] = Stored([*chain, *output], response)
+        fake.stored.put(credential, response_id, Stored([*chain, *output], response))
         fake.items.remember(credential, output)
     conversation = conversation_id(body)
     if conversation is not None:
@@ -124,7 +119,7 @@ async def _answer(fake: FakeUpstream, request: web.Request, body: dict[str, Any]
                              request_headers(fake))
 
 
-def _prior(fake: FakeUpstream, body: dict[str, Any]) -> list[Any] | Rejection:
+def _prior(fake: FakeUpstream, body: dict[str, Any], credential: str) -> list[Any] | Rejection:
     # PROTOCOL.md §6.1: `previous_response_id` "cannot be used in conjunction with
     # `conversation`", but it records no error text for the pair, so the fake invents none and
     # accepts it (the previous response's chain wins).
@@ -132,8 +127,8 @@ def _prior(fake: FakeUpstream, body: dict[str, Any]) -> list[Any] | Rejection:
     if previous is None:
         conversation = conversation_id(body)
         return list(fake.conversations.get(conversation, ())) if conversation is not None else []
-    stored = fake.stored.get(previous) if isinstance(previous, str) else None
-    if stored is None:  # [OBS] text and code; status [MEM]
+    stored = fake.stored.get(credential, previous)
+    if stored is None:  # [OBS] text and code; status [MEM]; another key's: `response_store`
         return rejections.openai(f"Previous response with id '{previous}' not found.",
                                  param="previous_response_id", code="previous_response_not_found")
     return stored.chain
@@ -156,8 +151,8 @@ def _error_event(frame: Any, after: int | None) -> bytes:
 
 async def retrieve(fake: FakeUpstream, request: web.Request) -> web.Response:
     response_id = request.match_info["id"]
-    stored = fake.stored.get(response_id)
-    if stored is None:
+    stored = fake.stored.get(credential_of(request.headers), response_id)
+    if stored is None:  # [OBS] text and status (community.openai.com, a stored response's GET)
         return reject(rejections.openai(f"Response with id '{response_id}' not found.",
                                         status=404))
     return web.Response(body=jsonio.dumps(stored.response), content_type="application/json")
