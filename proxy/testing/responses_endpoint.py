@@ -1,9 +1,9 @@
 """`POST /v1/responses` and `GET /v1/responses/{id}` of the fake (PROTOCOL.md §2.3, §6).
 
 Stored responses (`store` is true by default) are kept per credential (`response_store`) with
-their whole item chain, so a later request of the same credential
-with `previous_response_id` is validated, counted and cached as the full conversation it
-continues, and its encrypted reasoning is bound to that full history. Their output items are
+their whole item chain, so a later request of that credential with `previous_response_id` is
+validated, counted and cached as the full conversation it continues, and its encrypted reasoning
+is bound to that full history. Their output items are
 kept per credential too (`stored_items`): a later `item_reference` to one is validated, counted
 and continued as that item, one to an item the fake does not hold is OpenAI's 404. A request
 naming a `conversation` (an id, or `{"id": ...}`) continues that conversation's items the same
@@ -32,10 +32,9 @@ from proxy.testing.responses_render import (
     overflow_events,
     response_object,
 )
-from proxy.testing.responses_rules import input_items
-from proxy.testing.rules import check_responses
+from proxy.testing.rules import check_responses_input
 from proxy.testing.sse import event_frame, reject, send_failure, send_stream
-from proxy.testing.stored_items import credential_of, expand
+from proxy.testing.stored_items import credential_of
 from proxy.testing.turn import Turn
 
 if TYPE_CHECKING:
@@ -54,12 +53,12 @@ async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
     prior = _prior(fake, body, credential)
     if isinstance(prior, Rejection):
         return reject(prior)
-    resolve = fake.items.resolver(credential)
-    found = check_responses(body, verify_encrypted=fake.signer.encrypted_valid, prior=prior,
-                            signer=fake.signer, resolve=resolve)
-    if found is not None:
-        return reject(found)
-    body = _expanded(body, resolve)
+    checked = check_responses_input(body, verify_encrypted=fake.signer.encrypted_valid,
+                                    prior=prior, signer=fake.signer,
+                                    resolve=fake.items.resolver(credential))
+    if isinstance(checked, Rejection):
+        return reject(checked)
+    body = _expanded(body, checked)
     units = fake.units.responses(body, prior)
     prompt = prompt_tokens(units)
     stream = body.get("stream") is True
@@ -75,20 +74,15 @@ async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
         failed = await send_failure(request, reply, fake.stopping, reply.error_frame)
         if failed is not None:
             return failed
-    chain = [*prior, *input_items(body)]
+    chain = [*prior, *checked]
     return await _answer(fake, request, body, fake.turn(body, reply, prompt, units), chain, stream,
                          credential)
 
 
-def _expanded(body: dict[str, Any], resolve: Any) -> dict[str, Any]:
-    """The body with its references replaced by the stored items (the rules let it through:
-    each one resolves), as upstream counts and continues it."""
-    items = body.get("input")
-    if not isinstance(items, list):
-        return body
-    expanded = expand(items, resolve)
-    assert isinstance(expanded, list), "the rules answered an unknown reference"
-    return {**body, "input": expanded}
+def _expanded(body: dict[str, Any], checked: list[Any]) -> dict[str, Any]:
+    """The body with the checked input (its references replaced by the stored items), as
+    upstream counts and continues it; a string input stays as sent."""
+    return {**body, "input": checked} if isinstance(body.get("input"), list) else body
 
 
 def conversation_id(body: dict[str, Any]) -> str | None:

@@ -78,8 +78,19 @@ def check_items(body: Mapping[str, Any], *, prior: Sequence[Any] = (),
                 verify_encrypted: VerifyEncrypted | None = None,
                 signer: Signer = DEFAULT_SIGNER,
                 resolve: Resolve | None = None) -> Rejection | None:
-    """`resolve`: the stored items references may name (`stored_items`); without it, a
-    reference stands for an item that is there, whatever it is."""
+    checked = checked_input(body, prior=prior, verify_encrypted=verify_encrypted, signer=signer,
+                            resolve=resolve)
+    return checked if isinstance(checked, Rejection) else None
+
+
+def checked_input(body: Mapping[str, Any], *, prior: Sequence[Any] = (),
+                  verify_encrypted: VerifyEncrypted | None = None,
+                  signer: Signer = DEFAULT_SIGNER,
+                  resolve: Resolve | None = None) -> list[Any] | Rejection:
+    """The request's input items as upstream reads them (each `item_reference` replaced by the
+    stored item it names, when `resolve` is given), or the rejection for the first rule they
+    break. Without `resolve` a reference stands for an item that is there, whatever it is.
+    One expansion serves the rules and what follows them (the count, the stored chain)."""
     items = input_items(body)
     for i, item in enumerate(items):
         found = _item_rule(i, item)
@@ -94,8 +105,9 @@ def check_items(body: Mapping[str, Any], *, prior: Sequence[Any] = (),
             return expanded
         items = expanded
     chain = [*prior, *items]
-    return (_pairing(chain) or _reasoning_followed(chain)
-            or _required_reasoning(chain, signer) or _encrypted(chain, verify_encrypted))
+    found = (_pairing(chain) or _reasoning_followed(chain)
+             or _required_reasoning(chain, signer) or _encrypted(chain, verify_encrypted))
+    return found if found is not None else items
 
 
 def _item_rule(i: int, item: Any) -> Rejection | None:
