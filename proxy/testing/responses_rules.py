@@ -6,8 +6,8 @@ keys) name `input[i]`; the rest look at the whole chain: items of stored earlier
 `item_reference` replaced by the stored item it names when the store is given. Calls pair
 with outputs by `call_id`; a reasoning item is followed by what it produced; ids the fake issued
 next to a reasoning item need that item (`ws_…` ids too, for tests that replay server tool
-calls); `store: false` cannot refer to items by id; encrypted reasoning must belong to its
-history.
+calls); `store: false` cannot refer to items by id; an item id appears once; encrypted
+reasoning must belong to its history.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def checked_input(body: Mapping[str, Any], *, prior: Sequence[Any] = (),
         found = _item_rule(i, item)
         if found is not None:
             return found
-    refused = _not_persisted(body, items)
+    refused = _not_persisted(body, items) or _duplicate([*prior, *items])
     if refused is not None:
         return refused
     if resolve is not None:
@@ -152,6 +152,26 @@ def _not_persisted(body: Mapping[str, Any], items: Sequence[Any]) -> Rejection |
                 f"Item with id '{item.get('id', '')}' not found. Items are not persisted when "
                 "`store` is set to false. Try again with `store` set to true, or remove this item "
                 "from your input.", param="input", status=404)
+    return None
+
+
+def _duplicate(chain: Sequence[Any]) -> Rejection | None:
+    """[OBS] text, param and code (openai/openai-agents-python#1789, continuedev/continue#10723):
+    an id sent twice, an inline item sent again while `previous_response_id` or `conversation`
+    already holds it (microsoft/agent-framework PR#5690), or two references to one item
+    (mastra-ai/mastra#21409). Checked on the ids as sent, a reference counting by the id it
+    names, so a reference to an item the same request sends inline is this error, not the 404
+    of an unknown id [inferred: which of the two OpenAI checks first is not verified]."""
+    seen: set[str] = set()
+    for item in chain:
+        item_id = item.get("id") if isinstance(item, Mapping) else None
+        # A local shell output may name its call in `id` (see `_pairing`): not an item id.
+        if not isinstance(item_id, str) or item_type(item) == "local_shell_call_output":
+            continue
+        if item_id in seen:
+            return rejections.openai(f"Duplicate item found with id {item_id}. Remove duplicate "
+                                     "items from your input and try again.", param="input")
+        seen.add(item_id)
     return None
 
 
