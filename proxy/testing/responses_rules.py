@@ -62,6 +62,18 @@ _ID_REQUIRED = frozenset({
     "mcp_approval_request",
 })
 
+# Fields each type requires besides `type`, in the order the SDK types list them (PROTOCOL.md
+# §6.2, §4.2: a reasoning item's `id` is listed too, but clients that drop it with `store: false`
+# are served, so it is not enforced here). The answer's text, param and code are [OBS] for
+# `call_id`, `output` and `summary`; which field is named first when several miss is [MEM].
+_REQUIRED: dict[str, tuple[str, ...]] = {
+    "function_call": ("arguments", "call_id", "name"),
+    "function_call_output": ("call_id", "output"),
+    "custom_tool_call": ("call_id", "input", "name"),
+    "custom_tool_call_output": ("call_id", "output"),
+    "reasoning": ("summary",),
+}
+
 
 def input_items(body: Mapping[str, Any]) -> list[Any]:
     items = body.get("input")
@@ -120,9 +132,11 @@ def _item_rule(i: int, item: Any) -> Rejection | None:
                                  "'system', 'developer', and 'user'.", param=f"input[{i}].role",
                                  code="invalid_value")
     item_id = item.get("id")
+    absent = [k for k in _REQUIRED.get(kind, ()) if k not in item]
     if kind in _ID_REQUIRED and not isinstance(item_id, str):
-        # Required by the SDK's types; OpenAI's usual wording for a missing parameter [MEM]
-        param = f"input[{i}].id"
+        absent.insert(0, "id")  # required by the SDK's types
+    if absent:
+        param = f"input[{i}].{absent[0]}"
         return rejections.openai(f"Missing required parameter: '{param}'.", param=param,
                                  code="missing_required_parameter")
     if kind == "function_call" and isinstance(item_id, str) and not item_id.startswith("fc"):
