@@ -54,7 +54,8 @@ async def cancel(fake: FakeUpstream, request: web.Request) -> web.Response:
 
 async def input_items(fake: FakeUpstream, request: web.Request) -> web.Response:
     """The items the response was made from (its chain before its output), newest first unless
-    `order=asc`, each with an id as the API gives every stored item."""
+    `order=asc`, each with an id as the API gives every stored item, a page of `limit` (default
+    20 [DOC openapi]) after the item `after` names, as the SDK's auto-paging list asks them."""
     response_id = request.match_info["id"]
     stored = fake.stored.get(credential_of(request.headers), response_id)
     if stored is None:
@@ -62,9 +63,20 @@ async def input_items(fake: FakeUpstream, request: web.Request) -> web.Response:
     items = [_with_id(response_id, i, item) for i, item in enumerate(_inputs(stored))]
     if request.query.get("order", "desc") != "asc":
         items.reverse()
-    return _json({"object": "list", "data": items, "has_more": False,
-                  "first_id": items[0]["id"] if items else None,
-                  "last_id": items[-1]["id"] if items else None})
+    page, has_more = _page(items, request.query.get("after"), int(request.query.get("limit", 20)))
+    return _json({"object": "list", "data": page, "has_more": has_more,
+                  "first_id": page[0]["id"] if page else None,
+                  "last_id": page[-1]["id"] if page else None})
+
+
+def _page(items: list[Any], after: str | None, limit: int) -> tuple[list[Any], bool]:
+    # An `after` the list does not hold gives an empty page [MEM: OpenAI's answer not verified].
+    ids = [item.get("id") if isinstance(item, dict) else None for item in items]
+    if after is None:
+        start = 0
+    else:
+        start = ids.index(after) + 1 if after in ids else len(items)
+    return items[start:start + limit], start + limit < len(items)
 
 
 def _inputs(stored: Stored) -> list[Any]:
