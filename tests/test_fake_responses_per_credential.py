@@ -63,3 +63,15 @@ def test_stored_responses_are_bounded_least_recently_used_first() -> None:
     assert list(store) == ["resp_0", "resp_2"] and "resp_1" not in store
     assert store.get("other", "resp_2") is None and store.pop("other", "resp_2") is None
     assert store.pop("k", "resp_2") is not None and len(store) == 1
+
+
+def test_a_conversation_is_continued_only_by_the_key_that_holds_it(
+        fake: FakeUpstream, make_client: Callable[..., openai.OpenAI]) -> None:
+    """Another key naming the same conversation id starts its own, empty one."""
+    owner, other = _clients(fake.url, make_client)
+    long_input = " ".join(f"word{n}" for n in range(300))
+    owner.responses.create(model="gpt-4o", input=long_input, conversation="conv_shared")
+    continued = owner.responses.create(model="gpt-4o", input="And?", conversation="conv_shared")
+    foreign = other.responses.create(model="gpt-4o", input="And?", conversation="conv_shared")
+    assert continued.usage is not None and foreign.usage is not None
+    assert continued.usage.input_tokens > 300 > foreign.usage.input_tokens

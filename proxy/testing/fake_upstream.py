@@ -22,6 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy import jsonio
+from proxy.lru import LRU
 from proxy.testing import (chat_endpoint, misc_endpoints, responses_endpoint, stored_chat,
                            stored_responses)
 from proxy.testing.dialects import DIALECTS
@@ -87,7 +88,8 @@ class FakeUpstream:
         self.peer_gone: list[str] = []  # streams the client abandoned while the fake held them
         self.responder: Responder | None = None
         self.stored = StoredResponses()  # made with `store` on, per credential
-        self.conversations: dict[str, list[Any]] = {}  # conversation id -> its items so far
+        # (credential, conversation id) -> its items so far
+        self.conversations: LRU[tuple[str, str], list[Any]] = LRU(10_000)
         self.items = StoredItems()  # stored answers' output items, for `item_reference`s
         self.stored_chat: dict[str, stored_chat.StoredChat] = {}  # made with `store: true`
         self._script: list[Reply] = []

@@ -7,8 +7,8 @@ is bound to that full history. Their output items are
 kept per credential too (`stored_items`): a later `item_reference` to one is validated, counted
 and continued as that item, one to an item the fake does not hold is OpenAI's 404. A request
 naming a `conversation` (an id, or `{"id": ...}`) continues that conversation's items the same
-way and appends its input and output to it; an id the fake has not seen starts an empty
-conversation.
+way and appends its input and output to it; an id the fake has not seen (under that
+credential: a conversation belongs to its project as a response does) starts an empty one.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ async def _answer(fake: FakeUpstream, request: web.Request, body: dict[str, Any]
         fake.items.remember(credential, output)
     conversation = conversation_id(body)
     if conversation is not None:
-        fake.conversations[conversation] = [*chain, *output]
+        fake.conversations.put((credential, conversation), [*chain, *output])
     if not stream:
         return web.Response(body=jsonio.dumps(response), content_type="application/json",
                             headers=request_headers(fake))
@@ -120,7 +120,8 @@ def _prior(fake: FakeUpstream, body: dict[str, Any], credential: str) -> list[An
     previous = body.get("previous_response_id")
     if previous is None:
         conversation = conversation_id(body)
-        return list(fake.conversations.get(conversation, ())) if conversation is not None else []
+        held = fake.conversations.get((credential, conversation)) if conversation else None
+        return list(held or ())
     stored = fake.stored.get(credential, previous)
     if stored is None:  # [OBS] text and code; status [MEM]; another key's: `response_store`
         return rejections.openai(f"Previous response with id '{previous}' not found.",
