@@ -74,6 +74,11 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "reasoning": ("summary",),
 }
 
+# The prefix an item's own id must have. [OBS] text and param, quoted whole in many client
+# reports (PROTOCOL.md §2.3 has only its end); code as two reports print it (one fixture has
+# `invalid_value`). Other types are said to have prefixes too, by less direct sources.
+_ID_PREFIX = {"function_call": "fc", "reasoning": "rs", "message": "msg"}
+
 
 def input_items(body: Mapping[str, Any]) -> list[Any]:
     items = body.get("input")
@@ -139,9 +144,11 @@ def _item_rule(i: int, item: Any) -> Rejection | None:
         param = f"input[{i}].{absent[0]}"
         return rejections.openai(f"Missing required parameter: '{param}'.", param=param,
                                  code="missing_required_parameter")
-    if kind == "function_call" and isinstance(item_id, str) and not item_id.startswith("fc"):
-        # [OBS] text; param and code as the other input errors of PROTOCOL.md §2.3
-        return rejections.openai("Expected an ID that begins with 'fc'", param="input")
+    prefix = _ID_PREFIX.get(kind)
+    if prefix is not None and isinstance(item_id, str) and not item_id.startswith(prefix):
+        param = f"input[{i}].id"
+        return rejections.openai(f"Invalid '{param}': '{item_id}'. Expected an ID that begins "
+                                 f"with '{prefix}'.", param=param, code="invalid_id_prefix")
     shape = _OUTPUT_SHAPE.get(kind)
     if shape is not None and not isinstance(item.get("output"), shape[0]):  # wording [MEM]
         param = f"input[{i}].output"
