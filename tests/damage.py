@@ -16,7 +16,7 @@ Wire = dict[str, Any]
 @st.composite
 def damaged(draw: st.DrawFn, elements: list[Wire], api: str) -> list[Wire]:
     out = list(elements)
-    for _ in range(draw(st.integers(1, 4))):
+    for n in range(draw(st.integers(1, 4))):
         results = [i for i, e in enumerate(out) if is_result(e)]
         move = draw(st.sampled_from(("interrupt", "orphan", "duplicate", "displace", "dangling", "same id")))
         parallel = _parallel_calls(out)
@@ -35,7 +35,9 @@ def damaged(draw: st.DrawFn, elements: list[Wire], api: str) -> list[Wire]:
                       else {"type": "function_call_output", "call_id": "call_orphan", "output": "stray"})
             out.insert(draw(st.integers(0, len(out))), orphan)
         elif move == "dangling" and api == "responses":
-            dangling = {"type": "reasoning", "id": "rs_dangling", "summary": [],
+            # Each its own id: one id sent twice is a client error no repair is asked to fix
+            # (upstream's "Duplicate item found", `responses_rules._duplicate`).
+            dangling = {"type": "reasoning", "id": f"rs_dangling{n}", "summary": [],
                         "encrypted_content": "gAAAAABx"}
             out.insert(draw(st.integers(0, len(out))), dangling)
     return out

@@ -167,3 +167,23 @@ def test_the_store_is_bounded_oldest_first() -> None:
     resolve = store.resolver("k")
     assert resolve("msg_0") is None and resolve("msg_1") is not None and resolve("msg_2")
     assert store.resolver("other")("msg_2") is None
+
+
+async def test_the_store_is_read_once_per_reference(fake: FakeUpstream) -> None:
+    """The rules and the handler share one expansion, so they cannot see different items."""
+    [fc] = await answer(fake, Reply.tool_calls(call("read_file", {"path": "a.py"})))
+    looked_up: list[str] = []
+    resolver = fake.items.resolver
+
+    def counting(credential: str) -> Any:
+        resolve = resolver(credential)
+        return lambda item_id: (looked_up.append(item_id), resolve(item_id))[1]
+
+    fake.items.resolver = counting  # type: ignore[method-assign]
+    by_reference = await post(fake, {"model": "gpt-5", "input": [
+        item_user("go"), ref(fc), item_output(fc["call_id"])]})
+    whole = await post(fake, {"model": "gpt-5", "input": [
+        item_user("go"), fc, item_output(fc["call_id"])]})
+    assert looked_up == [fc["id"]]
+    assert by_reference[0] == whole[0] == 200
+    assert by_reference[1]["usage"]["input_tokens"] == whole[1]["usage"]["input_tokens"]

@@ -208,10 +208,26 @@ def test_without_a_verifier_encrypted_content_is_not_checked() -> None:
     assert check_responses(sent) is None
 
 
+def prefix_error(i: int, item_id: str, prefix: str) -> dict[str, Any]:
+    return {"message": f"Invalid 'input[{i}].id': '{item_id}'. Expected an ID that begins with "
+                       f"'{prefix}'.", "type": "invalid_request_error", "param": f"input[{i}].id",
+            "code": "invalid_id_prefix"}
+
+
 def test_a_function_call_id_must_begin_with_fc() -> None:
     chat_style = {**item_call("call_1"), "id": "call_1"}
-    assert error(check_responses(body(item_user("hi"), chat_style, item_output("call_1")))) == {
-        "message": "Expected an ID that begins with 'fc'", "type": "invalid_request_error",
-        "param": "input", "code": None}
+    assert error(check_responses(body(item_user("hi"), chat_style, item_output("call_1")))) == (
+        prefix_error(1, "call_1", "fc"))
     issued = {**item_call("call_1"), "id": "fc_0123"}
     assert check_responses(body(item_user("hi"), issued, item_output("call_1"))) is None
+
+
+def test_reasoning_and_message_ids_must_begin_with_their_prefix() -> None:
+    foreign = {"type": "reasoning", "id": "item_abc", "summary": []}
+    answer = {"type": "message", "role": "assistant", "content": "Hi."}
+    assert error(check_responses(body(item_user("hi"), foreign, answer))) == (
+        prefix_error(1, "item_abc", "rs"))
+    assert error(check_responses(body(item_user("hi"), {**answer, "id": "rs_1"}))) == (
+        prefix_error(1, "rs_1", "msg"))
+    assert check_responses(body(item_user("hi"), {**foreign, "id": "rs_1"},
+                                {**answer, "id": "msg_1"})) is None

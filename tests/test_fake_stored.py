@@ -75,3 +75,16 @@ def test_a_deleted_response_is_gone(client: openai.OpenAI, fake: FakeUpstream) -
                  client.responses.input_items.list):
         with pytest.raises(openai.NotFoundError):
             call(made.id)
+
+
+def test_input_items_are_listed_a_page_at_a_time(client: openai.OpenAI) -> None:
+    """20 by default, `after` the last one the client saw: the SDK's list pages through all."""
+    sent = [{"role": "user", "content": f"Line {n}."} for n in range(25)]
+    made = client.responses.create(model="gpt-4o", input=sent)  # type: ignore[arg-type]
+    first = client.responses.input_items.list(made.id, order="asc")
+    assert len(first.data) == 20 and first.has_more
+    rest = client.responses.input_items.list(made.id, order="asc", after=first.data[-1].id,
+                                             limit=10)
+    assert len(rest.data) == 5 and not rest.has_more
+    texts = [i.content[0].text for i in client.responses.input_items.list(made.id, order="asc")]
+    assert texts == [f"Line {n}." for n in range(25)]

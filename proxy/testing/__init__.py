@@ -4,6 +4,7 @@
 - `fake_upstream.FakeUpstream`: the aiohttp server; `replies.Reply` scripts what it answers;
   `background.running_in_thread` runs it for synchronous clients.
 - `reference_tokens`: the fake's "true" token count; `messages`: message factories.
-- `stored_items`: stored answers' output items, which `item_reference`s name.
+- `stored_items`: stored answers' output items, which `item_reference`s name;
+  `response_store`: the stored answers themselves, both per credential.
 - `python -m proxy.testing`: run it standalone.
 """

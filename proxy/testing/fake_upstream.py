@@ -22,12 +22,14 @@ from typing import Any
 from aiohttp import web
 
 from proxy import jsonio
+from proxy.lru import LRU
 from proxy.testing import (chat_endpoint, misc_endpoints, responses_endpoint, stored_chat,
                            stored_responses)
 from proxy.testing.dialects import DIALECTS
 from proxy.testing.overflow import OVERFLOW_STYLES
 from proxy.testing.prompt_units import PromptUnits, Unit
 from proxy.testing.replies import Reply
+from proxy.testing.response_store import StoredResponses
 from proxy.testing.rules import Rejection
 from proxy.testing.signing import DEFAULT_KEY, Signer
 from proxy.testing.sse import PEER_GONE, reject
@@ -85,8 +87,9 @@ class FakeUpstream:
         self.requests: list[Recorded] = []
         self.peer_gone: list[str] = []  # streams the client abandoned while the fake held them
         self.responder: Responder | None = None
-        self.stored: dict[str, responses_endpoint.Stored] = {}
-        self.conversations: dict[str, list[Any]] = {}  # conversation id -> its items so far
+        self.stored = StoredResponses()  # made with `store` on, per credential
+        # (credential, conversation id) -> its items so far
+        self.conversations: LRU[tuple[str, str], list[Any]] = LRU(10_000)
         self.items = StoredItems()  # stored answers' output items, for `item_reference`s
         self.stored_chat: dict[str, stored_chat.StoredChat] = {}  # made with `store: true`
         self._script: list[Reply] = []

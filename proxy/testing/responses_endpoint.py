@@ -1,18 +1,18 @@
 """`POST /v1/responses` and `GET /v1/responses/{id}` of the fake (PROTOCOL.md §2.3, §6).
 
-Stored responses (`store` is true by default) keep their whole item chain, so a later request
-with `previous_response_id` is validated, counted and cached as the full conversation it
-continues, and its encrypted reasoning is bound to that full history. Their output items are
+Stored responses (`store` is true by default) are kept per credential (`response_store`) with
+their whole item chain, so a later request of that credential with `previous_response_id` is
+validated, counted and cached as the full conversation it continues, and its encrypted reasoning
+is bound to that full history. Their output items are
 kept per credential too (`stored_items`): a later `item_reference` to one is validated, counted
 and continued as that item, one to an item the fake does not hold is OpenAI's 404. A request
 naming a `conversation` (an id, or `{"id": ...}`) continues that conversation's items the same
-way and appends its input and output to it; an id the fake has not seen starts an empty
-conversation.
+way and appends its input and output to it; an id the fake has not seen (under that
+credential: a conversation belongs to its project as a response does) starts an empty one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -24,6 +24,7 @@ from proxy.testing.overflow import responses_overflow
 from proxy.testing.prompt_units import prompt_tokens
 from proxy.testing.rejections import Rejection
 from proxy.testing.replies import Reply
+from proxy.testing.response_store import Stored
 from proxy.testing.responses_render import (
     events,
     options_of,
@@ -31,10 +32,9 @@ from proxy.testing.responses_render import (
     overflow_events,
     response_object,
 )
-from proxy.testing.responses_rules import input_items
-from proxy.testing.rules import check_responses
+from proxy.testing.rules import check_responses_input
 from proxy.testing.sse import event_frame, reject, send_failure, send_stream
-from proxy.testing.stored_items import credential_of, expand
+from proxy.testing.stored_items import credential_of
 from proxy.testing.turn import Turn
 
 if TYPE_CHECKING:
@@ -44,27 +44,21 @@ if TYPE_CHECKING:
 _NOTHING = Reply.text("")
 
 
-@dataclass(frozen=True)
-class Stored:
-    chain: list[Any]  # every item of the conversation up to and including this response's output
-    response: dict[str, Any]
-
-
 async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse:
     recorded = fake.recorded(request)
     body = parse_body(recorded)
     if isinstance(body, Rejection):
         return reject(body)
-    prior = _prior(fake, body)
+    credential = credential_of(recorded.headers)
+    prior = _prior(fake, body, credential)
     if isinstance(prior, Rejection):
         return reject(prior)
-    credential = credential_of(recorded.headers)
-    resolve = fake.items.resolver(credential)
-    found = check_responses(body, verify_encrypted=fake.signer.encrypted_valid, prior=prior,
-                            signer=fake.signer, resolve=resolve)
-    if found is not None:
-        return reject(found)
-    body = _expanded(body, resolve)
+    checked = check_responses_input(body, verify_encrypted=fake.signer.encrypted_valid,
+                                    prior=prior, signer=fake.signer,
+                                    resolve=fake.items.resolver(credential))
+    if isinstance(checked, Rejection):
+        return reject(checked)
+    body = _expanded(body, checked)
     units = fake.units.responses(body, prior)
     prompt = prompt_tokens(units)
     stream = body.get("stream") is True
@@ -80,20 +74,15 @@ async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
         failed = await send_failure(request, reply, fake.stopping, reply.error_frame)
         if failed is not None:
             return failed
-    chain = [*prior, *input_items(body)]
+    chain = [*prior, *checked]
     return await _answer(fake, request, body, fake.turn(body, reply, prompt, units), chain, stream,
                          credential)
 
 
-def _expanded(body: dict[str, Any], resolve: Any) -> dict[str, Any]:
-    """The body with its references replaced by the stored items (the rules let it through:
-    each one resolves), as upstream counts and continues it."""
-    items = body.get("input")
-    if not isinstance(items, list):
-        return body
-    expanded = expand(items, resolve)
-    assert isinstance(expanded, list), "the rules answered an unknown reference"
-    return {**body, "input": expanded}
+def _expanded(body: dict[str, Any], checked: list[Any]) -> dict[str, Any]:
+    """The body with the checked input (its references replaced by the stored items), as
+    upstream counts and continues it; a string input stays as sent."""
+    return {**body, "input": checked} if isinstance(body.get("input"), list) else body
 
 
 def conversation_id(body: dict[str, Any]) -> str | None:
@@ -109,11 +98,11 @@ async def _answer(fake: FakeUpstream, request: web.Request, body: dict[str, Any]
     response_id = "resp_" + fake.ids.hex(48)
     response = response_object(turn, body, response_id, output)
     if body.get("store") is not False:
-        fake.stored[response_id] = Stored([*chain, *output], response)
+        fake.stored.put(credential, response_id, Stored([*chain, *output], response))
         fake.items.remember(credential, output)
     conversation = conversation_id(body)
     if conversation is not None:
-        fake.conversations[conversation] = [*chain, *output]
+        fake.conversations.put((credential, conversation), [*chain, *output])
     if not stream:
         return web.Response(body=jsonio.dumps(response), content_type="application/json",
                             headers=request_headers(fake))
@@ -124,16 +113,17 @@ async def _answer(fake: FakeUpstream, request: web.Request, body: dict[str, Any]
                              request_headers(fake))
 
 
-def _prior(fake: FakeUpstream, body: dict[str, Any]) -> list[Any] | Rejection:
+def _prior(fake: FakeUpstream, body: dict[str, Any], credential: str) -> list[Any] | Rejection:
     # PROTOCOL.md §6.1: `previous_response_id` "cannot be used in conjunction with
     # `conversation`", but it records no error text for the pair, so the fake invents none and
     # accepts it (the previous response's chain wins).
     previous = body.get("previous_response_id")
     if previous is None:
         conversation = conversation_id(body)
-        return list(fake.conversations.get(conversation, ())) if conversation is not None else []
-    stored = fake.stored.get(previous) if isinstance(previous, str) else None
-    if stored is None:  # [OBS] text and code; status [MEM]
+        held = fake.conversations.get((credential, conversation)) if conversation else None
+        return list(held or ())
+    stored = fake.stored.get(credential, previous)
+    if stored is None:  # [OBS] text and code; status [MEM]; another key's: `response_store`
         return rejections.openai(f"Previous response with id '{previous}' not found.",
                                  param="previous_response_id", code="previous_response_not_found")
     return stored.chain
@@ -156,8 +146,8 @@ def _error_event(frame: Any, after: int | None) -> bytes:
 
 async def retrieve(fake: FakeUpstream, request: web.Request) -> web.Response:
     response_id = request.match_info["id"]
-    stored = fake.stored.get(response_id)
-    if stored is None:
+    stored = fake.stored.get(credential_of(request.headers), response_id)
+    if stored is None:  # [OBS] text and status (community.openai.com, a stored response's GET)
         return reject(rejections.openai(f"Response with id '{response_id}' not found.",
                                         status=404))
     return web.Response(body=jsonio.dumps(stored.response), content_type="application/json")

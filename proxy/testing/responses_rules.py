@@ -6,8 +6,8 @@ keys) name `input[i]`; the rest look at the whole chain: items of stored earlier
 `item_reference` replaced by the stored item it names when the store is given. Calls pair
 with outputs by `call_id`; a reasoning item is followed by what it produced; ids the fake issued
 next to a reasoning item need that item (`ws_…` ids too, for tests that replay server tool
-calls); `store: false` cannot refer to items by id; encrypted reasoning must belong to its
-history.
+calls); `store: false` cannot refer to items by id; an item id appears once; encrypted
+reasoning must belong to its history.
 """
 
 from __future__ import annotations
@@ -62,6 +62,23 @@ _ID_REQUIRED = frozenset({
     "mcp_approval_request",
 })
 
+# Fields each type requires besides `type`, in the order the SDK types list them (PROTOCOL.md
+# §6.2, §4.2: a reasoning item's `id` is listed too, but clients that drop it with `store: false`
+# are served, so it is not enforced here). The answer's text, param and code are [OBS] for
+# `call_id`, `output` and `summary`; which field is named first when several miss is [MEM].
+_REQUIRED: dict[str, tuple[str, ...]] = {
+    "function_call": ("arguments", "call_id", "name"),
+    "function_call_output": ("call_id", "output"),
+    "custom_tool_call": ("call_id", "input", "name"),
+    "custom_tool_call_output": ("call_id", "output"),
+    "reasoning": ("summary",),
+}
+
+# The prefix an item's own id must have. [OBS] text and param, quoted whole in many client
+# reports (PROTOCOL.md §2.3 has only its end); code as two reports print it (one fixture has
+# `invalid_value`). Other types are said to have prefixes too, by less direct sources.
+_ID_PREFIX = {"function_call": "fc", "reasoning": "rs", "message": "msg"}
+
 
 def input_items(body: Mapping[str, Any]) -> list[Any]:
     items = body.get("input")
@@ -78,14 +95,25 @@ def check_items(body: Mapping[str, Any], *, prior: Sequence[Any] = (),
                 verify_encrypted: VerifyEncrypted | None = None,
                 signer: Signer = DEFAULT_SIGNER,
                 resolve: Resolve | None = None) -> Rejection | None:
-    """`resolve`: the stored items references may name (`stored_items`); without it, a
-    reference stands for an item that is there, whatever it is."""
+    checked = checked_input(body, prior=prior, verify_encrypted=verify_encrypted, signer=signer,
+                            resolve=resolve)
+    return checked if isinstance(checked, Rejection) else None
+
+
+def checked_input(body: Mapping[str, Any], *, prior: Sequence[Any] = (),
+                  verify_encrypted: VerifyEncrypted | None = None,
+                  signer: Signer = DEFAULT_SIGNER,
+                  resolve: Resolve | None = None) -> list[Any] | Rejection:
+    """The request's input items as upstream reads them (each `item_reference` replaced by the
+    stored item it names, when `resolve` is given), or the rejection for the first rule they
+    break. Without `resolve` a reference stands for an item that is there, whatever it is.
+    One expansion serves the rules and what follows them (the count, the stored chain)."""
     items = input_items(body)
     for i, item in enumerate(items):
         found = _item_rule(i, item)
         if found is not None:
             return found
-    refused = _not_persisted(body, items)
+    refused = _not_persisted(body, items) or _duplicate([*prior, *items])
     if refused is not None:
         return refused
     if resolve is not None:
@@ -94,8 +122,9 @@ def check_items(body: Mapping[str, Any], *, prior: Sequence[Any] = (),
             return expanded
         items = expanded
     chain = [*prior, *items]
-    return (_pairing(chain) or _reasoning_followed(chain)
-            or _required_reasoning(chain, signer) or _encrypted(chain, verify_encrypted))
+    found = (_pairing(chain) or _reasoning_followed(chain)
+             or _required_reasoning(chain, signer) or _encrypted(chain, verify_encrypted))
+    return found if found is not None else items
 
 
 def _item_rule(i: int, item: Any) -> Rejection | None:
@@ -108,14 +137,18 @@ def _item_rule(i: int, item: Any) -> Rejection | None:
                                  "'system', 'developer', and 'user'.", param=f"input[{i}].role",
                                  code="invalid_value")
     item_id = item.get("id")
+    absent = [k for k in _REQUIRED.get(kind, ()) if k not in item]
     if kind in _ID_REQUIRED and not isinstance(item_id, str):
-        # Required by the SDK's types; OpenAI's usual wording for a missing parameter [MEM]
-        param = f"input[{i}].id"
+        absent.insert(0, "id")  # required by the SDK's types
+    if absent:
+        param = f"input[{i}].{absent[0]}"
         return rejections.openai(f"Missing required parameter: '{param}'.", param=param,
                                  code="missing_required_parameter")
-    if kind == "function_call" and isinstance(item_id, str) and not item_id.startswith("fc"):
-        # [OBS] text; param and code as the other input errors of PROTOCOL.md §2.3
-        return rejections.openai("Expected an ID that begins with 'fc'", param="input")
+    prefix = _ID_PREFIX.get(kind)
+    if prefix is not None and isinstance(item_id, str) and not item_id.startswith(prefix):
+        param = f"input[{i}].id"
+        return rejections.openai(f"Invalid '{param}': '{item_id}'. Expected an ID that begins "
+                                 f"with '{prefix}'.", param=param, code="invalid_id_prefix")
     shape = _OUTPUT_SHAPE.get(kind)
     if shape is not None and not isinstance(item.get("output"), shape[0]):  # wording [MEM]
         param = f"input[{i}].output"
@@ -140,6 +173,26 @@ def _not_persisted(body: Mapping[str, Any], items: Sequence[Any]) -> Rejection |
                 f"Item with id '{item.get('id', '')}' not found. Items are not persisted when "
                 "`store` is set to false. Try again with `store` set to true, or remove this item "
                 "from your input.", param="input", status=404)
+    return None
+
+
+def _duplicate(chain: Sequence[Any]) -> Rejection | None:
+    """[OBS] text, param and code (openai/openai-agents-python#1789, continuedev/continue#10723):
+    an id sent twice, an inline item sent again while `previous_response_id` or `conversation`
+    already holds it (microsoft/agent-framework PR#5690), or two references to one item
+    (mastra-ai/mastra#21409). Checked on the ids as sent, a reference counting by the id it
+    names, so a reference to an item the same request sends inline is this error, not the 404
+    of an unknown id [inferred: which of the two OpenAI checks first is not verified]."""
+    seen: set[str] = set()
+    for item in chain:
+        item_id = item.get("id") if isinstance(item, Mapping) else None
+        # A local shell output may name its call in `id` (see `_pairing`): not an item id.
+        if not isinstance(item_id, str) or item_type(item) == "local_shell_call_output":
+            continue
+        if item_id in seen:
+            return rejections.openai(f"Duplicate item found with id {item_id}. Remove duplicate "
+                                     "items from your input and try again.", param="input")
+        seen.add(item_id)
     return None
 
 

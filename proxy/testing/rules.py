@@ -14,11 +14,11 @@ from typing import Any, cast
 from proxy.testing.chat_rules import WORDING, find_violation, shape_violation
 from proxy.testing.dialects import DIALECTS
 from proxy.testing.rejections import Rejection
-from proxy.testing.responses_rules import check_items
+from proxy.testing.responses_rules import checked_input
 from proxy.testing.signing import DEFAULT_SIGNER, Signer
 from proxy.testing.stored_items import Resolve
 
-__all__ = ["DIALECTS", "Rejection", "check_chat", "check_responses"]
+__all__ = ["DIALECTS", "Rejection", "check_chat", "check_responses", "check_responses_input"]
 
 
 def check_chat(body: dict[str, Any], dialect: str = "openai", *,
@@ -55,5 +55,17 @@ def check_responses(body: dict[str, Any], *,
     None); `prior` holds the items of stored earlier responses when `previous_response_id` is used;
     `resolve(id)` the stored item an `item_reference` names (None: unknown, OpenAI's 404), when
     given: without it a reference is taken as an item that is there."""
-    return check_items(body, prior=prior, verify_encrypted=verify_encrypted, signer=signer,
-                       resolve=resolve)
+    checked = check_responses_input(body, verify_encrypted=verify_encrypted, prior=prior,
+                                    signer=signer, resolve=resolve)
+    return checked if isinstance(checked, Rejection) else None
+
+
+def check_responses_input(body: dict[str, Any], *,
+                          verify_encrypted: Callable[..., bool] | None = None,
+                          prior: Sequence[Any] = (),
+                          signer: Signer = DEFAULT_SIGNER,
+                          resolve: Resolve | None = None) -> list[Any] | Rejection:
+    """`check_responses`, answering the input items it checked (references expanded) when
+    the request is accepted."""
+    return checked_input(body, prior=prior, verify_encrypted=verify_encrypted, signer=signer,
+                         resolve=resolve)

@@ -9,7 +9,8 @@ before the rules and the prompt count look at a request, as upstream reads them 
 
 Only output items are kept. The items of a request's own `input` are stored with the response
 too (`GET .../input_items` lists them with ids), but whether a reference to one of those
-resolves is not verified, so the fake answers it as unknown.
+resolves is not verified, so the fake answers it as unknown. A reference to an item the same
+request sends inline names its id twice: the rules answer OpenAI's duplicate error first.
 """
 
 from __future__ import annotations
