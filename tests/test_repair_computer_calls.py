@@ -44,6 +44,9 @@ def _unanswered_computer_calls(items: list[dict[str, Any]]) -> list[str]:
 def test_an_interrupted_computer_call_becomes_a_note() -> None:
     entries = responses(r_developer(), r_user("Open the settings."), r_reasoning("rs_1"),
                         _computer(), r_user("Stop, do something else."))
+    refused = check_responses({"model": "m", "input": wire(entries)})
+    assert refused is not None
+    assert "No tool output found for computer call call_cu." in refused.body["error"]["message"]
     out = repair(entries)
     sent = wire(out.entries)
     assert _unanswered_computer_calls(sent) == []

@@ -53,8 +53,10 @@ _OUTPUT_SHAPE: dict[str, tuple[type, str]] = {
 # Calls the client must answer; other `*_call` items (server tools) have no output item.
 # [OBS] for the local shell ("No tool output found for local shell call call_...",
 # openai/openai-agents-python#1855); the shell and apply-patch tools are client-run the same way.
+# A computer call's: [OBS] "No tool output found for computer call call_...", met and worked
+# around by several computer-use clients.
 _NEEDS_OUTPUT = ("function_call", "custom_tool_call", "local_shell_call", "shell_call",
-                 "apply_patch_call")
+                 "apply_patch_call", "computer_call")
 # Input items whose `id` is required (openai-python `response_input_item_param.py`).
 _ID_REQUIRED = frozenset({
     "web_search_call", "file_search_call", "computer_call", "code_interpreter_call",
