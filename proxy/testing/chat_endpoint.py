@@ -69,7 +69,7 @@ async def _answer(fake: FakeUpstream, request: web.Request, body: dict[str, Any]
     completion_id = "chatcmpl-" + fake.ids.alnum(29)
     headers = request_headers(fake)
     payload = completion(turn, completion_id, calls, reasoning)
-    stored_chat.remember(fake, body, payload)
+    stored_chat.remember(fake, request.headers, body, payload)
     if not stream:
         return web.Response(body=orjson.dumps(payload), content_type="application/json",
                             headers=headers)

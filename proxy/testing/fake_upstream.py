@@ -91,7 +91,8 @@ class FakeUpstream:
         # (credential, conversation id) -> its items so far
         self.conversations: LRU[tuple[str, str], list[Any]] = LRU(10_000)
         self.items = StoredItems()  # stored answers' output items, for `item_reference`s
-        self.stored_chat: dict[str, stored_chat.StoredChat] = {}  # made with `store: true`
+        # made with `store: true`, per credential, bounded
+        self.stored_chat = stored_chat.new_store()
         self._script: list[Reply] = []
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()

@@ -4,10 +4,17 @@ List (`GET /v1/chat/completions`, filtered by `model` and `metadata[key]`), retr
 its `metadata` (`POST`), delete, and list the messages it was made from. Pages are whole
 (`has_more` false). Texts and codes of the errors are [MEM: not re-verified this session, see
 PROTOCOL.md §9].
+
+A stored completion belongs to the credential that made it (`stored_items.credential_of`, the
+bearer token standing for the key's project), as stored responses do (`response_store`):
+another key's list leaves it out and its id is unknown to it [inferred, as there]. At most
+`MAX_STORED` are kept, the least recently used dropped first.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -16,32 +23,45 @@ from aiohttp import web
 from proxy import jsonio
 from proxy.testing import rejections
 from proxy.testing.sse import reject
+from proxy.testing.stored_items import credential_of
 
 if TYPE_CHECKING:
     from proxy.testing.fake_upstream import FakeUpstream
+
+
+MAX_STORED = 10_000
 
 
 @dataclass
 class StoredChat:
     messages: list[Any]  # the request's messages
     completion: dict[str, Any]
+    credential: str = ""  # the key that made it: only its requests see it
 
 
-def remember(fake: FakeUpstream, body: dict[str, Any], completion: dict[str, Any]) -> None:
+def new_store() -> OrderedDict[str, StoredChat]:
+    return OrderedDict()
+
+
+def remember(fake: FakeUpstream, headers: Mapping[str, str], body: dict[str, Any],
+             completion: dict[str, Any]) -> None:
     """Keep a completion its request asked to store (a stream's too, as one object)."""
     if body.get("store") is True:
         messages = body.get("messages")
         kept = {**completion, "metadata": body.get("metadata") or {}}
         fake.stored_chat[completion["id"]] = StoredChat(
-            list(messages) if isinstance(messages, list) else [], kept)
+            list(messages) if isinstance(messages, list) else [], kept, credential_of(headers))
+        while len(fake.stored_chat) > MAX_STORED:
+            fake.stored_chat.popitem(last=False)
 
 
 async def listed(fake: FakeUpstream, request: web.Request) -> web.Response:
     query = request.query
     model = query.get("model")
     wanted = {k[9:-1]: v for k, v in query.items() if k.startswith("metadata[") and k.endswith("]")}
+    credential = credential_of(request.headers)
     found = [s.completion for s in fake.stored_chat.values()
-             if (model is None or s.completion.get("model") == model)
+             if s.credential == credential and (model is None or s.completion.get("model") == model)
              and all(s.completion["metadata"].get(k) == v for k, v in wanted.items())]
     if query.get("order", "asc") == "desc":
         found.reverse()
@@ -89,9 +109,10 @@ async def messages(fake: FakeUpstream, request: web.Request) -> web.Response:
 def _stored(fake: FakeUpstream, request: web.Request) -> StoredChat | web.Response:
     completion_id = request.match_info["id"]
     stored = fake.stored_chat.get(completion_id)
-    if stored is None:
+    if stored is None or stored.credential != credential_of(request.headers):
         return reject(rejections.openai(f"Chat completion with id '{completion_id}' not found.",
                                         status=404))
+    fake.stored_chat.move_to_end(completion_id)
     return stored
 
 
