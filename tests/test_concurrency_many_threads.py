@@ -63,7 +63,10 @@ def test_fifty_threads_compacting_at_once_keep_to_themselves(loop_thread, make_f
                                                               make_proxy) -> None:
     fake = make_fake(limits={"small-*": LIMIT})
     FakeSummarizer.install(fake)
-    proxy = make_proxy(fake, models=MODELS, compaction=NO_CHEAP)  # each one compacts
+    # each one compacts; the fifty summaries and requests in flight on a loaded machine may wait
+    # longer than the harness's 2 s for a connection of the pool (aiohttp counts that wait)
+    proxy = make_proxy(fake, models=MODELS, compaction=NO_CHEAP,
+                       upstreams={"fake": {"connect_timeout_s": 15}})
     pairs = [(thread, tenant) for thread in range(IDS) for tenant in range(len(TENANTS))]
     with ThreadPoolExecutor(len(pairs)) as pool:
         statuses = list(pool.map(lambda pair: _converse(proxy.base_url, *pair), pairs))
