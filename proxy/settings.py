@@ -21,7 +21,8 @@ from proxy.settings_compaction import (DEFAULT_EXPLORATION_TOOLS, DEFAULT_FILE_T
                                        RestoreSettings, SummarizerSettings, TruncateSettings,
                                        parse_compaction)
 from proxy.settings_masked import masked, redacted_url
-from proxy.settings_reader import ConfigError, Reader, environment, interpolate, shown
+from proxy.settings_reader import (ConfigError, Reader, environment, home_expanded, interpolate,
+                                   shown)
 from proxy.settings_yaml import read_yaml
 
 __all__ = ["DEFAULT_EXPLORATION_TOOLS", "DEFAULT_FILE_TOOLS", "DEFAULT_PLAN_TOOLS",
@@ -178,7 +179,7 @@ def _state_only(raw: Any, env: Mapping[str, str]) -> Settings:
     problems: list[str] = []
     root = Reader(interpolate({} if section is None else {"state": section}, env, "", problems),
                   "", problems)
-    state = _state(root.mapping("state"))
+    state = _state(root.mapping("state"), env)
     if problems:
         raise ConfigError(problems)
     return Settings(state=state)
@@ -194,7 +195,7 @@ def parse_settings(raw: Any, env: Mapping[str, str]) -> Settings:
         routes=(),
         models=_models(root.mapping("models"), warnings),
         threads=_threads(root.mapping("threads")),
-        state=_state(root.mapping("state")),
+        state=_state(root.mapping("state"), env),
         logging=_logging(root.mapping("logging")),
         tokens=_tokens(root.mapping("tokens")),
         compaction=parse_compaction(root.mapping("compaction")),
@@ -368,15 +369,26 @@ def _dotted_path(path: str) -> bool:
     return all(path.split("."))
 
 
-def _state(r: Reader) -> StateSettings:
+def _state(r: Reader, env: Mapping[str, str]) -> StateSettings:
+    path = _not_empty(r, "path", StateSettings.path,
+                      "an empty path is the working directory; write . to mean that")
     s = StateSettings(
         backend=r.string("backend", StateSettings.backend, choices=("sqlite",)),
-        path=_not_empty(r, "path", StateSettings.path,
-                        "an empty path is the working directory; write . to mean that"),
+        path=_home_expanded(r, path, env.get("HOME", "")),
         check_on_start=r.boolean("check_on_start", StateSettings.check_on_start),
     )
     r.finish()
     return s
+
+
+def _home_expanded(r: Reader, path: str, home: str) -> str:
+    """`~/...` as a shell reads it: left as written, the state went to a directory named `~`."""
+    expanded = home_expanded(path, home)
+    if expanded is None:
+        r.problem("path", f"{shown(path)} starts with ~, which only ~/ with HOME set expands: "
+                          "write the full path")
+        return path
+    return expanded
 
 
 def _not_empty(r: Reader, key: str, default: str, meaning: str) -> str:
@@ -392,11 +404,20 @@ def _not_empty(r: Reader, key: str, default: str, meaning: str) -> str:
 def _logging(r: Reader) -> LoggingSettings:
     s = LoggingSettings(
         format=r.string("format", LoggingSettings.format, choices=("json", "console")),
-        level=r.string("level", LoggingSettings.level,
-                       choices=("debug", "info", "warning", "error")).lower(),
+        level=_level(r),
     )
     r.finish()
     return s
+
+
+def _level(r: Reader) -> str:
+    """Any case: Python's own logging writes the levels in capitals."""
+    choices = ("debug", "info", "warning", "error")
+    level = r.string("level", LoggingSettings.level)
+    if level.lower() not in choices:
+        r.problem("level", f"must be one of {', '.join(choices)}, got {shown(level)}")
+        return LoggingSettings.level
+    return level.lower()
 
 
 def _tokens(r: Reader) -> TokenSettings:
