@@ -87,11 +87,15 @@ def check_state(settings: Settings) -> int:
     return 1
 
 
+# The records' field names, as the README and the `threads` table call them.
+_SHOWN_AS = {"event": "checkpoint", "event_count": "checkpoints"}
+
+
 def state_as_data(state: ThreadState) -> dict[str, Any]:
     data = asdict(state)
     data["key"] = {"tenant": state.key.tenant, "thread": state.key.thread}
     data.pop("extra", None)
-    return data
+    return {_SHOWN_AS.get(name, name): value for name, value in data.items()}
 
 
 def _read(settings: Settings, action: Callable[[StateDb], T]) -> T | None:
