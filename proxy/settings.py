@@ -327,9 +327,10 @@ def _models(r: Reader, warnings: list[str]) -> tuple[ModelProfile, ...]:
             trigger_ratio=m.optional_number("trigger_ratio", 0.05, 1.0),
             keep_ratio=m.optional_number("keep_ratio", 0.0, 0.9),
         )
-        if (profile.context_window and profile.max_input_tokens
-                and profile.max_input_tokens > profile.context_window):
-            m.problem("max_input_tokens", "must not exceed context_window")
+        window, input_tokens = profile.context_window, profile.max_input_tokens
+        if window and input_tokens and input_tokens > window:
+            m.problem("max_input_tokens",
+                      f"must not exceed context_window ({window}), got {input_tokens}")
         m.finish()
         profiles.append(profile)
     _warn_shadowed_globs(r, [p.pattern for p in profiles], warnings)
