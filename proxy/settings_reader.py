@@ -262,3 +262,13 @@ def home_expanded(path: str, home: str) -> str | None:
         return None
     base = home.rstrip("/")  # a home of "/" leaves "" before the path's own "/"
     return base + path[1:] if path != "~" else base or "/"
+
+
+def not_empty(r: Reader, key: str, default: str, meaning: str) -> str:
+    """A text key whose empty value (most often an empty `${VAR}`) would silently mean
+    something else: refused, with what it would have meant."""
+    value = r.string(key, default)
+    if not value.strip():
+        r.problem(key, f"must not be empty: {meaning}")
+        return default
+    return value
