@@ -53,7 +53,7 @@ def _check_token_rules(settings: Settings) -> None:
                 f"(known: {known})"
                 for p in settings.models if p.tokenizer and p.tokenizer not in KNOWN_ENCODINGS]
     families = ", ".join(IMAGE_RULES)
-    problems += [f"models.{p.pattern}.image_rule: unknown family {p.image_rule!r} "
+    problems += [f"models.{p.pattern}.image_rule: unknown family {shown(p.image_rule)} "
                  f"(known: {families})"
                  for p in settings.models if p.image_rule and p.image_rule not in IMAGE_RULES]
     if problems:
