@@ -53,7 +53,7 @@ def _check_token_rules(settings: Settings) -> None:
                 f"(known: {known})"
                 for p in settings.models if p.tokenizer and p.tokenizer not in KNOWN_ENCODINGS]
     families = ", ".join(IMAGE_RULES)
-    problems += [f"models.{p.pattern}.image_rule: unknown family {p.image_rule!r} "
+    problems += [f"models.{p.pattern}.image_rule: unknown family {shown(p.image_rule)} "
                  f"(known: {families})"
                  for p in settings.models if p.image_rule and p.image_rule not in IMAGE_RULES]
     if problems:
@@ -66,20 +66,21 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the proxy")
-    serve.add_argument("--host", type=_address, help="listen address (overrides server.host)")
-    serve.add_argument("--port", type=_int_in(0, 65535), help="listen port (overrides server.port)")
+    serve.add_argument("--host", type=_address, metavar="H", help="listen address (overrides server.host)")
+    serve.add_argument("--port", type=_int_in(0, 65535), metavar="P", help="listen port (overrides server.port)")
     serve.set_defaults(run=_serve)
 
     check = commands.add_parser("check-config", help="validate the config and print it, secrets masked")
     check.set_defaults(run=_check_config)
 
     threads = commands.add_parser("threads", help="list the threads the proxy keeps state for")
-    threads.add_argument("--limit", type=_int_in(1), default=100,
+    threads.add_argument("--limit", type=_int_in(1), default=100, metavar="N",
                          help="how many threads, most recently active first (default 100)")
     threads.set_defaults(run=_threads)
 
     inspect = commands.add_parser("inspect", help="print one thread's state as JSON")
-    inspect.add_argument("thread_id")
+    inspect.add_argument("thread_id", metavar="THREAD_ID",
+                         help="a thread id exactly as `compaction-proxy threads` shows it")
     inspect.set_defaults(run=_inspect)
 
     check_state = commands.add_parser(
@@ -90,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     for command in (serve, check, threads, inspect, check_state):
         # The state commands read only `state`: the rest of the file may not resolve here.
         command.set_defaults(state_only=command in (threads, inspect, check_state))
-        command.add_argument("--config", default=DEFAULT_CONFIG_PATH,
+        command.add_argument("--config", default=DEFAULT_CONFIG_PATH, metavar="PATH",
                              help=f"YAML config file (default {DEFAULT_CONFIG_PATH}, "
                                   f"relative to the current directory)")
     return parser

@@ -25,11 +25,13 @@ from proxy.store.db_file import DB_FILE
 
 T = TypeVar("T")
 _PROBLEMS_SHOWN = 100
+_SQLITE_MAX_INT = 2 ** 63 - 1
 HEADER = ("LAST ACTIVITY", "CHECKPOINTS", "LAST ESTIMATE", "TENANT", "THREAD")
 
 
 def list_threads(settings: Settings, limit: int) -> int:
-    summaries = _read(settings, lambda db: db.list_threads(limit))
+    # SQLite's LIMIT is a 64-bit integer; any larger limit already means every thread.
+    summaries = _read(settings, lambda db: db.list_threads(min(limit, _SQLITE_MAX_INT)))
     if summaries is None:
         return 1
     if not summaries:
@@ -87,11 +89,15 @@ def check_state(settings: Settings) -> int:
     return 1
 
 
+# The records' field names, as the README and the `threads` table call them.
+_SHOWN_AS = {"event": "checkpoint", "event_count": "checkpoints"}
+
+
 def state_as_data(state: ThreadState) -> dict[str, Any]:
     data = asdict(state)
     data["key"] = {"tenant": state.key.tenant, "thread": state.key.thread}
     data.pop("extra", None)
-    return data
+    return {_SHOWN_AS.get(name, name): value for name, value in data.items()}
 
 
 def _read(settings: Settings, action: Callable[[StateDb], T]) -> T | None:

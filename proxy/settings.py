@@ -21,19 +21,21 @@ from proxy.settings_compaction import (DEFAULT_EXPLORATION_TOOLS, DEFAULT_FILE_T
                                        RestoreSettings, SummarizerSettings, TruncateSettings,
                                        parse_compaction)
 from proxy.settings_masked import masked, redacted_url
-from proxy.settings_reader import ConfigError, Reader, environment, interpolate, shown
+from proxy.settings_reader import (ConfigError, Reader, environment, interpolate, not_empty,
+                                   shown)
+from proxy.settings_sections import (LoggingSettings, StateSettings, ThreadSettings, TokenSettings,
+                                     parse_logging, parse_state, parse_threads, parse_tokens)
 from proxy.settings_yaml import read_yaml
 
 __all__ = ["DEFAULT_EXPLORATION_TOOLS", "DEFAULT_FILE_TOOLS", "DEFAULT_PLAN_TOOLS",
            "DEFAULT_SHELL_TOOLS",
            "BreakerSettings", "CollapseSettings", "CompactionSettings", "ConfigError",
-           "MicrocompactSettings", "RestoreSettings", "Settings", "SummarizerSettings",
-           "TruncateSettings", "load_settings", "load_state_settings", "masked", "parse_settings",
+           "LoggingSettings", "MicrocompactSettings", "RestoreSettings", "Settings", "StateSettings",
+           "SummarizerSettings", "ThreadSettings", "TokenSettings", "TruncateSettings", "load_settings", "load_state_settings", "masked", "parse_settings",
            "redacted_url"]
 
 DEFAULT_CONFIG_PATH = "config/proxy.yaml"
 # RFC 9110's token: the characters a header name may have.
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
 
@@ -85,33 +87,6 @@ class ModelProfile:
     image_rule: str | None = None  # a family of tokens/images.py RULES (checked by the CLI)
     trigger_ratio: float | None = None
     keep_ratio: float | None = None
-
-
-@dataclass(frozen=True)
-class ThreadSettings:
-    headers: tuple[str, ...] = ("x-thread-id", "session_id")
-    body_fields: tuple[str, ...] = ("prompt_cache_key", "metadata.thread_id")
-    fallback: str = "fingerprint"
-    forward_headers: bool = True
-
-
-@dataclass(frozen=True)
-class StateSettings:
-    backend: str = "sqlite"
-    path: str = "./data"
-    check_on_start: bool = True  # PRAGMA quick_check before serving (proxy/store/damage.py)
-
-
-@dataclass(frozen=True)
-class LoggingSettings:
-    format: str = "json"
-    level: str = "info"
-
-
-@dataclass(frozen=True)
-class TokenSettings:
-    safety_margin: float = 0.03
-    cache_entries: int = 200_000
 
 
 @dataclass(frozen=True)
@@ -178,7 +153,7 @@ def _state_only(raw: Any, env: Mapping[str, str]) -> Settings:
     problems: list[str] = []
     root = Reader(interpolate({} if section is None else {"state": section}, env, "", problems),
                   "", problems)
-    state = _state(root.mapping("state"))
+    state = parse_state(root.mapping("state"), env)
     if problems:
         raise ConfigError(problems)
     return Settings(state=state)
@@ -193,10 +168,10 @@ def parse_settings(raw: Any, env: Mapping[str, str]) -> Settings:
         upstreams=_upstreams(root.mapping("upstreams"), warnings),
         routes=(),
         models=_models(root.mapping("models"), warnings),
-        threads=_threads(root.mapping("threads")),
-        state=_state(root.mapping("state")),
-        logging=_logging(root.mapping("logging")),
-        tokens=_tokens(root.mapping("tokens")),
+        threads=parse_threads(root.mapping("threads")),
+        state=parse_state(root.mapping("state"), env),
+        logging=parse_logging(root.mapping("logging")),
+        tokens=parse_tokens(root.mapping("tokens")),
         compaction=parse_compaction(root.mapping("compaction")),
         warnings=tuple(warnings),
     )
@@ -210,7 +185,7 @@ def parse_settings(raw: Any, env: Mapping[str, str]) -> Settings:
 
 def _server(r: Reader) -> ServerSettings:
     s = ServerSettings(
-        host=_not_empty(r, "host", ServerSettings.host,
+        host=not_empty(r, "host", ServerSettings.host,
                         "an empty host listens on every interface; write 0.0.0.0 to mean that"),
         port=r.integer("port", ServerSettings.port, 0, 65535),
         max_body_mb=r.integer("max_body_mb", ServerSettings.max_body_mb, 1, 4096),
@@ -326,9 +301,10 @@ def _models(r: Reader, warnings: list[str]) -> tuple[ModelProfile, ...]:
             trigger_ratio=m.optional_number("trigger_ratio", 0.05, 1.0),
             keep_ratio=m.optional_number("keep_ratio", 0.0, 0.9),
         )
-        if (profile.context_window and profile.max_input_tokens
-                and profile.max_input_tokens > profile.context_window):
-            m.problem("max_input_tokens", "must not exceed context_window")
+        window, input_tokens = profile.context_window, profile.max_input_tokens
+        if window and input_tokens and input_tokens > window:
+            m.problem("max_input_tokens",
+                      f"must not exceed context_window ({window}), got {input_tokens}")
         m.finish()
         profiles.append(profile)
     _warn_shadowed_globs(r, [p.pattern for p in profiles], warnings)
@@ -348,64 +324,6 @@ def _warn_shadowed_globs(r: Reader, patterns: list[str], warnings: list[str]) ->
                                 f"by {earlier!r}, listed before it (the first matching glob wins; "
                                 f"list the narrower one first)")
                 break
-
-
-def _threads(r: Reader) -> ThreadSettings:
-    d = ThreadSettings()
-    s = ThreadSettings(
-        headers=tuple(h.lower() for h in r.strings("headers", d.headers, _HEADER_NAME.fullmatch,
-                                                   "is not an HTTP header name")),
-        body_fields=r.strings("body_fields", d.body_fields, _dotted_path,
-                              "is not a dotted path (names joined by single dots)"),
-        fallback=r.string("fallback", d.fallback, choices=("fingerprint", "none")),
-        forward_headers=r.boolean("forward_headers", d.forward_headers),
-    )
-    r.finish()
-    return s
-
-
-def _dotted_path(path: str) -> bool:
-    return all(path.split("."))
-
-
-def _state(r: Reader) -> StateSettings:
-    s = StateSettings(
-        backend=r.string("backend", StateSettings.backend, choices=("sqlite",)),
-        path=_not_empty(r, "path", StateSettings.path,
-                        "an empty path is the working directory; write . to mean that"),
-        check_on_start=r.boolean("check_on_start", StateSettings.check_on_start),
-    )
-    r.finish()
-    return s
-
-
-def _not_empty(r: Reader, key: str, default: str, meaning: str) -> str:
-    """A text key whose empty value (most often an empty `${VAR}`) would silently mean
-    something else: refused, with what it would have meant."""
-    value = r.string(key, default)
-    if not value.strip():
-        r.problem(key, f"must not be empty: {meaning}")
-        return default
-    return value
-
-
-def _logging(r: Reader) -> LoggingSettings:
-    s = LoggingSettings(
-        format=r.string("format", LoggingSettings.format, choices=("json", "console")),
-        level=r.string("level", LoggingSettings.level,
-                       choices=("debug", "info", "warning", "error")).lower(),
-    )
-    r.finish()
-    return s
-
-
-def _tokens(r: Reader) -> TokenSettings:
-    s = TokenSettings(
-        safety_margin=r.number("safety_margin", TokenSettings.safety_margin, 0.0, 1.0),
-        cache_entries=r.integer("cache_entries", TokenSettings.cache_entries, 1000),
-    )
-    r.finish()
-    return s
 
 
 def _check_references(s: Settings, problems: list[str]) -> None:

@@ -132,7 +132,8 @@ def _compaction(r: Reader) -> CompactionSettings:
         breaker=_breaker(r.mapping("breaker")),
     )
     if s.keep_ratio >= s.trigger_ratio:
-        r.problem("keep_ratio", "must be smaller than trigger_ratio")
+        r.problem("keep_ratio", f"must be smaller than trigger_ratio ({s.trigger_ratio:g}), "
+                                f"got {s.keep_ratio:g}")
     r.finish()
     return s
 
@@ -145,7 +146,8 @@ def _timezone(r: Reader) -> str | None:
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        r.problem("timezone", f"unknown time zone {shown(name)}")
+        r.problem("timezone", f"unknown time zone {shown(name)} (an IANA name such as "
+                              "Europe/Paris, or null for the machine's)")
         return None
     return name
 
@@ -176,7 +178,8 @@ def _truncate(r: Reader) -> TruncateSettings:
         keep_chars=r.integer("keep_chars", d.keep_chars, 0),
     )
     if s.keep_chars >= s.max_arg_chars:
-        r.problem("keep_chars", "must be smaller than max_arg_chars")
+        r.problem("keep_chars", f"must be smaller than max_arg_chars ({s.max_arg_chars}), "
+                                f"got {s.keep_chars}")
     r.finish()
     return s
 
@@ -237,6 +240,7 @@ def _breaker(r: Reader) -> BreakerSettings:
         max_cooldown_s=r.number("max_cooldown_s", d.max_cooldown_s, 0),
     )
     if s.max_cooldown_s < s.base_cooldown_s:
-        r.problem("max_cooldown_s", "must be at least base_cooldown_s")
+        r.problem("max_cooldown_s", f"must be at least base_cooldown_s ({s.base_cooldown_s:g}), "
+                                    f"got {s.max_cooldown_s:g}")
     r.finish()
     return s

@@ -251,3 +251,24 @@ def _bounds(minimum: float | None, maximum: float | None) -> Callable[[Any], str
 
 def environment() -> Mapping[str, str]:
     return os.environ
+
+
+def home_expanded(path: str, home: str) -> str | None:
+    """`path` with a leading `~` (alone or before `/`) as `home`; None when it cannot be
+    (`~user`, or no home). A path not starting with `~` is returned as it is."""
+    if not path.startswith("~"):
+        return path
+    if not home or not (path == "~" or path.startswith("~/")):
+        return None
+    base = home.rstrip("/")  # a home of "/" leaves "" before the path's own "/"
+    return base + path[1:] if path != "~" else base or "/"
+
+
+def not_empty(r: Reader, key: str, default: str, meaning: str) -> str:
+    """A text key whose empty value (most often an empty `${VAR}`) would silently mean
+    something else: refused, with what it would have meant."""
+    value = r.string(key, default)
+    if not value.strip():
+        r.problem(key, f"must not be empty: {meaning}")
+        return default
+    return value

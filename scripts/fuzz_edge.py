@@ -66,10 +66,33 @@ def cases(proxy, fake, scripted_proxy, upstream, batch: int) -> dict[str, Callab
             "delta_parse": delta_parse_case}  # its own 80 examples a batch
 
 
+def _positive_minutes(text: str) -> float:
+    # No time ran no case and exited 0: a run that checked nothing must not look like a pass.
+    try:
+        minutes = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not minutes > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return minutes
+
+
+def _batch_size(text: str) -> int:
+    try:
+        batch = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if batch < 1:  # hypothesis refuses max_examples=0, after both proxies have started
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {batch}")
+    return batch
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minutes", type=float, default=10)
-    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--minutes", type=_positive_minutes, default=10,
+                        help="how long to fuzz, in minutes (default 10)")
+    parser.add_argument("--batch", type=_batch_size, default=100,
+                        help="fresh examples per case in each round (default 100)")
     args = parser.parse_args()
     loop = LoopThread()
     fake = FakeUpstream()

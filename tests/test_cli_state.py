@@ -113,7 +113,7 @@ async def test_inspect_prints_a_checkpoint_that_holds_a_lone_surrogate(tmp_path:
     result = cli("inspect", "t1", "--config", config_for(tmp_path, tmp_path / "state"))
     assert result.returncode == 0, result.stderr
     [state] = json.loads(result.stdout)
-    assert state["event"]["restore_messages"] == [restored]
+    assert state["checkpoint"]["restore_messages"] == [restored]
 
 
 async def test_reading_never_migrates_or_changes_the_journal_mode(tmp_path: Path) -> None:

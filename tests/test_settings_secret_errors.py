@@ -62,7 +62,8 @@ def test_a_type_error_says_the_text_is_withheld_and_how_long_it_is() -> None:
 def test_text_that_cannot_be_a_key_is_still_quoted_to_help() -> None:
     problems = problems_of("logging:\n  level: verbose\ncompaction:\n  timezone: Mars/Base\n", "")
     assert "logging.level: must be one of debug, info, warning, error, got 'verbose'" in problems
-    assert "compaction.timezone: unknown time zone 'Mars/Base'" in problems
+    assert any(p.startswith("compaction.timezone: unknown time zone 'Mars/Base' (")
+               for p in problems)
 
 
 def test_an_unknown_key_that_is_a_pasted_secret_is_masked() -> None:

@@ -1,0 +1,109 @@
+"""The small sections of the configuration: `threads`, `state`, `logging` and `tokens`.
+
+Split from `proxy/settings.py` by size; `proxy.settings` re-exports every name here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from proxy.settings_reader import Reader, home_expanded, not_empty, shown
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+@dataclass(frozen=True)
+class ThreadSettings:
+    headers: tuple[str, ...] = ("x-thread-id", "session_id")
+    body_fields: tuple[str, ...] = ("prompt_cache_key", "metadata.thread_id")
+    fallback: str = "fingerprint"
+    forward_headers: bool = True
+
+
+@dataclass(frozen=True)
+class StateSettings:
+    backend: str = "sqlite"
+    path: str = "./data"
+    check_on_start: bool = True  # PRAGMA quick_check before serving (proxy/store/damage.py)
+
+
+@dataclass(frozen=True)
+class LoggingSettings:
+    format: str = "json"
+    level: str = "info"
+
+
+@dataclass(frozen=True)
+class TokenSettings:
+    safety_margin: float = 0.03
+    cache_entries: int = 200_000
+
+
+def parse_threads(r: Reader) -> ThreadSettings:
+    d = ThreadSettings()
+    s = ThreadSettings(
+        headers=tuple(h.lower() for h in r.strings("headers", d.headers, _HEADER_NAME.fullmatch,
+                                                   "is not an HTTP header name")),
+        body_fields=r.strings("body_fields", d.body_fields, _dotted_path,
+                              "is not a dotted path (names joined by single dots)"),
+        fallback=r.string("fallback", d.fallback, choices=("fingerprint", "none")),
+        forward_headers=r.boolean("forward_headers", d.forward_headers),
+    )
+    r.finish()
+    return s
+
+
+def _dotted_path(path: str) -> bool:
+    return all(path.split("."))
+
+
+def parse_state(r: Reader, env: Mapping[str, str]) -> StateSettings:
+    path = not_empty(r, "path", StateSettings.path,
+                      "an empty path is the working directory; write . to mean that")
+    s = StateSettings(
+        backend=r.string("backend", StateSettings.backend, choices=("sqlite",)),
+        path=_home_expanded(r, path, env.get("HOME", "")),
+        check_on_start=r.boolean("check_on_start", StateSettings.check_on_start),
+    )
+    r.finish()
+    return s
+
+
+def _home_expanded(r: Reader, path: str, home: str) -> str:
+    """`~/...` as a shell reads it: left as written, the state went to a directory named `~`."""
+    expanded = home_expanded(path, home)
+    if expanded is None:
+        r.problem("path", f"{shown(path)} starts with ~, which only ~/ with HOME set expands: "
+                          "write the full path")
+        return path
+    return expanded
+
+
+def parse_logging(r: Reader) -> LoggingSettings:
+    s = LoggingSettings(
+        format=r.string("format", LoggingSettings.format, choices=("json", "console")),
+        level=_level(r),
+    )
+    r.finish()
+    return s
+
+
+def _level(r: Reader) -> str:
+    """Any case: Python's own logging writes the levels in capitals."""
+    choices = ("debug", "info", "warning", "error")
+    level = r.string("level", LoggingSettings.level)
+    if level.lower() not in choices:
+        r.problem("level", f"must be one of {', '.join(choices)}, got {shown(level)}")
+        return LoggingSettings.level
+    return level.lower()
+
+
+def parse_tokens(r: Reader) -> TokenSettings:
+    s = TokenSettings(
+        safety_margin=r.number("safety_margin", TokenSettings.safety_margin, 0.0, 1.0),
+        cache_entries=r.integer("cache_entries", TokenSettings.cache_entries, 1000),
+    )
+    r.finish()
+    return s
