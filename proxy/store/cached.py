@@ -27,10 +27,11 @@ from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, 
 from proxy.store.base import ANCHORS_KEPT, StateStore, ThreadSummary, Touch
 
 DEFAULT_THREADS = 8192
-# Activity is persisted at most this often per thread (a touch per request would be most of the
-# store's writes; the cache always has it exactly). Only a kill loses the held-back touches and
-# their estimates (at most the last interval's: a task writes them out that often); the store reads a thread's newest anchor (each answer's is queued at once) as
-# its last activity when later, so an idle time reads longer only by requests left unanswered.
+# A thread's activity is written by its request at most this often (a touch per request would
+# be most of the store's writes; the cache always has it exactly), and what that held back by a
+# task this often. A kill loses only the touches and estimates of the last interval; the store
+# reads a thread's newest anchor (each answer's is queued at once) as its last activity when
+# later, so an idle time reads longer only by requests left unanswered.
 TOUCH_INTERVAL_S = 30.0
 HeldTouch = tuple[float, int | None]
 
