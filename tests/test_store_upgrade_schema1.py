@@ -65,7 +65,7 @@ def test_the_state_commands_of_the_new_package_work_beside_the_old_proxy(tmp_pat
     assert listed.returncode == 0 and KEY.thread in listed.stdout, listed
     shown = cli("inspect", KEY.thread, "--config", config)
     assert shown.returncode == 0, shown
-    assert json.loads(shown.stdout)[0]["event"]["cutoff_message_id"] == "m4"
+    assert json.loads(shown.stdout)[0]["checkpoint"]["cutoff_message_id"] == "m4"
     checked = cli("check-state", "--config", config)
     assert checked.returncode == 0 and checked.stdout.startswith("ok: "), checked
     assert version(path) == 1

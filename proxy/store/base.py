@@ -16,12 +16,14 @@ Write guarantees every implementation gives:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
 
 ANCHORS_KEPT = 16
+Touch = tuple[ThreadKey, float, int | None]  # a `record_request`'s arguments
 
 
 class StoreError(Exception):
@@ -56,6 +58,10 @@ class StateStore(Protocol):
 
     def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
         """Queue: touch last activity (creating the thread), keep the estimate if given."""
+
+    async def record_requests(self, touches: Sequence[Touch]) -> None:
+        """Commit these touches (as `record_request` each, in order) in one transaction, after
+        the writes queued before; raises, having logged it, when the transaction fails."""
 
     def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
         """Queue: add a usage anchor; only the latest `ANCHORS_KEPT` are kept."""

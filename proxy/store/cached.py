@@ -9,30 +9,36 @@ go to the store itself.
 
 Activity is the exception to write-through: a thread's touch (last activity and estimate) is
 persisted at most every `TOUCH_INTERVAL_S`. The latest touch held back is written with the
-thread's next request once the interval has passed, and every held-back touch by `flush` and
-`close`, so a clean stop leaves each thread's real last activity and estimate on disk.
+thread's next request once the interval has passed; every `TOUCH_INTERVAL_S` a task of the
+open cache writes all the touches held back in one awaited transaction, so an idle thread's
+last touch is on disk within that time (and a failed write keeps them held for the next);
+`flush` and `close` write every held-back touch, so a clean stop leaves each thread's real
+last activity and estimate on disk.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from dataclasses import replace
 
 from proxy.lru import LRU
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
-from proxy.store.base import ANCHORS_KEPT, StateStore, ThreadSummary
+from proxy.store.base import ANCHORS_KEPT, StateStore, ThreadSummary, Touch
 
 DEFAULT_THREADS = 8192
-# Activity is persisted at most this often per thread (a touch per request would be most of the
-# store's writes; the cache always has it exactly). Only a kill loses the held-back touches and
-# their estimates; the store reads a thread's newest anchor (each answer's is queued at once) as
-# its last activity when later, so an idle time reads longer only by requests left unanswered.
+# A thread's activity is written by its request at most this often (a touch per request would
+# be most of the store's writes; the cache always has it exactly), and what that held back by a
+# task this often. A kill loses only the touches and estimates of the last interval; the store
+# reads a thread's newest anchor (each answer's is queued at once) as its last activity when
+# later, so an idle time reads longer only by requests left unanswered.
 TOUCH_INTERVAL_S = 30.0
 HeldTouch = tuple[float, int | None]
 
 
 class CachedStore:
-    def __init__(self, store: StateStore, max_threads: int = DEFAULT_THREADS) -> None:
+    def __init__(self, store: StateStore, max_threads: int = DEFAULT_THREADS,
+                 write_held_every_s: float = TOUCH_INTERVAL_S) -> None:
         self.store = store
         # A write updates the thread's state here only when it is cached
         # (`self._states.update`); an uncached one is read whole from the store when needed.
@@ -42,16 +48,31 @@ class CachedStore:
         # past `max_threads` the oldest is written out, never dropped.
         self._held: OrderedDict[ThreadKey, HeldTouch] = OrderedDict()
         self._max_held = max_threads
+        self._write_held_every_s = write_held_every_s
+        self._held_writer: asyncio.Task[None] | None = None
+        # Held while the task's write is in flight: `flush` and `close` queue touches that
+        # must reach the worker after it (see `_write_held_now`).
+        self._writing = asyncio.Lock()
 
     async def open(self) -> None:
         await self.store.open()
+        if self._held_writer is None:
+            self._held_writer = asyncio.get_running_loop().create_task(
+                self._write_held_periodically(), name="state-held-touches")
 
     async def close(self) -> None:
-        self._write_held()
+        async with self._writing:  # the task is asleep or waiting for the lock: nothing lost
+            task, self._held_writer = self._held_writer, None
+            if task is not None:
+                task.cancel()
+            self._write_held()
+        if task is not None:
+            await asyncio.wait([task])
         await self.store.close()
 
     async def flush(self) -> None:
-        self._write_held()
+        async with self._writing:
+            self._write_held()
         await self.store.flush()
 
     def cached(self, key: ThreadKey) -> ThreadState | None:
@@ -118,6 +139,39 @@ class CachedStore:
         held, self._held = self._held, OrderedDict()
         for key, (at, estimate) in held.items():
             self._persist(key, at, estimate)
+
+    async def _write_held_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self._write_held_every_s)
+            async with self._writing:
+                await self._write_held_now()
+
+    async def _write_held_now(self) -> None:
+        """Every held-back touch in one awaited transaction; those of a write that fails are
+        held again (under any newer touch) for the next. The store logs the failure."""
+        if not self._held:
+            return
+        held, self._held = self._held, OrderedDict()
+        touches: list[Touch] = []
+        # Counted as persisted now, so that a request of the thread meanwhile is held, not
+        # queued: the worker drains the queue before this write, which would then overwrite
+        # the newer estimate with its older one.
+        for key, (at, estimate) in held.items():
+            touches.append((key, at, estimate))
+            self._touched.put(key, at)
+        try:
+            await self.store.record_requests(touches)
+        except BaseException as error:
+            self._hold_again(held)
+            if not isinstance(error, Exception):
+                raise  # cancelled: the touches are held again, for `close`
+
+    def _hold_again(self, failed: OrderedDict[ThreadKey, HeldTouch]) -> None:
+        newer, self._held = self._held, OrderedDict()
+        for key, touch in failed.items():
+            later = newer.pop(key, None)
+            self._held[key] = touch if later is None else _merged(touch, *later)
+        self._held.update(newer)
 
 
 def _merged(held: HeldTouch | None, at: float, estimate: int | None) -> HeldTouch:

@@ -29,6 +29,8 @@ def open_read_only(root: Path) -> StateDb:
     try:
         conn = _connect(path)
     except sqlite3.Error as error:
+        if is_damage(error):  # what `serve` says of the same file, remedy included
+            raise StoreError(damaged_message(path, [str(error)])) from None
         raise StoreError(f"cannot read {path}: {error}") from None
     try:
         _check_version(conn, path)

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import structlog
 
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
-from proxy.store.base import ANCHORS_KEPT, StoreError, ThreadSummary
+from proxy.store.base import ANCHORS_KEPT, StoreError, ThreadSummary, Touch
 from proxy.store.damage import REMEDY, StateDamaged, is_damage
 from proxy.store.failures import WriteFailures
 from proxy.store.keys import storable_key, thread_key_text
@@ -96,6 +96,16 @@ class SqliteStore:
 
     def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
         self._enqueue(partial(self._require_db().touch, storable_key(key), at, estimate))
+
+    async def record_requests(self, touches: Sequence[Touch]) -> None:
+        db = self._require_db()
+        rows = [(storable_key(key), at, estimate) for key, at, estimate in touches]
+        try:
+            await self._run(db.write, db.touch_many, rows)
+        except sqlite3.Error as error:  # a damaged page was logged by `_run` already
+            # Reported as the queued writes' failures are; the caller keeps the touches.
+            self._report(self._failures.record(len(rows), error, time.monotonic()))
+            raise
 
     def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
         self._enqueue(AnchorWrite(self._require_db(), storable_key(key), anchor))

@@ -145,12 +145,12 @@ class StateDb:
     # -- writes (inside a transaction) ----------------------------------------------------
 
     def touch(self, key: ThreadKey, at: float, estimate: int | None) -> None:
-        self.conn.execute(
-            "INSERT INTO threads (tenant, thread, created_at, last_activity, last_estimate) "
-            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, thread) DO UPDATE SET "
-            "last_activity = max(last_activity, excluded.last_activity), "
-            "last_estimate = coalesce(excluded.last_estimate, last_estimate)",
-            (key.tenant, key.thread, at, at, estimate))
+        self.conn.execute(_TOUCH, (key.tenant, key.thread, at, at, estimate))
+
+    def touch_many(self, touches: Sequence[tuple[ThreadKey, float, int | None]]) -> None:
+        """`touch` each, in order."""
+        self._writes.executemany(_TOUCH, [(key.tenant, key.thread, at, at, estimate)
+                                          for key, at, estimate in touches])
 
     def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
         """One anchor: a quiet proxy's batch, and every queued anchor a bad batch retries."""
@@ -320,6 +320,12 @@ class StateDb:
     def integrity_check(self) -> str:
         """"ok", or the problems `PRAGMA integrity_check` finds, joined by "; "."""
         return "; ".join(damage.check(self.conn, "integrity_check")) or "ok"
+
+
+_TOUCH = ("INSERT INTO threads (tenant, thread, created_at, last_activity, last_estimate) "
+          "VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, thread) DO UPDATE SET "
+          "last_activity = max(last_activity, excluded.last_activity), "
+          "last_estimate = coalesce(excluded.last_estimate, last_estimate)")
 
 
 class AnchorWrite(NamedTuple):
