@@ -261,7 +261,7 @@ def _stored_event(config: Path, thread: str) -> dict[str, Any] | None:
         return None
     assert shown.returncode == 0, shown.stderr
     [state] = orjson.loads(shown.stdout)
-    return state["event"]
+    return state["checkpoint"]
 
 
 def _assert_no_lost_task(proxy: ProxyProcess) -> None:
