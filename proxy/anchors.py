@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import compress
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -212,7 +212,13 @@ def estimate(entries: Sequence[Entry], sizes: Sequence[int], context: bytes,
     References to items no count covers add their answer's output, or a guess
     (`_unknown_references`)."""
     responses = bool(entries) and entries[0].api is Api.RESPONSES
-    for anchor in _fitting(anchors, len(entries)):
+    count = len(entries)
+    for anchor in anchors:
+        # A list holds the echo of few of the kept anchors (the others: a retried or edited
+        # turn). A plain test: `compress` over `map(count.__ge__, ...)` reads as fewer Python
+        # steps but costs four times the instructions (a method-wrapper call per anchor).
+        if anchor.echo_end > count:
+            continue
         response = echoed(entries, anchor, digest)
         if response is None:
             continue
@@ -292,13 +298,7 @@ def _referenced_tokens(referenced: Sequence[str], anchors: Sequence[Anchor],
     return math.ceil(tokens * (1.0 + margin))
 
 
-_ECHO_END, _KIND = attrgetter("echo_end"), attrgetter("kind")
-
-
-def _fitting(anchors: Sequence[Anchor], count: int) -> Iterator[Anchor]:
-    """The anchors whose echo fits in a list of `count` entries, in order; the others (a
-    retried or edited turn) are skipped in C: a list holds the echo of few of the kept ones."""
-    return compress(anchors, map(count.__ge__, map(_ECHO_END, anchors)))
+_KIND = attrgetter("kind")
 
 
 def _anchored(anchor: Anchor, response: list[int], sizes: Sequence[int], margin: float,
