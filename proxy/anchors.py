@@ -34,6 +34,10 @@ from proxy.records import Anchor
 from proxy.tokens.rules import REFERENCED_ITEM
 from proxy.usage import Usage
 
+# The members as globals: on Python 3.11 an attribute of an Enum class is read through
+# `EnumType.__getattr__`'s hook (some 600 instructions), a global in a dict lookup.
+_CHAT, _RESPONSES = Api.CHAT, Api.RESPONSES
+
 Digest = Callable[[Entry], str]
 
 
@@ -86,7 +90,7 @@ def _entry_digest(entry: Entry) -> bytes:
 
 def response_entries(api: Api | str, response: Any) -> tuple[Entry, ...]:
     """Entries of a response: the chat message, or the Responses output items."""
-    if api == Api.CHAT:
+    if api == _CHAT:
         return (entry_from_chat(dict(response)),) if isinstance(response, Mapping) else ()
     items = response if isinstance(response, Sequence) and not isinstance(response, str) else ()
     return tuple(entry_from_responses(dict(i)) for i in items if isinstance(i, Mapping))
@@ -101,7 +105,7 @@ def make_anchor(projection: Sequence[Entry], context: bytes, response: Iterable[
 
 def response_digests(api: Api | str, response: Any, identities: Identities) -> tuple[str, ...]:
     """What `make_anchor` takes of `response_entries(api, response)` with `content_digest`."""
-    if api == Api.CHAT and type(response) is dict:
+    if api == _CHAT and type(response) is dict:
         # One message, never a reasoning item, without client bytes: its digest is that of
         # its canonical form, and no entry needs building for it.
         return (digest_of(content_chat(response)),)
@@ -122,7 +126,7 @@ def _answer_digests(response: Iterable[Entry], digest: Digest) -> tuple[str, ...
     reasoning: list[str] = []
     for entry in response:
         item_id = entry.item_id
-        named = entry.api is Api.RESPONSES and bool(item_id) and _SEP not in item_id
+        named = entry.api is _RESPONSES and bool(item_id) and _SEP not in item_id
         if entry.kind is Kind.REASONING:
             if named:
                 reasoning.append(item_id)
@@ -170,7 +174,7 @@ def echoed(entries: Sequence[Entry], anchor: Anchor, digest: Digest) -> list[int
         return None
     found: list[int] = []
     i = anchor.position
-    if count and entries[0].api is Api.CHAT:  # no reasoning items, no references: whole echoes
+    if count and entries[0].api is _CHAT:  # no reasoning items, no references: whole echoes
         for wanted in anchor.response_digests:
             if i >= count or digest(entries[i]) != wanted:
                 return None
@@ -211,7 +215,7 @@ def estimate(entries: Sequence[Entry], sizes: Sequence[int], context: bytes,
 
     References to items no count covers add their answer's output, or a guess
     (`_unknown_references`)."""
-    responses = bool(entries) and entries[0].api is Api.RESPONSES
+    responses = bool(entries) and entries[0].api is _RESPONSES
     count = len(entries)
     for anchor in anchors:
         # A list holds the echo of few of the kept anchors (the others: a retried or edited
