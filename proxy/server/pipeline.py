@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
 from operator import attrgetter
-from types import MappingProxyType
 from typing import Any
 
 from proxy import anchors, jsonio
@@ -193,8 +192,9 @@ class Pipeline:
                  anchor_used=built.anchor is not None,
                  tokenizer=prepared.estimator.described if prepared.estimator else None,
                  compaction=compaction, checkpoint=event.seq if event else None,
-                 protected=built.protected,
-                 **(_stage_fields(built) if cascade.changed else _NO_FIELDS))
+                 protected=built.protected)
+        if cascade.changed:
+            line.set(**_stage_fields(built))
         return prepared
 
     @staticmethod
@@ -382,7 +382,6 @@ def _needs_usage_chunk(inbound: Inbound) -> bool:
     return not (isinstance(options, dict) and options.get("include_usage") is True)
 
 
-_NO_FIELDS: Mapping[str, Any] = MappingProxyType({})
 _CHAT_TAP, _HIDING_CHAT_TAP = partial(ChatTap, False), partial(ChatTap, True)  # not one a request
 
 
