@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import compress
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -33,6 +33,10 @@ from proxy.lru import Memo
 from proxy.records import Anchor
 from proxy.tokens.rules import REFERENCED_ITEM
 from proxy.usage import Usage
+
+# The members as globals: on Python 3.11 an attribute of an Enum class is read through
+# `EnumType.__getattr__`'s hook (some 600 instructions), a global in a dict lookup.
+_CHAT, _RESPONSES = Api.CHAT, Api.RESPONSES
 
 Digest = Callable[[Entry], str]
 
@@ -86,7 +90,7 @@ def _entry_digest(entry: Entry) -> bytes:
 
 def response_entries(api: Api | str, response: Any) -> tuple[Entry, ...]:
     """Entries of a response: the chat message, or the Responses output items."""
-    if api == Api.CHAT:
+    if api == _CHAT:
         return (entry_from_chat(dict(response)),) if isinstance(response, Mapping) else ()
     items = response if isinstance(response, Sequence) and not isinstance(response, str) else ()
     return tuple(entry_from_responses(dict(i)) for i in items if isinstance(i, Mapping))
@@ -101,7 +105,7 @@ def make_anchor(projection: Sequence[Entry], context: bytes, response: Iterable[
 
 def response_digests(api: Api | str, response: Any, identities: Identities) -> tuple[str, ...]:
     """What `make_anchor` takes of `response_entries(api, response)` with `content_digest`."""
-    if api == Api.CHAT and type(response) is dict:
+    if api == _CHAT and type(response) is dict:
         # One message, never a reasoning item, without client bytes: its digest is that of
         # its canonical form, and no entry needs building for it.
         return (digest_of(content_chat(response)),)
@@ -122,7 +126,7 @@ def _answer_digests(response: Iterable[Entry], digest: Digest) -> tuple[str, ...
     reasoning: list[str] = []
     for entry in response:
         item_id = entry.item_id
-        named = entry.api is Api.RESPONSES and bool(item_id) and _SEP not in item_id
+        named = entry.api is _RESPONSES and bool(item_id) and _SEP not in item_id
         if entry.kind is Kind.REASONING:
             if named:
                 reasoning.append(item_id)
@@ -170,7 +174,7 @@ def echoed(entries: Sequence[Entry], anchor: Anchor, digest: Digest) -> list[int
         return None
     found: list[int] = []
     i = anchor.position
-    if count and entries[0].api is Api.CHAT:  # no reasoning items, no references: whole echoes
+    if count and entries[0].api is _CHAT:  # no reasoning items, no references: whole echoes
         for wanted in anchor.response_digests:
             if i >= count or digest(entries[i]) != wanted:
                 return None
@@ -211,8 +215,14 @@ def estimate(entries: Sequence[Entry], sizes: Sequence[int], context: bytes,
 
     References to items no count covers add their answer's output, or a guess
     (`_unknown_references`)."""
-    responses = bool(entries) and entries[0].api is Api.RESPONSES
-    for anchor in _fitting(anchors, len(entries)):
+    responses = bool(entries) and entries[0].api is _RESPONSES
+    count = len(entries)
+    for anchor in anchors:
+        # A list holds the echo of few of the kept anchors (the others: a retried or edited
+        # turn). A plain test: `compress` over `map(count.__ge__, ...)` reads as fewer Python
+        # steps but costs four times the instructions (a method-wrapper call per anchor).
+        if anchor.echo_end > count:
+            continue
         response = echoed(entries, anchor, digest)
         if response is None:
             continue
@@ -292,13 +302,7 @@ def _referenced_tokens(referenced: Sequence[str], anchors: Sequence[Anchor],
     return math.ceil(tokens * (1.0 + margin))
 
 
-_ECHO_END, _KIND = attrgetter("echo_end"), attrgetter("kind")
-
-
-def _fitting(anchors: Sequence[Anchor], count: int) -> Iterator[Anchor]:
-    """The anchors whose echo fits in a list of `count` entries, in order; the others (a
-    retried or edited turn) are skipped in C: a list holds the echo of few of the kept ones."""
-    return compress(anchors, map(count.__ge__, map(_ECHO_END, anchors)))
+_KIND = attrgetter("kind")
 
 
 def _anchored(anchor: Anchor, response: list[int], sizes: Sequence[int], margin: float,

@@ -20,6 +20,10 @@ from proxy import jsonio
 from proxy.conversation import THINKING_PARTS, Api, Entry
 from proxy.lru import LRU
 
+# The members as globals: on Python 3.11 an attribute of an Enum class is read through
+# `EnumType.__getattr__`'s hook (some 600 instructions), a global in a dict lookup.
+_CHAT, _RESPONSES = Api.CHAT, Api.RESPONSES
+
 # `dict` first: parsed JSON is dicts, and for a dict `isinstance` then answers in C, without
 # the ABC's Python-level `__instancecheck__`; other mappings still pass.
 _MAPPING = (dict, Mapping)
@@ -30,7 +34,7 @@ _PART_NOISE = frozenset({"annotations", "logprobs", "cache_control", "prompt_cac
 
 
 def canonical(entry: Entry) -> dict[str, Any]:
-    return canonical_chat(entry.raw) if entry.api is Api.CHAT else canonical_item(entry.raw)
+    return canonical_chat(entry.raw) if entry.api is _CHAT else canonical_item(entry.raw)
 
 
 def canonical_chat(message: Mapping[str, Any]) -> dict[str, Any]:
@@ -168,7 +172,7 @@ class Identities:
         self._cache: LRU[bytes, str] = LRU(max_entries)
 
     def digest(self, entry: Entry) -> str:
-        if entry.api is Api.RESPONSES and entry.item_id:
+        if entry.api is _RESPONSES and entry.item_id:
             return f"id:{entry.item_id}"
         found = entry.memo.get("digest")
         return found if found is not None else self._digest_of(entry, None)
@@ -226,7 +230,7 @@ def _cache_key(api: Api, key: bytes) -> bytes:
     (`{"role": "user", "content": "continue"}`), which read them as different messages: keyed
     by the bytes alone, an id would depend on which API sent them first, and change with a
     restart (a checkpoint's prefix digest is made of ids)."""
-    return key if api is Api.CHAT else b"r" + key
+    return key if api is _CHAT else b"r" + key
 
 
 def with_occurrences(digests: Iterable[str]) -> list[str]:

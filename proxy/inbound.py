@@ -18,6 +18,10 @@ from proxy.conversation import Api, Entries, Entry, entries_from
 from proxy.errors import BadRequest
 from proxy.jsonspan import ArraySpans, locate_array
 
+# The members as globals: on Python 3.11 an attribute of an Enum class is read through
+# `EnumType.__getattr__`'s hook (some 600 instructions), a global in a dict lookup.
+_CHAT, _RESPONSES = Api.CHAT, Api.RESPONSES
+
 
 # Not frozen: one is built for every request and dropped with it, and a frozen
 # `__init__` sets each field through `object.__setattr__`. Never mutated all the same.
@@ -40,7 +44,7 @@ class Inbound:
         (PROTOCOL.md §6.1): `previous_response_id` chains a stored response, a non-null
         `conversation` names a server-side conversation. Either way calls and outputs the
         client answers may live only upstream, so the request is not ours to rebuild."""
-        if self.api is not Api.RESPONSES:
+        if self.api is not _RESPONSES:
             return None
         if self.doc.get("previous_response_id"):
             return "previous_response_id"
@@ -51,7 +55,7 @@ class Inbound:
     @property
     def stateful_upstream(self) -> bool:
         # Asked of every request: a chat one, never stateful, is answered without the lookups.
-        return self.api is Api.RESPONSES and self.upstream_state is not None
+        return self.api is _RESPONSES and self.upstream_state is not None
 
 
 def parse_json_body(body: bytes) -> dict[str, Any]:
@@ -74,7 +78,7 @@ def parse_inbound(api: Api, body: bytes) -> Inbound:
 def checked_inbound(api: Api, body: bytes, doc: dict[str, Any]) -> Inbound:
     """The request `doc` (parsed from `body`) checked; entries not built yet."""
     model, stream, elements = checked_fields(api, doc)
-    key = "messages" if api is Api.CHAT else "input"
+    key = "messages" if api is _CHAT else "input"
     return Inbound(api, body, doc, model, stream, key, None, None, elements)
 
 
@@ -86,9 +90,9 @@ def checked_fields(api: Api,
     if not isinstance(model, str) or not model:
         raise BadRequest("You must provide a model parameter.", param="model")
     stream = doc.get("stream") is True
-    key = "messages" if api is Api.CHAT else "input"
+    key = "messages" if api is _CHAT else "input"
     elements = doc.get(key)
-    if api is Api.CHAT and not isinstance(elements, list):
+    if api is _CHAT and not isinstance(elements, list):
         raise BadRequest("'messages' must be an array of message objects.", param="messages")
     if not isinstance(elements, list) or not elements:
         return model, stream, None
@@ -120,7 +124,7 @@ def leading_bytes(inbound: Inbound) -> list[bytes]:
     """The leading system/developer elements and the first user message, for a fingerprint."""
     out: list[bytes] = []
     instructions = inbound.doc.get("instructions")
-    if inbound.api is Api.RESPONSES and isinstance(instructions, str):
+    if inbound.api is _RESPONSES and isinstance(instructions, str):
         out.append(instructions.encode("utf-8", "surrogatepass"))
     for element in inbound.elements or ():
         # Canonical bytes, not the client's: the fingerprint must not depend on formatting.

@@ -16,9 +16,10 @@ not fit returns None, and the caller parses the whole body as usual.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import accumulate, repeat
 from operator import add
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
@@ -33,11 +34,12 @@ _COMMA, _CLOSE = ord(","), ord("]")
 _LIST_KEYS = {Api.CHAT: ("messages", b'"messages"'), Api.RESPONSES: ("input", b'"input"')}
 
 
-class Known(NamedTuple):
-    """What a thread's previous request leaves for parsing the next one.
-
-    A named tuple, not a frozen dataclass: one is made for every request, and a tuple is
-    built in C."""
+# Not a named tuple: its `__new__` is a Python function, and one is made for every request
+# (twice the instructions of this class). Not frozen: a frozen `__init__` sets each field
+# through `object.__setattr__`. Never mutated all the same.
+@dataclass(slots=True)
+class Known:
+    """What a thread's previous request leaves for parsing the next one."""
 
     api: Api
     lead: bytes  # the body up to and including its list's `[`

@@ -19,6 +19,10 @@ from typing import Any
 
 from proxy.conversation import Api
 
+# The members as globals: on Python 3.11 an attribute of an Enum class is read through
+# `EnumType.__getattr__`'s hook (some 600 instructions), a global in a dict lookup.
+_RESPONSES = Api.RESPONSES
+
 Count = Callable[[str], int]
 
 
@@ -62,7 +66,7 @@ def normalize(usage: Any, api: Api | str = Api.CHAT, response: Any = None,
         reasoning = min(reasoning, output)
         return Usage(input_tokens, output, cached, cache_write, reasoning, output - reasoning)
     # A chat message with none of the reasoning fields (most answers): nothing to estimate.
-    if (type(response) is dict and api != Api.RESPONSES
+    if (type(response) is dict and api != _RESPONSES
             and response.keys().isdisjoint(_REASONING_KEYS)):
         return Usage(input_tokens, output, cached, cache_write, 0, output)
     reasoning = min(_estimate(api, response, count), output)
@@ -156,7 +160,7 @@ _REASONING_KEYS = ("reasoning_content", "reasoning", "reasoning_details", "think
 
 def reasoning_texts(api: Api | str, response: Any) -> list[str]:
     """The reasoning text a response carried: a chat message's or Responses reasoning items'."""
-    if api == Api.RESPONSES:
+    if api == _RESPONSES:
         items = response if isinstance(response, Sequence) and not isinstance(response, str) else ()
         return [t for item in items if isinstance(item, Mapping) for t in _item_reasoning(item)]
     if type(response) is not dict and not isinstance(response, Mapping):

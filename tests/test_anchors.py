@@ -121,6 +121,17 @@ def test_latest_matching_anchor_wins() -> None:
     assert run(further, [stale, older])[1] == older
 
 
+def test_an_anchor_whose_echo_runs_past_the_list_is_passed_over_for_an_older_one() -> None:
+    older = anchor_for(PROJECTION, RESPONSE, USAGE)
+    # A later answer the client retried away: its echo would end past this list.
+    retried = anchor_for(NEXT, {"role": "assistant", "content": "Fixed."},
+                         {"prompt_tokens": 50_000, "completion_tokens": 5})
+    assert retried.echo_end > len(NEXT)
+    assert run(NEXT, [retried, older]) == run(NEXT, [older])
+    assert run(NEXT, [retried, older])[1] == older
+    assert run(PROJECTION, [retried, older]) == (100, None)
+
+
 def test_native_anthropic_cache_fields_add_up_in_the_anchor() -> None:
     usage = {"input_tokens": 100, "output_tokens": 30, "cache_read_input_tokens": 30_000,
              "cache_creation_input_tokens": 2_000}

@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
 from operator import attrgetter
-from types import MappingProxyType
 from typing import Any
 
 from proxy import anchors, jsonio
@@ -52,6 +51,10 @@ from proxy.threads import ThreadIdentity, loggable
 from proxy.tokens.estimate import TokenEstimator
 from proxy.tokens.rules import request_definitions
 from proxy.usage import normalize
+
+# The members as globals: on Python 3.11 an attribute of an Enum class is read through
+# `EnumType.__getattr__`'s hook (some 600 instructions), a global in a dict lookup.
+_CHAT = Api.CHAT
 
 
 class Pipeline:
@@ -189,8 +192,9 @@ class Pipeline:
                  anchor_used=built.anchor is not None,
                  tokenizer=prepared.estimator.described if prepared.estimator else None,
                  compaction=compaction, checkpoint=event.seq if event else None,
-                 protected=built.protected,
-                 **(_stage_fields(built) if cascade.changed else _NO_FIELDS))
+                 protected=built.protected)
+        if cascade.changed:
+            line.set(**_stage_fields(built))
         return prepared
 
     @staticmethod
@@ -275,7 +279,7 @@ class Pipeline:
             body = jsonio.loads(data)
         except ValueError:
             return
-        if prepared.inbound.api is not Api.CHAT:
+        if prepared.inbound.api is not _CHAT:
             self._record_usage(prepared, responses_output(body), usage_of(body), line)
             return
         usual = one_choice(body)
@@ -365,12 +369,12 @@ class Pipeline:
 
     @staticmethod
     def _tap_factory(api: Api, hide_usage: bool) -> Callable[[], StreamTap]:
-        return (_HIDING_CHAT_TAP if hide_usage else _CHAT_TAP) if api is Api.CHAT else ResponsesTap
+        return (_HIDING_CHAT_TAP if hide_usage else _CHAT_TAP) if api is _CHAT else ResponsesTap
 
 
 def _needs_usage_chunk(inbound: Inbound) -> bool:
     """A chat stream whose client did not ask for usage: ask for it, then hide it."""
-    if inbound.api is not Api.CHAT or not inbound.stream:
+    if inbound.api is not _CHAT or not inbound.stream:
         return False
     options = inbound.doc.get("stream_options")
     if options is not None and not isinstance(options, dict):
@@ -378,7 +382,6 @@ def _needs_usage_chunk(inbound: Inbound) -> bool:
     return not (isinstance(options, dict) and options.get("include_usage") is True)
 
 
-_NO_FIELDS: Mapping[str, Any] = MappingProxyType({})
 _CHAT_TAP, _HIDING_CHAT_TAP = partial(ChatTap, False), partial(ChatTap, True)  # not one a request
 
 
