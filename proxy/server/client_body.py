@@ -39,9 +39,9 @@ def streamed_upload(request: web.Request, server: ServerSettings) -> int | None:
     """The announced length of a pass-through body to stream upstream rather than read: over
     `max_body_mb`, not JSON (a JSON body is read for its `model`), not compressed (its length
     would not be its size). A 413 when it is over `max_upload_mb`; None for a body to read."""
-    announced = request.headers.get("Content-Length")
+    announced = request.headers.get(hdrs.CONTENT_LENGTH)
     length = int(announced) if announced is not None else 0  # aiohttp checked it is digits
-    if (length <= server.max_body_bytes or "Content-Encoding" in request.headers
+    if (length <= server.max_body_bytes or hdrs.CONTENT_ENCODING in request.headers
             or _is_json(request.content_type)):
         return None
     if length > server.max_upload_bytes:
