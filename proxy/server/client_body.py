@@ -13,7 +13,7 @@ upstream as it arrives (`streamed_upload`), up to `server.max_upload_mb`, never 
 
 from __future__ import annotations
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.web_urldispatcher import _default_expect_handler
 
 from proxy.errors import BadRequest, PayloadTooLarge
@@ -39,9 +39,9 @@ def streamed_upload(request: web.Request, server: ServerSettings) -> int | None:
     """The announced length of a pass-through body to stream upstream rather than read: over
     `max_body_mb`, not JSON (a JSON body is read for its `model`), not compressed (its length
     would not be its size). A 413 when it is over `max_upload_mb`; None for a body to read."""
-    announced = request.headers.get("Content-Length")
+    announced = request.headers.get(hdrs.CONTENT_LENGTH)
     length = int(announced) if announced is not None else 0  # aiohttp checked it is digits
-    if (length <= server.max_body_bytes or "Content-Encoding" in request.headers
+    if (length <= server.max_body_bytes or hdrs.CONTENT_ENCODING in request.headers
             or _is_json(request.content_type)):
         return None
     if length > server.max_upload_bytes:
@@ -75,9 +75,9 @@ def _announced_too_large(request: web.Request, max_bytes: int) -> bool:
     # A compressed body's length is not its size: that one is counted as it is inflated.
     # The header read directly (aiohttp's parser checked it is digits): every request asks,
     # and `request.content_length` costs as many steps again.
-    length = request.headers.get("Content-Length")
+    length = request.headers.get(hdrs.CONTENT_LENGTH)  # `istr`: found without folding case
     return (length is not None and int(length) > max_bytes
-            and "Content-Encoding" not in request.headers)
+            and hdrs.CONTENT_ENCODING not in request.headers)
 
 
 def _is_json(content_type: str) -> bool:

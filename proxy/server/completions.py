@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 
 import aiohttp
-from aiohttp import web
+from aiohttp import hdrs, web
 from multidict import CIMultiDict
 
 from proxy.conversation import Api
@@ -88,7 +88,7 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
         line.mark_upstream()
         # None: plain, as the proxy asked (nearly always: the header is looked for in C first).
         encoding = (answer_encoding(response.headers)
-                    if "Content-Encoding" in response.headers else None)
+                    if hdrs.CONTENT_ENCODING in response.headers else None)
         if is_event_stream(response):
             peeked, error = await _peek(response, prepared.inbound, prepared.upstream, encoding)
             if error is not None:

@@ -41,6 +41,7 @@ class Drain:
         self.grace_s = grace_s
         self._log = log
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._forget = self._tasks.discard  # bound once: every request's task ends with it
 
     @property
     def in_flight(self) -> int:
@@ -52,7 +53,7 @@ class Drain:
         tasks = self._tasks
         if task is not None and task not in tasks:
             tasks.add(task)
-            task.add_done_callback(tasks.discard)
+            task.add_done_callback(self._forget)
 
     async def on_shutdown(self, app: web.Application) -> None:
         if not self._tasks:

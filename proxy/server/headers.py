@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
-from multidict import CIMultiDict, CIMultiDictProxy
+from aiohttp import hdrs
+from multidict import CIMultiDict, CIMultiDictProxy, istr
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
@@ -31,11 +32,12 @@ def upstream_request_headers(client: Mapping[str, str] | CIMultiDictProxy[str], 
                              identity_encoding: bool = False) -> CIMultiDict[str]:
     """Headers to send upstream: the client's, minus hop-by-hop, with the upstream's key."""
     out = _forwarded(client, _request_drop(tuple(drop), bool(api_key)))
+    # Named by aiohttp's `istr` constants: multidict finds those without folding their case.
     if api_key:
-        out["Authorization"] = f"Bearer {api_key}"
+        out[hdrs.AUTHORIZATION] = f"Bearer {api_key}"
     if identity_encoding:
         # The proxy reads these bodies (usage); a compressed answer would have to be inflated.
-        out["Accept-Encoding"] = "identity"
+        out[hdrs.ACCEPT_ENCODING] = "identity"
     return out
 
 
@@ -79,7 +81,20 @@ def _strip(out: CIMultiDict[str], headers: Mapping[str, str] | CIMultiDictProxy[
         # name (that copy was half the cost of the whole function).
         if "connection" in headers:
             dropped = dropped | _connection_tokens(headers)
-        present = headers.keys() & dropped
+            present = headers.keys() & dropped
+        else:
+            # Clients send the same header names on every request: the names found for one
+            # list of names are remembered (meeting the keys view costs twice the lookup).
+            # Without a Connection header, what is dropped depends on the names alone.
+            names = tuple(headers)
+            present = _PRESENT.get((names, dropped))
+            if present is None:
+                # As `istr`: multidict finds those without folding their case again.
+                present = frozenset(map(istr, headers.keys() & dropped))
+                if sum(map(len, names)) <= _MAX_NAMES_CHARS:  # bounded: names are the client's
+                    if len(_PRESENT) >= _MAX_PRESENT:
+                        _PRESENT.clear()
+                    _PRESENT[names, dropped] = present
     else:
         names = set(map(str.lower, headers.keys()))
         if "connection" in names:
@@ -91,6 +106,11 @@ def _strip(out: CIMultiDict[str], headers: Mapping[str, str] | CIMultiDictProxy[
 
 
 _CASELESS = frozenset({CIMultiDict, CIMultiDictProxy})
+# The names to drop from a list of header names (in order, repeats kept), for one set of
+# dropped names: a few hundred lists of names up to 4 KB in all at most.
+_PRESENT: dict[tuple[tuple[str, ...], frozenset[str]], frozenset[istr]] = {}
+_MAX_PRESENT = 256
+_MAX_NAMES_CHARS = 4096
 # Older multidict releases compared keys views case-sensitively: those take the general way.
 _CASELESS_KEY_SETS = CIMultiDict({"Host": ""}).keys() & {"host"} == {"Host"}
 

@@ -12,7 +12,7 @@ body, else of its query (`GET /v1/chat/completions?model=...`), else of its path
 
 from __future__ import annotations
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from proxy import jsonio
 from proxy.errors import NotFound
@@ -71,8 +71,9 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
             line.set(status=response.status)
             line.mark_upstream()
             out_headers = client_response_headers(response.headers)
-            if response.headers.get("Content-Length") is not None:
-                out_headers["Content-Length"] = response.headers["Content-Length"]
+            length = response.headers.get(hdrs.CONTENT_LENGTH)
+            if length is not None:
+                out_headers[hdrs.CONTENT_LENGTH] = length
             if made_id is not None and request.method == "DELETE" and response.status == 200:
                 services.origins.forget(made_id)  # type: ignore[union-attr]
             outcome = await relay_stream(request, response, out_headers, PlainTap(), line.started)

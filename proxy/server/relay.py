@@ -17,7 +17,7 @@ from functools import lru_cache
 from typing import Protocol
 
 import aiohttp
-from aiohttp import web
+from aiohttp import hdrs, web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.errors import ShuttingDown
@@ -61,7 +61,7 @@ class RelayOutcome:
 
 
 def is_event_stream(response: aiohttp.ClientResponse) -> bool:
-    return _is_event_stream_type(response.headers.get("Content-Type", ""))
+    return _is_event_stream_type(response.headers.get(hdrs.CONTENT_TYPE, ""))
 
 
 # An upstream sends the same few Content-Type values on every answer.

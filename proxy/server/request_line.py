@@ -23,6 +23,7 @@ from proxy.server.logs import write_info
 CLIENT_CLOSED = 499
 _NONES = repeat(None)
 _CLIPPED_CHARS = 256
+_INFO = logging.INFO
 
 
 def clipped(text: str) -> str:
@@ -63,12 +64,27 @@ class RequestLine:
                  tb: TracebackType | None) -> None:
         if exc is not None:
             self._settle(exc)
-        self._write()
-        if self._metrics is not None:
-            self._metrics.observe_request(self._kind, self.fields["status"],
-                                          self.fields.get("upstream_ms"))
-            if self.fields.get("upstream_error") is not None:
-                self._metrics.observe_stream_error(self._kind)
+        fields = self.fields
+        # The line is written here, not by a method of its own: every request passes.
+        enabled = getattr(self._log, "is_enabled_for", None)
+        if enabled is None or enabled(_INFO):  # below the level: skip building it
+            # Measured here, not on entry: a line below the level needs no duration.
+            fields["duration_ms"] = round((time.perf_counter() - self._started) * 1000, 2)
+            try:
+                # Facts set to None are left out: filtered in C, a line has some 30 of them.
+                write_info(self._log, "request",
+                           dict(compress(fields.items(), map(is_not, fields.values(), _NONES))),
+                           level_checked=enabled is not None)
+            except Exception:  # noqa: BLE001 - the answer is out or on its way: a lost line
+                # must not break it. The standard library's logging reports on stderr what its
+                # sink refuses.
+                logging.getLogger("proxy").exception("request line not written (status %s)",
+                                                     fields["status"])
+        metrics = self._metrics
+        if metrics is not None:
+            metrics.observe_request(self._kind, fields["status"], fields.get("upstream_ms"))
+            if fields.get("upstream_error") is not None:
+                metrics.observe_stream_error(self._kind)
 
     def _settle(self, exc: BaseException) -> None:
         """The status and error the client got, from how the handler failed."""
@@ -83,23 +99,6 @@ class RequestLine:
         elif not isinstance(exc, GeneratorExit):
             self.fields["status"] = self.fields["status"] or 500
             self.fields["error"] = type(exc).__name__
-
-    def _write(self) -> None:
-        enabled = getattr(self._log, "is_enabled_for", None)
-        if enabled is not None and not enabled(logging.INFO):  # below the level: skip building it
-            return
-        # Measured here, not on exit: a line below the level needs no duration.
-        self.fields["duration_ms"] = round((time.perf_counter() - self._started) * 1000, 2)
-        try:
-            fields = self.fields
-            # Facts set to None are left out: filtered in C, a line has some 30 of them.
-            write_info(self._log, "request",
-                       dict(compress(fields.items(), map(is_not, fields.values(), _NONES))),
-                       level_checked=enabled is not None)
-        except Exception:  # noqa: BLE001 - the answer is out or on its way: a lost line must not
-            # break it. The standard library's logging reports on stderr what its sink refuses.
-            logging.getLogger("proxy").exception("request line not written (status %s)",
-                                                 self.fields["status"])
 
     def _cut_by_shutdown(self) -> None:
         # `bytes_out` is set as the answer starts going out: then the client got its status
