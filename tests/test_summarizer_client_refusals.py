@@ -107,9 +107,15 @@ def test_a_refused_credential_is_the_clients_own_error_not_a_503_retried_in_vain
     assert [line["status"] for line in proxy.requests()] == [status], "no retry in vain"
     assert refusing.refused == 1
     # The breaker (opened by one failure here) did not count it: another tenant compacts.
-    refusing.script(Reply.text("compacted for the other tenant"))
+    another_thread_compacts(refusing, proxy, "another-tenant")
+
+
+def another_thread_compacts(refusing: RefusingFake, proxy: Any, thread: str) -> None:
+    """Another thread's compaction runs: the breaker, which one counted failure opens in these
+    tests, did not count the refusal before."""
+    refusing.script(Reply.text(f"compacted for {thread}"))
     with _client(proxy, API_KEY, retries=0) as client:
-        other = _ask(client, over_the_limit(), "another-tenant")
+        other = _ask(client, over_the_limit(), thread)
     assert other.headers["x-compaction"] == "compacted"
     assert stages(proxy) == ["summarize"]
 
@@ -197,15 +203,16 @@ class GatedRefusingFake(RefusingFake, GatedFake):
     """Summary requests wait at the gate, then are refused as `refusals` says."""
 
 
-def test_a_request_queued_behind_shares_the_refusal_of_its_credential(loop_thread,
-                                                                      make_proxy) -> None:
-    """The thread's key names the credential, so the request that waited presented the one
-    just rate-limited: it gets the same 429, without a summary request of its own."""
+def queued_behind(loop_thread, make_proxy,
+                  waits: dict[str, str]) -> tuple[list[Any], GatedRefusingFake, Any]:
+    """Two requests of one thread over the limit, the second queued behind the first's
+    compaction, whose summarizer call the upstream answers 429 with `waits`: their answers,
+    the fake and the proxy."""
     fake = GatedRefusingFake(limits={"small-*": LIMIT})
     FakeSummarizer.install(fake)
     loop_thread.run(fake.start())
     try:
-        fake.refuse(API_KEY, 429, RATE_LIMITED, {"Retry-After": "17"})
+        fake.refuse(API_KEY, 429, RATE_LIMITED, waits)
         proxy = make_proxy(fake, models=MODELS, compaction=NO_CHEAP)
         with ThreadPoolExecutor(2) as pool:
             first = pool.submit(post, proxy, over_the_limit(), "queued")
@@ -217,6 +224,14 @@ def test_a_request_queued_behind_shares_the_refusal_of_its_credential(loop_threa
     finally:
         open_gate(loop_thread, fake)
         loop_thread.run(fake.stop())
+    return answers, fake, proxy
+
+
+def test_a_request_queued_behind_shares_the_refusal_of_its_credential(loop_thread,
+                                                                      make_proxy) -> None:
+    """The thread's key names the credential, so the request that waited presented the one
+    just rate-limited: it gets the same 429, without a summary request of its own."""
+    answers, fake, proxy = queued_behind(loop_thread, make_proxy, {"Retry-After": "17"})
     assert [a.status_code for a in answers] == [429, 429]
     assert [a.headers["retry-after"] for a in answers] == ["17", "17"]
     assert answers[1].json()["error"]["code"] == "rate_limit_exceeded"

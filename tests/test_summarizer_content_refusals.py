@@ -16,12 +16,13 @@ import openai
 import pytest
 
 from proxy.testing.replies import Reply
-from proxy.testing.summarizer import FakeSummarizer
-from tests.compaction_session import LIMIT
 from tests.conftest import API_KEY
 from tests.test_compaction_failure_paths import between_trigger_and_limit, over_the_limit, stages
 from tests.test_compaction_failures import NO_CHEAP
-from tests.test_summarizer_client_refusals import MODELS, OWN_KEY, RefusingFake, _ask, _client
+from tests.test_summarizer_client_refusals import (MODELS, OWN_KEY, RefusingFake, _ask, _client,
+                                                   another_thread_compacts, refusing)
+
+__all__ = ["refusing"]  # the fixture, shared with the module that defines it
 
 # One counted failure opens the breaker; its short cooldown keeps the SDK's retries of a 503
 # (on the code before the fix) from stalling the test.
@@ -46,13 +47,6 @@ UNSUPPORTED = {"error": {"message": "Unsupported parameter: 'max_tokens' is not 
                          "param": "max_tokens", "code": "unsupported_parameter"}}
 
 
-@pytest.fixture
-def refusing(loop_thread):
-    fake = RefusingFake(limits={"small-*": LIMIT})
-    FakeSummarizer.install(fake)
-    loop_thread.run(fake.start())
-    yield fake
-    loop_thread.run(fake.stop())
 
 
 def _proxy(make_proxy, refusing: RefusingFake, own_key: bool):
@@ -78,11 +72,7 @@ def test_content_refused_by_policy_is_the_clients_400_not_counted(
     assert [line["status"] for line in proxy.requests()] == [400], "no retry in vain"
     assert refusing.refused == 1
     # Not counted: with `breaker.failures: 1` a counted failure would have opened it.
-    refusing.script(Reply.text("compacted for another thread"))
-    with _client(proxy, API_KEY, retries=0) as client:
-        other = _ask(client, over_the_limit(), "another-thread")
-    assert other.headers["x-compaction"] == "compacted"
-    assert stages(proxy) == ["summarize"]
+    another_thread_compacts(refusing, proxy, "another-thread")
 
 
 def test_content_refused_on_a_request_that_fits_still_goes_up(refusing: RefusingFake,

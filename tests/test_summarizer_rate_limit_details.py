@@ -7,7 +7,6 @@ left of the upstream's wait rather than the whole of it (never below a second; a
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import openai
@@ -15,28 +14,17 @@ import pytest
 
 from proxy.server import client_owned
 from proxy.server.client_owned import Refusal, refusal_error
-from proxy.testing.summarizer import FakeSummarizer
-from tests.compaction_session import LIMIT
 from tests.conftest import API_KEY
-from tests.test_compaction_detached import open_gate
-from tests.test_compaction_failure_paths import over_the_limit, post, wait_for
+from tests.test_compaction_failure_paths import over_the_limit
 from tests.test_compaction_failures import NO_CHEAP
-from tests.test_concurrency_same_thread import waiting
-from tests.test_summarizer_client_refusals import (MODELS, RATE_LIMITED, GatedRefusingFake,
-                                                   RefusingFake, _ask, _client)
+from tests.test_summarizer_client_refusals import (MODELS, RATE_LIMITED, RefusingFake, _ask,
+                                                   _client, queued_behind, refusing)
+
+__all__ = ["refusing"]  # the fixture, shared with the module that defines it
 
 LIMITS = {"x-ratelimit-limit-requests": "10000", "x-ratelimit-remaining-requests": "9999",
           "x-ratelimit-reset-requests": "6m0s", "x-ratelimit-limit-tokens": "30000",
           "x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "1.5s"}
-
-
-@pytest.fixture
-def refusing(loop_thread):
-    fake = RefusingFake(limits={"small-*": LIMIT})
-    FakeSummarizer.install(fake)
-    loop_thread.run(fake.start())
-    yield fake
-    loop_thread.run(fake.stop())
 
 
 def test_the_upstreams_rate_limit_headers_are_passed_on_and_nothing_else(
@@ -82,22 +70,7 @@ def test_a_request_that_waited_gets_what_is_left_of_the_wait(
         left: dict[str, str]) -> None:
     """The refusal is read at 100 s; the request that waited is answered at 110 s."""
     _clock(monkeypatch, 100.0, 110.0)
-    fake = GatedRefusingFake(limits={"small-*": LIMIT})
-    FakeSummarizer.install(fake)
-    loop_thread.run(fake.start())
-    try:
-        fake.refuse(API_KEY, 429, RATE_LIMITED, waits)
-        proxy = make_proxy(fake, models=MODELS, compaction=NO_CHEAP)
-        with ThreadPoolExecutor(2) as pool:
-            first = pool.submit(post, proxy, over_the_limit(), "queued")
-            wait_for(lambda: fake.summarizer_requests >= 1)
-            second = pool.submit(post, proxy, over_the_limit(), "queued")
-            wait_for(lambda: waiting(proxy, "queued") == 1)
-            open_gate(loop_thread, fake)
-            answers = [first.result(), second.result()]
-    finally:
-        open_gate(loop_thread, fake)
-        loop_thread.run(fake.stop())
+    answers, fake, _ = queued_behind(loop_thread, make_proxy, waits)
     assert [a.status_code for a in answers] == [429, 429]
     assert fake.refused == 1
     assert _waits(answers[0].headers) == waits, "the request that was refused: as it came"
