@@ -28,15 +28,12 @@ from proxy import jsonio
 
 from proxy.conversation import (Api, Entry, Kind, entry_from_chat, entry_from_responses,
                                 reference_id)
+from proxy.conversation import CHAT as _CHAT, RESPONSES as _RESPONSES
 from proxy.identity import Identities, content_chat, digest_of
 from proxy.lru import Memo
 from proxy.records import Anchor
 from proxy.tokens.rules import REFERENCED_ITEM
 from proxy.usage import Usage
-
-# The members as globals: on Python 3.11 an attribute of an Enum class is read through
-# `EnumType.__getattr__`'s hook (some 600 instructions), a global in a dict lookup.
-_CHAT, _RESPONSES = Api.CHAT, Api.RESPONSES
 
 Digest = Callable[[Entry], str]
 

@@ -29,6 +29,12 @@ class Api(StrEnum):
     RESPONSES = "responses"
 
 
+# The members as module constants, for the request path: on Python 3.11 an attribute of an
+# Enum class is read through `EnumType.__getattr__`'s hook (some 600 instructions), a module
+# constant in a dict lookup (`proxy.core.kinds` has the rest, for the core's loops).
+CHAT, RESPONSES = Api.CHAT, Api.RESPONSES
+
+
 class Kind(StrEnum):
     INSTRUCTION = "instruction"  # system or developer message
     USER = "user"

@@ -18,11 +18,8 @@ from typing import Any
 from proxy import jsonio
 
 from proxy.conversation import THINKING_PARTS, Api, Entry
+from proxy.conversation import CHAT as _CHAT, RESPONSES as _RESPONSES
 from proxy.lru import LRU
-
-# The members as globals: on Python 3.11 an attribute of an Enum class is read through
-# `EnumType.__getattr__`'s hook (some 600 instructions), a global in a dict lookup.
-_CHAT, _RESPONSES = Api.CHAT, Api.RESPONSES
 
 # `dict` first: parsed JSON is dicts, and for a dict `isinstance` then answers in C, without
 # the ABC's Python-level `__instancecheck__`; other mappings still pass.

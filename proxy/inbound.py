@@ -15,12 +15,9 @@ from typing import Any
 from proxy import jsonio
 
 from proxy.conversation import Api, Entries, Entry, entries_from
+from proxy.conversation import CHAT as _CHAT, RESPONSES as _RESPONSES
 from proxy.errors import BadRequest
 from proxy.jsonspan import ArraySpans, locate_array
-
-# The members as globals: on Python 3.11 an attribute of an Enum class is read through
-# `EnumType.__getattr__`'s hook (some 600 instructions), a global in a dict lookup.
-_CHAT, _RESPONSES = Api.CHAT, Api.RESPONSES
 
 
 # Not frozen: one is built for every request and dropped with it, and a frozen

@@ -18,10 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from proxy.conversation import Api
-
-# The members as globals: on Python 3.11 an attribute of an Enum class is read through
-# `EnumType.__getattr__`'s hook (some 600 instructions), a global in a dict lookup.
-_RESPONSES = Api.RESPONSES
+from proxy.conversation import RESPONSES as _RESPONSES
 
 Count = Callable[[str], int]
 

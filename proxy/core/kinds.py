@@ -8,10 +8,10 @@ Elsewhere the enum spelled out reads better and costs nothing that matters.
 
 from __future__ import annotations
 
-from proxy.conversation import Api, Kind
+from proxy.conversation import CHAT, RESPONSES, Kind
 
-CHAT = Api.CHAT
-RESPONSES = Api.RESPONSES
+__all__ = ["CHAT", "RESPONSES", "INSTRUCTION", "USER", "ASSISTANT", "CALL", "RESULT", "REASONING",
+           "OTHER"]
 INSTRUCTION = Kind.INSTRUCTION
 USER = Kind.USER
 ASSISTANT = Kind.ASSISTANT

@@ -22,6 +22,7 @@ from proxy import anchors, jsonio
 from proxy.compaction import manual
 from proxy.compaction.trigger import may_act, requested_output_tokens
 from proxy.conversation import Api
+from proxy.conversation import CHAT as _CHAT
 from proxy.errors import CompactionInsufficient, CompactionUnavailable
 from proxy.identity import Identities
 from proxy.inbound import Inbound, parse_inbound, with_entries
@@ -51,10 +52,6 @@ from proxy.threads import ThreadIdentity, loggable
 from proxy.tokens.estimate import TokenEstimator
 from proxy.tokens.rules import request_definitions
 from proxy.usage import normalize
-
-# The members as globals: on Python 3.11 an attribute of an Enum class is read through
-# `EnumType.__getattr__`'s hook (some 600 instructions), a global in a dict lookup.
-_CHAT = Api.CHAT
 
 
 class Pipeline:
