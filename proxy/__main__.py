@@ -199,6 +199,11 @@ async def _run(app: web.Application, settings: Settings, log: object) -> None:
              state_path=settings.state.path)
     await stop.wait()
     log.info("shutting_down", grace_s=settings.server.shutdown_grace_s)  # type: ignore[attr-defined]
+    # A second signal: the operator will not wait out the grace.
+    from proxy.server.services import SERVICES
+    hurry = app[SERVICES].drain.hurry
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, hurry)
     await runner.cleanup()
     log.info("stopped")  # type: ignore[attr-defined]
 

@@ -199,3 +199,42 @@ def _read_http_answer(sock: socket.socket) -> bytes:
     while chunk := sock.recv(65536):
         data += chunk
     return data
+
+
+def test_a_second_sigterm_ends_the_grace_at_once(tmp_path: Path, make_fake) -> None:
+    """An operator who will not wait out a long grace signals again: what is still running is
+    cut then, as at the grace's end, and the store still closes cleanly."""
+    fake = make_fake(chunk_delay=0.1)
+    fake.responder = _chat_by_topic
+    grace = 60.0
+    config = write_config(tmp_path / "p.yaml", fake.url, tmp_path / "state",
+                          server={"shutdown_grace_s": grace})
+    proxy = ProxyProcess(config)
+    try:
+        long = StreamRead(f"{proxy.base_url}/chat/completions", _streamed_chat("long"),
+                          "long-thread")
+        assert long.started.wait(10)
+        proxy.signal(signal.SIGTERM)
+        assert _wait_for(lambda: proxy.events("draining"), 10)
+        hurried = time.monotonic()
+        proxy.signal(signal.SIGTERM)
+        long.join(15)
+        assert proxy.wait(15) == 0
+        assert time.monotonic() - hurried < 12, "the grace was waited out"
+        assert long.error is None, long.error
+        assert _last_event_data(long.data)["error"]["code"] == "proxy_shutting_down"
+        assert proxy.events("shutdown_hurried")[0]["requests"] == 1
+        assert proxy.events("requests_cut")[0]["requests"] == 1
+        assert proxy.events("stopped")
+    finally:
+        proxy.kill()
+    assert_sound_database(tmp_path / "state" / "state.db")
+
+
+def _wait_for(found: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if found():
+            return True
+        time.sleep(0.05)
+    return False

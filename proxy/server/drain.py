@@ -5,7 +5,9 @@ closed the listening sockets and idle connections by then) the drain waits for t
 ones still running when the grace ends are cancelled with the `CUT` message. A relayed stream
 takes the cut as its end and closes with the API's error frame; a request that has sent nothing
 yet is answered 503 `proxy_shutting_down`. The application's cleanup then waits (briefly) for
-every handler to end before it closes the state store, so no write is cut in half.
+every handler to end before it closes the state store, so no write is cut in half. A second
+SIGINT or SIGTERM during the grace (`hurry`: an operator who will not wait) ends it at once:
+the requests are cut as at its end, and the store still closes cleanly.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Drain:
         self._log = log
         self._tasks: set[asyncio.Task[Any]] = set()
         self._forget = self._tasks.discard  # bound once: every request's task ends with it
+        self._hurried = asyncio.Event()
 
     @property
     def in_flight(self) -> int:
@@ -59,22 +62,38 @@ class Drain:
         if not self._tasks:
             return
         self._log.info("draining", requests=len(self._tasks), grace_s=self.grace_s)
-        if await self.settle(self.grace_s):
+        if await self.settle(self.grace_s, self._hurried):
             return
         self._log.warning("requests_cut", requests=len(self._tasks))
         for task in list(self._tasks):
             task.cancel(CUT)
         await self.settle(CUT_WAIT_S)
 
-    async def settle(self, timeout: float) -> bool:
-        """Wait up to `timeout` for every tracked handler to end; True when none is left.
+    def hurry(self) -> None:
+        """End the grace now (a second signal): what is still running is cut."""
+        if not self._hurried.is_set():
+            self._log.warning("shutdown_hurried", requests=len(self._tasks))
+            self._hurried.set()
+
+    async def settle(self, timeout: float, hurried: asyncio.Event | None = None) -> bool:
+        """Wait up to `timeout` for every tracked handler to end, or until `hurried` is set;
+        True when none is left.
 
         The set is read again after each wait: a request parsed just before the sockets
         closed may start its handler while the drain already waits."""
         deadline = time.monotonic() + timeout
-        while self._tasks:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            await asyncio.wait(set(self._tasks), timeout=left)
-        return True
+        hurry = None if hurried is None else asyncio.ensure_future(hurried.wait())
+        try:
+            while self._tasks:
+                left = deadline - time.monotonic()
+                if left <= 0 or (hurry is not None and hurry.done()):
+                    return False
+                if hurry is None:
+                    await asyncio.wait(set(self._tasks), timeout=left)
+                else:  # woken by the first handler to end, or by the hurry
+                    await asyncio.wait({*self._tasks, hurry}, timeout=left,
+                                       return_when=asyncio.FIRST_COMPLETED)
+            return True
+        finally:
+            if hurry is not None:
+                hurry.cancel()
