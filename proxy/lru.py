@@ -8,7 +8,7 @@ send the same way on every request (ids, credentials, model names).
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import repeat
 from typing import Generic, TypeVar
 
@@ -62,6 +62,14 @@ class LRU(Generic[K, V]):
 
     def __len__(self) -> int:
         return len(self._data)
+
+    def __contains__(self, key: object) -> bool:
+        """Whether it holds `key`; nothing made newer."""
+        return key in self._data
+
+    def __iter__(self) -> Iterator[K]:
+        """The keys held, least recently used first (a copy: the cache may change meanwhile)."""
+        return iter(list(self._data))
 
 
 class Memo(dict[K, V]):

@@ -11,10 +11,11 @@ guessable, so "not found" is the shape a client of another project sees [inferre
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from proxy.lru import LRU
 
 
 @dataclass(frozen=True)
@@ -24,32 +25,23 @@ class Stored:
 
 
 class StoredResponses:
-    """Least recently used first out, as `proxy.lru.LRU`; keyed by the response id alone (the
+    """Least recently used first out (`proxy.lru.LRU`); keyed by the response id alone (the
     fake makes them, unique across credentials) with the owner checked on every read."""
 
     def __init__(self, max_responses: int = 10_000) -> None:
-        if max_responses < 1:
-            raise ValueError("max_responses must be positive")
-        self.max_responses = max_responses
-        self._held: OrderedDict[str, tuple[str, Stored]] = OrderedDict()
+        self._held: LRU[str, tuple[str, Stored]] = LRU(max_responses)
 
     def put(self, credential: str, response_id: str, stored: Stored) -> None:
-        self._held[response_id] = (credential, stored)
-        self._held.move_to_end(response_id)
-        if len(self._held) > self.max_responses:
-            self._held.popitem(last=False)
+        self._held.put(response_id, (credential, stored))
 
     def get(self, credential: str, response_id: Any) -> Stored | None:
         found = self._held.get(response_id) if isinstance(response_id, str) else None
-        if found is None or found[0] != credential:
-            return None
-        self._held.move_to_end(response_id)
-        return found[1]
+        return found[1] if found is not None and found[0] == credential else None
 
     def pop(self, credential: str, response_id: str) -> Stored | None:
         stored = self.get(credential, response_id)
         if stored is not None:
-            del self._held[response_id]
+            self._held.pop(response_id)
         return stored
 
     def __contains__(self, response_id: object) -> bool:
@@ -58,7 +50,7 @@ class StoredResponses:
 
     def __iter__(self) -> Iterator[str]:
         """The ids held, least recently used first."""
-        return iter(list(self._held))
+        return iter(self._held)
 
     def __len__(self) -> int:
         return len(self._held)
