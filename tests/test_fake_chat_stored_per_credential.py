@@ -46,15 +46,16 @@ def test_another_key_cannot_see_a_stored_chat_completion_through_the_proxy(
                             make_client(proxy.base_url, KEY_B))
 
 
-def test_stored_chat_completions_are_bounded_least_recently_used_first(
+def test_stored_chat_completions_are_bounded_oldest_first_and_listed_as_made(
         fake: FakeUpstream, make_client: Callable[..., openai.OpenAI],
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stored_chat, "MAX_STORED", 2)
     client = make_client(fake.url, KEY_A)
     first, second = (client.chat.completions.create(model="gpt-4o", messages=USER, store=True)
                      for _ in range(2))
-    client.chat.completions.retrieve(first.id)  # now the most recently used
+    client.chat.completions.retrieve(first.id)  # reading one does not move it in the list
+    assert [c.id for c in client.chat.completions.list()] == [first.id, second.id]
     third = client.chat.completions.create(model="gpt-4o", messages=USER, store=True)
-    assert list(fake.stored_chat) == [first.id, third.id]
+    assert list(fake.stored_chat) == [second.id, third.id]
     with pytest.raises(openai.NotFoundError):
-        client.chat.completions.retrieve(second.id)
+        client.chat.completions.retrieve(first.id)

@@ -8,7 +8,7 @@ PROTOCOL.md §9].
 A stored completion belongs to the credential that made it (`stored_items.credential_of`, the
 bearer token standing for the key's project), as stored responses do (`response_store`):
 another key's list leaves it out and its id is unknown to it [inferred, as there]. At most
-`MAX_STORED` are kept, the least recently used dropped first.
+`MAX_STORED` are kept, the oldest dropped first: the list is in the order they were made.
 """
 
 from __future__ import annotations
@@ -112,7 +112,6 @@ def _stored(fake: FakeUpstream, request: web.Request) -> StoredChat | web.Respon
     if stored is None or stored.credential != credential_of(request.headers):
         return reject(rejections.openai(f"Chat completion with id '{completion_id}' not found.",
                                         status=404))
-    fake.stored_chat.move_to_end(completion_id)
     return stored
 
 
