@@ -41,7 +41,7 @@ from operator import attrgetter, is_, itemgetter
 from proxy.conversation import (Api, Entries, Entry, Kind, ToolCall, content_text, make_assistant,
                                 make_result)
 from proxy.core.checked import CheckedLists
-from proxy.core.computer_calls import interrupted_computer_note
+from proxy.core.computer_calls import NOTE_OPENING, interrupted_computer_note
 from proxy.core.kinds import CALL, REASONING, RESULT
 from proxy.core.memo import memoized
 from proxy.core.reasoning_items import drop_reasoning, is_produced, unfollowed_reasoning
@@ -49,9 +49,8 @@ from proxy.core.reasoning_items import drop_reasoning, is_produced, unfollowed_r
 CANCELLED_TEXT = ("[Tool call cancelled: the call was interrupted before it returned a result. "
                   "No output was recorded for it.]")
 _CANCELLED = ("repair.cancelled",)
-INTERRUPTED_NOTE = ("[compaction-proxy note, not written by the assistant: the tool call(s) above "
-                    "marked cancelled were interrupted before returning a result; the outcome is "
-                    "unknown.]")
+INTERRUPTED_NOTE = (NOTE_OPENING + "the tool call(s) above marked cancelled were interrupted "
+                    "before returning a result; the outcome is unknown.]")
 # Responses call types the client answers with an output item, and repair can answer for it;
 # others run on the server. A `computer_call` is the client's too, but its output must be a
 # screenshot: nothing repair could make, so an unanswered one goes (`_SCREENSHOT_CALL`).
