@@ -20,9 +20,11 @@ from proxy.testing.replies import Reply
 from proxy.testing.summarizer import REFUSAL_TEXT, FakeSummarizer
 from tests.compaction_session import LIMIT
 from tests.conftest import API_KEY
-from tests.test_compaction_failure_paths import between_trigger_and_limit, over_the_limit
-from tests.test_summarizer_client_refusals import MODELS, OWN_KEY, _ask, _client
-from tests.test_summarizer_client_refusals import another_thread_compacts
+from tests.test_compaction_detached import GatedFake, gated  # noqa: F401
+from tests.test_compaction_failure_paths import between_trigger_and_limit, over_the_limit, post
+from tests.test_concurrency_same_thread import queued_behind
+from tests.test_summarizer_client_refusals import (MODELS, OWN_KEY, _ask, _client,
+                                                    another_thread_compacts)
 from tests.test_summarizer_content_refusals import ONE_FAILURE_OPENS
 
 # (the summarizer's API, the shape of its 200, the code the client gets)
@@ -97,20 +99,10 @@ def test_a_refusal_at_a_later_step_of_a_rolling_summary_refuses_it_whole(make_fa
     """The first chunk's summary is good; the second step's answer is filtered: the partial
     summary of the prefix is not kept, and nothing is counted."""
     fake = make_fake(limits={"small-*": LIMIT})
-    summarizer = FakeSummarizer.install(fake)
+    summarizer = FakeSummarizer.install(fake, shapes=[None, "content_filter"])
     proxy = make_proxy(fake, models={**MODELS, "tiny-*": {"max_input_tokens": 4_000}},
                        compaction={**ONE_FAILURE_OPENS,
                                    "summarizer": {"model": "tiny-summarizer"}})
-    summarizer.shapes = []
-
-    original = summarizer.answer
-
-    def second_refused(body: dict[str, Any]) -> Reply:
-        if summarizer.calls == 1:
-            summarizer.shapes.append("content_filter")
-        return original(body)
-
-    summarizer.answer = second_refused  # type: ignore[method-assign]
     with _client(proxy, API_KEY) as client, pytest.raises(openai.BadRequestError) as caught:
         _ask(client, over_the_limit(), "rolling")
     assert caught.value.code == "content_filter"
@@ -118,3 +110,20 @@ def test_a_refusal_at_a_later_step_of_a_rolling_summary_refuses_it_whole(make_fa
     assert started["summarizer_calls"] > 2 and summarizer.calls == 2
     assert not proxy.logs.events("compaction_completed")
     another_thread_compacts(fake, proxy, "another-rolling")
+
+
+def test_requests_queued_behind_a_refusal_in_a_200_share_its_400(loop_thread, gated: GatedFake,
+                                                                 make_proxy) -> None:
+    """The same content queued on the thread's lock gets the same 400 without asking again,
+    and the breaker (one counted failure opens it) still lets another thread compact."""
+    summarizer = FakeSummarizer.install(gated, shapes=["refusal"])
+    proxy = make_proxy(gated, models=MODELS, compaction=ONE_FAILURE_OPENS)
+    over = over_the_limit()
+    answers = queued_behind(loop_thread, gated, proxy, over, [over, over], "queued-refusal")
+    assert [a.status_code for a in answers] == [400] * 3
+    assert {a.json()["error"]["code"] for a in answers} == {"refusal"}
+    assert summarizer.calls == 1
+    failed = proxy.logs.events("compaction_failed")
+    assert [bool(f.get("shared")) for f in failed] == [False, True, True]
+    gated.script(Reply.text("another thread"))
+    assert post(proxy, over, "another-thread").headers["x-compaction"] == "compacted"

@@ -53,7 +53,8 @@ class FakeSummarizer:
     cut_short: int = 0  # answer the next N with finish_reason "length"
     hang: int = 0  # never answer the next N
     padding: int = 0  # extra words in each summary (to make one too big)
-    shapes: list[str] = field(default_factory=list)  # answer the next ones so, one each (`SHAPES`)
+    # Answer the next ones so, one each (`SHAPES`); None: this one as usual.
+    shapes: list[str | None] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
@@ -86,8 +87,9 @@ class FakeSummarizer:
         facts = sorted(set(m.strip() for m in _FACT.findall(material(body))))
         text = "## Facts to keep\n" + ("\n".join(f"- {f}" for f in facts) or "- none")
         text += "\n## Status\n- Work continues." + " padding" * self.padding
-        if self.shapes:
-            return shaped(self.shapes.pop(0), body, text)
+        shape = self.shapes.pop(0) if self.shapes else None
+        if shape is not None:
+            return shaped(shape, body, text)
         if self.cut_short:
             self.cut_short -= 1
             return Reply.length(text)
