@@ -51,7 +51,8 @@ class SummaryReply:
 
 
 def read_reply(api: Api, body: bytes | Mapping[str, Any]) -> SummaryReply:
-    """The summary text and why it ended, from the summarizer's JSON answer."""
+    """The summary text, why it ended and any refusal in it, from the summarizer's JSON
+    answer. A refusal keeps none of the text beside it."""
     doc = _parse(body)
     if doc is None:
         return SummaryReply("", "error", said="not a JSON object")
