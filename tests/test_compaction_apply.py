@@ -11,7 +11,7 @@ from proxy.compaction.apply import (SUMMARY_HEADER, build_event, finish, prefix_
                                     rebuild, summary_body)
 from proxy.compaction.cutoff import FULL, PARTIAL, Cutoff, choose_cutoff
 from proxy.compaction.restore import Restored, collect
-from proxy.compaction.summarizer import SummaryReply
+from proxy.compaction.summary_reply import SummaryReply
 from proxy.compaction.trigger import Thresholds
 from proxy.conversation import Api, Kind, content_text, entries_from, serialize
 from proxy.records import CompactionEvent

@@ -10,7 +10,7 @@ import orjson
 
 from proxy.compaction import apply, manual, postcheck, restore, summarizer, trigger
 from proxy.compaction.cutoff import Previous, choose_cutoff
-from proxy.compaction.summarizer import SummaryReply, read_reply
+from proxy.compaction.summary_reply import SummaryReply, read_reply
 from proxy.conversation import Api, Entries, serialize
 from proxy.records import CompactionEvent
 from proxy.settings import CompactionSettings, ModelProfile
@@ -113,8 +113,11 @@ def test_manual_compact_then_nothing_new() -> None:
 def test_summary_cut_short_is_a_failure() -> None:
     reply = read_reply(Api.CHAT, {"choices": [{"message": {"content": "half"},
                                                "finish_reason": "length"}]})
-    assert postcheck.check_reply(reply) == postcheck.Verdict(
-        False, "summary", "the summary was cut short (finish_reason: length)")
+    assert postcheck.check_reply(reply, 4096) == postcheck.Verdict(
+        False, "summary", "the summary was cut short at its output limit (finish_reason: "
+        "length): compaction.summarizer.max_output_tokens (4,096 tokens) is too small for it "
+        "(a reasoning model's reasoning counts against it); raise it, or use a summarizer "
+        "that writes shorter summaries")
     assert not postcheck.check_reply(SummaryReply("", "stop")).ok
 
 

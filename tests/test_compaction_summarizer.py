@@ -8,7 +8,8 @@ import pytest
 
 from proxy.compaction.cutoff import FULL, PARTIAL, Cutoff
 from proxy.compaction.prompts import Direction, clock_line
-from proxy.compaction.summarizer import plan_summary, read_reply
+from proxy.compaction.summarizer import plan_summary
+from proxy.compaction.summary_reply import read_reply
 from proxy.compaction.transcript import Block, chunk, render_blocks
 from proxy.conversation import Api
 from proxy.core.repair import CANCELLED_TEXT

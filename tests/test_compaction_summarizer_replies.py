@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.compaction import postcheck
-from proxy.compaction.summarizer import read_reply
+from proxy.compaction.summary_reply import read_reply
 from proxy.conversation import Api
 
 _scalar = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=8))
@@ -19,14 +19,20 @@ _json = st.recursive(_scalar, lambda inner: st.one_of(
     max_leaves=8)
 _chat = st.fixed_dictionaries({}, optional={
     "choices": st.one_of(_json, st.lists(st.fixed_dictionaries({}, optional={
-        "message": st.one_of(_json, st.fixed_dictionaries({}, optional={"content": _json})),
+        "message": st.one_of(_json, st.fixed_dictionaries({}, optional={
+            "content": _json, "refusal": _json, "tool_calls": _json,
+            "reasoning_content": _json})),
         "finish_reason": _json}), max_size=2)),
-    "usage": st.one_of(_json, st.fixed_dictionaries({}, optional={"completion_tokens": _json}))})
+    "usage": st.one_of(_json, st.fixed_dictionaries({}, optional={"completion_tokens": _json})),
+    "error": _json})
 _responses = st.fixed_dictionaries({}, optional={
     "output": st.one_of(_json, st.lists(st.fixed_dictionaries(
-        {"type": st.sampled_from(["message", "reasoning"])}, optional={"content": _json}),
+        {"type": st.sampled_from(["message", "reasoning", "function_call"])},
+        optional={"content": st.one_of(_json, st.lists(st.fixed_dictionaries(
+            {"type": st.sampled_from(["output_text", "refusal"])},
+            optional={"text": _json, "refusal": _json}), max_size=2))}),
         max_size=2)),
-    "status": _json, "incomplete_details": _json,
+    "status": _json, "incomplete_details": _json, "error": _json,
     "usage": st.one_of(_json, st.fixed_dictionaries({}, optional={"output_tokens": _json}))})
 
 
@@ -34,6 +40,10 @@ def _well_formed(api: Api, reply: Any) -> None:
     assert isinstance(reply.text, str)
     assert reply.finish_reason is None or isinstance(reply.finish_reason, str)
     assert reply.output_tokens is None or type(reply.output_tokens) is int
+    assert reply.refused is None or isinstance(reply.refused, str)
+    assert isinstance(reply.said, str) and isinstance(reply.held, str)
+    # A refusal is never read as a summary, whatever text came beside it.
+    assert reply.refused is None or reply.text == ""
     postcheck.check_reply(reply)
 
 

@@ -1,8 +1,9 @@
 """Whether a compaction's result is usable (SPEC §5 post-check, issue 5 item 7).
 
-Two checks, both pure: `check_reply` on each summarizer answer (empty, cut short by
-`finish_reason: length`, or unusable), and `check_projection` on the new projection's estimate,
-re-measured from content. A failure names its stage so the log and the error say what broke:
+Two checks, both pure: `check_reply` on each summarizer answer (empty, cut short at its output
+budget, refused, not finished, holding no summary, or unusable), and `check_projection` on the
+new projection's estimate, re-measured from content. A failure names its stage so the log and
+the error say what broke:
 `summary` (empty, truncated, too large alone, or not making the projection smaller: that last
 one is flagged `summary_grew`, which the server treats as a failed summary when the thread was
 over the trigger), `restore`
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from proxy.compaction.summarizer import SummaryReply
+from proxy.compaction.summary_reply import SummaryReply
 from proxy.errors import CompactionInsufficient
 
 SUMMARY = "summary"
@@ -65,14 +66,34 @@ def insufficient(why: str, tokens: int | None, trigger: int | None,
         "where you are.")
 
 
-def check_reply(reply: SummaryReply) -> Verdict:
+def check_reply(reply: SummaryReply, output_budget: int | None = None) -> Verdict:
+    """`output_budget`: the summarizer's `compaction.summarizer.max_output_tokens`, named when
+    the answer was cut at it. Never a part of a summary: one cut short or filtered loses its
+    end, and the prefix it stands for is then dropped for good."""
+    said = f" ({reply.said})" if reply.said else ""
+    if reply.refused is not None:
+        return Verdict(False, SUMMARY, "the summarizer's upstream refused the conversation's "
+                                       f"content in its answer{said}")
     if reply.finish_reason == "error":
-        return Verdict(False, SUMMARY, "the summarizer's answer could not be read")
+        return Verdict(False, SUMMARY, f"the summarizer's answer could not be read{said}")
     if reply.finish_reason == "length":
-        return Verdict(False, SUMMARY, "the summary was cut short (finish_reason: length)")
+        return Verdict(False, SUMMARY, cut_short(reply.said, output_budget))
+    if not reply.finished:
+        return Verdict(False, SUMMARY, f"the summarizer's answer is not finished{said}")
+    if reply.held:
+        return Verdict(False, SUMMARY, f"the summarizer's answer holds no summary, "
+                                       f"{reply.held}{said}")
     if not reply.text.strip():
         return Verdict(False, SUMMARY, "the summary is empty")
     return OK
+
+
+def cut_short(said: str, output_budget: int | None) -> str:
+    budget = f" ({output_budget:,} tokens)" if output_budget else ""
+    return (f"the summary was cut short at its output limit ({said or 'finish_reason: length'}): "
+            f"compaction.summarizer.max_output_tokens{budget} is too small for it (a reasoning "
+            "model's reasoning counts against it); raise it, or use a summarizer that writes "
+            "shorter summaries")
 
 
 def check_projection(*, tokens_before: int, tokens_after: int, trigger: int, limit: int,

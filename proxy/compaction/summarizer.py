@@ -4,7 +4,7 @@
 transcript split into chunks that fit the summarizer's own window, the clock, the focus. A
 prefix that fits is one step; a larger one is summarized rolling (chunk 1 → summary; that
 summary + chunk 2 → summary; ...). For each step the server posts `plan.request(step, carried)`
-and reads the answer with `read_reply`.
+and reads the answer with `summary_reply.read_reply`.
 
 The request is a plain completion: one system message with the instructions and one user
 message with the material, no tools, no `stream`, and none of the session's cache or identity
@@ -15,13 +15,10 @@ with `store: false`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-
-import orjson
 
 from proxy.compaction import prompts, transcript
 from proxy.compaction.cutoff import FULL, Cutoff
@@ -33,7 +30,6 @@ from proxy.settings import SummarizerSettings
 # Room left in the summarizer's window for what the counts miss (framing, tokenizer drift).
 _WINDOW_SHARE = 0.9
 _MIN_CHUNK_TOKENS = 512
-_THINK = re.compile(r"^\s*<think>.*?</think>\s*", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -111,78 +107,3 @@ def _output_key(api: Api, client_doc: Mapping[str, Any] | None) -> str:
     if client_doc is not None and "max_completion_tokens" in client_doc:
         return "max_completion_tokens"
     return "max_tokens"
-
-
-@dataclass(frozen=True)
-class SummaryReply:
-    text: str
-    finish_reason: str | None  # "stop", "length", ... ; "error" when the body was unusable
-    output_tokens: int | None = None
-
-
-def read_reply(api: Api, body: bytes | Mapping[str, Any]) -> SummaryReply:
-    """The summary text and why it ended, from the summarizer's JSON answer."""
-    doc = _parse(body)
-    if doc is None or "error" in doc and doc.get("error"):
-        return SummaryReply("", "error")
-    reply = _read_responses(doc) if api is Api.RESPONSES else _read_chat(doc)
-    return SummaryReply(_THINK.sub("", reply.text).strip(), reply.finish_reason,
-                        reply.output_tokens)
-
-
-def _parse(body: bytes | Mapping[str, Any]) -> Mapping[str, Any] | None:
-    if isinstance(body, Mapping):
-        return body
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def _read_chat(doc: Mapping[str, Any]) -> SummaryReply:
-    choices = doc.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return SummaryReply("", "error")
-    message = choices[0].get("message") or {}
-    text = _text(message.get("content")) if isinstance(message, dict) else ""
-    finish = choices[0].get("finish_reason")
-    return SummaryReply(text, finish if isinstance(finish, str) else None,
-                        _usage_count(doc, "completion_tokens"))
-
-
-def _read_responses(doc: Mapping[str, Any]) -> SummaryReply:
-    output = doc.get("output")
-    texts = [_text(item.get("content")) for item in (output if isinstance(output, list) else [])
-             if isinstance(item, dict) and item.get("type") == "message"]
-    return SummaryReply("\n".join(t for t in texts if t), _responses_finish(doc),
-                        _usage_count(doc, "output_tokens"))
-
-
-def _usage_count(doc: Mapping[str, Any], key: str) -> int | None:
-    """A count the summarizer's upstream reported; None for anything but a whole number (the
-    caller adds them up, and an upstream's odd answer must not break the compaction)."""
-    usage = doc.get("usage")
-    value = usage.get(key) if isinstance(usage, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _responses_finish(doc: Mapping[str, Any]) -> str:
-    status = doc.get("status", "completed")
-    if status == "completed":
-        return "stop"
-    details = doc.get("incomplete_details")
-    reason = details.get("reason") if isinstance(details, dict) else None
-    if status == "incomplete" and reason == "max_output_tokens":
-        return "length"
-    return str(reason or status)
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    return "".join(p["text"] for p in content
-                   if isinstance(p, dict) and p.get("type") in ("text", "output_text")
-                   and isinstance(p.get("text"), str))

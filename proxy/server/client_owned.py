@@ -6,9 +6,10 @@ Three kinds. The summarizer's upstream, called with the request's own credential
 quota, which must not open the breaker every tenant shares, and which the client must fix or
 wait out; it gets the upstream's status, and for a 429 its wait and its `x-ratelimit-*`
 headers (a request that waited for the thread's compaction: what is left of the wait). The
-upstream's content policy refused the
-conversation's content (`CONTENT_REFUSED`), whichever credential was used: the client's
-thread, a 400 with the upstream's code. And a summary that needs more calls than
+upstream's content policy refused the conversation's content (`CONTENT_REFUSED`), or refused it
+inside a 200 (the model's `refusal`, a content filter stopping its answer:
+`refused_in_answer`), whichever credential was used: the client's thread, a 400 with the
+upstream's code (a model's refusal: `refusal`). And a summary that needs more calls than
 `compaction.summarizer.max_calls` allows: refused before any call by its plan, or after the
 summarizer's upstream refused the planned steps as too long and a re-plan for the smaller
 window it really has would take too many. The same content and configuration are refused the
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 
 from proxy import jsonio
+from proxy.compaction.summary_reply import CONTENT_REFUSED
 from proxy.errors import CompactionInsufficient, SummarizerRefused
 from proxy.redaction import redact
 from proxy.settings import ModelProfile, UpstreamSettings
@@ -42,19 +44,14 @@ RATE_LIMIT_HEADERS = tuple(f"x-ratelimit-{what}-{unit}"
                            for what in ("limit", "remaining", "reset"))
 _COUNT_OR_DURATION = re.compile(r"\d{1,12}|(\d{1,9}(\.\d{1,6})?(ms|h|m|s)){1,4}")
 _MESSAGE_CHARS = 300
-# The codes a content policy refuses a request's content with (a 400): OpenAI's
-# `invalid_prompt` ("your prompt was flagged as potentially violating our usage policy") and
-# Azure OpenAI's `content_filter` (the prompt "triggering ... content management policy").
-# Only these: any other 400 may be the proxy's own request at fault, the summarizer's failure.
-CONTENT_REFUSED = frozenset({"invalid_prompt", "content_filter"})
 
 clock = time.monotonic  # looked up at every call: a test moves it
 
 
 @dataclass(frozen=True)
 class Refusal:
-    """An HTTP error the summarizer's upstream answered a step with, as much of it as a client
-    may be shown."""
+    """An HTTP error the summarizer's upstream answered a step with, or a content refusal in
+    its HTTP 200 (`refused_in_answer`), as much of it as a client may be shown."""
 
     status: int
     code: str | None = None
@@ -63,6 +60,7 @@ class Refusal:
     retry_after: Mapping[str, str] = field(default_factory=dict)  # its wait, when valid
     limits: Mapping[str, str] = field(default_factory=dict)  # its well-formed x-ratelimit-*
     read_at: float = 0.0  # `clock()` when it was read: what is left of its wait runs from it
+    said: str = ""  # a refusal in a 200: where the answer says so (`SummaryReply.said`)
 
 
 def read_refusal(status: int, data: bytes, headers: Mapping[str, str]) -> Refusal:
@@ -81,6 +79,12 @@ def read_refusal(status: int, data: bytes, headers: Mapping[str, str]) -> Refusa
                    _waits(headers), _limits(headers), clock())
 
 
+def refused_in_answer(code: str, said: str) -> Refusal:
+    """A content refusal in a 200 (`SummaryReply.refused`, its code): the client's, as the
+    content policy's 400 is."""
+    return Refusal(200, code, said=said, read_at=clock())
+
+
 def client_refusal(refusal: Refusal | None, upstream: UpstreamSettings) -> Refusal | None:
     """`refusal` when it is the client's: its content refused by a content policy (whichever
     credential), or its own credential refused or rate-limited (the summarizer's upstream was
@@ -95,12 +99,19 @@ def client_refusal(refusal: Refusal | None, upstream: UpstreamSettings) -> Refus
 
 
 def content_refused(refusal: Refusal | None) -> bool:
-    """Whether the upstream's content policy refused what the summarizer was sent."""
-    return refusal is not None and refusal.status == 400 and refusal.code in CONTENT_REFUSED
+    """Whether the upstream's content policy, or the model, refused what the summarizer was
+    sent: a 400 with a content policy's code, or a refusal in a 200 (any: only
+    `refused_in_answer` makes one)."""
+    if refusal is None or refusal.code is None:
+        return False
+    return refusal.status == 200 or refusal.status == 400 and refusal.code in CONTENT_REFUSED
 
 
 def content_refusal_reason(refusal: Refusal) -> str:
     # Not the upstream's message: it may quote or list what was flagged.
+    if refusal.status == 200:
+        return (f"the summarizer's upstream refused the conversation's content in its answer "
+                f"(HTTP 200, {refusal.said or refusal.code})")
     return (f"the summarizer's upstream refused the conversation's content by its content "
             f"policy (HTTP 400, {refusal.code})")
 

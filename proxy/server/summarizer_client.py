@@ -18,11 +18,12 @@ from dataclasses import dataclass, replace
 from proxy import jsonio
 from proxy.compaction import postcheck
 from proxy.compaction.overflow import is_context_overflow
-from proxy.compaction.summarizer import SummaryPlan, read_reply
+from proxy.compaction.summarizer import SummaryPlan
+from proxy.compaction.summary_reply import read_reply
 from proxy.conversation import Api
 from proxy.errors import ProxyError
 from proxy.server.client_owned import (Refusal, content_refusal_reason, content_refused,
-                                       read_refusal)
+                                       read_refusal, refused_in_answer)
 from proxy.server.headers import upstream_request_headers
 from proxy.server.inflate import answer_encoding, inflated
 from proxy.redaction import redact
@@ -68,7 +69,11 @@ async def run_summary(plan: SummaryPlan, upstream: UpstreamSettings, client: Ups
             return replace(_failed(said, step, started), refusal=refusal,
                            overflow=is_context_overflow(status, data))
         reply = read_reply(plan.api, data)
-        verdict = postcheck.check_reply(reply)
+        if reply.refused is not None:  # the client's, as the content policy's 400 is
+            refusal = refused_in_answer(reply.refused, reply.said)
+            return replace(_failed(content_refusal_reason(refusal), step, started),
+                           refusal=refusal)
+        verdict = postcheck.check_reply(reply, plan.max_output_tokens)
         if not verdict.ok:
             return _failed(verdict.reason, step, started)
         carried = reply.text
