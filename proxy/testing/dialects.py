@@ -243,11 +243,13 @@ class Dialect:
     schema: tuple[Rule, ...] = ()
     semantic: tuple[Rule, ...] = ()
     pairing: bool = True  # the shared `chat_rules.find_violation` checks
+    # `stream_options` only beside `stream: true` (OpenAI, Azure); others' answers unknown.
+    options_need_stream: bool = False
 
 
 DIALECTS: dict[str, Dialect] = {
-    "openai": Dialect(),
-    "openai-strict": Dialect(schema=(strict_keys,)),
+    "openai": Dialect(options_need_stream=True),
+    "openai-strict": Dialect(schema=(strict_keys,), options_need_stream=True),
     "cerebras": Dialect(schema=(cerebras_reasoning,)),
     "deepseek-thinking": Dialect(wording="deepseek", semantic=(deepseek_reasoning,)),
     "deepseek-r1-legacy": Dialect(wording="deepseek", schema=(legacy_reasoning,)),

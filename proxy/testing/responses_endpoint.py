@@ -114,10 +114,9 @@ async def _answer(fake: FakeUpstream, request: web.Request, body: dict[str, Any]
 
 
 def _prior(fake: FakeUpstream, body: dict[str, Any], credential: str) -> list[Any] | Rejection:
-    # PROTOCOL.md §6.1: `previous_response_id` "cannot be used in conjunction with
-    # `conversation`", but it records no error text for the pair, so the fake invents none and
-    # accepts it (the previous response's chain wins).
     previous = body.get("previous_response_id")
+    if previous is not None and body.get("conversation") is not None:
+        return both_histories()
     if previous is None:
         conversation = conversation_id(body)
         held = fake.conversations.get((credential, conversation)) if conversation else None
@@ -127,6 +126,16 @@ def _prior(fake: FakeUpstream, body: dict[str, Any], credential: str) -> list[An
         return rejections.openai(f"Previous response with id '{previous}' not found.",
                                  param="previous_response_id", code="previous_response_not_found")
     return stored.chain
+
+
+def both_histories() -> Rejection:
+    """PROTOCOL.md §6.1: `previous_response_id` "cannot be used in conjunction with
+    `conversation`" [SRC]; checked before either is looked up. Text, code and null param
+    [3P]: as OpenAI-compatible servers that mirror OpenAI spell it (SGLang's gateway,
+    praxis-proxy); no payload observed from OpenAI itself was found."""
+    return rejections.openai("Mutually exclusive parameters. Ensure you are only providing one "
+                             "of: 'previous_response_id' or 'conversation'.",
+                             code="mutually_exclusive_parameters")
 
 
 async def _overflow(fake: FakeUpstream, request: web.Request, body: dict[str, Any], prompt: int,
