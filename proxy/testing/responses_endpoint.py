@@ -21,7 +21,7 @@ from proxy import jsonio
 from proxy.testing import rejections
 from proxy.testing.misc_endpoints import parse_body, request_headers
 from proxy.testing.overflow import responses_overflow
-from proxy.testing.prompt_units import prompt_tokens
+from proxy.testing.prompt_units import Unit, prompt_tokens, truncated_front
 from proxy.testing.rejections import Rejection
 from proxy.testing.replies import Reply
 from proxy.testing.response_store import Stored
@@ -59,10 +59,10 @@ async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
     if isinstance(checked, Rejection):
         return reject(checked)
     body = _expanded(body, checked)
-    units = fake.units.responses(body, prior)
+    limit = fake.limit_for(body["model"])
+    units = _units(fake, body, prior, limit)
     prompt = prompt_tokens(units)
     stream = body.get("stream") is True
-    limit = fake.limit_for(body["model"])
     if limit is not None and prompt > limit:
         return await _overflow(fake, request, body, prompt, stream)
     reply = fake.next_reply(recorded)
@@ -77,6 +77,17 @@ async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
     chain = [*prior, *checked]
     return await _answer(fake, request, body, fake.turn(body, reply, prompt, units), chain, stream,
                          credential)
+
+
+def _units(fake: FakeUpstream, body: dict[str, Any], prior: list[Any],
+           limit: int | None) -> list[Unit]:
+    """The prompt as upstream reads it; with `truncation: "auto"` the oldest items of an
+    over-long one dropped (PROTOCOL.md §6.1), which the usage and the prompt cache see too."""
+    head = fake.units.responses_head(body)
+    units = head + fake.units.responses_items(body, prior)
+    if limit is None or body.get("truncation") != "auto":
+        return units
+    return truncated_front(units, len(head), limit)
 
 
 def _expanded(body: dict[str, Any], checked: list[Any]) -> dict[str, Any]:
