@@ -75,8 +75,8 @@ async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
         if failed is not None:
             return failed
     chain = [*prior, *checked]
-    return await _answer(fake, request, body, fake.turn(body, reply, prompt, units), chain, stream,
-                         credential)
+    turn = fake.turn(body, reply, prompt, units, credential)
+    return await _answer(fake, request, body, turn, chain, stream, credential)
 
 
 def _units(fake: FakeUpstream, body: dict[str, Any], prior: list[Any],
