@@ -50,3 +50,27 @@ def test_user_parts_of_every_listed_type_are_accepted() -> None:
              {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
              {"type": "file", "file": {"file_id": "file-abc"}}]
     assert check_chat({"model": "gpt-4o", "messages": [{"role": "user", "content": parts}]}) is None
+
+
+ASSISTANT_THINKING = {"role": "assistant", "content": [
+    {"type": "thinking", "thinking": "the user wants a greeting", "signature": "sig"},
+    {"type": "text", "text": "Hello."}]}
+
+
+def test_an_assistant_part_of_another_api_is_refused_by_strict_openai() -> None:
+    """[OBS] OpenAI answers an assistant's replayed Anthropic `thinking` (or Gemini
+    `functionCall`) part with the same list as a user's."""
+    assert _error({"role": "user", "content": "hi"}, ASSISTANT_THINKING,
+                  {"role": "user", "content": "again"}, dialect="openai-strict") == {
+        "message": f"Invalid value: 'thinking'. Supported values are: {USER_PART_TYPES}.",
+        "type": "invalid_request_error", "param": "messages[1].content[0].type",
+        "code": "invalid_value"}
+
+
+def test_assistant_text_and_refusal_parts_pass_and_other_dialects_judge_their_own() -> None:
+    parts = {"role": "assistant", "content": [{"type": "text", "text": "a"},
+                                              {"type": "refusal", "refusal": "no"}]}
+    messages = [{"role": "user", "content": "hi"}, parts, {"role": "user", "content": "x"}]
+    assert check_chat({"model": "gpt-4o", "messages": messages}, "openai-strict") is None
+    thinking = [{"role": "user", "content": "hi"}, ASSISTANT_THINKING, {"role": "user", "content": "x"}]
+    assert check_chat({"model": "m", "messages": thinking}, "vllm") is None

@@ -122,8 +122,9 @@ def _tool_content(i: int, message: Mapping[str, Any]) -> Violation | None:
 # The content parts each role may send (PROTOCOL.md §1.1). The user's: the list OpenAI's
 # answer names [OBS: "Invalid value: 'thinking'. Supported values are: 'text', 'image_url',
 # 'input_audio', 'refusal', 'audio', and 'file'.", param `messages[i].content[j].type`, met by
-# clients replaying Anthropic or Responses parts]. The assistant's are left alone: LiteLLM
-# clients replay `thinking` parts there (§4.7), which the reasoning rules of each dialect judge.
+# clients replaying Anthropic or Responses parts]. The assistant's are each dialect's: LiteLLM
+# clients replay `thinking` parts there (§4.7); OpenAI's dialects check them against the
+# user's list (`dialects.assistant_parts`, in the strict dialect).
 USER_PART_TYPES = ("text", "image_url", "input_audio", "refusal", "audio", "file")
 PART_TYPES = {"tool": ("text",), "system": ("text",), "developer": ("text",),
               "user": USER_PART_TYPES}
