@@ -29,7 +29,7 @@ def check_chat(body: dict[str, Any], dialect: str = "openai", *,
         raise ValueError(f"unknown dialect {dialect!r}; known: {', '.join(DIALECTS)}")
     wording = WORDING[spec.wording]
     if spec.options_need_stream and isinstance(body, Mapping) and _options_without_stream(body):
-        return STREAM_OPTIONS_WITHOUT_STREAM
+        return stream_options_without_stream()
     raw = body.get("messages") if isinstance(body, Mapping) else None
     shape = shape_violation(raw)
     if shape is not None:
@@ -49,14 +49,16 @@ def check_chat(body: dict[str, Any], dialect: str = "openai", *,
     return None
 
 
-# [OBS] text: quoted from Azure's answer and measured against OpenAI by client authors; param
-# as two OpenAI-compatible reimplementations give it [3P]; code [MEM]. A null value is no option.
-STREAM_OPTIONS_WITHOUT_STREAM = rejections.openai(
-    "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
-    param="stream_options")
+def stream_options_without_stream() -> Rejection:
+    """[OBS] text: quoted from Azure's answer and measured against OpenAI by client authors;
+    param as two OpenAI-compatible reimplementations give it [3P]; code [MEM]."""
+    return rejections.openai(
+        "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+        param="stream_options")
 
 
 def _options_without_stream(body: Mapping[str, Any]) -> bool:
+    # A null `stream_options` is no option.
     return body.get("stream_options") is not None and body.get("stream") is not True
 
 
