@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from openai import AsyncOpenAI
 
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.messages import item_user
@@ -57,3 +58,11 @@ async def test_auto_truncation_cannot_cut_the_newest_item(fake: FakeUpstream) ->
     huge = [item_user("old"), item_user("many words " * 400)]
     status, body = await post(fake, {"model": "small-1", "input": huge, "truncation": "auto"})
     assert status == 400 and body["error"]["code"] == "context_length_exceeded"
+
+
+async def test_auto_truncation_through_the_client(fake: FakeUpstream) -> None:
+    async with AsyncOpenAI(base_url=fake.url, api_key="sk-test", max_retries=0) as api:
+        response = await api.responses.create(model="small-1", input=HISTORY,  # type: ignore[arg-type]
+                                              truncation="auto")
+    assert response.truncation == "auto"
+    assert response.usage is not None and response.usage.input_tokens <= LIMIT

@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from openai import AsyncOpenAI, BadRequestError
 
+from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.rules import check_chat
 
 USER_PART_TYPES = ("'text', 'image_url', 'input_audio', 'refusal', 'audio', and 'file'")
@@ -74,3 +76,13 @@ def test_assistant_text_and_refusal_parts_pass_and_other_dialects_judge_their_ow
     assert check_chat({"model": "gpt-4o", "messages": messages}, "openai-strict") is None
     thinking = [{"role": "user", "content": "hi"}, ASSISTANT_THINKING, {"role": "user", "content": "x"}]
     assert check_chat({"model": "m", "messages": thinking}, "vllm") is None
+
+
+async def test_a_responses_part_sent_to_chat_reaches_the_client_as_a_bad_request() -> None:
+    async with FakeUpstream() as fake:
+        async with AsyncOpenAI(base_url=fake.url, api_key="sk-test", max_retries=0) as api:
+            with pytest.raises(BadRequestError) as refused:
+                await api.chat.completions.create(model="gpt-4o", messages=[
+                    {"role": "user", "content": [{"type": "input_text", "text": "hi"}]}])  # type: ignore[list-item]
+    assert refused.value.code == "invalid_value"
+    assert refused.value.param == "messages[0].content[0].type"
