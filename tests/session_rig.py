@@ -29,7 +29,6 @@ from proxy.server.services import SERVICES
 from proxy.testing.fake_upstream import FakeUpstream, Recorded
 from proxy.testing.replies import Reply, call
 from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request
-from proxy.testing.usage import PromptCache
 from tests.harness import LoopThread, RunningProxy, proxy_settings, start_proxy, stop_proxy
 
 MODEL = "small-coder"
@@ -97,9 +96,8 @@ def body_elements(api: str, body: bytes) -> tuple[bytes, ...]:
 
 
 class Upstream(FakeUpstream):
-    """The fake upstream with a prompt cache per credential, as providers keep one per
-    organization (the fake's own is shared by every caller: one tenant's requests would warm
-    another's `cached_tokens`). With `counts_more`, its tokenizer counts a quarter more than
+    """The fake upstream (its prompt cache kept per credential, as providers keep one per
+    organization). With `counts_more`, its tokenizer counts a quarter more than
     the proxy estimates (a model the proxy has no tokenizer for): its usage, stored as
     anchors, then decides the estimate (SPEC §6) instead of the proxy's conservative count,
     which otherwise always comes out higher."""
@@ -107,12 +105,11 @@ class Upstream(FakeUpstream):
     def __init__(self, counts_more: bool, **options: Any) -> None:
         super().__init__(**options)
         self.counts_more = counts_more
-        self._caches: dict[str | None, PromptCache] = {}
 
-    def turn(self, body: Mapping[str, Any], reply: Reply, prompt: int, units: list[Any]) -> Any:
-        # Requests come one at a time: the latest recorded is the one being answered.
-        self.cache = self._caches.setdefault(self.requests[-1].headers.get("authorization"), PromptCache())
-        return super().turn(body, reply, prompt * 5 // 4 if self.counts_more else prompt, units)
+    def turn(self, body: Mapping[str, Any], reply: Reply, prompt: int, units: list[Any],
+             credential: str = "") -> Any:
+        return super().turn(body, reply, prompt * 5 // 4 if self.counts_more else prompt, units,
+                            credential)
 
 
 class Rig:

@@ -228,7 +228,7 @@ def _responses_step(draw: st.DrawFn, step: dict[str, Any], nonce: str) -> list[W
         produced.append({"type": kind, "call_id": c["id"], "name": c["name"], field: c["arguments"]})
     if reasoned and draw(st.booleans()):
         for k, item in enumerate(produced):
-            prefix = "msg" if item["type"] == "message" else "fc"
+            prefix = {"message": "msg", "custom_tool_call": "ctc"}.get(item["type"], "fc")
             item["id"] = SIGNER.item_id(prefix, nonce, k, reasoned=True)
     outputs = [{"type": "custom_tool_call_output" if c["custom"] else "function_call_output",
                 "call_id": c["id"],

@@ -22,6 +22,7 @@ from proxy.testing.reference_tokens import tools_tokens
 from proxy.testing.rejections import Rejection
 from proxy.testing.rules import check_chat
 from proxy.testing.sse import DONE, data_frame, reject, send_failure, send_stream
+from proxy.testing.stored_items import credential_of
 from proxy.testing.turn import Turn
 
 if TYPE_CHECKING:
@@ -54,7 +55,8 @@ async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
         failed = await send_failure(request, reply, fake.stopping, reply.error_frame)
         if failed is not None:
             return failed
-    return await _answer(fake, request, body, fake.turn(body, reply, prompt, units), stream)
+    turn = fake.turn(body, reply, prompt, units, credential_of(recorded.headers))
+    return await _answer(fake, request, body, turn, stream)
 
 
 def _size(body: dict[str, Any], prompt: int, counts_completion: bool) -> Size:

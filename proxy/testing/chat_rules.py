@@ -93,7 +93,15 @@ def _shape(i: int, message: Any) -> Violation | None:
         return Violation("bad_role", i, value=message["role"])
     if message["role"] == "tool":
         return _tool_content(i, message)
+    required = _REQUIRED.get(message["role"])
+    if required is not None and required not in message:
+        return Violation("missing_param", i, value=f"messages[{i}].{required}")
     return _parts(i, message)
+
+
+# What each role needs besides `role` (PROTOCOL.md §1.1); the assistant's and the tool's are
+# checked with their own rules.
+_REQUIRED = {"system": "content", "developer": "content", "user": "content", "function": "name"}
 
 
 def _tool_content(i: int, message: Mapping[str, Any]) -> Violation | None:
@@ -111,10 +119,15 @@ def _tool_content(i: int, message: Mapping[str, Any]) -> Violation | None:
     return _parts(i, message)
 
 
-# The content parts each role may send (PROTOCOL.md §1.1); a user message may send any. The
-# assistant's are left alone: LiteLLM clients replay `thinking` parts there (§4.7), which the
-# reasoning rules of each dialect judge.
-PART_TYPES = {"tool": ("text",), "system": ("text",), "developer": ("text",)}
+# The content parts each role may send (PROTOCOL.md §1.1). The user's: the list OpenAI's
+# answer names [OBS: "Invalid value: 'thinking'. Supported values are: 'text', 'image_url',
+# 'input_audio', 'refusal', 'audio', and 'file'.", param `messages[i].content[j].type`, met by
+# clients replaying Anthropic or Responses parts]. The assistant's are each dialect's: LiteLLM
+# clients replay `thinking` parts there (§4.7); OpenAI's dialects check them against the
+# user's list (`dialects.assistant_parts`, in the strict dialect).
+USER_PART_TYPES = ("text", "image_url", "input_audio", "refusal", "audio", "file")
+PART_TYPES = {"tool": ("text",), "system": ("text",), "developer": ("text",),
+              "user": USER_PART_TYPES}
 
 
 def _parts(i: int, message: Mapping[str, Any]) -> Violation | None:
@@ -125,7 +138,7 @@ def _parts(i: int, message: Mapping[str, Any]) -> Violation | None:
     for j, part in enumerate(content):
         if not isinstance(part, Mapping):
             return Violation("part_not_object", i, call=j, value=part)
-        if part.get("type") == "image_url":
+        if part.get("type") == "image_url" and message["role"] != "user":
             return Violation("image_outside_user", i, value=message["role"])
         if part.get("type") not in allowed:
             return Violation("part_type", i, call=j, value=(part.get("type"), allowed))
@@ -252,10 +265,14 @@ def _image_text(v: Violation) -> Rejection:
                              "contains an image URL.", param=f"messages[{v.index}]")
 
 
-def _part_type_text(v: Violation) -> Rejection:  # OpenAI's `invalid_value` family [MEM]
+def _part_type_text(v: Violation) -> Rejection:
+    # OpenAI's `invalid_value` family: [OBS] for the user's list (`USER_PART_TYPES`), [MEM] for
+    # the text-only roles.
     found, allowed = v.value
     path = f"messages[{v.index}].content[{v.call}].type"
-    supported = " and ".join(f"'{t}'" for t in allowed)
+    quoted = [f"'{t}'" for t in allowed]
+    supported = " and ".join(quoted) if len(quoted) < 3 else (
+        ", ".join(quoted[:-1]) + ", and " + quoted[-1])
     return rejections.openai(f"Invalid value: '{found}'. Supported values are: {supported}.",
                              param=path, code="invalid_value")
 

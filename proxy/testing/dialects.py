@@ -14,6 +14,7 @@ from typing import Any
 
 from proxy import jsonio
 from proxy.testing import rejections
+from proxy.testing.chat_rules import USER_PART_TYPES, Violation, openai_text
 from proxy.testing.rejections import Rejection
 from proxy.testing.signing import GEMINI_BYPASS, Signer
 
@@ -80,6 +81,24 @@ def _additional(obj: Mapping[str, Any], allowed: set[str], path: str) -> Rejecti
     names = ", ".join(repr(k) for k in extra)
     verb = "was" if len(extra) == 1 else "were"
     return rejections.openai(f"Additional properties are not allowed ({names} {verb} unexpected) - '{path}'")
+
+
+def assistant_parts(messages: Messages, _: Signer) -> Rejection | None:
+    """OpenAI checks an assistant's content parts against the user's list [OBS: replayed
+    Anthropic `thinking` and Gemini `functionCall` parts refused with it]. Only the strict
+    dialect applies it for now: the proxy forwards an uncompacted request's `thinking` parts
+    as the client sent them (SPEC §7.3) and has no retry for this answer yet (§7.4), which
+    the lenient `openai` dialect's tests assume passes. Other dialects' answers to such parts
+    are not recorded."""
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        if message.get("role") != "assistant" or not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, Mapping) else None
+            if kind not in USER_PART_TYPES:
+                return openai_text(Violation("part_type", i, call=j, value=(kind, USER_PART_TYPES)))
+    return None
 
 
 def cerebras_reasoning(messages: Messages, _: Signer) -> Rejection | None:
@@ -243,11 +262,13 @@ class Dialect:
     schema: tuple[Rule, ...] = ()
     semantic: tuple[Rule, ...] = ()
     pairing: bool = True  # the shared `chat_rules.find_violation` checks
+    # `stream_options` only beside `stream: true` (OpenAI, Azure); others' answers unknown.
+    options_need_stream: bool = False
 
 
 DIALECTS: dict[str, Dialect] = {
-    "openai": Dialect(),
-    "openai-strict": Dialect(schema=(strict_keys,)),
+    "openai": Dialect(options_need_stream=True),
+    "openai-strict": Dialect(schema=(strict_keys, assistant_parts), options_need_stream=True),
     "cerebras": Dialect(schema=(cerebras_reasoning,)),
     "deepseek-thinking": Dialect(wording="deepseek", semantic=(deepseek_reasoning,)),
     "deepseek-r1-legacy": Dialect(wording="deepseek", schema=(legacy_reasoning,)),

@@ -191,10 +191,12 @@ class FakeUpstream:
             reply = reply.with_reasoning(DEFAULT_REASONING)
         return reply
 
-    def turn(self, body: Mapping[str, Any], reply: Reply, prompt: int, units: list[Unit]) -> Turn:
-        """The answer to render: ids assigned, usage counted, the prompt cache consulted."""
+    def turn(self, body: Mapping[str, Any], reply: Reply, prompt: int, units: list[Unit],
+             credential: str = "") -> Turn:
+        """The answer to render: ids assigned, usage counted, the prompt cache of the
+        credential consulted."""
         completion, reasoning = completion_tokens(reply)
-        cached, written = self.cache.lookup(body["model"], units)
+        cached, written = self.cache.lookup(body["model"], units, credential)
         cached = min(cached, prompt)
         counts = Counts(prompt, completion, reasoning, cached, min(written, prompt - cached))
         include_usage, obfuscate = stream_options(body)

@@ -34,6 +34,16 @@ def prompt_tokens(units: Sequence[Unit]) -> int:
     return REPLY_PRIMING + sum(tokens for _, tokens in units)
 
 
+def truncated_front(units: Sequence[Unit], keep: int, limit: int) -> list[Unit]:
+    """Responses `truncation: "auto"`: drop units after the first `keep` (instructions, tools),
+    oldest first, until the prompt fits `limit`; the newest unit is never dropped, so what
+    still does not fit overflows as with truncation disabled."""
+    kept = list(units)
+    while prompt_tokens(kept) > limit and len(kept) > keep + 1:
+        del kept[keep]
+    return kept
+
+
 class PromptUnits:
     def __init__(self, max_entries: int = 200_000) -> None:
         self._tokens: LRU[bytes, int] = LRU(max_entries)
@@ -45,13 +55,19 @@ class PromptUnits:
                                     for m in messages]
 
     def responses(self, body: Mapping[str, Any], prior: Sequence[Any]) -> list[Unit]:
-        model = str(body.get("model", ""))
-        units = []
+        return self.responses_head(body) + self.responses_items(body, prior)
+
+    def responses_head(self, body: Mapping[str, Any]) -> list[Unit]:
+        """The units before the conversation: instructions and tools."""
+        units: list[Unit] = []
         if isinstance(body.get("instructions"), str):
             units.append(self._unit(b"text", body["instructions"], _text_message_tokens))
-        units += self._tools(body)
-        units += [self._unit(b"item", i, responses_item_tokens, model)
-                  for i in prior if isinstance(i, Mapping)]
+        return units + self._tools(body)
+
+    def responses_items(self, body: Mapping[str, Any], prior: Sequence[Any]) -> list[Unit]:
+        model = str(body.get("model", ""))
+        units = [self._unit(b"item", i, responses_item_tokens, model)
+                 for i in prior if isinstance(i, Mapping)]
         current = body.get("input")
         if isinstance(current, str):
             return units + [self._unit(b"text", current, _text_message_tokens)]

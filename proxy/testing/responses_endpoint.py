@@ -21,7 +21,7 @@ from proxy import jsonio
 from proxy.testing import rejections
 from proxy.testing.misc_endpoints import parse_body, request_headers
 from proxy.testing.overflow import responses_overflow
-from proxy.testing.prompt_units import prompt_tokens
+from proxy.testing.prompt_units import Unit, prompt_tokens, truncated_front
 from proxy.testing.rejections import Rejection
 from proxy.testing.replies import Reply
 from proxy.testing.response_store import Stored
@@ -59,10 +59,10 @@ async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
     if isinstance(checked, Rejection):
         return reject(checked)
     body = _expanded(body, checked)
-    units = fake.units.responses(body, prior)
+    limit = fake.limit_for(body["model"])
+    units = _units(fake, body, prior, limit)
     prompt = prompt_tokens(units)
     stream = body.get("stream") is True
-    limit = fake.limit_for(body["model"])
     if limit is not None and prompt > limit:
         return await _overflow(fake, request, body, prompt, stream)
     reply = fake.next_reply(recorded)
@@ -75,8 +75,19 @@ async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
         if failed is not None:
             return failed
     chain = [*prior, *checked]
-    return await _answer(fake, request, body, fake.turn(body, reply, prompt, units), chain, stream,
-                         credential)
+    turn = fake.turn(body, reply, prompt, units, credential)
+    return await _answer(fake, request, body, turn, chain, stream, credential)
+
+
+def _units(fake: FakeUpstream, body: dict[str, Any], prior: list[Any],
+           limit: int | None) -> list[Unit]:
+    """The prompt as upstream reads it; with `truncation: "auto"` the oldest items of an
+    over-long one dropped (PROTOCOL.md §6.1), which the usage and the prompt cache see too."""
+    head = fake.units.responses_head(body)
+    units = head + fake.units.responses_items(body, prior)
+    if limit is None or body.get("truncation") != "auto":
+        return units
+    return truncated_front(units, len(head), limit)
 
 
 def _expanded(body: dict[str, Any], checked: list[Any]) -> dict[str, Any]:
@@ -114,10 +125,9 @@ async def _answer(fake: FakeUpstream, request: web.Request, body: dict[str, Any]
 
 
 def _prior(fake: FakeUpstream, body: dict[str, Any], credential: str) -> list[Any] | Rejection:
-    # PROTOCOL.md §6.1: `previous_response_id` "cannot be used in conjunction with
-    # `conversation`", but it records no error text for the pair, so the fake invents none and
-    # accepts it (the previous response's chain wins).
     previous = body.get("previous_response_id")
+    if previous is not None and body.get("conversation") is not None:
+        return both_histories()
     if previous is None:
         conversation = conversation_id(body)
         held = fake.conversations.get((credential, conversation)) if conversation else None
@@ -127,6 +137,16 @@ def _prior(fake: FakeUpstream, body: dict[str, Any], credential: str) -> list[An
         return rejections.openai(f"Previous response with id '{previous}' not found.",
                                  param="previous_response_id", code="previous_response_not_found")
     return stored.chain
+
+
+def both_histories() -> Rejection:
+    """PROTOCOL.md §6.1: `previous_response_id` "cannot be used in conjunction with
+    `conversation`" [SRC]; checked before either is looked up. Text, code and null param
+    [3P]: as OpenAI-compatible servers that mirror OpenAI spell it (SGLang's gateway,
+    praxis-proxy); no payload observed from OpenAI itself was found."""
+    return rejections.openai("Mutually exclusive parameters. Ensure you are only providing one "
+                             "of: 'previous_response_id' or 'conversation'.",
+                             code="mutually_exclusive_parameters")
 
 
 async def _overflow(fake: FakeUpstream, request: web.Request, body: dict[str, Any], prompt: int,

@@ -83,7 +83,7 @@ def response_object(turn: Turn, body: Mapping[str, Any], response_id: str,
         "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
         "store": body.get("store", True), "temperature": body.get("temperature", 1.0),
         "text": {"format": {"type": "text"}}, "tool_choice": body.get("tool_choice", "auto"),
-        "tools": body.get("tools", []), "top_p": body.get("top_p", 1.0), "truncation": "disabled",
+        "tools": body.get("tools", []), "top_p": body.get("top_p", 1.0), "truncation": body.get("truncation") or "disabled",
         "usage": responses_usage(turn.counts) if final else None, "user": None,
         "metadata": body.get("metadata") or {},
     }

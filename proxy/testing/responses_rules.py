@@ -78,8 +78,11 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
 
 # The prefix an item's own id must have. [OBS] text and param, quoted whole in many client
 # reports (PROTOCOL.md §2.3 has only its end); code as two reports print it (one fixture has
-# `invalid_value`). Other types are said to have prefixes too, by less direct sources.
-_ID_PREFIX = {"function_call": "fc", "reasoning": "rs", "message": "msg"}
+# `invalid_value`). A custom tool call's 'ctc': [OBS] the same text with 'ctc', quoted by
+# several gateways that replayed a freeform call with a function call's `fc_` id (one with
+# the code `invalid_id_prefix`). Outputs' prefixes (`fc_`? `ctco_`?) have one source or none:
+# not enforced.
+_ID_PREFIX = {"function_call": "fc", "custom_tool_call": "ctc", "reasoning": "rs", "message": "msg"}
 
 
 def input_items(body: Mapping[str, Any]) -> list[Any]:

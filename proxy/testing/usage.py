@@ -2,8 +2,10 @@
 
 Prompt caching is simulated like OpenAI's automatic cache: a request's cached tokens are the
 longest prefix, in whole messages or items, that it shares with an earlier request of the same
-model, rounded down to a multiple of 128 and counted only from 1024 tokens on. So a benchmark
-can measure how cache-friendly a proxy's projections are. Shapes per `usage_style`: PROTOCOL.md §5.
+model and credential, rounded down to a multiple of 128 and counted only from 1024 tokens on
+("prompts containing 1024 tokens or more, with cache hits occurring in increments of 128 tokens",
+OpenAI cookbook Prompt Caching 201 [DOC]). So a benchmark can measure how cache-friendly a
+proxy's projections are. Shapes per `usage_style`: PROTOCOL.md §5.
 """
 
 from __future__ import annotations
@@ -45,9 +47,12 @@ class PromptCache:
     def __init__(self, max_entries: int = 500_000) -> None:
         self._seen: LRU[bytes, bool] = LRU(max_entries)
 
-    def lookup(self, model: str, units: Iterable[Unit]) -> tuple[int, int]:
-        """(cached, written) tokens for a prompt made of `units` (digest, tokens); remembers it."""
-        chain = hashlib.blake2b(model.encode(), digest_size=16).digest()
+    def lookup(self, model: str, units: Iterable[Unit], scope: str = "") -> tuple[int, int]:
+        """(cached, written) tokens for a prompt made of `units` (digest, tokens); remembers it.
+        `scope` is whose cache it is: a provider shares none across organizations (Azure:
+        "Prompt caches aren't shared between Azure subscriptions" [DOC])."""
+        seed = hashlib.blake2b(model.encode(), digest_size=16).digest()
+        chain = hashlib.blake2b(seed + scope.encode(), digest_size=16).digest()
         total, shared, sharing = 0, 0, True
         for digest, tokens in units:
             chain = hashlib.blake2b(chain + digest, digest_size=16).digest()

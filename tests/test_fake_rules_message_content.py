@@ -1,0 +1,88 @@
+"""The fake's check of user, system and developer messages: `content` is required (PROTOCOL.md
+§1.1), and a user message's parts are of the types OpenAI lists, with its texts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from openai import AsyncOpenAI, BadRequestError
+
+from proxy.testing.fake_upstream import FakeUpstream
+from proxy.testing.rules import check_chat
+
+USER_PART_TYPES = ("'text', 'image_url', 'input_audio', 'refusal', 'audio', and 'file'")
+
+
+def _error(*messages: dict[str, Any], dialect: str = "openai") -> dict[str, Any]:
+    found = check_chat({"model": "gpt-4o", "messages": list(messages)}, dialect)
+    assert found is not None and found.status == 400
+    return found.body["error"]
+
+
+@pytest.mark.parametrize("role", ["user", "system", "developer"])
+def test_a_message_without_content_is_refused(role: str) -> None:
+    assert _error({"role": "user", "content": "hi"}, {"role": role}) == {
+        "message": "Missing required parameter: 'messages[1].content'.",
+        "type": "invalid_request_error", "param": "messages[1].content",
+        "code": "missing_required_parameter"}
+
+
+def test_a_function_message_without_name_is_refused() -> None:
+    assert _error({"role": "user", "content": "hi"},
+                  {"role": "function", "content": "21C"})["param"] == "messages[1].name"
+
+
+@pytest.mark.parametrize("part", [
+    {"type": "input_text", "text": "hi"},  # a Responses part sent to chat
+    {"type": "thinking", "thinking": "x", "signature": "s"},
+    {"type": "tool_result", "tool_use_id": "t", "content": "ok"},
+])
+def test_a_user_part_of_another_api_is_refused_with_openais_list(part: dict[str, Any]) -> None:
+    user = {"role": "user", "content": [{"type": "text", "text": "see:"}, part]}
+    assert _error(user) == {
+        "message": f"Invalid value: '{part['type']}'. Supported values are: {USER_PART_TYPES}.",
+        "type": "invalid_request_error", "param": "messages[0].content[1].type",
+        "code": "invalid_value"}
+
+
+def test_user_parts_of_every_listed_type_are_accepted() -> None:
+    parts = [{"type": "text", "text": "a"},
+             {"type": "image_url", "image_url": {"url": "https://example.org/a.png"}},
+             {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+             {"type": "file", "file": {"file_id": "file-abc"}}]
+    assert check_chat({"model": "gpt-4o", "messages": [{"role": "user", "content": parts}]}) is None
+
+
+ASSISTANT_THINKING = {"role": "assistant", "content": [
+    {"type": "thinking", "thinking": "the user wants a greeting", "signature": "sig"},
+    {"type": "text", "text": "Hello."}]}
+
+
+def test_an_assistant_part_of_another_api_is_refused_by_strict_openai() -> None:
+    """[OBS] OpenAI answers an assistant's replayed Anthropic `thinking` (or Gemini
+    `functionCall`) part with the same list as a user's."""
+    assert _error({"role": "user", "content": "hi"}, ASSISTANT_THINKING,
+                  {"role": "user", "content": "again"}, dialect="openai-strict") == {
+        "message": f"Invalid value: 'thinking'. Supported values are: {USER_PART_TYPES}.",
+        "type": "invalid_request_error", "param": "messages[1].content[0].type",
+        "code": "invalid_value"}
+
+
+def test_assistant_text_and_refusal_parts_pass_and_other_dialects_judge_their_own() -> None:
+    parts = {"role": "assistant", "content": [{"type": "text", "text": "a"},
+                                              {"type": "refusal", "refusal": "no"}]}
+    messages = [{"role": "user", "content": "hi"}, parts, {"role": "user", "content": "x"}]
+    assert check_chat({"model": "gpt-4o", "messages": messages}, "openai-strict") is None
+    thinking = [{"role": "user", "content": "hi"}, ASSISTANT_THINKING, {"role": "user", "content": "x"}]
+    assert check_chat({"model": "m", "messages": thinking}, "vllm") is None
+
+
+async def test_a_responses_part_sent_to_chat_reaches_the_client_as_a_bad_request() -> None:
+    async with FakeUpstream() as fake:
+        async with AsyncOpenAI(base_url=fake.url, api_key="sk-test", max_retries=0) as api:
+            with pytest.raises(BadRequestError) as refused:
+                await api.chat.completions.create(model="gpt-4o", messages=[
+                    {"role": "user", "content": [{"type": "input_text", "text": "hi"}]}])  # type: ignore[list-item]
+    assert refused.value.code == "invalid_value"
+    assert refused.value.param == "messages[0].content[0].type"
