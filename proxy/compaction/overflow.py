@@ -186,6 +186,12 @@ _PRIVATE_RULES: tuple[tuple[tuple[str, ...], RetryAction, str], ...] = (
      "reasoning_content required in the tool loop"),
     (("reasoning_content is missing",), RetryAction.REASONING_PLACEHOLDERS,
      "reasoning_content required in the tool loop"),
+    # OpenAI checks an assistant's content parts against its list of part types: a replayed
+    # Anthropic thinking part, signed or not, is "Invalid value: 'thinking'" [OBS].
+    (("invalid value: 'thinking'",), RetryAction.DROP_PLAIN_REASONING,
+     "thinking parts not accepted"),
+    (("invalid value: 'redacted_thinking'",), RetryAction.DROP_PLAIN_REASONING,
+     "thinking parts not accepted"),
     (("reasoning_content field is included",), RetryAction.DROP_PLAIN_REASONING,
      "reasoning_content not accepted"),
     (("unknown parameter", "reasoning_content"), RetryAction.DROP_PLAIN_REASONING,

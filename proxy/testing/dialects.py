@@ -86,10 +86,10 @@ def _additional(obj: Mapping[str, Any], allowed: set[str], path: str) -> Rejecti
 def assistant_parts(messages: Messages, _: Signer) -> Rejection | None:
     """OpenAI checks an assistant's content parts against the user's list [OBS: replayed
     Anthropic `thinking` and Gemini `functionCall` parts refused with it]. Only the strict
-    dialect applies it for now: the proxy forwards an uncompacted request's `thinking` parts
-    as the client sent them (SPEC §7.3) and has no retry for this answer yet (§7.4), which
-    the lenient `openai` dialect's tests assume passes. Other dialects' answers to such parts
-    are not recorded."""
+    dialect applies it: the proxy forwards an uncompacted request's `thinking` parts as the
+    client sent them (SPEC §7.3) and retries once without them on this answer (§7.4), while
+    the lenient `openai` dialect's property tests assume such parts pass. Other dialects'
+    answers to such parts are not recorded."""
     for i, message in enumerate(messages):
         content = message.get("content")
         if message.get("role") != "assistant" or not isinstance(content, list):
