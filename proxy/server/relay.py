@@ -35,6 +35,8 @@ class StreamTap(Protocol):
 
     def cut_inside_line(self) -> bool: ...
 
+    def ended_early(self) -> bool: ...
+
 
 class PlainTap:
     """Forwards every byte as it comes; knows no event format (used for pass-through)."""
@@ -49,6 +51,9 @@ class PlainTap:
         return b""
 
     def cut_inside_line(self) -> bool:
+        return False
+
+    def ended_early(self) -> bool:
         return False
 
 
@@ -101,6 +106,12 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
                                      "event: the answer is incomplete.")
         else:
             data = tap.flush()
+            if tap.ended_early():
+                # Between events, but before the answer's last one: cut short all the same.
+                outcome.upstream_error = "upstream ended the stream before its last event"
+                data += _after_last_line(data) + tap.failure_frame(
+                    "The upstream ended the stream before its last event: the answer is "
+                    "incomplete.")
     except ConnectionResetError:
         # aiohttp's write to a client connection that is closing (a ClientError as well): the
         # client left before aiohttp cancelled the handler; the upstream did nothing wrong.
@@ -127,6 +138,16 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
     # No write_eof here: aiohttp ends the response once the handler returns, so the anchor and
     # the request's log line are written before the client can see the stream end.
     return outcome
+
+
+def _after_last_line(flushed: bytes) -> bytes:
+    """What ends the event `flushed` holds (the last one, which came without its blank line):
+    an error frame written right after it would be read as more lines of that event."""
+    if not flushed or flushed.endswith((b"\n\n", b"\r\r", b"\r\n\r\n")):
+        return b""
+    # After a lone CR, a first LF would make a CRLF (one line end): two end a line in any case,
+    # and an extra blank line is an empty event, which SSE readers skip.
+    return b"\n\n"
 
 
 def _break_off(request: web.Request) -> None:

@@ -43,6 +43,11 @@ class _EventTap:
         self._held = self._forward(self.decoder.flush())
         return not self.complete
 
+    def ended_early(self) -> bool:
+        """The stream, read to its end, ended between events but before the answer's last one.
+        False for a chat stream: not every provider ends one with `[DONE]`."""
+        return False
+
     def _forward(self, events: list[SseEvent]) -> bytes:
         """The bytes of `events` the client gets; reads them on the way."""
         raise NotImplementedError
@@ -130,6 +135,10 @@ class ResponsesTap(_EventTap):
 
     def usage(self) -> Any:
         return self.stream.usage
+
+    def ended_early(self) -> bool:
+        # A Responses stream always ends in a terminal event (PROTOCOL.md §6.3) or an error.
+        return self.stream.status is None and self.stream.error is None
 
     @property
     def complete(self) -> bool:
