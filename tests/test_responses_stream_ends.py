@@ -6,7 +6,9 @@ its iteration quietly otherwise)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from functools import partial
 from typing import Any
 
 import httpx
@@ -14,6 +16,8 @@ import openai
 import pytest
 from aiohttp import web
 
+from proxy.server import taps
+from proxy.sse import SseDecoder
 from tests.conftest import API_KEY
 from tests.test_server_wire_edges import make_upstream  # noqa: F401 - the fixture
 
@@ -52,12 +56,14 @@ def _completed(end: bytes = b"\n\n") -> bytes:
                   response={**STARTED, "status": "completed", "output": [MESSAGE], "usage": USAGE})
 
 
-def _proxy_sending(make_upstream, make_proxy, body: bytes):  # noqa: F811
+def _proxy_sending(make_upstream, make_proxy, body: bytes, piece: int = 0):  # noqa: F811
+    """A proxy before an upstream that streams `body`, in pieces of `piece` bytes if given."""
     async def answer(request: web.Request) -> web.StreamResponse:
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await out.prepare(request)
-        if body:
-            await out.write(body)
+        for start in range(0, len(body), piece or len(body) or 1):
+            await out.write(body[start:start + (piece or len(body))])
+            await asyncio.sleep(0.002 if piece else 0)  # each piece a read of its own
         return out  # the chunked body ends properly: no connection error to see
 
     return make_proxy(make_upstream(answer).url)
@@ -124,3 +130,19 @@ def test_a_stream_that_ends_in_an_error_event_gets_no_second_one(make_upstream, 
     assert received == sent
     _, raised = _events_until_error(proxy)
     assert str(raised) == "The model failed."
+
+
+def test_a_last_event_too_large_to_read_is_not_taken_for_an_early_end(make_upstream,  # noqa: F811
+                                                                      make_proxy,
+                                                                      monkeypatch) -> None:
+    # The relay passes an event larger than its decoder holds on unread (a `response.completed`
+    # carrying generated images can be megabytes): it cannot tell it was not the last one.
+    monkeypatch.setattr(taps, "SseDecoder", partial(SseDecoder, max_event_bytes=4096))
+    sent = _opening() + _delta() + _completed().replace(b'"Hello"', b'"' + b"x" * 8192 + b'"')
+    proxy = _proxy_sending(make_upstream, make_proxy, sent, piece=1024)
+    with httpx.stream("POST", f"{proxy.base_url}/responses", timeout=20,
+                      json={"model": MODEL, "input": INPUT, "stream": True},
+                      headers={"authorization": f"Bearer {API_KEY}"}) as answer:
+        received = answer.read()
+    assert received == sent
+    assert "upstream_error" not in proxy.requests()[-1]

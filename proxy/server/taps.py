@@ -118,11 +118,14 @@ class ResponsesTap(_EventTap):
     def __init__(self) -> None:
         self.decoder = SseDecoder()
         self.stream = ResponsesStream()
+        self.unread = False  # an event too large to hold passed unread: it may have been the end
 
     def _forward(self, events: list[SseEvent]) -> bytes:
         for event in events:
             if event.complete:
                 self.stream.feed(event)
+            else:
+                self.unread = True
         return b"".join(map(_RAW, events))
 
     def failure_frame(self, message: str, code: str = "upstream_disconnected") -> bytes:
@@ -138,7 +141,7 @@ class ResponsesTap(_EventTap):
 
     def ended_early(self) -> bool:
         # A Responses stream always ends in a terminal event (PROTOCOL.md §6.3) or an error.
-        return self.stream.status is None and self.stream.error is None
+        return self.stream.status is None and self.stream.error is None and not self.unread
 
     @property
     def complete(self) -> bool:
