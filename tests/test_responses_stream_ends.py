@@ -146,3 +146,18 @@ def test_a_last_event_too_large_to_read_is_not_taken_for_an_early_end(make_upstr
         received = answer.read()
     assert received == sent
     assert "upstream_error" not in proxy.requests()[-1]
+
+
+def test_an_error_status_sent_as_an_event_stream_gets_nothing_added(make_upstream,  # noqa: F811
+                                                                    make_proxy) -> None:
+    body = b'data: {"error": {"message": "Overloaded.", "type": "server_error"}}\n\n'
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=503, body=body, content_type="text/event-stream")
+
+    proxy = make_proxy(make_upstream(answer).url)
+    answer_ = httpx.post(f"{proxy.base_url}/responses", timeout=20,
+                         json={"model": MODEL, "input": INPUT, "stream": True},
+                         headers={"authorization": f"Bearer {API_KEY}"})
+    assert (answer_.status_code, answer_.content) == (503, body)
+    assert "upstream_error" not in proxy.requests()[-1]

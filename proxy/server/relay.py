@@ -106,8 +106,9 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
                                      "event: the answer is incomplete.")
         else:
             data = tap.flush()
-            if tap.ended_early():
+            if upstream.status == 200 and tap.ended_early():
                 # Between events, but before the answer's last one: cut short all the same.
+                # (An error status tells the client already; its body goes as it came.)
                 outcome.upstream_error = "upstream ended the stream before its last event"
                 data += _after_last_line(data) + tap.failure_frame(
                     "The upstream ended the stream before its last event: the answer is "
