@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import zlib
 from typing import Any
 
@@ -99,3 +100,23 @@ def test_a_compressed_resumed_stream_cut_short_goes_as_it_came(make_upstream,  #
                       headers={"accept-encoding": "gzip"}) as resumed:
         received = b"".join(resumed.iter_raw())
     assert received == sent
+
+
+def test_a_client_that_leaves_a_resumed_stream_is_a_499_saying_how_far_it_read(
+        make_upstream, make_proxy) -> None:  # noqa: F811
+    async def answer(request: web.Request) -> web.StreamResponse:
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        await out.write(DELTAS)
+        await asyncio.sleep(1)  # the client leaves meanwhile
+        return out
+
+    proxy = make_proxy(make_upstream(answer).url)
+    with httpx.stream("GET", f"{proxy.base_url}/responses/resp_bg?stream=true",
+                      timeout=20) as resumed:
+        received = next(resumed.iter_raw())
+    deadline = time.monotonic() + 5
+    while not proxy.requests() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    line = proxy.requests()[-1]
+    assert line["status"] == 499 and line["bytes_out"] == len(received) == len(DELTAS)

@@ -115,6 +115,9 @@ def test_a_client_that_leaves_a_stream_frees_the_upstream_and_its_thread(fake, p
     assert fake.peer_gone == ["/v1/responses"]
     while proxy.requests()[-1:] == [] and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert proxy.requests()[-1]["status"] == 499
+    line = proxy.requests()[-1]
+    assert line["status"] == 499 and line["error"] == "client_disconnected"
+    # How far the client read: the events before it left, sent as the first byte went out.
+    assert line["bytes_out"] > 0 and line["ttfb_ms"] >= 0
     fake.script(Reply.text("Back."))
     assert client.responses.create(**ask).output_text == "Back."

@@ -79,7 +79,8 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
             if made_id is not None and request.method == "DELETE" and response.status == 200:
                 services.origins.forget(made_id)  # type: ignore[union-attr]
             outcome = await relay_stream(request, response, out_headers,
-                                         _tap_for(tail, response, length), line.started)
+                                         _tap_for(tail, response, length), line.started,
+                                         left=lambda got: line.set(bytes_out=got.bytes_out))
             line.set(bytes_out=outcome.bytes_out, upstream_error=outcome.upstream_error)
             return outcome.response
 

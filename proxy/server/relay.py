@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
@@ -78,10 +78,12 @@ def _is_event_stream_type(content_type: str) -> bool:
 
 async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
                        headers: CIMultiDict[str], tap: StreamTap, started: float,
-                       already_read: Sequence[bytes] = ()) -> RelayOutcome:
+                       already_read: Sequence[bytes] = (),
+                       left: Callable[[RelayOutcome], object] | None = None) -> RelayOutcome:
     """Relay `already_read` (chunks a peek consumed), then the rest as it arrives.
 
-    The caller returns `outcome.response` from its handler unfinished; aiohttp ends it.
+    The caller returns `outcome.response` from its handler unfinished; aiohttp ends it. A
+    client that leaves mid-way raises out of here; `left` is first told what it got so far.
     """
     out = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
     outcome = RelayOutcome(out)
@@ -116,6 +118,8 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
     except ConnectionResetError:
         # aiohttp's write to a client connection that is closing (a ClientError as well): the
         # client left before aiohttp cancelled the handler; the upstream did nothing wrong.
+        if left is not None:
+            left(outcome)
         raise
     except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
         outcome.upstream_error = describe(exc) if not isinstance(exc, asyncio.TimeoutError) \
@@ -126,6 +130,8 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
             f"The upstream connection failed mid-stream: {outcome.upstream_error}")
     except asyncio.CancelledError as exc:
         if not is_cut(exc):
+            if left is not None:
+                left(outcome)  # the client left
             raise
         # The shutdown grace ended: the stream ends here, properly, with an error frame.
         resume_after_cut()
