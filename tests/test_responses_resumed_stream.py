@@ -38,6 +38,8 @@ def _resumed(end: str):
     async def answer(request: web.Request) -> web.StreamResponse:
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await out.prepare(request)
+        if end == "nothing left":
+            return out
         await out.write(DELTAS)
         if end == "completed":
             await out.write(_event("response.completed", 6, response=RESPONSE))
@@ -120,3 +122,11 @@ def test_a_client_that_leaves_a_resumed_stream_is_a_499_saying_how_far_it_read(
         time.sleep(0.02)
     line = proxy.requests()[-1]
     assert line["status"] == 499 and line["bytes_out"] == len(received) == len(DELTAS)
+
+
+def test_a_resumed_stream_with_nothing_after_starting_after_ends_quietly(make_upstream,  # noqa: F811
+                                                                         make_proxy) -> None:
+    # Resumed after its last event (the client had it already): there is nothing to send.
+    proxy = make_proxy(make_upstream(_resumed("nothing left")).url)
+    assert _resume(proxy) == ([], None)
+    assert "upstream_error" not in proxy.requests()[-1]

@@ -93,7 +93,7 @@ def _tap_for(tail: str, response: ClientResponse, length: str | None) -> StreamT
     client's `Accept-Encoding` goes up here), which the tap cannot read."""
     if (length is None and tail.startswith("responses/") and is_event_stream(response)
             and hdrs.CONTENT_ENCODING not in response.headers):
-        return ResponsesTap()
+        return ResponsesTap(resumed=True)
     return PlainTap()
 
 

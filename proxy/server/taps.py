@@ -115,10 +115,12 @@ def _without_null_usage(raw: bytes) -> bytes:
 
 
 class ResponsesTap(_EventTap):
-    def __init__(self) -> None:
+    def __init__(self, resumed: bool = False) -> None:
         self.decoder = SseDecoder()
         self.stream = ResponsesStream()
         self.unread = False  # an event too large to hold passed unread: it may have been the end
+        # A stream resumed by id (`starting_after`): nothing may be left after that event.
+        self.resumed = resumed
 
     def _forward(self, events: list[SseEvent]) -> bytes:
         for event in events:
@@ -141,6 +143,8 @@ class ResponsesTap(_EventTap):
 
     def ended_early(self) -> bool:
         # A Responses stream always ends in a terminal event (PROTOCOL.md §6.3) or an error.
+        if self.resumed and self.stream.sequence < 0:
+            return False  # no event at all: the client may have had the last one already
         return self.stream.status is None and self.stream.error is None and not self.unread
 
     @property
