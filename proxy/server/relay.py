@@ -4,7 +4,8 @@ A stream is written as it arrives; a `StreamTap` sees every chunk and decides wh
 client (everything, for a plain relay; all but a hidden usage chunk, for the pipeline) while it
 reads usage on the side. An upstream that dies mid-stream leaves the client with a final error
 frame in the API's own event format, so SDKs raise instead of hanging or silently truncating;
-a plain relay, which knows no such format, closes the client's connection instead.
+so does a Responses stream whose body ends cleanly before its terminal event (`ended_early`).
+A plain relay, which knows no such format, closes the client's connection instead.
 """
 
 from __future__ import annotations
