@@ -16,7 +16,7 @@ from proxy.server.relay import whole_response
 _KNOWN = ["Host", "Content-Length", "Content-Type", "Content-Encoding", "Expect", "Connection",
           "Keep-Alive", "TE", "Transfer-Encoding", "Upgrade", "Authorization", "X-Api-Key",
           "Api-Key", "User-Agent", "Accept", "Accept-Encoding", "Server", "Date", "X-Thread-Id",
-          "X-Custom", "X-Request-Id", "Set-Cookie"]
+          "X-Custom", "X-Request-Id", "Set-Cookie", "OpenAI-Organization", "OpenAI-Project"]
 _NAME = st.one_of(
     st.sampled_from(_KNOWN).flatmap(
         lambda name: st.sampled_from([name, name.lower(), name.upper()])),
@@ -47,7 +47,8 @@ def test_request_headers_keep_exactly_what_may_cross(lines, drop, api_key) -> No
     out = upstream_request_headers(client, api_key=api_key, drop=drop, identity_encoding=True)
     dropped = set(HOP_BY_HOP) | {"host", "content-length", "content-encoding", "expect", *drop}
     if api_key:
-        dropped |= {"authorization", "api-key", "x-api-key"}
+        dropped |= {"authorization", "api-key", "x-api-key", "openai-organization",
+                    "openai-project"}
     expected = CIMultiDict(_kept(lines, dropped))
     if api_key:
         expected["Authorization"] = f"Bearer {api_key}"

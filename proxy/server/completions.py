@@ -22,7 +22,8 @@ from proxy.server.client_body import read_client_body
 from proxy.server.headers import client_response_headers, upstream_request_headers
 from proxy.server.inflate import InflatingTap, answer_encoding, inflated, inflater
 from proxy.server.prepared import Prepared
-from proxy.server.relay import PlainTap, StreamTap, is_event_stream, relay_stream, whole_response
+from proxy.server.relay import (PlainTap, RelayOutcome, StreamTap, is_event_stream, relay_stream,
+                                whole_response)
 from proxy.server.request_line import RequestLine, clipped
 from proxy.server.services import Services
 from proxy.server.upstream import answer_failed, reading_answer, upstream_path
@@ -101,7 +102,7 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
             relayed = tap if encoding is None else _encoded_stream(tap, encoding, out_headers)
             try:
                 outcome = await relay_stream(request, response, out_headers, relayed,
-                                             line.started, peeked)
+                                             line.started, peeked, partial(_left, line))
             finally:
                 if services.origins is not None:
                     await services.origins.stream_made(prepared, tap)
@@ -133,6 +134,11 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
         if services.origins is not None and response.status == 200:
             await services.origins.answer_made(prepared, readable)
         return out
+
+
+def _left(line: RequestLine, outcome: RelayOutcome) -> None:
+    """What a client that left mid-stream had got: its 499 line says how far it read."""
+    line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms)
 
 
 def _encoded_stream(tap: StreamTap, encoding: str, headers: CIMultiDict[str]) -> StreamTap:

@@ -2,7 +2,8 @@
 
 Hop-by-hop headers (RFC 9110 §7.6.1) belong to one connection and never cross; lengths and
 encodings are recomputed by whoever writes the body. Credentials are replaced when the upstream
-has its own key.
+has its own key, and the headers that scope them (`OpenAI-Organization`, `OpenAI-Project`)
+leave with them.
 
 Two request headers describe how the client sent its body, which the proxy has already read:
 `Content-Encoding` (aiohttp inflates gzip/deflate bodies as it reads them, so the bytes that go
@@ -25,6 +26,10 @@ HOP_BY_HOP = frozenset({
 _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "content-encoding", "expect"}
 _RESPONSE_DROP = HOP_BY_HOP | {"content-length", "server", "date"}
 _CREDENTIALS = ("authorization", "api-key", "x-api-key")
+# What scopes the client's credential: beside the upstream's key it would name an organization
+# or project that key may not belong to, and OpenAI refuses the request (401
+# `mismatched_organization`). Replaced with the credential.
+_CREDENTIAL_SCOPE = ("openai-organization", "openai-project")
 
 
 def upstream_request_headers(client: Mapping[str, str] | CIMultiDictProxy[str], *,
@@ -61,7 +66,7 @@ def _request_drop(drop: tuple[str, ...], replace_credentials: bool) -> frozenset
     """The request headers never forwarded, for one setting of `drop`: built once, not per
     request."""
     names = _REQUEST_DROP | {d.lower() for d in drop}
-    return names | set(_CREDENTIALS) if replace_credentials else names
+    return names | {*_CREDENTIALS, *_CREDENTIAL_SCOPE} if replace_credentials else names
 
 
 def _forwarded(headers: Mapping[str, str] | CIMultiDictProxy[str],

@@ -92,3 +92,6 @@ class InflatingTap:
 
     def cut_inside_line(self) -> bool:
         return self.tap.cut_inside_line()
+
+    def ended_early(self) -> bool:
+        return self.tap.ended_early()

@@ -2,7 +2,8 @@
 
 Models, embeddings, files, stored responses, ...: method, path, query, body and headers go
 upstream as sent (minus hop-by-hop), and the answer comes back as a byte stream with its status,
-headers and encoding unchanged.
+headers and encoding unchanged. A response's event stream resumed by id is relayed the same, but
+read on the way: cut short, it ends with an `error` event as a pipeline stream does.
 
 Routing: a request on a stored response or chat completion the proxy saw made goes to the
 upstream that made it (`proxy/server/origins.py`); any other goes by the `model` of its JSON
@@ -12,16 +13,17 @@ body, else of its query (`GET /v1/chat/completions?model=...`), else of its path
 
 from __future__ import annotations
 
-from aiohttp import hdrs, web
+from aiohttp import ClientResponse, hdrs, web
 
 from proxy import jsonio
 from proxy.errors import NotFound
 from proxy.server.client_body import read_client_body, streamed_upload
 from proxy.server.headers import client_response_headers, upstream_request_headers
 from proxy.server.origins import Origins, scoped_id
-from proxy.server.relay import PlainTap, relay_stream
+from proxy.server.relay import PlainTap, StreamTap, is_event_stream, relay_stream
 from proxy.server.request_line import RequestLine, clipped
 from proxy.server.services import SERVICES, Services
+from proxy.server.taps import ResponsesTap
 from proxy.server.upstream import upstream_path
 from proxy.settings import UpstreamSettings
 from proxy.threads import tenant_digest
@@ -76,9 +78,23 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
                 out_headers[hdrs.CONTENT_LENGTH] = length
             if made_id is not None and request.method == "DELETE" and response.status == 200:
                 services.origins.forget(made_id)  # type: ignore[union-attr]
-            outcome = await relay_stream(request, response, out_headers, PlainTap(), line.started)
+            outcome = await relay_stream(request, response, out_headers,
+                                         _tap_for(tail, response, length), line.started,
+                                         left=lambda got: line.set(bytes_out=got.bytes_out))
             line.set(bytes_out=outcome.bytes_out, upstream_error=outcome.upstream_error)
             return outcome.response
+
+
+def _tap_for(tail: str, response: ClientResponse, length: str | None) -> StreamTap:
+    """A Responses tap for a response's event stream resumed by id (`GET /v1/responses/{id}
+    ?stream=true`): one cut short then ends with an `error` event the client's SDK raises, as a
+    stream made through the pipeline does. Any other answer is relayed byte for byte; so is
+    one with a length, which an error frame added would contradict, and a compressed one (the
+    client's `Accept-Encoding` goes up here), which the tap cannot read."""
+    if (length is None and tail.startswith("responses/") and is_event_stream(response)
+            and hdrs.CONTENT_ENCODING not in response.headers):
+        return ResponsesTap(resumed=True)
+    return PlainTap()
 
 
 async def _made_by(origins: Origins | None,

@@ -17,7 +17,10 @@ from proxy.settings import UpstreamSettings
 from proxy.threads import ThreadIdentity
 from proxy.tokens.estimate import TokenEstimator
 
-_CREDENTIALS = ("authorization", "api-key", "x-api-key")
+# The credential headers, and those that scope the credential (a summary asked for with the
+# client's key is billed where its request is; `upstream_request_headers` drops all of them
+# when the upstream has a key of its own).
+_CREDENTIALS = ("authorization", "api-key", "x-api-key", "openai-organization", "openai-project")
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,15 @@ A stream is written as it arrives; a `StreamTap` sees every chunk and decides wh
 client (everything, for a plain relay; all but a hidden usage chunk, for the pipeline) while it
 reads usage on the side. An upstream that dies mid-stream leaves the client with a final error
 frame in the API's own event format, so SDKs raise instead of hanging or silently truncating;
-a plain relay, which knows no such format, closes the client's connection instead.
+so does a Responses stream whose body ends cleanly before its terminal event (`ended_early`).
+A plain relay, which knows no such format, closes the client's connection instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
@@ -35,6 +36,8 @@ class StreamTap(Protocol):
 
     def cut_inside_line(self) -> bool: ...
 
+    def ended_early(self) -> bool: ...
+
 
 class PlainTap:
     """Forwards every byte as it comes; knows no event format (used for pass-through)."""
@@ -49,6 +52,9 @@ class PlainTap:
         return b""
 
     def cut_inside_line(self) -> bool:
+        return False
+
+    def ended_early(self) -> bool:
         return False
 
 
@@ -73,10 +79,12 @@ def _is_event_stream_type(content_type: str) -> bool:
 
 async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
                        headers: CIMultiDict[str], tap: StreamTap, started: float,
-                       already_read: Sequence[bytes] = ()) -> RelayOutcome:
+                       already_read: Sequence[bytes] = (),
+                       left: Callable[[RelayOutcome], object] | None = None) -> RelayOutcome:
     """Relay `already_read` (chunks a peek consumed), then the rest as it arrives.
 
-    The caller returns `outcome.response` from its handler unfinished; aiohttp ends it.
+    The caller returns `outcome.response` from its handler unfinished; aiohttp ends it. A
+    client that leaves mid-way raises out of here; `left` is first told what it got so far.
     """
     out = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
     outcome = RelayOutcome(out)
@@ -101,9 +109,18 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
                                      "event: the answer is incomplete.")
         else:
             data = tap.flush()
+            if upstream.status == 200 and tap.ended_early():
+                # Between events, but before the answer's last one: cut short all the same.
+                # (An error status tells the client already; its body goes as it came.)
+                outcome.upstream_error = "upstream ended the stream before its last event"
+                data += _after_last_line(data) + tap.failure_frame(
+                    "The upstream ended the stream before its last event: the answer is "
+                    "incomplete.")
     except ConnectionResetError:
         # aiohttp's write to a client connection that is closing (a ClientError as well): the
         # client left before aiohttp cancelled the handler; the upstream did nothing wrong.
+        if left is not None:
+            left(outcome)
         raise
     except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
         outcome.upstream_error = describe(exc) if not isinstance(exc, asyncio.TimeoutError) \
@@ -114,6 +131,8 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
             f"The upstream connection failed mid-stream: {outcome.upstream_error}")
     except asyncio.CancelledError as exc:
         if not is_cut(exc):
+            if left is not None:
+                left(outcome)  # the client left
             raise
         # The shutdown grace ended: the stream ends here, properly, with an error frame.
         resume_after_cut()
@@ -127,6 +146,16 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
     # No write_eof here: aiohttp ends the response once the handler returns, so the anchor and
     # the request's log line are written before the client can see the stream end.
     return outcome
+
+
+def _after_last_line(flushed: bytes) -> bytes:
+    """What ends the event `flushed` holds (the last one, which came without its blank line):
+    an error frame written right after it would be read as more lines of that event."""
+    if not flushed or flushed.endswith((b"\n\n", b"\r\r", b"\r\n\r\n")):
+        return b""
+    # After a lone CR, a first LF would make a CRLF (one line end): two end a line in any case,
+    # and an extra blank line is an empty event, which SSE readers skip.
+    return b"\n\n"
 
 
 def _break_off(request: web.Request) -> None:

@@ -43,6 +43,11 @@ class _EventTap:
         self._held = self._forward(self.decoder.flush())
         return not self.complete
 
+    def ended_early(self) -> bool:
+        """The stream, read to its end, ended between events but before the answer's last one.
+        False for a chat stream: not every provider ends one with `[DONE]`."""
+        return False
+
     def _forward(self, events: list[SseEvent]) -> bytes:
         """The bytes of `events` the client gets; reads them on the way."""
         raise NotImplementedError
@@ -110,14 +115,19 @@ def _without_null_usage(raw: bytes) -> bytes:
 
 
 class ResponsesTap(_EventTap):
-    def __init__(self) -> None:
+    def __init__(self, resumed: bool = False) -> None:
         self.decoder = SseDecoder()
         self.stream = ResponsesStream()
+        self.unread = False  # an event too large to hold passed unread: it may have been the end
+        # A stream resumed by id (`starting_after`): nothing may be left after that event.
+        self.resumed = resumed
 
     def _forward(self, events: list[SseEvent]) -> bytes:
         for event in events:
             if event.complete:
                 self.stream.feed(event)
+            else:
+                self.unread = True
         return b"".join(map(_RAW, events))
 
     def failure_frame(self, message: str, code: str = "upstream_disconnected") -> bytes:
@@ -130,6 +140,12 @@ class ResponsesTap(_EventTap):
 
     def usage(self) -> Any:
         return self.stream.usage
+
+    def ended_early(self) -> bool:
+        # A Responses stream always ends in a terminal event (PROTOCOL.md §6.3) or an error.
+        if self.resumed and self.stream.sequence < 0:
+            return False  # no event at all: the client may have had the last one already
+        return self.stream.status is None and self.stream.error is None and not self.unread
 
     @property
     def complete(self) -> bool:
