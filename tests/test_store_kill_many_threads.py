@@ -69,7 +69,8 @@ async def run(store, history, key):
         await step(store, history, key, n)
 
 async def main(root, threads):
-    store = CachedStore(SqliteStore(root), write_held_every_s=0.02)
+    # Fewer threads held than write: the bound writes touches out too, beside the task.
+    store = CachedStore(SqliteStore(root), max_threads=4, write_held_every_s=0.02)
     history = HistoryFiles.under(root)
     await store.open()
     keys = [ThreadKey("tenant", f"thread-{n}") for n in range(threads)]
