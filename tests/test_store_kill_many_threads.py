@@ -29,7 +29,7 @@ import pytest
 from proxy.cli_state import check_state
 from proxy.records import ThreadKey, ThreadState
 from proxy.settings import Settings, StateSettings
-from proxy.store import HistoryFiles, SqliteStore, open_read_only
+from proxy.store import SqliteStore, open_read_only
 from proxy.store.history import parse_lines
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,8 +109,7 @@ def assert_check_state_clean(root: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert code == 0 and out.startswith("ok: ") and not err, (out, err)
 
 
-def assert_prefix_state(state: ThreadState, touched: tuple[float, int | None],
-                        history: HistoryFiles) -> int:
+def assert_prefix_state(state: ThreadState, touched: tuple[float, int | None]) -> int:
     """Checks one thread's state; returns its newest step."""
     positions = [a.position for a in state.anchors]
     newest = positions[0] if positions else 0
@@ -128,8 +127,7 @@ def assert_prefix_state(state: ThreadState, touched: tuple[float, int | None],
     return newest
 
 
-def assert_events_and_history(root: Path, key: ThreadKey, newest: int,
-                              history: HistoryFiles) -> None:
+def assert_events_and_history(root: Path, key: ThreadKey, newest: int) -> None:
     with closing(open_read_only(root)) as db:
         events = db.events(key)
         count = db.load(key).event_count
@@ -162,7 +160,6 @@ def test_sigkill_leaves_every_thread_a_fully_written_state(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     seed = random.randrange(2**32)
     rng = random.Random(seed)
-    history = HistoryFiles.under(tmp_path)
     reached: list[int] = []
     for _ in range(ROUNDS):
         run_and_kill(tmp_path, rng.uniform(0.0, 0.4))
@@ -172,9 +169,9 @@ def test_sigkill_leaves_every_thread_a_fully_written_state(
             rows = dict(((tenant, thread), (at, estimate)) for tenant, thread, at, estimate in
                         db.conn.execute("SELECT tenant, thread, last_activity, last_estimate "
                                         "FROM threads"))
-        newest = [assert_prefix_state(states[key], rows[key], history) for key in THREADS]
+        newest = [assert_prefix_state(states[key], rows[key]) for key in THREADS]
         for key, step in zip(THREADS, newest):
-            assert_events_and_history(tmp_path, key, step, history)
+            assert_events_and_history(tmp_path, key, step)
         asyncio.run(reopened(tmp_path))
         reached.append(sum(newest))
     assert reached == sorted(reached) and reached[-1] > 0, f"seed {seed}: {reached}"
