@@ -148,6 +148,10 @@ class FailingConnection:
                 self._conn.set_progress_handler(None, 1)
         return self._conn.execute(sql, *args)
 
+    @property
+    def in_transaction(self) -> bool:
+        return self._conn.in_transaction
+
 
 @pytest.mark.parametrize("prefix", ["INSERT INTO anchors_rebuilt", "DROP TABLE anchors",
                                     "ALTER TABLE anchors_rebuilt", "CREATE INDEX anchors_by",

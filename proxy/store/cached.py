@@ -45,9 +45,14 @@ class CachedStore:
         self._states: LRU[ThreadKey, ThreadState] = LRU(max_threads)
         self._touched: LRU[ThreadKey, float] = LRU(max_threads)  # when activity was persisted
         # The latest touch of each thread that the interval held back, oldest first; bounded:
-        # past `max_threads` the oldest is written out, never dropped.
+        # past `max_threads` the oldest is written out, never dropped (one of a thread in the
+        # task's write in flight once that write ends).
         self._held: OrderedDict[ThreadKey, HeldTouch] = OrderedDict()
         self._max_held = max_threads
+        # The task's batch while its write is in flight, and the newer touches of its threads
+        # that had to be written meanwhile (see `_write_out`): at most one per thread of it.
+        self._in_flight: dict[ThreadKey, HeldTouch] = {}
+        self._after_flight: dict[ThreadKey, HeldTouch] = {}
         self._write_held_every_s = write_held_every_s
         self._held_writer: asyncio.Task[None] | None = None
         # Held while the task's write is in flight: `flush` and `close` queue touches that
@@ -95,12 +100,14 @@ class CachedStore:
         else:
             latest, latest_estimate = _merged(held, at, estimate)
         persisted = self._touched.get(key)
-        if persisted is None or at - persisted >= TOUCH_INTERVAL_S:
+        # A write in flight is rare: the emptiness test spares the due touch a key hash.
+        if ((persisted is None or at - persisted >= TOUCH_INTERVAL_S)
+                and (not self._in_flight or key not in self._in_flight)):
             self._persist(key, latest, latest_estimate)
         else:
             self._held[key] = (latest, latest_estimate)
             if len(self._held) > self._max_held:
-                self._persist(*_oldest(self._held))
+                self._write_out(*_oldest(self._held))
         self._states.update(key, _touched, at, estimate)
 
     def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
@@ -135,6 +142,15 @@ class CachedStore:
         self.store.record_request(key, at, estimate)
         self._touched.put(key, at)
 
+    def _write_out(self, key: ThreadKey, at: float, estimate: int | None) -> None:
+        """Write a touch the bound pushed out; one of a thread in the task's batch in flight
+        waits for the batch's end instead: queued now, the worker would drain it before the
+        batch, whose older estimate would then stay."""
+        if key in self._in_flight:
+            self._after_flight[key] = _merged(self._after_flight.get(key), at, estimate)
+        else:
+            self._persist(key, at, estimate)
+
     def _write_held(self) -> None:
         held, self._held = self._held, OrderedDict()
         for key, (at, estimate) in held.items():
@@ -153,24 +169,40 @@ class CachedStore:
             return
         held, self._held = self._held, OrderedDict()
         touches: list[Touch] = []
-        # Counted as persisted now, so that a request of the thread meanwhile is held, not
-        # queued: the worker drains the queue before this write, which would then overwrite
-        # the newer estimate with its older one.
+        # Until the write ends, a newer touch of these threads is held, never queued: the worker
+        # drains the queue before this write, which would then overwrite the newer estimate
+        # with its older one (`record_request` and `_write_out` look in `_in_flight`).
         for key, (at, estimate) in held.items():
             touches.append((key, at, estimate))
             self._touched.put(key, at)
+        self._in_flight = held
         try:
             await self.store.record_requests(touches)
         except BaseException as error:
-            self._hold_again(held)
+            self._in_flight, after = {}, self._take_after_flight()
+            self._hold_again(held, after)
             if not isinstance(error, Exception):
                 raise  # cancelled: the touches are held again, for `close`
+        else:
+            self._in_flight = {}
+            for key, (at, estimate) in self._take_after_flight().items():
+                self._persist(key, at, estimate)  # queued after a committed batch: in order
 
-    def _hold_again(self, failed: OrderedDict[ThreadKey, HeldTouch]) -> None:
+    def _take_after_flight(self) -> dict[ThreadKey, HeldTouch]:
+        after, self._after_flight = self._after_flight, {}
+        return after
+
+    def _hold_again(self, failed: OrderedDict[ThreadKey, HeldTouch],
+                    after: dict[ThreadKey, HeldTouch]) -> None:
+        """Hold the failed batch again, each touch under the newer ones of its thread: the one
+        the bound pushed out meanwhile (`after` holds only threads of the batch), then the one
+        held since."""
         newer, self._held = self._held, OrderedDict()
         for key, touch in failed.items():
-            later = newer.pop(key, None)
-            self._held[key] = touch if later is None else _merged(touch, *later)
+            for later in (after.pop(key, None), newer.pop(key, None)):
+                if later is not None:
+                    touch = _merged(touch, *later)
+            self._held[key] = touch
         self._held.update(newer)
 
 

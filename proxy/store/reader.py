@@ -5,6 +5,7 @@ is an error, not an empty store), nothing migrated, the journal mode left as it 
 owner's lock (`proxy/store/lock.py`) not taken, so it reads alongside a running proxy (WAL
 gives a reader every commit). An older schema version is read as it is, down to
 `schema.READABLE_FROM`: the new package's commands work beside the old proxy during an upgrade.
+A file a first start left before its schema committed (a kill) reads as the empty state.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from pathlib import Path
 
 from proxy.store.base import StoreError
 from proxy.store.damage import damaged_message, is_damage
-from proxy.store.schema import MIGRATIONS, READABLE_FROM, current_version, unversioned_problem
+from proxy.store.schema import (MIGRATIONS, READABLE_FROM, current_version, migrate,
+                                unversioned_problem)
 from proxy.store.db_file import DB_FILE
 from proxy.store.sqlite_db import StateDb
 
@@ -31,12 +33,58 @@ def open_read_only(root: Path) -> StateDb:
     except sqlite3.Error as error:
         if is_damage(error):  # what `serve` says of the same file, remedy included
             raise StoreError(damaged_message(path, [str(error)])) from None
+        if getattr(error, "sqlite_errorname", None) == "SQLITE_READONLY_ROLLBACK":
+            return _interrupted_write(path)
         raise StoreError(f"cannot read {path}: {error}") from None
     try:
+        if _schema_not_created(conn):
+            conn.close()
+            return _empty_state()
         _check_version(conn, path)
     except BaseException:
         conn.close()
         raise
+    return StateDb(conn)
+
+
+def _schema_not_created(conn: sqlite3.Connection) -> bool:
+    """No table, or only an empty `schema_version`: a first start stopped (killed) before its
+    first migration committed (`serve` creates an empty file, sets WAL mode, creates
+    `schema_version`, then migrates, each a step of its own). It holds no data: the next start
+    creates the schema in it, and until then it reads as the empty state it is."""
+    tables = {name for (name,) in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return not tables or (tables == {"schema_version"} and current_version(conn) == 0)
+
+
+def _interrupted_write(path: Path) -> StateDb:
+    """The state for a `state.db` whose rollback journal is hot, which only a writer can roll
+    back. The store journals so only before WAL mode is on, which the first start sets before
+    anything else: that start was killed mid-way. The journal's header says how many pages the
+    file had before the interrupted write (SQLite's journal format): none, then the rollback
+    leaves an empty file, the empty state; otherwise (not the store's doing) the state cannot be
+    read here until a writer rolls it back."""
+    try:
+        with open(f"{path}-journal", "rb") as journal:
+            header = journal.read(_JOURNAL_HEADER)
+    except OSError:
+        header = b""
+    if header[:8] == _JOURNAL_MAGIC and header[16:20] == bytes(4):
+        return _empty_state()
+    raise StoreError(f"{path} was left mid-write by a process that stopped (its journal "
+                     f"{path.name}-journal is hot) and only a writer can roll it back: start "
+                     "the proxy once, then run this again")
+
+
+_JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
+_JOURNAL_HEADER = 20  # the magic, the page count, the nonce, the pages before the write
+
+
+def _empty_state() -> StateDb:
+    """A state with the current schema and no rows, in memory: nothing is written anywhere,
+    and `check-state` finds it sound (a file without tables has nothing else to check)."""
+    conn = sqlite3.connect(":memory:")
+    migrate(conn)
     return StateDb(conn)
 
 

@@ -149,6 +149,9 @@ def _apply(conn: sqlite3.Connection, version: int, migration: Migration) -> bool
             conn.execute("INSERT INTO schema_version VALUES (?, ?)", (version, time.time()))
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        # SQLite rolls back by itself on some errors (a full disk): a ROLLBACK then fails too,
+        # and its "no transaction is active" would hide the error that matters.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
     return ran
