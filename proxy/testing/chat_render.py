@@ -3,7 +3,7 @@
 Non-streamed: one `chat.completion` object. Streamed: `chat.completion.chunk` objects: a role
 chunk, reasoning and content pieces, tool-call headers and argument fragments interleaved across
 indexes, the finish chunk, and the `choices: []` usage chunk when asked for. Dialects decide where
-reasoning goes: `reasoning_content` (DeepSeek), `reasoning` + signed `reasoning_details`
+reasoning goes: `reasoning_content` (DeepSeek, Kimi), `reasoning` + signed `reasoning_details`
 (OpenRouter), `reasoning` (Cerebras), a `thought_signature` on the first call (Gemini), nowhere
 (OpenAI: hidden, only counted).
 """
@@ -23,7 +23,7 @@ def reasoning_fields(turn: Turn, signer: Signer) -> dict[str, Any]:
     text = turn.reply.reasoning
     if not text:
         return {}
-    if turn.dialect in ("deepseek-thinking", "deepseek-r1-legacy"):
+    if turn.dialect in ("deepseek-thinking", "deepseek-r1-legacy", "kimi-thinking"):
         return {"reasoning_content": text}  # R1 returned it too, and refused it back
     if turn.dialect == "cerebras":
         return {"reasoning": text}

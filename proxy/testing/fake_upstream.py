@@ -40,7 +40,7 @@ from proxy.testing.usage import USAGE_STYLES, Counts, PromptCache
 DEFAULT_MODEL = "fake-model"
 DEFAULT_TEXT = "This is the fake upstream's reply."
 DEFAULT_REASONING = "Thinking it through before answering."
-_REASONING_DIALECTS = ("deepseek-thinking", "deepseek-r1-legacy", "openrouter")
+_REASONING_DIALECTS = ("deepseek-thinking", "deepseek-r1-legacy", "kimi-thinking", "openrouter")
 
 
 @dataclass(frozen=True)
