@@ -120,7 +120,8 @@ async def _answer(fake: FakeUpstream, request: web.Request, body: dict[str, Any]
                             headers=request_headers(fake))
     frames = [event_frame(kind, data) for kind, data in events(turn, body, response_id, output, fake.ids)]
     reply = turn.reply
-    error = _error_event(reply.error_frame, reply.error_after) if reply.error_frame is not None else None
+    error = (_error_event(reply.error_frame, min(reply.error_after or 0, len(frames)))
+             if reply.error_frame is not None else None)
     return await send_stream(request, frames, reply, error, fake.stopping, fake.chunk_delay,
                              request_headers(fake))
 
@@ -162,9 +163,11 @@ async def _overflow(fake: FakeUpstream, request: web.Request, body: dict[str, An
     return await send_stream(request, frames, _NOTHING, None, fake.stopping)
 
 
-def _error_event(frame: Any, after: int | None) -> bytes:
+def _error_event(frame: Any, sent: int) -> bytes:
+    """The error event after `sent` frames: numbered next, the stream's numbers having no gap
+    (an error asked for after more frames than the answer has comes after all of them)."""
     error = frame.get("error", frame) if isinstance(frame, dict) else frame
-    return event_frame("error", {"type": "error", "sequence_number": after or 0, "error": error})
+    return event_frame("error", {"type": "error", "sequence_number": sent, "error": error})
 
 
 async def retrieve(fake: FakeUpstream, request: web.Request) -> web.Response:
