@@ -62,6 +62,26 @@ def _options_without_stream(body: Mapping[str, Any]) -> bool:
     return body.get("stream_options") is not None and body.get("stream") is not True
 
 
+# Responses' `stream_options` has one member [SRC openai-python `response_create_params.StreamOptions`].
+_RESPONSES_STREAM_OPTIONS = ("include_obfuscation",)
+
+
+def _unknown_stream_option(body: Mapping[str, Any]) -> Rejection | None:
+    """Chat's `include_usage` (or any other member) in a Responses `stream_options` is an unknown
+    parameter: text, param and code as a table of direct-API probes records them [3P]. Checked
+    before the items, as unknown keys are [3P]; where OpenAI checks this nested one is not
+    recorded."""
+    options = body.get("stream_options")
+    if not isinstance(options, Mapping):
+        return None
+    for key in options:
+        if key not in _RESPONSES_STREAM_OPTIONS:
+            param = f"stream_options.{key}"
+            return rejections.openai(f"Unknown parameter: '{param}'.", param=param,
+                                     code="unknown_parameter")
+    return None
+
+
 def check_responses(body: dict[str, Any], *,
                     verify_encrypted: Callable[..., bool] | None = None,
                     prior: Sequence[Any] = (),
@@ -83,5 +103,8 @@ def check_responses_input(body: dict[str, Any], *,
                           resolve: Resolve | None = None) -> list[Any] | Rejection:
     """`check_responses`, answering the input items it checked (references expanded) when
     the request is accepted."""
+    unknown_option = _unknown_stream_option(body)
+    if unknown_option is not None:
+        return unknown_option
     return checked_input(body, prior=prior, verify_encrypted=verify_encrypted, signer=signer,
                          resolve=resolve)
