@@ -116,7 +116,7 @@ _BLOCKS = ({"type": "thinking", "thinking": "hmm", "signature": "sig-abc"},
 
 @st.composite
 def _chat_private(draw: st.DrawFn, dialect: str | None, calls: bool) -> dict[str, Any]:
-    if dialect == "deepseek-thinking":
+    if dialect in ("deepseek-thinking", "kimi-thinking"):
         return {"reasoning_content": draw(short_text)} if calls or draw(st.booleans()) else {}
     if dialect == "openrouter":
         details: list[Any] = [SIGNER.sign_detail({**_DETAILS[0], "text": draw(short_text)})]

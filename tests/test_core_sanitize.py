@@ -24,8 +24,8 @@ SIGNED = {"type": "reasoning.text", "text": "t", "signature": "sig", "format": "
 REDACTED = {"type": "redacted_thinking", "data": "x"}
 SUMMARY = {"type": "reasoning.summary", "summary": "s", "format": "unknown", "index": 0}
 GEMINI = {"extra_content": {"google": {"thought_signature": "c2ln"}}}
-CHAT_DIALECTS = ("openai", "deepseek-thinking", "cerebras", "openai-strict", "gemini", "openrouter",
-                 "vllm")
+CHAT_DIALECTS = ("openai", "deepseek-thinking", "kimi-thinking", "cerebras", "openai-strict", "gemini",
+                 "openrouter", "vllm")
 
 
 def _history() -> tuple:

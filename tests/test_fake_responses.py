@@ -87,23 +87,32 @@ async def test_store_keeps_responses_for_previous_response_id(fake: FakeUpstream
             assert (await response.json())["id"] == first["id"]
 
 
+async def created_conversation(fake: FakeUpstream) -> str:
+    async with aiohttp.ClientSession() as session:
+        async with session.post(fake.url + "/conversations", json={}) as response:
+            return (await response.json())["id"]
+
+
 async def test_a_conversation_keeps_its_items_upstream(fake: FakeUpstream) -> None:
+    conv_1, conv_2 = await created_conversation(fake), await created_conversation(fake)
     fake.script(Reply.tool_calls(call("read_file", {"path": "a"})))
-    _, first = await post(fake, {"model": "gpt-5", "input": "hi", "conversation": "conv_1"})
+    _, first = await post(fake, {"model": "gpt-5", "input": "hi", "conversation": conv_1})
+    assert first["conversation"] == {"id": conv_1}
     call_id = first["output"][0]["call_id"]
     answer = [item_output(call_id, "contents")]
     status, second = await post(fake, {"model": "gpt-5", "input": answer,
-                                       "conversation": {"id": "conv_1"}})
+                                       "conversation": {"id": conv_1}})
     assert status == 200 and second["usage"]["input_tokens"] > first["usage"]["input_tokens"]
-    status, body = await post(fake, {"model": "gpt-5", "input": answer, "conversation": "conv_2"})
+    status, body = await post(fake, {"model": "gpt-5", "input": answer, "conversation": conv_2})
     assert status == 400 and body["error"]["message"] == (
         f"No tool call found for function call output with call_id {call_id}.")
 
 
 async def test_a_conversation_left_with_an_unanswered_call_is_rejected(fake: FakeUpstream) -> None:
+    conversation = await created_conversation(fake)
     fake.script(Reply.tool_calls(call("read_file", {"path": "a"})))
-    _, first = await post(fake, {"model": "gpt-5", "input": "hi", "conversation": "conv_1"})
-    status, body = await post(fake, {"model": "gpt-5", "input": "next", "conversation": "conv_1"})
+    _, first = await post(fake, {"model": "gpt-5", "input": "hi", "conversation": conversation})
+    status, body = await post(fake, {"model": "gpt-5", "input": "next", "conversation": conversation})
     assert status == 400 and body["error"]["message"] == (
         f"No tool output found for function call {first['output'][0]['call_id']}.")
 

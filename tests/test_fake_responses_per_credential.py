@@ -67,11 +67,17 @@ def test_stored_responses_are_bounded_least_recently_used_first() -> None:
 
 def test_a_conversation_is_continued_only_by_the_key_that_holds_it(
         fake: FakeUpstream, make_client: Callable[..., openai.OpenAI]) -> None:
-    """Another key naming the same conversation id starts its own, empty one."""
+    """Another key naming the conversation is answered as for an id never made."""
     owner, other = _clients(fake.url, make_client)
+    shared = owner.conversations.create().id
     long_input = " ".join(f"word{n}" for n in range(300))
-    owner.responses.create(model="gpt-4o", input=long_input, conversation="conv_shared")
-    continued = owner.responses.create(model="gpt-4o", input="And?", conversation="conv_shared")
-    foreign = other.responses.create(model="gpt-4o", input="And?", conversation="conv_shared")
-    assert continued.usage is not None and foreign.usage is not None
-    assert continued.usage.input_tokens > 300 > foreign.usage.input_tokens
+    owner.responses.create(model="gpt-4o", input=long_input, conversation=shared)
+    continued = owner.responses.create(model="gpt-4o", input="And?", conversation=shared)
+    assert continued.usage is not None and continued.usage.input_tokens > 300
+    with pytest.raises(openai.NotFoundError) as missing:
+        other.responses.create(model="gpt-4o", input="And?", conversation=shared)
+    assert missing.value.body["message"] == f"Conversation with id '{shared}' not found."
+    for call in (other.conversations.retrieve, other.conversations.delete):
+        with pytest.raises(openai.NotFoundError):
+            call(shared)
+    assert owner.conversations.retrieve(shared).id == shared

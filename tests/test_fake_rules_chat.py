@@ -354,4 +354,5 @@ def test_openrouter_rejects_changed_details(change: str) -> None:
 
 def test_every_dialect_is_listed() -> None:
     assert set(DIALECTS) == {"openai", "openai-strict", "cerebras", "deepseek-thinking",
-                             "deepseek-r1-legacy", "gemini", "mistral", "openrouter", "vllm"}
+                             "deepseek-r1-legacy", "gemini", "kimi-thinking", "mistral", "openrouter",
+                             "vllm"}

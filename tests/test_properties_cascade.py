@@ -27,8 +27,8 @@ from proxy.testing.rules import check_chat, check_responses
 from tests.factories import entries_of, measure, wire
 from tests.strategies import SIGNER, cascade_contexts, conversations
 
-CHAT_DIALECTS = ("openai", "deepseek-thinking", "cerebras", "openai-strict", "gemini", "openrouter",
-                 "vllm")
+CHAT_DIALECTS = ("openai", "deepseek-thinking", "kimi-thinking", "cerebras", "openai-strict", "gemini",
+                 "openrouter", "vllm")
 PLAIN = ("reasoning_content", "reasoning")
 LISTS = ("reasoning_details", "thinking_blocks", "reasoning_items")
 apis = st.sampled_from(("chat", "responses"))
@@ -162,7 +162,7 @@ def test_the_current_loop_keeps_its_plain_reasoning_as_sent(case: tuple) -> None
 
 
 @pytest.mark.parametrize("dialect", CHAT_DIALECTS)
-@settings(max_examples=25)  # per dialect: seven of them
+@settings(max_examples=25)  # per dialect: eight of them
 @given(data=st.data())
 def test_a_compacted_projection_passes_each_chat_dialect(dialect: str, data: st.DataObject) -> None:
     elements = data.draw(conversations("chat", messy=data.draw(st.booleans()),

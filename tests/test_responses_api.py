@@ -160,13 +160,14 @@ def test_previous_response_id_is_passed_through(codex_setup) -> None:
 def test_a_conversation_keeps_its_state_upstream_and_tool_outputs_pass(codex_setup) -> None:
     """The call lives in the server-side conversation; its output must reach upstream as sent."""
     fake, _, proxy, client = codex_setup
+    conversation = client.conversations.create().id  # made upstream, through the proxy
     fake.script(Reply.tool_calls(call("get_weather", {"city": "Paris"})))
-    first = client.responses.create(model=MODEL, input="Weather in Paris?", conversation="conv_1",
-                                     tools=TOOLS)
+    first = client.responses.create(model=MODEL, input="Weather in Paris?",
+                                    conversation=conversation, tools=TOOLS)
     call_id = next(i.call_id for i in first.output if i.type == "function_call")
     output = {"type": "function_call_output", "call_id": call_id, "output": "21C"}
     fake.script(Reply.text("It is 21C."))
-    second = client.responses.create(model=MODEL, input=[output], conversation="conv_1",
+    second = client.responses.create(model=MODEL, input=[output], conversation=conversation,
                                      tools=TOOLS)
     assert second.output_text == "It is 21C."
     assert _main(fake)[-1].json["input"] == [output]

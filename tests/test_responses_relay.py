@@ -54,7 +54,7 @@ def test_a_stateful_turn_goes_up_as_sent_and_anchors_nothing(make_fake, make_pro
                                     prompt_cache_key=thread)
     assert len(_state(loop_thread, proxy, thread).anchors) == 1
     link = ({"previous_response_id": first.id} if state == "previous_response_id"
-            else {"conversation": "conv_" + thread})
+            else {"conversation": client.conversations.create().id})
     fake.script(Reply.text("7."))
     question = [{"role": "user", "content": "Which number?"}]
     raw, answer = _post(proxy, {"model": MODEL, "input": question, "stream": stream,

@@ -3,8 +3,8 @@
 Non-streamed: one `chat.completion` object. Streamed: `chat.completion.chunk` objects: a role
 chunk, reasoning and content pieces, tool-call headers and argument fragments interleaved across
 indexes, the finish chunk, and the `choices: []` usage chunk when asked for. Dialects decide where
-reasoning goes: `reasoning_content` (DeepSeek), `reasoning` + signed `reasoning_details`
-(OpenRouter), `reasoning` (Cerebras), a `thought_signature` on the first call (Gemini), nowhere
+reasoning goes: `reasoning_content` (DeepSeek, Kimi), `reasoning` + signed `reasoning_details`
+(OpenRouter), `reasoning` (Cerebras, vLLM), a `thought_signature` on the first call (Gemini), nowhere
 (OpenAI: hidden, only counted).
 """
 
@@ -23,9 +23,9 @@ def reasoning_fields(turn: Turn, signer: Signer) -> dict[str, Any]:
     text = turn.reply.reasoning
     if not text:
         return {}
-    if turn.dialect in ("deepseek-thinking", "deepseek-r1-legacy"):
+    if turn.dialect in ("deepseek-thinking", "deepseek-r1-legacy", "kimi-thinking"):
         return {"reasoning_content": text}  # R1 returned it too, and refused it back
-    if turn.dialect == "cerebras":
+    if turn.dialect in ("cerebras", "vllm"):  # vLLM since PR #27752 (PROTOCOL.md §4.8)
         return {"reasoning": text}
     if turn.dialect == "openrouter":
         detail = {"type": "reasoning.text", "text": text, "format": "anthropic-claude-v1", "index": 0}

@@ -171,6 +171,23 @@ def deepseek_reasoning(messages: Messages, _: Signer) -> Rejection | None:
     return None
 
 
+def kimi_reasoning(messages: Messages, _: Signer) -> Rejection | None:
+    """Moonshot's Kimi thinking mode: an assistant message with tool calls must carry
+    `reasoning_content` (PROTOCOL.md §4.1, text [OBS]). The index is the message's position in
+    the request's `messages` (0-based, system included: a second request of system, user,
+    assistant-with-calls is refused "at index 2" [OBS mastra-ai/mastra#12592,
+    cloudwego/eino-ext#700]). Reports show the text in long sessions (index 32, 108) without
+    saying whether past turns' calls are checked; this fake checks every one, as DeepSeek's
+    guide asks. Whether an empty string satisfies Kimi is not recorded; the fake accepts one,
+    as DeepSeek's validator does [OBS]. Envelope as Kimi's own endpoint answered it
+    [OBS VicBilibily/GCMP#162]."""
+    for i, message in enumerate(messages):
+        if _tool_calls(message) and not isinstance(message.get("reasoning_content"), str):
+            return rejections.kimi("thinking is enabled but reasoning_content is missing in "
+                                   f"assistant tool call message at index {i}")
+    return None
+
+
 def gemini_signatures(messages: Messages, signer: Signer) -> Rejection | None:
     """Signatures must be ours; the first call of each current-turn step must carry one."""
     latest_user = _latest_user(messages)
@@ -273,6 +290,7 @@ DIALECTS: dict[str, Dialect] = {
     "deepseek-thinking": Dialect(wording="deepseek", semantic=(deepseek_reasoning,)),
     "deepseek-r1-legacy": Dialect(wording="deepseek", schema=(legacy_reasoning,)),
     "gemini": Dialect(semantic=(gemini_signatures,)),
+    "kimi-thinking": Dialect(semantic=(kimi_reasoning,)),
     "mistral": Dialect(wording="mistral", semantic=(mistral_order,)),
     "openrouter": Dialect(semantic=(openrouter_details,)),
     # No API-level adjacency validation (PROTOCOL.md §2.1); tool-call ids `chatcmpl-tool-<hex>`.

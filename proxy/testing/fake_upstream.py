@@ -23,8 +23,9 @@ from aiohttp import web
 
 from proxy import jsonio
 from proxy.lru import LRU
-from proxy.testing import (chat_endpoint, misc_endpoints, responses_endpoint, stored_chat,
-                           stored_responses)
+from proxy.testing import (chat_endpoint, conversations, misc_endpoints, responses_endpoint,
+                           stored_chat, stored_responses)
+from proxy.testing.conversations import Conversation
 from proxy.testing.dialects import DIALECTS
 from proxy.testing.overflow import OVERFLOW_STYLES
 from proxy.testing.prompt_units import PromptUnits, Unit
@@ -40,7 +41,7 @@ from proxy.testing.usage import USAGE_STYLES, Counts, PromptCache
 DEFAULT_MODEL = "fake-model"
 DEFAULT_TEXT = "This is the fake upstream's reply."
 DEFAULT_REASONING = "Thinking it through before answering."
-_REASONING_DIALECTS = ("deepseek-thinking", "deepseek-r1-legacy", "openrouter")
+_REASONING_DIALECTS = ("deepseek-thinking", "deepseek-r1-legacy", "kimi-thinking", "openrouter")
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,8 @@ class FakeUpstream:
         self.peer_gone: list[str] = []  # streams the client abandoned while the fake held them
         self.responder: Responder | None = None
         self.stored = StoredResponses()  # made with `store` on, per credential
-        # (credential, conversation id) -> its items so far
-        self.conversations: LRU[tuple[str, str], list[Any]] = LRU(10_000)
+        # (credential, conversation id) -> the conversation made by `POST /v1/conversations`
+        self.conversations: LRU[tuple[str, str], Conversation] = LRU(10_000)
         self.items = StoredItems()  # stored answers' output items, for `item_reference`s
         # made with `store: true`, per credential, bounded
         self.stored_chat = stored_chat.new_store()
@@ -147,6 +148,9 @@ class FakeUpstream:
         router.add_delete("/v1/chat/completions/{id}", lambda r: stored_chat.delete(self, r))
         router.add_get("/v1/chat/completions/{id}/messages",
                        lambda r: stored_chat.messages(self, r))
+        router.add_post("/v1/conversations", lambda r: conversations.create(self, r))
+        router.add_get("/v1/conversations/{id}", lambda r: conversations.retrieve(self, r))
+        router.add_delete("/v1/conversations/{id}", lambda r: conversations.delete(self, r))
         router.add_get("/v1/models", lambda r: misc_endpoints.models(self, r))
         router.add_get("/v1/models/{id}", lambda r: misc_endpoints.model(self, r))
         router.add_post("/v1/embeddings", lambda r: misc_endpoints.embeddings(self, r))

@@ -33,6 +33,12 @@ def deepseek(message: str) -> Rejection:
     return openai(message, code="invalid_request_error")
 
 
+def kimi(message: str) -> Rejection:
+    """Moonshot's envelope: no `param` or `code`, and a top-level `type` [OBS]."""
+    return Rejection(400, {"error": {"type": "invalid_request_error", "message": message},
+                           "type": "error"})
+
+
 def vllm(message: str) -> Rejection:
     """vLLM's envelope: the exception class as `type`, the status as `code` (PROTOCOL.md §1.4 [3P])."""
     return openai(message, type_="BadRequestError", code=400)

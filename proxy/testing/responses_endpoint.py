@@ -7,8 +7,8 @@ is bound to that full history. Their output items are
 kept per credential too (`stored_items`): a later `item_reference` to one is validated, counted
 and continued as that item, one to an item the fake does not hold is OpenAI's 404. A request
 naming a `conversation` (an id, or `{"id": ...}`) continues that conversation's items the same
-way and appends its input and output to it; an id the fake has not seen (under that
-credential: a conversation belongs to its project as a response does) starts an empty one.
+way and appends its input and output to it; it must have been made by `POST /v1/conversations`
+under that credential, else the request is OpenAI's 404 (`conversations`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from aiohttp import web
 
 from proxy import jsonio
 from proxy.testing import rejections
+from proxy.testing.conversations import unknown as unknown_conversation
 from proxy.testing.misc_endpoints import parse_body, request_headers
 from proxy.testing.overflow import responses_overflow
 from proxy.testing.prompt_units import Unit, prompt_tokens, truncated_front
@@ -111,15 +112,16 @@ async def _answer(fake: FakeUpstream, request: web.Request, body: dict[str, Any]
     if body.get("store") is not False:
         fake.stored.put(credential, response_id, Stored([*chain, *output], response))
         fake.items.remember(credential, output)
-    conversation = conversation_id(body)
+    conversation = fake.conversations.get((credential, conversation_id(body) or ""))
     if conversation is not None:
-        fake.conversations.put((credential, conversation), [*chain, *output])
+        conversation.items = [*chain, *output]
     if not stream:
         return web.Response(body=jsonio.dumps(response), content_type="application/json",
                             headers=request_headers(fake))
     frames = [event_frame(kind, data) for kind, data in events(turn, body, response_id, output, fake.ids)]
     reply = turn.reply
-    error = _error_event(reply.error_frame, reply.error_after) if reply.error_frame is not None else None
+    error = (_error_event(reply.error_frame, min(reply.error_after or 0, len(frames)))
+             if reply.error_frame is not None else None)
     return await send_stream(request, frames, reply, error, fake.stopping, fake.chunk_delay,
                              request_headers(fake))
 
@@ -130,8 +132,10 @@ def _prior(fake: FakeUpstream, body: dict[str, Any], credential: str) -> list[An
         return both_histories()
     if previous is None:
         conversation = conversation_id(body)
-        held = fake.conversations.get((credential, conversation)) if conversation else None
-        return list(held or ())
+        if conversation is None:
+            return []
+        held = fake.conversations.get((credential, conversation))
+        return unknown_conversation(conversation) if held is None else list(held.items)
     stored = fake.stored.get(credential, previous)
     if stored is None:  # [OBS] text and code; status [MEM]; another key's: `response_store`
         return rejections.openai(f"Previous response with id '{previous}' not found.",
@@ -159,9 +163,11 @@ async def _overflow(fake: FakeUpstream, request: web.Request, body: dict[str, An
     return await send_stream(request, frames, _NOTHING, None, fake.stopping)
 
 
-def _error_event(frame: Any, after: int | None) -> bytes:
+def _error_event(frame: Any, sent: int) -> bytes:
+    """The error event after `sent` frames: numbered next, the stream's numbers having no gap
+    (an error asked for after more frames than the answer has comes after all of them)."""
     error = frame.get("error", frame) if isinstance(frame, dict) else frame
-    return event_frame("error", {"type": "error", "sequence_number": after or 0, "error": error})
+    return event_frame("error", {"type": "error", "sequence_number": sent, "error": error})
 
 
 async def retrieve(fake: FakeUpstream, request: web.Request) -> web.Response:

@@ -86,7 +86,16 @@ def response_object(turn: Turn, body: Mapping[str, Any], response_id: str,
         "tools": body.get("tools", []), "top_p": body.get("top_p", 1.0), "truncation": body.get("truncation") or "disabled",
         "usage": responses_usage(turn.counts) if final else None, "user": None,
         "metadata": body.get("metadata") or {},
+        "conversation": _conversation(body),
     }
+
+
+def _conversation(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The conversation the response was added to, as `{"id": ...}` [SRC openai-python
+    `Response.conversation`]; the request may name it by id or as that object."""
+    named = body.get("conversation")
+    named = named.get("id") if isinstance(named, Mapping) else named
+    return {"id": named} if isinstance(named, str) else None
 
 
 def events(turn: Turn, body: Mapping[str, Any], response_id: str, output: list[dict[str, Any]],

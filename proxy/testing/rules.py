@@ -62,6 +62,45 @@ def _options_without_stream(body: Mapping[str, Any]) -> bool:
     return body.get("stream_options") is not None and body.get("stream") is not True
 
 
+# Responses' `stream_options` has one member [SRC openai-python `response_create_params.StreamOptions`].
+_RESPONSES_STREAM_OPTIONS = ("include_obfuscation",)
+
+
+def _unknown_stream_option(body: Mapping[str, Any]) -> Rejection | None:
+    """Chat's `include_usage` (or any other member) in a Responses `stream_options` is an unknown
+    parameter: text, param and code as a table of direct-API probes records them [3P]. Checked
+    before the items, as unknown keys are [3P]; where OpenAI checks this nested one is not
+    recorded."""
+    options = body.get("stream_options")
+    if not isinstance(options, Mapping):
+        return None
+    for key in options:
+        if key not in _RESPONSES_STREAM_OPTIONS:
+            param = f"stream_options.{key}"
+            return rejections.openai(f"Unknown parameter: '{param}'.", param=param,
+                                     code="unknown_parameter")
+    return None
+
+
+_STATE_KEYS = ("previous_response_id", "conversation", "prompt")
+
+
+def _missing_input(body: Mapping[str, Any]) -> Rejection | None:
+    """A request with nothing to answer: no `input` at all, or an empty one, and no earlier
+    state to continue (texts, params, codes and their order around unknown keys as a table
+    of direct-API probes records them [3P]). With `previous_response_id`, `conversation` or
+    `prompt` the fake accepts an empty or absent input: the probes looked those ids up first."""
+    if any(body.get(key) is not None for key in _STATE_KEYS):
+        return _unknown_stream_option(body)
+    if "input" not in body:
+        return rejections.openai("Missing required parameter: 'input'.", param="input",
+                                 code="missing_required_parameter")
+    return _unknown_stream_option(body) or (
+        rejections.openai("One of \"input\" or \"previous_response_id\" or 'prompt' or "
+                          "'conversation' must be provided.", code="missing_required_parameter")
+        if body["input"] in ("", []) else None)
+
+
 def check_responses(body: dict[str, Any], *,
                     verify_encrypted: Callable[..., bool] | None = None,
                     prior: Sequence[Any] = (),
@@ -83,5 +122,8 @@ def check_responses_input(body: dict[str, Any], *,
                           resolve: Resolve | None = None) -> list[Any] | Rejection:
     """`check_responses`, answering the input items it checked (references expanded) when
     the request is accepted."""
+    refused = _missing_input(body)
+    if refused is not None:
+        return refused
     return checked_input(body, prior=prior, verify_encrypted=verify_encrypted, signer=signer,
                          resolve=resolve)

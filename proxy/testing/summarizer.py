@@ -16,6 +16,7 @@ from typing import Any
 
 from proxy.testing.fake_upstream import FakeUpstream, Recorded
 from proxy.testing.replies import Reply
+from proxy.testing.usage import Counts, responses_usage
 
 SIGNATURE = "You write the working memory of a long-running assistant conversation."
 _FACT = re.compile(r"FACT:[^\n\"\\]*")
@@ -133,7 +134,7 @@ def _response(body: dict[str, Any], output: list[dict[str, Any]], status: str = 
             "status": status, "error": error,
             "incomplete_details": {"reason": incomplete} if incomplete else None,
             "model": body.get("model"), "output": output,
-            "usage": {"input_tokens": 1000, "output_tokens": 40, "total_tokens": 1040}}
+            "usage": responses_usage(Counts(prompt=1000, completion=40))}
 
 
 def _message(*parts: dict[str, Any]) -> dict[str, Any]:
