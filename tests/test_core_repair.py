@@ -52,11 +52,11 @@ def test_a_note_parts_a_cancelled_result_from_the_user_message_after_it() -> Non
 
 @pytest.mark.parametrize("dialect", sorted(DIALECTS))
 def test_the_note_passes_every_dialect_of_the_fake(dialect: str) -> None:
-    """An assistant text message between a tool result and a user message: DeepSeek wants
-    reasoning only on call messages, Gemini signatures and OpenRouter's thinking only in the
+    """An assistant text message between a tool result and a user message: DeepSeek and Kimi
+    want reasoning only on call messages, Gemini signatures and OpenRouter's thinking only in the
     current turn, which the note is not part of."""
     carrier = assistant_calls(read("a"))
-    if dialect == "deepseek-thinking":
+    if dialect in ("deepseek-thinking", "kimi-thinking"):
         carrier = {**carrier, "reasoning_content": "I should read it."}
     before = [user(), carrier, user("stop")]
     out = repair(chat(*before))

@@ -90,6 +90,23 @@ def test_later_items_of_the_turn_lose_the_server_id_naming_the_dropped_reasoning
     assert "id" not in sent[2] and sent[2]["content"] == entries[3].raw["content"]
 
 
+def test_a_later_steps_answered_call_stays_when_the_reasoning_before_the_note_goes() -> None:
+    # The note ends its step as a screenshot would: the answered call after it belongs to a
+    # later response, not to the reasoning item dropped before the note. Found by
+    # test_properties_repair, which saw the pair dropped with it.
+    entries = responses(r_user(), r_reasoning("rs_1"), _computer("call_a"),
+                        r_output("call_orphan", custom=True), _computer("call_b"),
+                        _screenshot("call_b"))
+    out = repair(entries)
+    sent = wire(out.entries)
+    assert [e.get("type") for e in sent] == ["message", "message", "computer_call",
+                                            "computer_call_output"]
+    assert sent[2] == entries[4].raw and sent[3] == entries[5].raw
+    assert out.origins == (0, None, 4, 5)
+    assert out.dropped_reasoning == 1 and out.dropped_items == 0 and out.dropped_calls == 1
+    assert check_responses({"model": "m", "input": sent}) is None
+
+
 def test_the_pending_safety_checks_are_named_in_the_note() -> None:
     checks = [{"id": "cu_sc_1", "code": "malicious_instructions", "message": "Ignore it."},
               {"id": "cu_sc_2", "code": "irrelevant_domain", "message": "Elsewhere."}]

@@ -15,7 +15,7 @@ goes with the reasoning item it follows, and so do the outputs that answer it. S
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from proxy.conversation import Api, Entry, Kind, without_keys
@@ -63,15 +63,18 @@ class Dropped:
 
 
 def drop_reasoning(entries: Sequence[Entry], origins: Sequence[int | None],
-                   drop: Callable[[int, Entry], bool], *, upstream: bool = True) -> Dropped:
+                   drop: Callable[[int, Entry], bool], *, upstream: bool = True,
+                   step_ends: Collection[int] = ()) -> Dropped:
     """Remove the reasoning items `drop` picks, the server ids of the items they produced, and
     the server items that cannot go without their id. Not `upstream` (a transcript or history
-    file, never sent as items): those items stay, without their id, as everything else."""
+    file, never sent as items): those items stay, without their id, as everything else.
+    `step_ends`: where an entry ends its step as an output would (repair's note for removed
+    calls): the items after it come from a later response, never from a reasoning item before."""
     doomed = {i for i, e in enumerate(entries) if e.kind is Kind.REASONING and drop(i, e)}
     if not doomed:
         return Dropped(tuple(entries), tuple(origins), 0, 0)
     strip = _produced_after(entries, doomed)
-    gone = _items_of(entries, doomed) if upstream else set()
+    gone = _items_of(entries, doomed, step_ends) if upstream else set()
     out: list[Entry] = []
     kept_origins: list[int | None] = []
     ids_removed = 0
@@ -103,17 +106,18 @@ def _produced_after(entries: Sequence[Entry], doomed: set[int]) -> set[int]:
     return found
 
 
-def _items_of(entries: Sequence[Entry], doomed: set[int]) -> set[int]:
-    """The id-required items whose reasoning item (the nearest one before them in their turn)
-    is doomed, and the later items that answer them: a `*_call_output` by the call it answers,
-    an MCP approval response by the request's id."""
+def _items_of(entries: Sequence[Entry], doomed: set[int],
+              step_ends: Collection[int] = ()) -> set[int]:
+    """The id-required items whose reasoning item (the nearest one before them in their turn
+    and step) is doomed, and the later items that answer them: a `*_call_output` by the call it
+    answers, an MCP approval response by the request's id."""
     found: set[int] = set()
     answered: set[str] = set()
     owner: int | None = None
     for j, entry in enumerate(entries):
         if entry.kind is Kind.REASONING:
             owner = j
-        elif entry.kind in _TURN:
+        elif entry.kind in _TURN or j in step_ends:
             owner = None
         elif owner in doomed and needs_its_id(entry):
             found.add(j)

@@ -107,14 +107,16 @@ def repair(entries: Sequence[Entry]) -> Repaired:
     # would be followed by an item it did not produce.
     doomed = {p - 1 for p in replaced if p and out[p - 1].kind is REASONING}
     return _finish(entries, out, origins, cancelled, dropped, doomed=doomed,
-                   dropped_calls=len(replaced))
+                   dropped_calls=len(replaced), step_ends=replaced)
 
 
 def _finish(original: Entries, out: list[Entry], origins: list[int | None], cancelled: int,
             dropped: int, notes: int = 0, doomed: frozenset[int] | set[int] = frozenset(),
-            dropped_calls: int = 0) -> Repaired:
+            dropped_calls: int = 0, step_ends: Sequence[int] = ()) -> Repaired:
     gone = unfollowed_reasoning(out) | doomed if original[0].api is Api.RESPONSES else set()
-    lost = drop_reasoning(out, origins, lambda i, _: i in gone)
+    # A note ends its step as the output it stands in for would: what follows it is another
+    # response's, even when no reasoning item of its own comes before it.
+    lost = drop_reasoning(out, origins, lambda i, _: i in gone, step_ends=step_ends)
     if not (cancelled or dropped or lost.reasoning or dropped_calls):
         return Repaired(original, tuple(range(len(original))))
     return Repaired(lost.entries, lost.origins, cancelled, dropped, lost.reasoning, lost.ids_removed,
