@@ -90,6 +90,10 @@ def test_a_body_that_is_not_the_gzip_it_claims_is_a_400(proxy: RunningProxy, fak
     _request(b"Content-Encoding: deflate\r\n", BODY),
     # gzip that breaks after the head was read (sent apart, as a slow client's body comes)
     (_request(b"Content-Encoding: gzip\r\n", BODY)[:-len(BODY)], BODY),
+    # chunked framing that breaks while the handler reads the body: a chunk size that is no
+    # number. (Sent with the head, aiohttp's parser refuses the request before any handler.)
+    (b"POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\nTransfer-Encoding: chunked\r\n"
+     b"\r\n5\r\n{\"a\":\r\n", b"zz\r\n1}\r\n0\r\n\r\n"),
 ])
 def test_an_undecodable_body_is_the_client_error_alone_not_an_error_line(
         proxy: RunningProxy, request_bytes: bytes | tuple[bytes, bytes]) -> None:
