@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 
 import orjson
 import pytest
@@ -13,11 +14,25 @@ SECRET = b"sk-SECRET-0123456789"
 BODY = b'{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}'
 
 
+def _request(head_lines: bytes, body: bytes) -> bytes:
+    return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\n" + head_lines
+            + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+
 def _exchange(port: int, head_lines: bytes, body: bytes = BODY) -> tuple[int, bytes]:
     """Send one raw request; the answer's status and body (the proxy closes after it)."""
+    return _sent(port, _request(head_lines, body))
+
+
+def _sent(port: int, request: bytes | tuple[bytes, bytes]) -> tuple[int, bytes]:
+    """Send raw bytes (a pair: the second part a moment after the first); the answer's status
+    and body, read to the connection's end."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\n" + head_lines
-                     + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        first, *rest = (request,) if isinstance(request, bytes) else request
+        sock.sendall(first)
+        for part in rest:
+            time.sleep(0.2)
+            sock.sendall(part)
         answer = b""
         while chunk := sock.recv(65536):
             answer += chunk
@@ -68,4 +83,26 @@ def test_a_body_that_is_not_the_gzip_it_claims_is_a_400(proxy: RunningProxy, fak
     assert status == 400
     assert _openai_error(payload)["code"] == "invalid_body_encoding"
     assert not fake.requests
+
+
+@pytest.mark.parametrize("request_bytes", [
+    _request(b"Content-Encoding: gzip\r\n", BODY),  # not the gzip it claims
+    _request(b"Content-Encoding: deflate\r\n", BODY),
+    # gzip that breaks after the head was read (sent apart, as a slow client's body comes)
+    (_request(b"Content-Encoding: gzip\r\n", BODY)[:-len(BODY)], BODY),
+    # chunked framing that breaks while the handler reads the body: a chunk size that is no
+    # number. (Sent with the head, aiohttp's parser refuses the request before any handler.)
+    (b"POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\nTransfer-Encoding: chunked\r\n"
+     b"\r\n5\r\n{\"a\":\r\n", b"zz\r\n1}\r\n0\r\n\r\n"),
+])
+def test_an_undecodable_body_is_the_client_error_alone_not_an_error_line(
+        proxy: RunningProxy, request_bytes: bytes | tuple[bytes, bytes]) -> None:
+    # aiohttp reads what is left of a body after the answer; one that failed to decode
+    # raised its error again there, logged at ERROR with a traceback ("Unhandled
+    # exception"), as for a proxy bug, once for every such request a client sends.
+    status, payload = _sent(proxy.port, request_bytes)
+    assert status == 400
+    assert _openai_error(payload)["code"] == "invalid_body_encoding"
+    assert [line["status"] for line in proxy.requests()] == [400]
+    assert [line for line in proxy.logs.lines if line.get("level") in ("error", "critical")] == []
 

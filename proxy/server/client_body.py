@@ -28,9 +28,13 @@ async def read_client_body(request: web.Request, max_body_mb: float) -> bytes:
     try:
         return await request.read()
     except web.RequestPayloadError:
+        # After the answer aiohttp reads what is left of a body, and this one raises its
+        # error again there, logged at ERROR as an unhandled exception. Nothing more of it
+        # can be read: it ends here, and so does the connection, whose framing is lost.
+        request.content.feed_eof()
         raise BadRequest("The request body could not be read: it does not match its "
                          "Content-Encoding or Transfer-Encoding.",
-                         code="invalid_body_encoding") from None
+                         code="invalid_body_encoding", headers={"Connection": "close"}) from None
     except web.HTTPRequestEntityTooLarge:
         raise _too_large(max_body_mb) from None
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
+from aiohttp.web_protocol import _ErrInfo
 from aiohttp.http_exceptions import (BadStatusLine, ContentEncodingError, ContentLengthError,
                                      HttpProcessingError, InvalidHeader, InvalidURLError,
                                      LineTooLong, TransferEncodingError)
@@ -59,6 +60,20 @@ def parse_error(status: int, exc: BaseException | None) -> ProxyError:
 
 class _Connection(web.RequestHandler):
     __slots__ = ()
+
+    def data_received(self, data: bytes) -> None:
+        request, queued = self._current_request, len(self._messages)
+        super().data_received(data)
+        if request is None or len(self._messages) == queued:
+            return
+        # A body's framing that breaks while its handler reads it (a chunk size that is no
+        # number): aiohttp's parser queues the error for the connection's next request and
+        # drops the body it was filling without a word, so the handler would wait for the
+        # rest until the client gave up. The body gets the error: the handler's 400.
+        body = request.content
+        if (isinstance(self._messages[-1][0], _ErrInfo) and not body.is_eof()
+                and body.exception() is None):
+            body.set_exception(web.RequestPayloadError("the request body's framing is invalid"))
 
     def handle_error(self, request: web.BaseRequest, status: int = 500,
                      exc: BaseException | None = None,

@@ -30,7 +30,11 @@ def json_response(status: int, body: Any, headers: dict[str, str] | None = None)
 
 
 def render_error(error: ProxyError) -> web.Response:
-    return json_response(error.status, error.body(), error.headers)
+    response = json_response(error.status, error.body(), error.headers)
+    if error.headers.get("Connection") == "close":
+        # The header alone is only written: aiohttp would keep the connection open.
+        response.force_close()
+    return response
 
 
 def unhandled_error() -> ProxyError:
