@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
-from aiohttp.web_protocol import _ErrInfo
 from aiohttp.http_exceptions import (BadStatusLine, ContentEncodingError, ContentLengthError,
                                      HttpProcessingError, InvalidHeader, InvalidURLError,
                                      LineTooLong, TransferEncodingError)
@@ -58,20 +57,32 @@ def parse_error(status: int, exc: BaseException | None) -> ProxyError:
     return error
 
 
+try:  # aiohttp's record of a parse error, queued for the connection's next request (private)
+    from aiohttp.web_protocol import _ErrInfo
+except ImportError:  # a later aiohttp: such a body waits for the client again, nothing worse
+    _ErrInfo = None
+_DATA_RECEIVED = web.RequestHandler.data_received
+
+
 class _Connection(web.RequestHandler):
     __slots__ = ()
 
     def data_received(self, data: bytes) -> None:
-        request, queued = self._current_request, len(self._messages)
-        super().data_received(data)
-        if request is None or len(self._messages) == queued:
-            return
-        # A body's framing that breaks while its handler reads it (a chunk size that is no
-        # number): aiohttp's parser queues the error for the connection's next request and
-        # drops the body it was filling without a word, so the handler would wait for the
-        # rest until the client gave up. The body gets the error: the handler's 400.
+        # Every read of every connection passes here: the usual one pays two lengths.
+        messages = self._messages
+        queued = len(messages)
+        _DATA_RECEIVED(self, data)
+        if len(messages) != queued and self._current_request is not None:
+            self._framing_broke(self._current_request, messages[-1][0])
+
+    @staticmethod
+    def _framing_broke(request: web.BaseRequest, message: object) -> None:
+        """A body's framing that breaks while its handler reads it (a chunk size that is no
+        number): aiohttp's parser queues the error for the connection's next request and
+        drops the body it was filling without a word, so the handler would wait for the rest
+        until the client gave up. The body gets the error: the handler's 400."""
         body = request.content
-        if (isinstance(self._messages[-1][0], _ErrInfo) and not body.is_eof()
+        if (_ErrInfo is not None and isinstance(message, _ErrInfo) and not body.is_eof()
                 and body.exception() is None):
             body.set_exception(web.RequestPayloadError("the request body's framing is invalid"))
 
