@@ -15,6 +15,8 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from proxy import jsonio
 
 from proxy.conversation import THINKING_PARTS, Api, Entry
@@ -158,8 +160,16 @@ def _call(call: Any) -> Any:
 
 
 def digest_of(canonical_form: Mapping[str, Any]) -> str:
-    data = jsonio.dumps(canonical_form, sort_keys=True)
+    # orjson called here, not through `jsonio.dumps` (a frame less: every answer's message
+    # and every new entry is digested); what it refuses still goes there.
+    try:
+        data = orjson.dumps(canonical_form, option=_SORTED)
+    except (orjson.JSONEncodeError, TypeError):
+        data = jsonio.dumps(canonical_form, sort_keys=True)
     return hashlib.blake2b(data, digest_size=12).hexdigest()
+
+
+_SORTED = orjson.OPT_SORT_KEYS
 
 
 class Identities:

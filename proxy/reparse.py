@@ -67,10 +67,14 @@ def reparse(api: Api, body: bytes, known: Known) -> Inbound | None:
     reused, at = _repeated(body, len(known.lead), known.sources)
     if not reused:
         return None
+    cut = known.lead + body[at:]
     try:
-        doc = jsonio.loads(known.lead + body[at:])
-    except ValueError:
-        return None  # the whole-body parse words the error
+        doc = orjson.loads(cut)  # not through `jsonio.loads`: a frame less on every request
+    except orjson.JSONDecodeError:
+        try:
+            doc = jsonio.loads(cut)  # what orjson refuses and JSON allows (lone surrogates)
+        except ValueError:
+            return None  # the whole-body parse words the error
     if not isinstance(doc, dict):
         return None
     key, quoted_key = _LIST_KEYS[api]
