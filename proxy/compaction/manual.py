@@ -66,9 +66,14 @@ def mentions(entry: Entry, command: str) -> bool:
 def mentioned(entries: Sequence[Entry], command: str) -> bool:
     """Whether some user message `mentions` the command. The answers kept on the entries are
     read in C: a long thread has dozens of user messages, asked again on every request."""
-    users = compress(entries, map(is_, map(_KIND, entries), repeat(Kind.USER)))
-    return any(memoized_each(users, ("manual.mentions", command),
-                             partial(_starts_with, command=command)))
+    key = ("manual.mentions", command)
+    users = list(compress(entries, map(is_, map(_KIND, entries), repeat(Kind.USER))))
+    # Kept answers are bools, a message not asked yet reads None: `in` finds it in C. Only
+    # then is the test made and each new message asked (`memoized_each`, as `mentions` keeps).
+    known = list(map(dict.get, map(_MEMO, users), repeat(key)))
+    if None in known:
+        known = memoized_each(users, key, partial(_starts_with, command=command))
+    return any(known)
 
 
 def _starts_with(entry: Entry, command: str) -> bool:
@@ -76,6 +81,7 @@ def _starts_with(entry: Entry, command: str) -> bool:
 
 
 _KIND = attrgetter("kind")
+_MEMO = attrgetter("memo")
 
 
 def is_our_answer(entry: Entry) -> bool:
