@@ -79,7 +79,7 @@ def content_chat(message: Mapping[str, Any]) -> dict[str, Any]:
     """A chat message's form as anchors compare it (`Identities.content_digest`)."""
     form = canonical_chat(message)
     # Most answers are text: every request's usage is recorded, so they skip the walk.
-    return _compact_arguments(form) if "tool_calls" in form or "function_call" in form else form
+    return form if _CALL_FIELDS.isdisjoint(form) else _compact_arguments(form)
 
 
 def _compact_arguments(form: dict[str, Any]) -> dict[str, Any]:
