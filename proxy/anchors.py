@@ -43,6 +43,11 @@ class AnchoredEstimate(NamedTuple):
     anchor: Anchor | None
 
 
+# Every request's estimate makes one: built by `tuple.__new__`, in C, the very value the
+# class's own `__new__` (a Python function, about twice the instructions) would make.
+_TUPLE_NEW = tuple.__new__
+
+
 def projection_digest(entries: Iterable[Entry], context: bytes = b"") -> str:
     """A digest of `context` and of each entry's bytes, prompt-cache markers left out.
 
@@ -124,7 +129,7 @@ def _answer_digests(response: Iterable[Entry], digest: Digest) -> tuple[str, ...
     for entry in response:
         item_id = entry.item_id
         named = entry.api is _RESPONSES and bool(item_id) and _SEP not in item_id
-        if entry.kind is Kind.REASONING:
+        if entry.kind is _REASONING:
             if named:
                 reasoning.append(item_id)
             continue
@@ -186,7 +191,7 @@ def echoed(entries: Sequence[Entry], anchor: Anchor, digest: Digest) -> list[int
         if i >= count:
             return None
         entry = entries[i]
-        referenced = reference_id(entry) if entry.kind is Kind.OTHER else None
+        referenced = reference_id(entry) if entry.kind is _OTHER else None
         if referenced is None:
             if digest(entry) != content:
                 return None
@@ -200,9 +205,9 @@ def echoed(entries: Sequence[Entry], anchor: Anchor, digest: Digest) -> list[int
 def _reasoning_echo(entry: Entry, ids: Sequence[str]) -> bool:
     """Whether `entry` is a reasoning item, or a reference to one of `ids[1:]` (the reasoning
     items before the answer item whose id is `ids[0]`)."""
-    if entry.kind is Kind.REASONING:
+    if entry.kind is _REASONING:
         return True
-    return len(ids) > 1 and entry.kind is Kind.OTHER and reference_id(entry) in ids[1:]
+    return len(ids) > 1 and entry.kind is _OTHER and reference_id(entry) in ids[1:]
 
 
 def estimate(entries: Sequence[Entry], sizes: Sequence[int], context: bytes,
@@ -226,17 +231,17 @@ def estimate(entries: Sequence[Entry], sizes: Sequence[int], context: bytes,
         if projection_digest(entries[:anchor.position], context) != anchor.prefix_digest:
             continue
         if not responses:
-            return AnchoredEstimate(max(_anchored(anchor, response, sizes, margin),
-                                        conservative_total), anchor)
+            return _TUPLE_NEW(AnchoredEstimate, (
+                max(_anchored(anchor, response, sizes, margin), conservative_total), anchor))
         # Items echoed by reference: the anchor's output count covers them, and a reference's
         # own few tokens of JSON are not the item.
         referenced = sum(sizes[i] for i in response if reference_id(entries[i]) is not None)
         tokens = max(_anchored(anchor, response, sizes, margin, referenced), conservative_total)
-        return AnchoredEstimate(
-            tokens + _unknown_references(entries, anchors, margin, anchor, response), anchor)
+        return _TUPLE_NEW(AnchoredEstimate, (
+            tokens + _unknown_references(entries, anchors, margin, anchor, response), anchor))
     if responses:
         conservative_total += _unknown_references(entries, anchors, margin)
-    return AnchoredEstimate(conservative_total, None)
+    return _TUPLE_NEW(AnchoredEstimate, (conservative_total, None))
 
 
 def _unknown_references(entries: Sequence[Entry], anchors: Sequence[Anchor], margin: float,
@@ -249,7 +254,7 @@ def _unknown_references(entries: Sequence[Entry], anchors: Sequence[Anchor], mar
     matched = set(response)
     # Only `OTHER` entries can be references: those are picked in C, the few asked in Python.
     others = compress(range(start, len(entries)),
-                      map(Kind.OTHER.__eq__, map(_KIND, entries[start:])))
+                      map(_OTHER.__eq__, map(_KIND, entries[start:])))
     referenced = [found for i in others
                   if i not in matched and (found := reference_id(entries[i])) is not None]
     if referenced and anchor is not None:
@@ -300,6 +305,8 @@ def _referenced_tokens(referenced: Sequence[str], anchors: Sequence[Anchor],
 
 
 _KIND = attrgetter("kind")
+# Globals: read off its class, a member costs about 900 instructions (Python 3.11).
+_REASONING, _OTHER = Kind.REASONING, Kind.OTHER
 
 
 def _anchored(anchor: Anchor, response: list[int], sizes: Sequence[int], margin: float,

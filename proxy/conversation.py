@@ -45,6 +45,16 @@ class Kind(StrEnum):
     OTHER = "other"  # anything else: carried through untouched
 
 
+# The members as globals: a member read off its class is an unspecialized attribute load in
+# Python 3.11, about 900 instructions (callgrind), a global a few; entries are built and their
+# kinds compared on every request.
+_INSTRUCTION, _USER, _ASSISTANT = Kind.INSTRUCTION, Kind.USER, Kind.ASSISTANT
+_CALL, _RESULT, _REASONING, _OTHER = Kind.CALL, Kind.RESULT, Kind.REASONING, Kind.OTHER
+# A Responses message item's kind by its role (a str).
+_MESSAGE_KINDS = {"system": _INSTRUCTION, "developer": _INSTRUCTION, "user": _USER,
+                  "assistant": _ASSISTANT}
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     id: str
@@ -120,24 +130,24 @@ THINKING_PARTS = ("thinking", "redacted_thinking")
 
 def entry_from_chat(message: Any, source: bytes | None = None) -> Entry:
     if not isinstance(message, dict):
-        return Entry(Api.CHAT, Kind.OTHER, {"value": message}, source)
+        return Entry(CHAT, _OTHER, {"value": message}, source)
     role = message.get("role")
     if not isinstance(role, str):
         role = None  # an object or a list is no role (and unhashable): upstream judges it
     if role in _INSTRUCTION_ROLES:
-        kind = Kind.INSTRUCTION
+        kind = _INSTRUCTION
     elif role == "user":
-        kind = Kind.USER
+        kind = _USER
     elif role == "assistant":
-        kind = Kind.ASSISTANT
+        kind = _ASSISTANT
     elif role == "tool":
         answers = message.get("tool_call_id")
-        kind = Kind.RESULT if isinstance(answers, str) else Kind.OTHER
-        return Entry(Api.CHAT, kind, message, source, role, answers=answers if kind is Kind.RESULT else None)
+        kind = _RESULT if isinstance(answers, str) else _OTHER
+        return Entry(CHAT, kind, message, source, role, answers=answers if kind is _RESULT else None)
     else:
-        kind = Kind.OTHER
-    calls = _chat_calls(message.get("tool_calls")) if kind is Kind.ASSISTANT else ()
-    return Entry(Api.CHAT, kind, message, source, role, calls)
+        kind = _OTHER
+    calls = _chat_calls(message.get("tool_calls")) if kind is _ASSISTANT else ()
+    return Entry(CHAT, kind, message, source, role, calls)
 
 
 def _chat_calls(tool_calls: Any) -> tuple[ToolCall, ...]:
@@ -158,40 +168,39 @@ def _chat_calls(tool_calls: Any) -> tuple[ToolCall, ...]:
 
 def entry_from_responses(item: Any, source: bytes | None = None) -> Entry:
     if not isinstance(item, dict):
-        return Entry(Api.RESPONSES, Kind.OTHER, {"value": item}, source)
+        return Entry(RESPONSES, _OTHER, {"value": item}, source)
     type_ = item.get("type")
     item_id = item.get("id") if isinstance(item.get("id"), str) else None
     role = item.get("role") if isinstance(item.get("role"), str) else None
     if type_ in (None, "message") and role is not None:
-        kind = {"system": Kind.INSTRUCTION, "developer": Kind.INSTRUCTION, "user": Kind.USER,
-                "assistant": Kind.ASSISTANT}.get(role, Kind.OTHER)
-        return Entry(Api.RESPONSES, kind, item, source, role, item_id=item_id)
+        kind = _MESSAGE_KINDS.get(role, _OTHER)
+        return Entry(RESPONSES, kind, item, source, role, item_id=item_id)
     if type_ == "reasoning":
-        return Entry(Api.RESPONSES, Kind.REASONING, item, source, item_id=item_id)
+        return Entry(RESPONSES, _REASONING, item, source, item_id=item_id)
     call_id = item.get("call_id")
     if not isinstance(call_id, str) and type_ == "local_shell_call_output":
         call_id = item.get("id")  # the SDK types name the call in `id`, the server in `call_id`
     if isinstance(type_, str) and isinstance(call_id, str):
         if type_.endswith("_call_output"):
-            return Entry(Api.RESPONSES, Kind.RESULT, item, source, answers=call_id, item_id=item_id)
+            return Entry(RESPONSES, _RESULT, item, source, answers=call_id, item_id=item_id)
         if type_.endswith("_call"):
             custom = type_ == "custom_tool_call"
             arguments = item.get("input") if custom else item.get("arguments", item.get("action"))
             call = ToolCall(call_id, str(item.get("name", type_)), _text(arguments), custom)
-            return Entry(Api.RESPONSES, Kind.CALL, item, source, calls=(call,), item_id=item_id)
-    return Entry(Api.RESPONSES, Kind.OTHER, item, source, role, item_id=item_id)
+            return Entry(RESPONSES, _CALL, item, source, calls=(call,), item_id=item_id)
+    return Entry(RESPONSES, _OTHER, item, source, role, item_id=item_id)
 
 
 def reference_id(entry: Entry) -> str | None:
     """The id a Responses `item_reference` names (an item upstream keeps stored, PROTOCOL.md
     §6.2); None for any other entry."""
-    if entry.kind is Kind.OTHER and entry.api is Api.RESPONSES and entry.item_id is not None:
+    if entry.kind is _OTHER and entry.api is RESPONSES and entry.item_id is not None:
         return entry.item_id if entry.raw.get("type") == "item_reference" else None
     return None
 
 
 def entry_from(api: Api, element: Any, source: bytes | None = None) -> Entry:
-    return entry_from_chat(element, source) if api is Api.CHAT else entry_from_responses(element, source)
+    return entry_from_chat(element, source) if api is CHAT else entry_from_responses(element, source)
 
 
 def entries_from(api: Api, elements: Sequence[Any], sources: Sequence[bytes] | None = None,
@@ -228,11 +237,11 @@ def _text(value: Any) -> str:
 def content_text(entry: Entry) -> str:
     """The visible text of an entry: message text, a tool result's output, a call's arguments."""
     raw = entry.raw
-    if entry.kind is Kind.RESULT:
-        return _parts_text(raw.get("content") if entry.api is Api.CHAT else raw.get("output"))
-    if entry.kind is Kind.CALL:
+    if entry.kind is _RESULT:
+        return _parts_text(raw.get("content") if entry.api is CHAT else raw.get("output"))
+    if entry.kind is _CALL:
         return "\n".join(c.arguments for c in entry.calls)
-    if entry.kind is Kind.REASONING:
+    if entry.kind is _REASONING:
         return ""
     return _parts_text(raw.get("content"))
 
@@ -257,7 +266,7 @@ def _parts_text(content: Any) -> str:
 
 def has_non_text_parts(entry: Entry) -> bool:
     """True when content carries images, audio or files (never restored as text)."""
-    key = "output" if entry.kind is Kind.RESULT and entry.api is Api.RESPONSES else "content"
+    key = "output" if entry.kind is _RESULT and entry.api is RESPONSES else "content"
     content = entry.raw.get(key)
     if not isinstance(content, list):
         return False
@@ -279,14 +288,14 @@ def replaced(entry: Entry, raw: dict[str, Any]) -> Entry:
 
 def with_result_text(entry: Entry, text: str) -> Entry:
     """A tool result whose output is `text` (ids and every other field kept)."""
-    key = "content" if entry.api is Api.CHAT else "output"
+    key = "content" if entry.api is CHAT else "output"
     return replaced(entry, {**entry.raw, key: text})
 
 
 def takes_text_output(entry: Entry) -> bool:
     """Whether a tool result's output may become text: not a Responses output that holds a
     screenshot object or a list of command outcomes (openai-python `response_input_item_param.py`)."""
-    return entry.api is Api.CHAT or entry.raw.get("type") not in _STRUCTURED_OUTPUTS
+    return entry.api is CHAT or entry.raw.get("type") not in _STRUCTURED_OUTPUTS
 
 
 def with_call_arguments(entry: Entry, index: int, arguments: str) -> Entry:
@@ -294,7 +303,7 @@ def with_call_arguments(entry: Entry, index: int, arguments: str) -> Entry:
     call that carries an `action` object instead (`shell_call`, `computer_call`, ...), that
     object as `arguments` parse (the same entry when they are not an object)."""
     raw = entry.raw
-    if entry.api is Api.RESPONSES:
+    if entry.api is RESPONSES:
         if entry.calls[0].custom:
             return replaced(entry, {**raw, "input": arguments})
         if "arguments" in raw or not isinstance(raw.get("action"), dict):
@@ -328,7 +337,7 @@ def make_result(api: Api, call: ToolCall, text: str, call_type: str | None = Non
     """A tool result answering `call` (used for the explicit cancelled results of repair); in
     Responses, the output item of the call's type (`call_type`: a function call by default)
     in the shape that type takes (openai-python `response_input_item_param.py`)."""
-    if api is Api.CHAT:
+    if api is CHAT:
         return entry_from_chat({"role": "tool", "tool_call_id": call.id, "content": text})
     if call_type is None or call_type == "function_call":
         call_type = "custom_tool_call" if call.custom else "function_call"
@@ -342,14 +351,14 @@ def make_result(api: Api, call: ToolCall, text: str, call_type: str | None = Non
 
 
 def make_user(api: Api, text: str) -> Entry:
-    if api is Api.CHAT:
+    if api is CHAT:
         return entry_from_chat({"role": "user", "content": text})
     return entry_from_responses({"type": "message", "role": "user",
                                  "content": [{"type": "input_text", "text": text}]})
 
 
 def make_assistant(api: Api, text: str) -> Entry:
-    if api is Api.CHAT:
+    if api is CHAT:
         return entry_from_chat({"role": "assistant", "content": text})
     return entry_from_responses({"type": "message", "role": "assistant",
                                  "content": [{"type": "output_text", "text": text,
@@ -361,13 +370,13 @@ def make_assistant(api: Api, text: str) -> Entry:
 def leading_instructions(entries: Sequence[Entry]) -> int:
     """How many entries at the start are system/developer messages."""
     n = 0
-    while n < len(entries) and entries[n].kind is Kind.INSTRUCTION:
+    while n < len(entries) and entries[n].kind is _INSTRUCTION:
         n += 1
     return n
 
 
 def latest_user_index(entries: Sequence[Entry]) -> int | None:
     for i in range(len(entries) - 1, -1, -1):
-        if entries[i].kind is Kind.USER:
+        if entries[i].kind is _USER:
             return i
     return None

@@ -15,6 +15,8 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from proxy import jsonio
 
 from proxy.conversation import THINKING_PARTS, Api, Entry
@@ -77,7 +79,7 @@ def content_chat(message: Mapping[str, Any]) -> dict[str, Any]:
     """A chat message's form as anchors compare it (`Identities.content_digest`)."""
     form = canonical_chat(message)
     # Most answers are text: every request's usage is recorded, so they skip the walk.
-    return _compact_arguments(form) if "tool_calls" in form or "function_call" in form else form
+    return form if _CALL_FIELDS.isdisjoint(form) else _compact_arguments(form)
 
 
 def _compact_arguments(form: dict[str, Any]) -> dict[str, Any]:
@@ -158,8 +160,16 @@ def _call(call: Any) -> Any:
 
 
 def digest_of(canonical_form: Mapping[str, Any]) -> str:
-    data = jsonio.dumps(canonical_form, sort_keys=True)
+    # orjson called here, not through `jsonio.dumps` (a frame less: every answer's message
+    # and every new entry is digested); what it refuses still goes there.
+    try:
+        data = orjson.dumps(canonical_form, option=_SORTED)
+    except (orjson.JSONEncodeError, TypeError):
+        data = jsonio.dumps(canonical_form, sort_keys=True)
     return hashlib.blake2b(data, digest_size=12).hexdigest()
+
+
+_SORTED = orjson.OPT_SORT_KEYS
 
 
 class Identities:

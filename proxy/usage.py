@@ -55,7 +55,7 @@ def normalize(usage: Any, api: Api | str = Api.CHAT, response: Any = None,
     completion = get("completion_tokens")
     output = (completion if type(completion) is int and completion >= 0 else
               _first(completion, get("output_tokens"), get("eval_count")) or 0)
-    if usage.keys().isdisjoint(_BREAKDOWN_NAMES):
+    if _BREAKDOWN_NAMES.isdisjoint(usage):  # the set's method: no `keys()` call to make
         reasoning, cached, cache_write = None, 0, 0  # a bare count: nothing more to look up
     else:
         reasoning, cached, cache_write = _breakdown(usage)
@@ -64,7 +64,7 @@ def normalize(usage: Any, api: Api | str = Api.CHAT, response: Any = None,
         return Usage(input_tokens, output, cached, cache_write, reasoning, output - reasoning)
     # A chat message with none of the reasoning fields (most answers): nothing to estimate.
     if (type(response) is dict and api != _RESPONSES
-            and response.keys().isdisjoint(_REASONING_KEYS)):
+            and _REASONING_NAMES.isdisjoint(response)):
         return Usage(input_tokens, output, cached, cache_write, 0, output)
     reasoning = min(_estimate(api, response, count), output)
     return Usage(input_tokens, output, cached, cache_write, reasoning, output - reasoning,
@@ -153,6 +153,7 @@ def _estimate(api: Api | str, response: Any, count: Count | None) -> int:
 
 
 _REASONING_KEYS = ("reasoning_content", "reasoning", "reasoning_details", "thinking_blocks")
+_REASONING_NAMES = frozenset(_REASONING_KEYS)
 
 
 def reasoning_texts(api: Api | str, response: Any) -> list[str]:

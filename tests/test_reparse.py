@@ -40,7 +40,7 @@ def assert_same_as_whole(api: Api, body: bytes, delta: Inbound) -> None:
     full = whole(api, body)
     assert delta.doc == full.doc == json.loads(body)
     assert delta.elements == full.elements
-    assert delta.spans == full.spans
+    assert delta.spans == full.spans and type(delta.spans) is type(full.spans)
     assert delta.model == full.model and delta.stream == full.stream
     assert [e.source for e in delta.entries or ()] == [e.source for e in full.entries or ()]
     assert [e.raw for e in delta.entries or ()] == [e.raw for e in full.entries or ()]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -91,7 +92,7 @@ def test_top_level_reasoning_tokens_are_read() -> None:
     assert result is not None and result.visible_output == 5
 
 
-@pytest.mark.parametrize("message", [
+REASONING_MESSAGES = [
     {"reasoning_content": "one two three"},
     {"reasoning": "one two three", "reasoning_details": [
         {"type": "reasoning.text", "text": "one two three", "signature": "sig", "index": 0}]},
@@ -99,7 +100,10 @@ def test_top_level_reasoning_tokens_are_read() -> None:
                            {"type": "reasoning.text", "text": " three", "index": 1},
                            {"type": "reasoning.encrypted", "data": "opaque", "index": 2}]},
     {"thinking_blocks": [{"type": "thinking", "thinking": "one two three", "signature": "s"}]},
-])
+]
+
+
+@pytest.mark.parametrize("message", REASONING_MESSAGES)
 def test_chat_reasoning_fields_are_counted_once(message: dict[str, Any]) -> None:
     assert sum(words(t) for t in reasoning_texts(Api.CHAT, message)) == 3
 
@@ -174,3 +178,19 @@ def test_the_inline_openai_reading_agrees_with_the_general_rules(
     assert (found.input, found.output, found.reasoning) == (input_tokens, output, reasoning)
     assert found.visible_output == output - reasoning
     assert found.reasoning_estimated == (breakdown is None and reasoning > 0)
+
+
+@given(usage_dicts, _MESSAGES)
+def test_a_usage_in_another_mapping_reads_as_the_dict_does(usage: dict[str, Any],
+                                                           response: Any) -> None:
+    # `normalize` tests which names a usage holds by iterating it: any mapping gives its keys.
+    assert (normalize(MappingProxyType(usage), Api.CHAT, response, words)
+            == normalize(usage, Api.CHAT, response, words))
+
+
+@pytest.mark.parametrize("message", REASONING_MESSAGES)
+def test_each_reasoning_field_of_an_answer_is_estimated_when_usage_has_no_breakdown(
+        message: dict[str, Any]) -> None:
+    found = normalize({"prompt_tokens": 5, "completion_tokens": 10},
+                      Api.CHAT, {"role": "assistant", "content": "ok", **message}, words)
+    assert found is not None and found.reasoning == 3 and found.reasoning_estimated

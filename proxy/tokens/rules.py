@@ -210,13 +210,16 @@ def _property_tokens(key: str, prop: Any, count: Count) -> int:
 def request_definitions(doc: Mapping[str, Any]) -> tuple[Any, Any] | None:
     """A request's legacy chat `functions` and response schema (chat `response_format`,
     Responses `text.format`), read beside its tools; None without either, the usual case."""
+    if _DEFINITION_NAMES.isdisjoint(doc):
+        return None  # the usual request: one test in C (a name present as null reads as absent)
     functions = doc.get("functions")
     text = doc.get("text")
-    if functions is None and text is None and "response_format" not in doc:
-        return None  # the usual request: no more steps
     schema = text.get("format") if isinstance(text, Mapping) else doc.get("response_format")
     schema = schema if _is_schema(schema) else None
     return (functions or None, schema) if functions or schema is not None else None
+
+
+_DEFINITION_NAMES = frozenset({"functions", "text", "response_format"})
 
 
 def _is_schema(value: Any) -> bool:
