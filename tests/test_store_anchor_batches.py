@@ -126,3 +126,23 @@ def test_a_batch_stores_an_anchor_orjson_refuses_as_one_alone_is_stored(tmp_path
         alone.write_batch([AnchorWrite(alone, key, each)])
     assert rows(batch) == rows(alone)
     assert batch._anchors(ThreadKey("t", "b")) == (odd,)
+
+
+async def test_the_store_queues_each_anchor_as_an_anchor_write(tmp_path: Path) -> None:
+    """`add_anchor` queues an `AnchorWrite` (built without its class's `__new__`), which is
+    what lets `write_batch` group the answers' anchors into one insert."""
+    from proxy.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "state")
+    await store.open()
+    queued: list[Any] = []
+    store._enqueue = queued.append  # type: ignore[method-assign]
+    try:
+        store.add_anchor(ThreadKey("t", "a"), anchor(1))
+        [write] = queued
+        assert type(write) is AnchorWrite
+        assert isinstance(write.db, StateDb)
+        assert (write.key, write.anchor) == (ThreadKey("t", "a"), anchor(1))
+    finally:
+        del store._enqueue
+        await store.close()

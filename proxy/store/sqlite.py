@@ -37,6 +37,7 @@ from proxy.store.worker import Worker
 from proxy.store.writer import BackgroundWriter, Write
 
 T = TypeVar("T")
+_NEW_TUPLE = tuple.__new__  # an AnchorWrite built in C (see its docstring)
 
 # How long a queued write may wait for company before its batch is committed. A kill within
 # this window loses at most these touches and anchors (never a checkpoint: those are awaited).
@@ -108,7 +109,7 @@ class SqliteStore:
             raise
 
     def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
-        self._enqueue(AnchorWrite(self._require_db(), storable_key(key), anchor))
+        self._enqueue(_NEW_TUPLE(AnchorWrite, (self._require_db(), storable_key(key), anchor)))
 
     async def add_origin(self, made_id: str, upstream: str, at: float) -> None:
         self._enqueue(partial(self._require_db().add_origin, made_id, upstream, at))
