@@ -13,7 +13,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.conversation import Entries, Kind, latest_user_index, leading_instructions
+from proxy.conversation import Entries, Entry, Kind, latest_user_index, leading_instructions
 from proxy.core.boundary import cut_at_or_after, cut_at_or_before, nearest_safe_cut, safe_cuts
 from proxy.core.reasoning_items import is_produced
 from proxy.core.window import window_of
@@ -26,12 +26,23 @@ _WEB_SEARCH = {"type": "web_search_call", "id": "ws_1", "status": "completed",
 
 @st.composite
 def _with_server_calls(draw: st.DrawFn, elements: list[Wire]) -> list[Wire]:
-    """Some reasoning items followed by a server call they produced (no `call_id`: no result)."""
+    """Some reasoning items followed by a server call they produced (no `call_id`: no result),
+    some echoed by an `item_reference` instead (a store-on client), and computer calls
+    answered by a screenshot, or not, put in anywhere."""
     out: list[Wire] = []
     for element in elements:
+        if element.get("type") == "reasoning" and draw(st.integers(0, 3)) == 0:
+            element = {"type": "item_reference", "id": element["id"]}
         out.append(element)
         if element.get("type") == "reasoning" and draw(st.integers(0, 2)) == 0:
             out.append(_WEB_SEARCH)
+    for n in range(draw(st.integers(0, 2))):
+        call = {"type": "computer_call", "id": f"cu_{n}", "call_id": f"call_computer{n}",
+                "action": {"type": "screenshot"}, "pending_safety_checks": [], "status": "completed"}
+        answer = [] if draw(st.booleans()) else [{"type": "computer_call_output", "call_id": f"call_computer{n}",
+                                                   "output": {"type": "computer_screenshot", "image_url": "x"}}]
+        at = draw(st.integers(0, len(out)))
+        out[at:at] = [call, *answer]
     return out
 
 
@@ -39,6 +50,12 @@ damaged = st.sampled_from(("chat", "responses")).flatmap(lambda api: st.tuples(
     st.just(api),
     (conversations(api, messy=True) | interrupted(api) | conversations(api)).flatmap(
         _with_server_calls if api == "responses" else st.just)))
+
+
+def _step_item(entry: Entry) -> bool:
+    """An item of a step's consecutive run: one a reasoning item produced, or an
+    `item_reference` (it may stand for the step's reasoning item)."""
+    return is_produced(entry) or entry.raw.get("type") == "item_reference"
 
 
 def _expected_safe(entries: Entries) -> list[bool]:
@@ -50,7 +67,7 @@ def _expected_safe(entries: Entries) -> list[bool]:
             safe[b] = False  # the kept part would start with a result
         if b > 0 and entries[b - 1].kind is Kind.REASONING:
             safe[b] = False  # a reasoning item would lose what it produced
-        if 0 < b < n and is_produced(entries[b - 1]) and is_produced(entries[b]):
+        if 0 < b < n and _step_item(entries[b - 1]) and _step_item(entries[b]):
             safe[b] = False  # one Responses step's items stay on one side
     for j, result in enumerate(entries):
         if result.kind is not Kind.RESULT:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from proxy.conversation import Api, Entry, Kind, without_keys
+from proxy.conversation import Api, Entry, Kind, reference_id, without_keys
 
 
 _TURN = (Kind.USER, Kind.INSTRUCTION)
@@ -117,7 +117,9 @@ def _items_of(entries: Sequence[Entry], doomed: set[int],
     for j, entry in enumerate(entries):
         if entry.kind is Kind.REASONING:
             owner = j
-        elif entry.kind in _TURN or j in step_ends:
+        elif entry.kind in _TURN or j in step_ends or reference_id(entry) is not None:
+            # An item_reference may be the step's own reasoning, stored upstream: what follows
+            # it is not known to be the doomed item's.
             owner = None
         elif owner in doomed and needs_its_id(entry):
             found.add(j)
