@@ -42,6 +42,13 @@ class Replay:
     headers: list[httpx.Headers] = field(default_factory=list)
 
 
+def thinking_session(n_messages: int, seed: int) -> list[dict[str, Any]]:
+    """A coding session whose assistant messages carry `reasoning_content` (DeepSeek's and
+    Kimi's thinking modes), each naming its step."""
+    return [{**m, "reasoning_content": f"thinking before step {i}"} if m["role"] == "assistant"
+            else m for i, m in enumerate(coding_session(n_messages, seed=seed))]
+
+
 def replay(base_url: str, fake: FakeUpstream, messages: list[dict[str, Any]], thread: str,
            *, stop: Callable[[int], bool] | None = None, start: int = 1,
            key: str = API_KEY) -> Replay:

@@ -110,3 +110,23 @@ def assert_sound_database(path: Path) -> None:
         assert database.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     finally:
         database.close()
+
+
+def kill_script(script: str, args: list[str], ready: bytes, delay: float, *,
+                alive: bool = True) -> None:
+    """Run `script` (`python -c`, the repository importable) with `args`, wait for its line
+    `ready`, let it go on for `delay` seconds, then SIGKILL it: a kill at a chosen instant of
+    its work. `alive`: it must still be running when killed (it loops until killed)."""
+    repo = Path(__file__).resolve().parents[1]
+    child = subprocess.Popen([sys.executable, "-c", script, *args], cwd=repo,
+                             env={**os.environ, "PYTHONPATH": str(repo)},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == ready, \
+            child.communicate()[1].decode()
+        time.sleep(delay)
+        assert not alive or child.poll() is None, child.communicate()[1].decode()
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.communicate()
+    assert not alive or child.returncode == -signal.SIGKILL

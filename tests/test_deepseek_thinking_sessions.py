@@ -6,23 +6,17 @@ from __future__ import annotations
 
 import orjson
 
-from proxy.testing.sessions import coding_session
 from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request
-from tests.compaction_session import LIMIT, replay
+from tests.compaction_session import LIMIT, replay, thinking_session
 
 MODELS = {"small-*": {"max_input_tokens": LIMIT}}
-
-
-def _thinking_session(n: int) -> list[dict]:
-    return [{**m, "reasoning_content": f"thinking before step {i}"} if m["role"] == "assistant" else m
-            for i, m in enumerate(coding_session(n, seed=3))]
 
 
 def test_a_compacted_deepseek_thread_keeps_past_tool_turns_reasoning(make_fake, make_proxy) -> None:
     fake = make_fake(limits={"small-*": LIMIT}, dialect="deepseek-thinking")
     FakeSummarizer.install(fake)
     proxy = make_proxy(fake, models=MODELS)
-    messages = _thinking_session(260)
+    messages = thinking_session(260, seed=3)
 
     replay(proxy.base_url, fake, messages, "deepseek")  # asserts every answer is a 200
 

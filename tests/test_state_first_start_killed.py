@@ -6,13 +6,8 @@ meanwhile the state commands read it as the empty state it is, not as another pr
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-import signal
 import sqlite3
-import subprocess
-import sys
-import time
 from contextlib import closing
 from pathlib import Path
 
@@ -23,8 +18,8 @@ from proxy.records import ThreadKey
 from proxy.settings import Settings, StateSettings
 from proxy.store import SqliteStore, StoreError, open_read_only
 from proxy.store.schema import MIGRATIONS, current_version
+from tests.process import kill_script
 
-REPO = Path(__file__).resolve().parents[1]
 CHILD = """
 import asyncio, sys
 from proxy.store import SqliteStore
@@ -102,26 +97,13 @@ def test_a_state_with_a_table_of_another_program_is_still_refused(tmp_path: Path
         open_read_only(tmp_path)
 
 
-def kill_while_opening(root: Path, delay: float) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(root)], cwd=REPO, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert child.stdout is not None and child.stdout.readline() == b"opening\n", \
-            child.communicate()[1].decode()
-        time.sleep(delay)
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.communicate()
-
-
 def test_sigkill_during_the_first_start_leaves_a_state_the_commands_and_serve_accept(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     seed = random.randrange(2**32)
     rng = random.Random(seed)
     for n in range(KILLS):
         root = tmp_path / f"state{n}"
-        kill_while_opening(root, rng.uniform(0.0, OPEN_S))
+        kill_script(CHILD, [str(root)], b"opening\n", rng.uniform(0.0, OPEN_S), alive=False)
         if not (root / "state.db").exists():
             continue  # killed before it made the file: `check-state` says there is none
         try:  # whatever instant it died at, no thread was written yet

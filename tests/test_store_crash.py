@@ -9,21 +9,16 @@ every event must be whole and numbered without gaps.
 from __future__ import annotations
 
 import hashlib
-import os
 import random
-import signal
 import sqlite3
-import subprocess
-import sys
-import time
 from contextlib import closing
 from pathlib import Path
 
 from proxy.records import ThreadKey
 from proxy.store import HistoryFiles, SqliteStore
+from tests.process import kill_script
 
 KEY = ThreadKey("tenant", "thread")
-REPO = Path(__file__).resolve().parents[1]
 CHILD = """
 import asyncio, hashlib, sys, time
 from proxy.records import Anchor, CompactionEvent, ThreadKey
@@ -50,21 +45,6 @@ asyncio.run(main(sys.argv[1]))
 """
 
 
-def run_and_kill(root: Path, delay: float) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(root)], cwd=REPO, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert child.stdout is not None and child.stdout.readline() == b"ready\n", \
-            child.communicate()[1].decode()
-        time.sleep(delay)
-        assert child.poll() is None, child.communicate()[1].decode()
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.communicate()
-    assert child.returncode == -signal.SIGKILL
-
-
 async def assert_sound(root: Path) -> int:
     with closing(sqlite3.connect(root / "state.db")) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
@@ -89,7 +69,7 @@ async def test_sigkill_never_leaves_a_broken_database_or_half_an_event(tmp_path:
     rng = random.Random(seed)
     counts = []
     for _ in range(5):
-        run_and_kill(tmp_path, rng.uniform(0.0, 0.25))
+        kill_script(CHILD, [str(tmp_path)], b"ready\n", rng.uniform(0.0, 0.25))
         counts.append(await assert_sound(tmp_path))
     assert counts == sorted(counts) and counts[-1] > 0, f"seed {seed}: {counts}"
     print(f"seed {seed}: events after each kill {counts}")

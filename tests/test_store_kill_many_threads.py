@@ -15,12 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import random
-import signal
-import subprocess
-import sys
-import time
 from contextlib import closing
 from pathlib import Path
 
@@ -31,8 +26,8 @@ from proxy.records import ThreadKey, ThreadState
 from proxy.settings import Settings, StateSettings
 from proxy.store import SqliteStore, open_read_only
 from proxy.store.history import parse_lines
+from tests.process import kill_script
 
-REPO = Path(__file__).resolve().parents[1]
 THREADS = [ThreadKey("tenant", f"thread-{n}") for n in range(6)]
 ROUNDS = 6
 CHILD = """
@@ -85,21 +80,6 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2])))
 
 def payload(n: int) -> str:
     return (f"{n}:" * 20_000)[: 20_000 + 97 * (n % 300)]
-
-
-def run_and_kill(root: Path, delay: float) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(root), str(len(THREADS))],
-                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert child.stdout is not None and child.stdout.readline() == b"ready\n", \
-            child.communicate()[1].decode()
-        time.sleep(delay)
-        assert child.poll() is None, child.communicate()[1].decode()
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.communicate()
-    assert child.returncode == -signal.SIGKILL
 
 
 def assert_check_state_clean(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -162,7 +142,8 @@ def test_sigkill_leaves_every_thread_a_fully_written_state(
     rng = random.Random(seed)
     reached: list[int] = []
     for _ in range(ROUNDS):
-        run_and_kill(tmp_path, rng.uniform(0.0, 0.4))
+        kill_script(CHILD, [str(tmp_path), str(len(THREADS))], b"ready\n",
+                    rng.uniform(0.0, 0.4))
         assert_check_state_clean(tmp_path, capsys)
         with closing(open_read_only(tmp_path)) as db:
             states = {key: db.load(key) for key in THREADS}
