@@ -26,8 +26,8 @@ from typing import Any, NamedTuple
 
 from proxy import jsonio
 
-from proxy.conversation import (Api, Entry, Kind, entry_from_chat, entry_from_responses,
-                                reference_id)
+from proxy.conversation import (OTHER, REASONING, Api, Entry, entry_from_chat,
+                                entry_from_responses, reference_id)
 from proxy.conversation import CHAT as _CHAT, RESPONSES as _RESPONSES
 from proxy.identity import Identities, content_chat, digest_of
 from proxy.lru import Memo
@@ -129,7 +129,7 @@ def _answer_digests(response: Iterable[Entry], digest: Digest) -> tuple[str, ...
     for entry in response:
         item_id = entry.item_id
         named = entry.api is _RESPONSES and bool(item_id) and _SEP not in item_id
-        if entry.kind is _REASONING:
+        if entry.kind is REASONING:
             if named:
                 reasoning.append(item_id)
             continue
@@ -191,7 +191,7 @@ def echoed(entries: Sequence[Entry], anchor: Anchor, digest: Digest) -> list[int
         if i >= count:
             return None
         entry = entries[i]
-        referenced = reference_id(entry) if entry.kind is _OTHER else None
+        referenced = reference_id(entry) if entry.kind is OTHER else None
         if referenced is None:
             if digest(entry) != content:
                 return None
@@ -205,9 +205,9 @@ def echoed(entries: Sequence[Entry], anchor: Anchor, digest: Digest) -> list[int
 def _reasoning_echo(entry: Entry, ids: Sequence[str]) -> bool:
     """Whether `entry` is a reasoning item, or a reference to one of `ids[1:]` (the reasoning
     items before the answer item whose id is `ids[0]`)."""
-    if entry.kind is _REASONING:
+    if entry.kind is REASONING:
         return True
-    return len(ids) > 1 and entry.kind is _OTHER and reference_id(entry) in ids[1:]
+    return len(ids) > 1 and entry.kind is OTHER and reference_id(entry) in ids[1:]
 
 
 def estimate(entries: Sequence[Entry], sizes: Sequence[int], context: bytes,
@@ -254,7 +254,7 @@ def _unknown_references(entries: Sequence[Entry], anchors: Sequence[Anchor], mar
     matched = set(response)
     # Only `OTHER` entries can be references: those are picked in C, the few asked in Python.
     others = compress(range(start, len(entries)),
-                      map(_OTHER.__eq__, map(_KIND, entries[start:])))
+                      map(OTHER.__eq__, map(_KIND, entries[start:])))
     referenced = [found for i in others
                   if i not in matched and (found := reference_id(entries[i])) is not None]
     if referenced and anchor is not None:
@@ -305,8 +305,6 @@ def _referenced_tokens(referenced: Sequence[str], anchors: Sequence[Anchor],
 
 
 _KIND = attrgetter("kind")
-# Globals: read off its class, a member costs about 900 instructions (Python 3.11).
-_REASONING, _OTHER = Kind.REASONING, Kind.OTHER
 
 
 def _anchored(anchor: Anchor, response: list[int], sizes: Sequence[int], margin: float,

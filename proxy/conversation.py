@@ -45,14 +45,15 @@ class Kind(StrEnum):
     OTHER = "other"  # anything else: carried through untouched
 
 
-# The members as globals: a member read off its class is an unspecialized attribute load in
-# Python 3.11, about 900 instructions (callgrind), a global a few; entries are built and their
-# kinds compared on every request.
-_INSTRUCTION, _USER, _ASSISTANT = Kind.INSTRUCTION, Kind.USER, Kind.ASSISTANT
-_CALL, _RESULT, _REASONING, _OTHER = Kind.CALL, Kind.RESULT, Kind.REASONING, Kind.OTHER
+# The members as module constants (`proxy.core.kinds` re-exports them for the core's loops): a
+# member read off its class is an unspecialized attribute load in Python 3.11, about 900
+# instructions (callgrind), a global a few; entries are built and their kinds compared on
+# every request.
+INSTRUCTION, USER, ASSISTANT = Kind.INSTRUCTION, Kind.USER, Kind.ASSISTANT
+CALL, RESULT, REASONING, OTHER = Kind.CALL, Kind.RESULT, Kind.REASONING, Kind.OTHER
 # A Responses message item's kind by its role (a str).
-_MESSAGE_KINDS = {"system": _INSTRUCTION, "developer": _INSTRUCTION, "user": _USER,
-                  "assistant": _ASSISTANT}
+_MESSAGE_KINDS = {"system": INSTRUCTION, "developer": INSTRUCTION, "user": USER,
+                  "assistant": ASSISTANT}
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,23 +131,23 @@ THINKING_PARTS = ("thinking", "redacted_thinking")
 
 def entry_from_chat(message: Any, source: bytes | None = None) -> Entry:
     if not isinstance(message, dict):
-        return Entry(CHAT, _OTHER, {"value": message}, source)
+        return Entry(CHAT, OTHER, {"value": message}, source)
     role = message.get("role")
     if not isinstance(role, str):
         role = None  # an object or a list is no role (and unhashable): upstream judges it
     if role in _INSTRUCTION_ROLES:
-        kind = _INSTRUCTION
+        kind = INSTRUCTION
     elif role == "user":
-        kind = _USER
+        kind = USER
     elif role == "assistant":
-        kind = _ASSISTANT
+        kind = ASSISTANT
     elif role == "tool":
         answers = message.get("tool_call_id")
-        kind = _RESULT if isinstance(answers, str) else _OTHER
-        return Entry(CHAT, kind, message, source, role, answers=answers if kind is _RESULT else None)
+        kind = RESULT if isinstance(answers, str) else OTHER
+        return Entry(CHAT, kind, message, source, role, answers=answers if kind is RESULT else None)
     else:
-        kind = _OTHER
-    calls = _chat_calls(message.get("tool_calls")) if kind is _ASSISTANT else ()
+        kind = OTHER
+    calls = _chat_calls(message.get("tool_calls")) if kind is ASSISTANT else ()
     return Entry(CHAT, kind, message, source, role, calls)
 
 
@@ -168,33 +169,33 @@ def _chat_calls(tool_calls: Any) -> tuple[ToolCall, ...]:
 
 def entry_from_responses(item: Any, source: bytes | None = None) -> Entry:
     if not isinstance(item, dict):
-        return Entry(RESPONSES, _OTHER, {"value": item}, source)
+        return Entry(RESPONSES, OTHER, {"value": item}, source)
     type_ = item.get("type")
     item_id = item.get("id") if isinstance(item.get("id"), str) else None
     role = item.get("role") if isinstance(item.get("role"), str) else None
     if type_ in (None, "message") and role is not None:
-        kind = _MESSAGE_KINDS.get(role, _OTHER)
+        kind = _MESSAGE_KINDS.get(role, OTHER)
         return Entry(RESPONSES, kind, item, source, role, item_id=item_id)
     if type_ == "reasoning":
-        return Entry(RESPONSES, _REASONING, item, source, item_id=item_id)
+        return Entry(RESPONSES, REASONING, item, source, item_id=item_id)
     call_id = item.get("call_id")
     if not isinstance(call_id, str) and type_ == "local_shell_call_output":
         call_id = item.get("id")  # the SDK types name the call in `id`, the server in `call_id`
     if isinstance(type_, str) and isinstance(call_id, str):
         if type_.endswith("_call_output"):
-            return Entry(RESPONSES, _RESULT, item, source, answers=call_id, item_id=item_id)
+            return Entry(RESPONSES, RESULT, item, source, answers=call_id, item_id=item_id)
         if type_.endswith("_call"):
             custom = type_ == "custom_tool_call"
             arguments = item.get("input") if custom else item.get("arguments", item.get("action"))
             call = ToolCall(call_id, str(item.get("name", type_)), _text(arguments), custom)
-            return Entry(RESPONSES, _CALL, item, source, calls=(call,), item_id=item_id)
-    return Entry(RESPONSES, _OTHER, item, source, role, item_id=item_id)
+            return Entry(RESPONSES, CALL, item, source, calls=(call,), item_id=item_id)
+    return Entry(RESPONSES, OTHER, item, source, role, item_id=item_id)
 
 
 def reference_id(entry: Entry) -> str | None:
     """The id a Responses `item_reference` names (an item upstream keeps stored, PROTOCOL.md
     §6.2); None for any other entry."""
-    if entry.kind is _OTHER and entry.api is RESPONSES and entry.item_id is not None:
+    if entry.kind is OTHER and entry.api is RESPONSES and entry.item_id is not None:
         return entry.item_id if entry.raw.get("type") == "item_reference" else None
     return None
 
@@ -237,11 +238,11 @@ def _text(value: Any) -> str:
 def content_text(entry: Entry) -> str:
     """The visible text of an entry: message text, a tool result's output, a call's arguments."""
     raw = entry.raw
-    if entry.kind is _RESULT:
+    if entry.kind is RESULT:
         return _parts_text(raw.get("content") if entry.api is CHAT else raw.get("output"))
-    if entry.kind is _CALL:
+    if entry.kind is CALL:
         return "\n".join(c.arguments for c in entry.calls)
-    if entry.kind is _REASONING:
+    if entry.kind is REASONING:
         return ""
     return _parts_text(raw.get("content"))
 
@@ -266,7 +267,7 @@ def _parts_text(content: Any) -> str:
 
 def has_non_text_parts(entry: Entry) -> bool:
     """True when content carries images, audio or files (never restored as text)."""
-    key = "output" if entry.kind is _RESULT and entry.api is RESPONSES else "content"
+    key = "output" if entry.kind is RESULT and entry.api is RESPONSES else "content"
     content = entry.raw.get(key)
     if not isinstance(content, list):
         return False
@@ -370,13 +371,13 @@ def make_assistant(api: Api, text: str) -> Entry:
 def leading_instructions(entries: Sequence[Entry]) -> int:
     """How many entries at the start are system/developer messages."""
     n = 0
-    while n < len(entries) and entries[n].kind is _INSTRUCTION:
+    while n < len(entries) and entries[n].kind is INSTRUCTION:
         n += 1
     return n
 
 
 def latest_user_index(entries: Sequence[Entry]) -> int | None:
     for i in range(len(entries) - 1, -1, -1):
-        if entries[i].kind is _USER:
+        if entries[i].kind is USER:
             return i
     return None

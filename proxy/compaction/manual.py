@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from proxy.conversation import Entries, Entry, Kind, content_text
+from proxy.conversation import USER, Entries, Entry, Kind, content_text
 from proxy.core.memo import memoized, memoized_each
 
 MARKER = "[context compaction]"
@@ -50,7 +50,7 @@ def parse_command(text: str, command: str) -> ManualCommand | None:
 
 def detect(entries: Sequence[Entry], command: str) -> ManualCommand | None:
     """The command when the latest entry is one (a command followed by anything is history)."""
-    if not entries or entries[-1].kind is not _USER:
+    if not entries or entries[-1].kind is not USER:
         return None
     if not mentions(entries[-1], command):
         return None  # what `parse_command` accepts starts with the command, after whitespace
@@ -67,7 +67,7 @@ def mentioned(entries: Sequence[Entry], command: str) -> bool:
     """Whether some user message `mentions` the command. The answers kept on the entries are
     read in C: a long thread has dozens of user messages, asked again on every request."""
     key = ("manual.mentions", command)
-    users = list(compress(entries, map(is_, map(_KIND, entries), repeat(_USER))))
+    users = list(compress(entries, map(is_, map(_KIND, entries), repeat(USER))))
     # Kept answers are bools, a message not asked yet reads None: `in` finds it in C. Only
     # then is the test made and each new message asked (`memoized_each`, as `mentions` keeps).
     known = list(map(dict.get, map(_MEMO, users), repeat(key)))
@@ -82,7 +82,6 @@ def _starts_with(entry: Entry, command: str) -> bool:
 
 _KIND = attrgetter("kind")
 _MEMO = attrgetter("memo")
-_USER = Kind.USER  # a global: read off its class, a member costs about 900 instructions
 
 
 def is_our_answer(entry: Entry) -> bool:
@@ -94,7 +93,7 @@ def strip_exchanges(entries: Sequence[Entry], ids: Sequence[str],
     """The entries and ids without command messages and the proxy's answers to them."""
     drop: set[int] = set()
     for i, entry in enumerate(entries):
-        if entry.kind is _USER and parse_command(content_text(entry), command) is not None:
+        if entry.kind is USER and parse_command(content_text(entry), command) is not None:
             drop.add(i)
             if i + 1 < len(entries) and is_our_answer(entries[i + 1]):
                 drop.add(i + 1)

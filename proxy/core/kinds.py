@@ -8,14 +8,8 @@ Elsewhere the enum spelled out reads better and costs nothing that matters.
 
 from __future__ import annotations
 
-from proxy.conversation import CHAT, RESPONSES, Kind
+from proxy.conversation import (ASSISTANT, CALL, CHAT, INSTRUCTION, OTHER, REASONING, RESPONSES,
+                                RESULT, USER)
 
 __all__ = ["CHAT", "RESPONSES", "INSTRUCTION", "USER", "ASSISTANT", "CALL", "RESULT", "REASONING",
            "OTHER"]
-INSTRUCTION = Kind.INSTRUCTION
-USER = Kind.USER
-ASSISTANT = Kind.ASSISTANT
-CALL = Kind.CALL
-RESULT = Kind.RESULT
-REASONING = Kind.REASONING
-OTHER = Kind.OTHER
