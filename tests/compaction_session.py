@@ -42,6 +42,12 @@ class Replay:
     headers: list[httpx.Headers] = field(default_factory=list)
 
 
+def up_to_last_user(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` up to and with their last user message: a request the client could send."""
+    return next(messages[:k] for k in range(len(messages), 0, -1)
+                if messages[k - 1]["role"] == "user")
+
+
 def thinking_session(n_messages: int, seed: int) -> list[dict[str, Any]]:
     """A coding session whose assistant messages carry `reasoning_content` (DeepSeek's and
     Kimi's thinking modes), each naming its step."""

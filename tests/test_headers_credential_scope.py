@@ -12,7 +12,7 @@ import pytest
 
 from proxy.testing.replies import Reply
 from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request
-from tests.compaction_session import LIMIT, MODEL, planted_session
+from tests.compaction_session import LIMIT, MODEL, planted_session, up_to_last_user
 from tests.conftest import API_KEY
 
 SCOPE = {"openai-organization": "org-client", "openai-project": "proj_client"}
@@ -53,8 +53,7 @@ def test_a_summary_made_with_the_clients_key_carries_its_scope(make_fake, make_p
     summarizer = FakeSummarizer.install(fake)
     proxy = make_proxy(fake, models={"small-*": {"max_input_tokens": LIMIT}})
     messages, _ = planted_session(200)
-    over = next(messages[:k] for k in range(len(messages), 0, -1)
-                if messages[k - 1]["role"] == "user")
+    over = up_to_last_user(messages)
     fake.script(Reply.text("Done."))
     with _client(proxy, API_KEY) as client:
         client.chat.completions.create(model=MODEL, messages=over,

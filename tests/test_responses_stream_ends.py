@@ -103,16 +103,21 @@ def test_an_empty_event_stream_ends_with_an_error_the_sdk_raises(make_upstream, 
     assert received == [] and "before its last event" in str(error)
 
 
+def _streamed_bytes(proxy: Any) -> bytes:
+    """The bytes a plain HTTP client gets for a streamed Responses request through `proxy`."""
+    with httpx.stream("POST", f"{proxy.base_url}/responses", timeout=20,
+                      json={"model": MODEL, "input": INPUT, "stream": True},
+                      headers={"authorization": f"Bearer {API_KEY}"}) as answer:
+        return answer.read()
+
+
 @pytest.mark.parametrize("last_end", [b"\n\n", b"\n"], ids=["blank line", "LF only"])
 def test_a_stream_that_reaches_its_last_event_gets_nothing_added(make_upstream,  # noqa: F811
                                                                  make_proxy,
                                                                  last_end: bytes) -> None:
     sent = _opening() + _delta() + _completed(last_end)
     proxy = _proxy_sending(make_upstream, make_proxy, sent)
-    with httpx.stream("POST", f"{proxy.base_url}/responses", timeout=20,
-                      json={"model": MODEL, "input": INPUT, "stream": True},
-                      headers={"authorization": f"Bearer {API_KEY}"}) as answer:
-        received = answer.read()
+    received = _streamed_bytes(proxy)
     assert received == sent
     assert "upstream_error" not in proxy.requests()[-1]
 
@@ -123,10 +128,7 @@ def test_a_stream_that_ends_in_an_error_event_gets_no_second_one(make_upstream, 
                                       "message": "The model failed.", "param": None})
     sent = _opening() + _delta() + error
     proxy = _proxy_sending(make_upstream, make_proxy, sent)
-    with httpx.stream("POST", f"{proxy.base_url}/responses", timeout=20,
-                      json={"model": MODEL, "input": INPUT, "stream": True},
-                      headers={"authorization": f"Bearer {API_KEY}"}) as answer:
-        received = answer.read()
+    received = _streamed_bytes(proxy)
     assert received == sent
     _, raised = _events_until_error(proxy)
     assert str(raised) == "The model failed."
@@ -140,10 +142,7 @@ def test_a_last_event_too_large_to_read_is_not_taken_for_an_early_end(make_upstr
     monkeypatch.setattr(taps, "SseDecoder", partial(SseDecoder, max_event_bytes=4096))
     sent = _opening() + _delta() + _completed().replace(b'"Hello"', b'"' + b"x" * 8192 + b'"')
     proxy = _proxy_sending(make_upstream, make_proxy, sent, piece=1024)
-    with httpx.stream("POST", f"{proxy.base_url}/responses", timeout=20,
-                      json={"model": MODEL, "input": INPUT, "stream": True},
-                      headers={"authorization": f"Bearer {API_KEY}"}) as answer:
-        received = answer.read()
+    received = _streamed_bytes(proxy)
     assert received == sent
     assert "upstream_error" not in proxy.requests()[-1]
 

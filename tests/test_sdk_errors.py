@@ -16,7 +16,7 @@ from proxy.server.services import SERVICES
 from proxy.store.keys import thread_key_text
 from proxy.testing.replies import Reply
 from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request
-from tests.compaction_session import LIMIT, MODEL, planted_session
+from tests.compaction_session import LIMIT, MODEL, planted_session, up_to_last_user
 from tests.conftest import API_KEY
 from tests.test_server_wire_edges import make_upstream  # noqa: F401 - the fixture
 
@@ -114,8 +114,7 @@ def test_a_retried_request_after_a_compaction_is_not_compacted_again(make_fake, 
     summarizer = FakeSummarizer.install(fake)
     proxy = make_proxy(fake, models={"small-*": {"max_input_tokens": LIMIT}})
     messages, _ = planted_session(200)
-    over = next(messages[:k] for k in range(len(messages), 0, -1)
-                if messages[k - 1]["role"] == "user")
+    over = up_to_last_user(messages)
     fake.script(Reply.error(500, _error(None, "server_error")), Reply.text("Done."))
     with openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=1,
                        timeout=60) as client:
