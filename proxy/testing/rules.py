@@ -85,20 +85,22 @@ def _unknown_stream_option(body: Mapping[str, Any]) -> Rejection | None:
 _STATE_KEYS = ("previous_response_id", "conversation", "prompt")
 
 
-def _missing_input(body: Mapping[str, Any]) -> Rejection | None:
-    """A request with nothing to answer: no `input` at all, or an empty one, and no earlier
-    state to continue (texts, params, codes and their order around unknown keys as a table
-    of direct-API probes records them [3P]). With `previous_response_id`, `conversation` or
-    `prompt` the fake accepts an empty or absent input: the probes looked those ids up first."""
-    if any(body.get(key) is not None for key in _STATE_KEYS):
-        return _unknown_stream_option(body)
-    if "input" not in body:
+def _request_refusal(body: Mapping[str, Any]) -> Rejection | None:
+    """A request with nothing to answer, or chat's stream options: no `input` at all (refused
+    first), an unknown stream option, then an empty `input` and no earlier state to continue
+    (texts, params, codes and their order around unknown keys as a table of direct-API probes
+    records them [3P]). With `previous_response_id`, `conversation` or `prompt` the fake accepts
+    an empty or absent input: the probes looked those ids up first."""
+    stateless = all(body.get(key) is None for key in _STATE_KEYS)
+    if stateless and "input" not in body:
         return rejections.openai("Missing required parameter: 'input'.", param="input",
                                  code="missing_required_parameter")
-    return _unknown_stream_option(body) or (
-        rejections.openai("One of \"input\" or \"previous_response_id\" or 'prompt' or "
-                          "'conversation' must be provided.", code="missing_required_parameter")
-        if body["input"] in ("", []) else None)
+    refused = _unknown_stream_option(body)
+    if refused is None and stateless and body["input"] in ("", []):
+        refused = rejections.openai("One of \"input\" or \"previous_response_id\" or 'prompt' "
+                                    "or 'conversation' must be provided.",
+                                    code="missing_required_parameter")
+    return refused
 
 
 def check_responses(body: dict[str, Any], *,
@@ -122,7 +124,7 @@ def check_responses_input(body: dict[str, Any], *,
                           resolve: Resolve | None = None) -> list[Any] | Rejection:
     """`check_responses`, answering the input items it checked (references expanded) when
     the request is accepted."""
-    refused = _missing_input(body)
+    refused = _request_refusal(body)
     if refused is not None:
         return refused
     return checked_input(body, prior=prior, verify_encrypted=verify_encrypted, signer=signer,
