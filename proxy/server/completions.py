@@ -21,7 +21,8 @@ from multidict import CIMultiDict
 from proxy.conversation import Api
 from proxy.inbound import Inbound, leading_bytes
 from proxy.server.client_body import read_client_body
-from proxy.server.headers import client_response_headers, upstream_request_headers
+from proxy.server.headers import (bind_idempotency_keys, client_response_headers,
+                                  upstream_request_headers)
 from proxy.server.inflate import InflatingTap, answer_encoding, inflated, inflater
 from proxy.server.origins import Origins, continued_id
 from proxy.server.prepared import Prepared
@@ -99,6 +100,8 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
     headers = upstream_request_headers(
         request.headers, api_key=prepared.upstream.api_key, identity_encoding=True,
         drop=() if settings.threads.forward_headers else settings.threads.headers)
+    if prepared.body is not prepared.inbound.body:  # not the body the client's key was made for
+        bind_idempotency_keys(headers, prepared.body)
     line.calling_upstream()
     response = await services.upstream.send(prepared.upstream, "POST", path, headers, prepared.body)
     async with response:
