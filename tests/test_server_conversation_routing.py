@@ -8,12 +8,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import openai
 import pytest
+from aiohttp import web
 
 from proxy.server.origins import continued_id, names_the_object, scoped_id
 from proxy.server.services import SERVICES
 from proxy.testing.fake_upstream import FakeUpstream
+from tests.conftest import API_KEY
 from tests.harness import LoopThread, RunningProxy, proxy_settings, start_proxy, stop_proxy
 
 # `claude-*` goes to `other`; everything else, a model-less request too, to `fake` (`main`).
@@ -95,6 +98,45 @@ def test_a_conversation_is_found_where_it_was_made_after_a_restart(
     finally:
         loop_thread.run(stop_proxy(second))
     assert main.requests == []
+
+
+class BrotliUpstream(FakeUpstream):
+    """The fake, answering a client that accepts `br` with a body in that encoding (opaque
+    bytes stand for it here: the proxy cannot inflate brotli, which is the point)."""
+
+    def app(self) -> web.Application:
+        app = super().app()
+        app.middlewares.insert(0, self._encode)
+        return app
+
+    @web.middleware
+    async def _encode(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        answer = await handler(request)
+        if "br" not in request.headers.get("Accept-Encoding", ""):
+            return answer
+        return web.Response(status=answer.status, body=b"\x1b\x00brotli",
+                            content_type="application/json", headers={"Content-Encoding": "br"})
+
+
+def test_a_conversation_is_remembered_whatever_encodings_its_client_accepts(
+        make_fake: Callable[..., FakeUpstream], make_proxy: Callable[..., RunningProxy],
+        loop_thread: LoopThread, make_client: Callable[..., openai.OpenAI]) -> None:
+    main, other = make_fake(), BrotliUpstream()
+    loop_thread.run(other.start())
+    try:
+        proxy = make_proxy(main, upstreams={"other": {"base_url": other.url}}, routes=ROUTES)
+        made = httpx.post(f"{proxy.base_url}/conversations", params=ON_OTHER, json={},
+                          headers={"Authorization": f"Bearer {API_KEY}",
+                                   "Accept-Encoding": "gzip, br"})
+        assert made.status_code == 200
+        [(_, made_id)] = list(other.conversations)
+        assert make_client(proxy.base_url).conversations.retrieve(made_id).id == made_id
+        assert main.requests == []
+        # Asked for plain, as the proxy asks for the answers it reads: the client gets it so.
+        assert [r.headers["accept-encoding"] for r in other.requests][0] == "identity"
+        assert made.json()["id"] == made_id
+    finally:
+        loop_thread.run(other.stop())
 
 
 def test_a_conversation_made_elsewhere_goes_by_the_model(

@@ -68,8 +68,11 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         line.set(model=clipped(model) or None, upstream=upstream.name,
                  bytes_in=len(body) if upload is None else upload,
                  routed_by="id" if made_id is not None else None)
+        # A conversation made: its answer is read for its id, so asked for plain (it is small).
+        makes = (services.origins is not None and request.method == "POST"
+                 and tail == "conversations")
         headers = upstream_request_headers(
-            request.headers, api_key=upstream.api_key,
+            request.headers, api_key=upstream.api_key, identity_encoding=makes,
             drop=() if threads.forward_headers else threads.headers)
         if upload is not None:
             headers["Content-Length"] = str(upload)  # the upstream gets it sized, not chunked
@@ -88,10 +91,9 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
                     and names_the_object(tail)):
                 services.origins.forget(made_id)  # type: ignore[union-attr]
             read: list[bytes] = []
-            if (services.origins is not None and response.status == 200
-                    and request.method == "POST" and tail == "conversations"):
+            if makes and response.status == 200:
                 read = await _answer_head(response, upstream)
-                await services.origins.conversation_made(
+                await services.origins.conversation_made(  # type: ignore[union-attr]
                     upstream, inflated(b"".join(read), answer_encoding(response.headers)) or b"")
             outcome = await relay_stream(request, response, out_headers,
                                          _tap_for(tail, response, length), line.started, read,
