@@ -110,6 +110,8 @@ def test_a_retry_without_rejected_reasoning_gets_a_key_of_its_own(
     assert "reasoning_content" not in retry.json["messages"][1]
     assert _keys(fake) == ["order-42", bound_idempotency_key("order-42", retry.body)]
     assert int(retry.headers["content-length"]) == len(retry.body)
+    # The SDK's own count of its retries: the proxy's retry is none of them.
+    assert retry.headers["x-stainless-retry-count"] == first.headers["x-stainless-retry-count"]
 
     # The client sends it again with its key (its answer was lost): the thread's retry lesson
     # sends the retry's very body at once, under the retry's key: the upstream's first answer.
