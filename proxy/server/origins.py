@@ -1,4 +1,4 @@
-"""Which upstream made each stored response, stored chat completion and conversation the proxy relayed.
+"""Which upstream made each stored response, chat completion and conversation the proxy relayed.
 
 The requests on one of them carry no model: `GET`/`DELETE /v1/responses/{id}`, `POST
 /v1/responses/{id}/cancel`, `GET /v1/responses/{id}/input_items`, the stored chat

@@ -10,8 +10,8 @@ Conversations are kept per credential as stored responses are: another key's is 
 [MEM: taken to be scoped to the project as responses are; not verified].
 Created with optional `items` (kept as sent, the conversation's first items) and `metadata`.
 `POST /v1/conversations/{id}` replaces its metadata; `GET .../items` lists its items (all on one
-page, `order` as asked, newest first by default [DOC openapi]) and `DELETE .../items/{item_id}`
-deletes one, answering the conversation. An item kept without an id is listed with one made
+page, `order` as asked, newest first by default [SRC openai-python `item_list_params.py`]) and
+`DELETE .../items/{item_id}` deletes one, answering the conversation. An item kept without an id is listed with one made
 from the conversation, its content and its occurrence [the fake's own: stable while other items
 are deleted; OpenAI's own ids are not verified], and is deleted by that id; a message is listed
 with its type and its text content as `input_text` parts, as `input_items` lists them.
@@ -136,7 +136,7 @@ def _listed(conversation: Conversation) -> list[Any]:
         kind = item.get("type", "message")
         shown = {"type": kind, **item, "id": ("msg_" if kind == "message" else "item_")
                  + digest.hexdigest(), "status": "completed"}
-        if isinstance(item.get("content"), str):  # listed as input_text parts, as the API lists them
+        if isinstance(item.get("content"), str):  # as input_text parts, as the API lists them
             shown["content"] = [{"type": "input_text", "text": item["content"]}]
         listed.append(shown)
     return listed
