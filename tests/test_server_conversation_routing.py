@@ -13,7 +13,7 @@ import openai
 import pytest
 from aiohttp import web
 
-from proxy.server.origins import continued_id, names_the_object, scoped_id
+from proxy.server.origins import Origins, continued_id, names_the_object, scoped_id
 from proxy.server.services import SERVICES
 from proxy.testing.fake_upstream import FakeUpstream
 from tests.conftest import API_KEY
@@ -202,3 +202,32 @@ def test_a_path_names_its_id_and_whether_it_is_the_object_itself(
 ])
 def test_the_id_a_responses_request_continues(doc: dict[str, Any], held: str | None) -> None:
     assert continued_id(doc) == held
+
+
+def test_a_conversation_in_use_is_kept_past_the_stores_30_days(
+        make_fake: Callable[..., FakeUpstream], loop_thread: LoopThread, tmp_path: Any,
+        make_client: Callable[..., openai.OpenAI]) -> None:
+    # OpenAI keeps conversations without the 30 days a response gets; the store's rows age out
+    # 30 days after they were written.
+    main, other = make_fake(), make_fake()
+    settings = proxy_settings(main.url, str(tmp_path / "state"),
+                              upstreams={"other": {"base_url": other.url}}, routes=ROUTES)
+    day, now = 86_400.0, [time.time() - 45 * 86_400.0]
+    first = loop_thread.run(start_proxy(settings))
+    try:
+        services = first.app[SERVICES]
+        services.origins = Origins(settings.upstreams, services.pipeline.store, lambda: now[0])
+        client = make_client(first.base_url)
+        made = client.conversations.create(extra_query=ON_OTHER)
+        now[0] += 29 * day
+        client.responses.create(model="gpt-4o", input="Hi.", conversation=made.id)
+        now[0] += 11 * day  # 40 days after its making, 11 after its last use
+        client.conversations.create(extra_query=ON_OTHER)  # a write: rows over 30 days go
+    finally:
+        loop_thread.run(stop_proxy(first))
+    second = loop_thread.run(start_proxy(settings))
+    try:
+        assert make_client(second.base_url).conversations.retrieve(made.id).id == made.id
+    finally:
+        loop_thread.run(stop_proxy(second))
+    assert main.requests == []

@@ -88,8 +88,11 @@ async def _holder(origins: Origins, inbound: Inbound,
     saw it made: its model's route may name another upstream, which would not know the id."""
     held_id = continued_id(inbound.doc)
     upstream = await origins.upstream_of(held_id) if held_id is not None else None
-    if upstream is not None:
-        line.set(routed_by="id")
+    if upstream is None or held_id is None:
+        return None
+    line.set(routed_by="id")
+    if inbound.upstream_state == "conversation":
+        await origins.conversation_used(held_id, upstream)
     return upstream
 
 

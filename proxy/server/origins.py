@@ -15,7 +15,8 @@ Only what the upstream keeps is remembered: a chat completion made with `store: 
 response not made with `store: false`, a conversation; in memory, bounded (the oldest go
 first). The ones a client asks for by id by design, background responses, stored chat
 completions and conversations, are also written to the state store (a queued write), so a
-restart does not lose them. An id made by another instance, or pushed out of the memory (a
+restart does not lose them; the store keeps a row 30 days, a conversation's from its last use
+by a Responses request (OpenAI keeps conversations without the 30 days responses get). An id made by another instance, or pushed out of the memory (a
 plain stored response), goes by the route of model "" (or of the request's model) as before.
 """
 
@@ -79,6 +80,13 @@ class Origins:
         """Remember the conversation an answer to `POST /v1/conversations` made (it is only
         ever used by its id: stored too)."""
         await self._made_by(upstream, answer_id(data), True)
+
+    async def conversation_used(self, made_id: str, upstream: UpstreamSettings) -> None:
+        """A Responses request continued the conversation `made_id` on `upstream`. OpenAI keeps
+        a conversation without the 30 days a response gets: its stored row is written anew (it
+        ages out 30 days after its last use, not its making), and the memory holds it as new."""
+        self._made.pop(made_id, None)
+        await self._made_by(upstream, made_id, True)
 
     async def upstream_of(self, made_id: str) -> UpstreamSettings | None:
         found = self._made.get(made_id)
