@@ -17,8 +17,9 @@ from typing import Any
 import openai
 import pytest
 from aiohttp import web
+from multidict import CIMultiDict
 
-from proxy.server.headers import bound_idempotency_key
+from proxy.server.headers import bind_idempotency_keys, bound_idempotency_key
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.reference_tokens import chat_prompt_tokens
 from proxy.testing.sessions import coding_session
@@ -164,3 +165,11 @@ def test_a_bound_key_is_stable_distinct_and_keeps_the_keys_form() -> None:
                 bound_idempotency_key("order-43", b'{"a":1}')}) == 3
     quoted = bound_idempotency_key('"order-42"', b'{"a":1}')  # a Structured Field string
     assert quoted.startswith('"') and quoted.endswith('"') and uuid.UUID(quoted[1:-1])
+
+
+def test_both_spellings_of_the_key_are_bound_and_other_headers_kept() -> None:
+    headers = CIMultiDict({"x-idempotency-key": "a", "Idempotency-Key": "b", "X-Other": "c"})
+    bind_idempotency_keys(headers, b"{}")
+    assert headers["X-Idempotency-Key"] == bound_idempotency_key("a", b"{}")
+    assert headers["idempotency-key"] == bound_idempotency_key("b", b"{}")
+    assert headers["x-other"] == "c"
