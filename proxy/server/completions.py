@@ -1,7 +1,9 @@
 """`POST /v1/chat/completions` and `POST /v1/responses`: the handler, as a recipe of named steps.
 
 Read and check the request, route it, find its thread, let the pipeline prepare the projection
-(or answer itself), forward it, and relay the answer (streams as they come). An upstream
+(or answer itself), forward it, and relay the answer (streams as they come). A Responses request
+that continues a stored response or a conversation goes to the upstream that holds it, when the
+proxy saw it made (`proxy/server/origins.py`); any other by its model. An upstream
 rejection that a second attempt can fix (context overflow, rejected private state) is retried
 once, before any byte went to the client; then the pipeline records what the answer reported.
 """
@@ -19,8 +21,10 @@ from multidict import CIMultiDict
 from proxy.conversation import Api
 from proxy.inbound import Inbound, leading_bytes
 from proxy.server.client_body import read_client_body
-from proxy.server.headers import client_response_headers, upstream_request_headers
+from proxy.server.headers import (bind_idempotency_keys, client_response_headers,
+                                  upstream_request_headers)
 from proxy.server.inflate import InflatingTap, answer_encoding, inflated, inflater
+from proxy.server.origins import Origins, continued_id
 from proxy.server.prepared import Prepared
 from proxy.server.relay import (PlainTap, RelayOutcome, StreamTap, is_event_stream, relay_stream,
                                 whole_response)
@@ -57,7 +61,10 @@ async def _complete(services: Services, api: Api, request: web.Request) -> web.S
         named = header_thread(request.headers, threads, tenant)
         guess = named or body_thread_hint(body, threads, tenant)
         inbound = services.pipeline.parse(api, body, guess)
-        upstream = services.route(inbound.model)
+        # Asked only with several upstreams, and of a request whose state lives upstream.
+        held = (await _holder(services.origins, inbound, line)
+                if services.origins is not None and inbound.stateful_upstream else None)
+        upstream = held or services.route(inbound.model)
         identity = named or resolve_thread(request.headers, inbound.doc, threads,
                                            lambda: leading_bytes(inbound), tenant)
         line.set(model=clipped(inbound.model), stream=inbound.stream, upstream=upstream.name,
@@ -75,6 +82,20 @@ async def _complete(services: Services, api: Api, request: web.Request) -> web.S
         return prepared.answer
 
 
+async def _holder(origins: Origins, inbound: Inbound,
+                  line: RequestLine) -> UpstreamSettings | None:
+    """The upstream holding the response or conversation `inbound` continues, when the proxy
+    saw it made: its model's route may name another upstream, which would not know the id."""
+    held_id = continued_id(inbound.doc)
+    upstream = await origins.upstream_of(held_id) if held_id is not None else None
+    if upstream is None or held_id is None:
+        return None
+    line.set(routed_by="id")
+    if inbound.upstream_state == "conversation":
+        await origins.conversation_used(held_id, upstream)
+    return upstream
+
+
 async def _forward(request: web.Request, path: str, services: Services, prepared: Prepared,
                    line: RequestLine) -> web.StreamResponse | Prepared:
     """Send the projection; the client's response, or the next attempt when a retry helps."""
@@ -82,6 +103,8 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
     headers = upstream_request_headers(
         request.headers, api_key=prepared.upstream.api_key, identity_encoding=True,
         drop=() if settings.threads.forward_headers else settings.threads.headers)
+    if prepared.body is not prepared.inbound.body:  # not the body the client's key was made for
+        bind_idempotency_keys(headers, prepared.body)
     line.calling_upstream()
     response = await services.upstream.send(prepared.upstream, "POST", path, headers, prepared.body)
     async with response:

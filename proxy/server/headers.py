@@ -9,10 +9,20 @@ Two request headers describe how the client sent its body, which the proxy has a
 `Content-Encoding` (aiohttp inflates gzip/deflate bodies as it reads them, so the bytes that go
 on are plain) and `Expect: 100-continue` (answered by the proxy; forwarded, it would make the
 upstream call wait for an interim answer that some servers never send).
+
+An idempotency key goes upstream with the body it was made for. The client made its key for its
+own body; a body the proxy changed (compacted, fixed after a rejection, the internal retry's)
+is another request, and an upstream that honours keys would answer it with the first attempt's
+cached answer or refuse the key reused with other parameters. Such a body goes with a key
+derived from the client's and from that body (`bound_idempotency_key`): distinct from the
+client's, and the same for the same body, so the client's own retry of the request, which the
+proxy turns into the same body, is still one request to the upstream.
 """
 
 from __future__ import annotations
 
+import hashlib
+import uuid
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
@@ -30,6 +40,9 @@ _CREDENTIALS = ("authorization", "api-key", "x-api-key")
 # or project that key may not belong to, and OpenAI refuses the request (401
 # `mismatched_organization`). Replaced with the credential.
 _CREDENTIAL_SCOPE = ("openai-organization", "openai-project")
+# Stripe's and the IETF draft's name, and the `X-` form some gateways read.
+IDEMPOTENCY_KEYS = (istr("Idempotency-Key"), istr("X-Idempotency-Key"))
+_BOUND_KEYS = uuid.UUID("5f3c8a1e-2b7d-4f0a-9c61-0d4e8b2a7f35")  # the namespace of derived keys
 
 
 def upstream_request_headers(client: Mapping[str, str] | CIMultiDictProxy[str], *,
@@ -44,6 +57,26 @@ def upstream_request_headers(client: Mapping[str, str] | CIMultiDictProxy[str], 
         # The proxy reads these bodies (usage); a compressed answer would have to be inflated.
         out[hdrs.ACCEPT_ENCODING] = "identity"
     return out
+
+
+def bind_idempotency_keys(headers: CIMultiDict[str], body: bytes) -> None:
+    """In place: the client's idempotency keys made `bound_idempotency_key`s for `body`, a body
+    the proxy changed."""
+    for name in IDEMPOTENCY_KEYS:
+        key = headers.get(name)
+        if key is not None:
+            headers[name] = bound_idempotency_key(key, body)
+
+
+def bound_idempotency_key(key: str, body: bytes) -> str:
+    """The key for `body` sent on behalf of a client request that carried `key`: a UUID
+    (version 5, of the key and the body's digest), the form keys are made in, which any
+    server's length and character rules accept; a key sent as a Structured Field string
+    (the IETF draft's `"..."`) gets one too."""
+    quoted = len(key) >= 2 and key[0] == key[-1] == '"'
+    name = f"{key[1:-1] if quoted else key}\n{hashlib.sha256(body).hexdigest()}"
+    derived = str(uuid.uuid5(_BOUND_KEYS, name))
+    return f'"{derived}"' if quoted else derived
 
 
 def client_response_headers(upstream: Mapping[str, str] | CIMultiDictProxy[str],

@@ -1,18 +1,23 @@
-"""Which upstream made each stored response and stored chat completion the proxy relayed.
+"""Which upstream made each stored response, chat completion and conversation the proxy relayed.
 
 The requests on one of them carry no model: `GET`/`DELETE /v1/responses/{id}`, `POST
-/v1/responses/{id}/cancel`, `GET /v1/responses/{id}/input_items`, and the stored chat
-completions' `GET`/`POST`/`DELETE /v1/chat/completions/{id}` and `GET .../{id}/messages`.
-Routed by model they would all go where model "" goes, while the id lives on the one upstream
-that made it. The pipeline sees every answer it relays (a body's `id`, a stream's first chunk
-or `response.created`), so it remembers id -> upstream here, and the pass-through asks.
+/v1/responses/{id}/cancel`, `GET /v1/responses/{id}/input_items`, the stored chat
+completions' `GET`/`POST`/`DELETE /v1/chat/completions/{id}` and `GET .../{id}/messages`, and
+`GET`/`POST`/`DELETE /v1/conversations/{id}[/items[/{item_id}]]`. Routed by model they would
+all go where model "" goes, while the id lives on the one upstream that made it. So would a
+Responses request that continues one by `previous_response_id` or `conversation` when its
+model's route names another upstream, which knows nothing of the id. The pipeline sees every
+answer it relays (a body's `id`, a stream's first chunk or `response.created`), and the
+pass-through the answer to `POST /v1/conversations`, so they remember id -> upstream here, and
+the requests that name an id ask.
 
 Only what the upstream keeps is remembered: a chat completion made with `store: true`, a
-response not made with `store: false`; in memory, bounded (the oldest go first). The ones a
-client asks for by id by design, background responses and stored chat completions, are also
-written to the state store (a queued write), so a restart does not lose them. An id made by
-another instance, or pushed out of the memory (a plain stored response), goes by the route of
-model "" as before.
+response not made with `store: false`, a conversation; in memory, bounded (the oldest go
+first). The ones a client asks for by id by design, background responses, stored chat
+completions and conversations, are also written to the state store (a queued write), so a
+restart does not lose them; the store keeps a row 30 days, a conversation's from its last use
+by a Responses request (OpenAI keeps conversations without the 30 days responses get). An id made by another instance, or pushed out of the memory (a
+plain stored response), goes by the route of model "" (or of the request's model) as before.
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ from proxy.store.failures import describe
 # proxy; a background response is asked for within minutes to hours).
 MAX_REMEMBERED = 100_000
 
-_SCOPES = {"responses": 1, "chat": 2}  # the path part after /v1/ -> where its id is
+# the path part after /v1/ -> where its id is
+_SCOPES = {"responses": 1, "chat": 2, "conversations": 1}
 # `{"id": "...",` at the start of a body, compact or indented; an id with an escape (or
 # another character no provider uses) is left to the parser.
 _LEADING_ID = re.compile(rb'\A\s*\{\s*"id"\s*:\s*"([A-Za-z0-9_.:-]{1,256})"')
@@ -61,14 +67,26 @@ class Origins:
         """Remember the `id` of an answer's JSON body (a chat completion, a response), if the
         upstream keeps what it made."""
         if kept_upstream(prepared.inbound):
-            await self._made_by(prepared, answer_id(data))
+            await self._made_by(prepared.upstream, answer_id(data), asked_by_id(prepared.inbound))
 
     async def stream_made(self, prepared: Prepared, tap: object) -> None:
         """Remember the id a stream's first chunk or `response.created` gave, if the upstream
         keeps what it made (called however the relay ended: a client that left a background
         stream resumes it by id)."""
         if isinstance(tap, (ChatTap, ResponsesTap)) and kept_upstream(prepared.inbound):
-            await self._made_by(prepared, tap.stream.id)
+            await self._made_by(prepared.upstream, tap.stream.id, asked_by_id(prepared.inbound))
+
+    async def conversation_made(self, upstream: UpstreamSettings, data: bytes) -> None:
+        """Remember the conversation an answer to `POST /v1/conversations` made (it is only
+        ever used by its id: stored too)."""
+        await self._made_by(upstream, answer_id(data), True)
+
+    async def conversation_used(self, made_id: str, upstream: UpstreamSettings) -> None:
+        """A Responses request continued the conversation `made_id` on `upstream`. OpenAI keeps
+        a conversation without the 30 days a response gets: its stored row is written anew (it
+        ages out 30 days after its last use, not its making), and the memory holds it as new."""
+        self._made.pop(made_id, None)
+        await self._made_by(upstream, made_id, True)
 
     async def upstream_of(self, made_id: str) -> UpstreamSettings | None:
         found = self._made.get(made_id)
@@ -100,12 +118,11 @@ class Origins:
     def __len__(self) -> int:
         return len(self._made)
 
-    async def _made_by(self, prepared: Prepared, made_id: object) -> None:
+    async def _made_by(self, upstream: UpstreamSettings, made_id: object, stored: bool) -> None:
         if not isinstance(made_id, str) or not made_id:
             return
-        upstream = prepared.upstream
         self.remember(made_id, upstream)
-        if self._store is None or not asked_by_id(prepared.inbound):
+        if self._store is None or not stored:
             return
         try:
             await self._store.add_origin(made_id, upstream.name, self._clock())
@@ -155,10 +172,26 @@ def answer_id(data: bytes) -> str | None:
 
 
 def scoped_id(tail: str) -> str | None:
-    """The id a path after `/v1/` is about (`responses/{id}...`, `chat/completions/{id}...`),
-    or None."""
+    """The id a path after `/v1/` is about (`responses/{id}...`, `chat/completions/{id}...`,
+    `conversations/{id}...`), or None."""
     parts = tail.split("/", 3)
     at = _SCOPES.get(parts[0])
     if at is None or len(parts) <= at or (at == 2 and parts[1] != "completions"):
         return None
     return parts[at] or None
+
+
+def names_the_object(tail: str) -> bool:
+    """The path is the stored object itself (`conversations/{id}`), not a part of it
+    (`conversations/{id}/items/{item_id}`): a delete there deletes what the id names."""
+    parts = tail.split("/")
+    return _SCOPES.get(parts[0]) == len(parts) - 1
+
+
+def continued_id(doc: Mapping[str, Any]) -> str | None:
+    """The id a Responses request continues upstream: its `previous_response_id`, else its
+    `conversation` (an id, or `{"id": ...}`); None when it names neither as a string."""
+    held = doc.get("previous_response_id") or doc.get("conversation")
+    if isinstance(held, dict):
+        held = held.get("id")
+    return held if isinstance(held, str) and held else None

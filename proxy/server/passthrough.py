@@ -5,10 +5,12 @@ upstream as sent (minus hop-by-hop), and the answer comes back as a byte stream 
 headers and encoding unchanged. A response's event stream resumed by id is relayed the same, but
 read on the way: cut short, it ends with an `error` event as a pipeline stream does.
 
-Routing: a request on a stored response or chat completion the proxy saw made goes to the
-upstream that made it (`proxy/server/origins.py`); any other goes by the `model` of its JSON
-body, else of its query (`GET /v1/chat/completions?model=...`), else of its path (`GET
-/v1/models/{model}`), else by the route of model "".
+Routing: a request on a stored response, chat completion or conversation the proxy saw made
+goes to the upstream that made it (`proxy/server/origins.py`); any other goes by the `model` of
+its JSON body, else of its query (`GET /v1/chat/completions?model=...`), else of its path (`GET
+/v1/models/{model}`), else by the route of model "". The answer to `POST /v1/conversations` is
+read before it is relayed, so the conversation it made is remembered before the client can
+name it.
 """
 
 from __future__ import annotations
@@ -19,14 +21,20 @@ from proxy import jsonio
 from proxy.errors import NotFound
 from proxy.server.client_body import read_client_body, streamed_upload
 from proxy.server.headers import client_response_headers, upstream_request_headers
-from proxy.server.origins import Origins, scoped_id
+from proxy.server.inflate import answer_encoding, inflated
+from proxy.server.origins import Origins, names_the_object, scoped_id
 from proxy.server.relay import PlainTap, StreamTap, is_event_stream, relay_stream
 from proxy.server.request_line import RequestLine, clipped
 from proxy.server.services import SERVICES, Services
 from proxy.server.taps import ResponsesTap
-from proxy.server.upstream import upstream_path
+from proxy.server.upstream import reading_answer, upstream_path
 from proxy.settings import UpstreamSettings
 from proxy.threads import tenant_digest
+
+# A conversation's answer is its id, time and metadata (16 pairs at most): read up to this
+# much for its id. A longer one is relayed all the same; the id leads, and the pattern
+# `answer_id` looks for first finds it in the part read.
+_MADE_ANSWER_LIMIT = 64 * 1024
 
 
 def model_of(body: bytes, content_type: str) -> str:
@@ -60,8 +68,11 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         line.set(model=clipped(model) or None, upstream=upstream.name,
                  bytes_in=len(body) if upload is None else upload,
                  routed_by="id" if made_id is not None else None)
+        # A conversation made: its answer is read for its id, so asked for plain (it is small).
+        makes = (services.origins is not None and request.method == "POST"
+                 and tail == "conversations")
         headers = upstream_request_headers(
-            request.headers, api_key=upstream.api_key,
+            request.headers, api_key=upstream.api_key, identity_encoding=makes,
             drop=() if threads.forward_headers else threads.headers)
         if upload is not None:
             headers["Content-Length"] = str(upload)  # the upstream gets it sized, not chunked
@@ -76,13 +87,34 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
             length = response.headers.get(hdrs.CONTENT_LENGTH)
             if length is not None:
                 out_headers[hdrs.CONTENT_LENGTH] = length
-            if made_id is not None and request.method == "DELETE" and response.status == 200:
+            if (made_id is not None and request.method == "DELETE" and response.status == 200
+                    and names_the_object(tail)):
                 services.origins.forget(made_id)  # type: ignore[union-attr]
+            read: list[bytes] = []
+            if makes and response.status == 200:
+                read = await _answer_head(response, upstream)
+                await services.origins.conversation_made(  # type: ignore[union-attr]
+                    upstream, inflated(b"".join(read), answer_encoding(response.headers)) or b"")
             outcome = await relay_stream(request, response, out_headers,
-                                         _tap_for(tail, response, length), line.started,
+                                         _tap_for(tail, response, length), line.started, read,
                                          left=lambda got: line.set(bytes_out=got.bytes_out))
             line.set(bytes_out=outcome.bytes_out, upstream_error=outcome.upstream_error)
             return outcome.response
+
+
+async def _answer_head(response: ClientResponse, upstream: UpstreamSettings) -> list[bytes]:
+    """The chunks of an answer up to `_MADE_ANSWER_LIMIT` bytes (all of a small one), read
+    before any is relayed: the relay sends them first."""
+    chunks: list[bytes] = []
+    size = 0
+    with reading_answer(upstream):
+        while size < _MADE_ANSWER_LIMIT:
+            chunk = await response.content.readany()
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    return chunks
 
 
 def _tap_for(tail: str, response: ClientResponse, length: str | None) -> StreamTap:

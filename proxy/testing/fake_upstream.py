@@ -150,7 +150,11 @@ class FakeUpstream:
                        lambda r: stored_chat.messages(self, r))
         router.add_post("/v1/conversations", lambda r: conversations.create(self, r))
         router.add_get("/v1/conversations/{id}", lambda r: conversations.retrieve(self, r))
+        router.add_post("/v1/conversations/{id}", lambda r: conversations.update(self, r))
         router.add_delete("/v1/conversations/{id}", lambda r: conversations.delete(self, r))
+        router.add_get("/v1/conversations/{id}/items", lambda r: conversations.items(self, r))
+        router.add_delete("/v1/conversations/{id}/items/{item_id}",
+                          lambda r: conversations.delete_item(self, r))
         router.add_get("/v1/models", lambda r: misc_endpoints.models(self, r))
         router.add_get("/v1/models/{id}", lambda r: misc_endpoints.model(self, r))
         router.add_post("/v1/embeddings", lambda r: misc_endpoints.embeddings(self, r))
