@@ -176,6 +176,12 @@ class ChatStream:
     def finish_reason(self) -> str | None:
         return self.finish_reasons.get(0)
 
+    @property
+    def finished(self) -> bool:
+        """Every choice that came has its `finish_reason`."""
+        reasons = self.finish_reasons
+        return bool(reasons) and reasons.keys() >= self._choices.keys()
+
     def messages(self) -> list[dict[str, Any]]:
         """Every choice's message, by index (more than one when the request asked `n` > 1)."""
         return [m for i in sorted(self._choices) if (m := self.message(i)) is not None]

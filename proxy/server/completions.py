@@ -100,16 +100,18 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
             out_headers = client_response_headers(response.headers, prepared.response_headers)
             tap = prepared.stream_tap()
             relayed = tap if encoding is None else _encoded_stream(tap, encoding, out_headers)
+            left = partial(_left, services, line, prepared, tap, response.status)
             try:
                 outcome = await relay_stream(request, response, out_headers, relayed,
-                                             line.started, peeked, partial(_left, line))
+                                             line.started, peeked, left)
+                line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms,
+                         upstream_error=outcome.upstream_error)
+                # Before the wait below: a client that leaves during it had its answer whole.
+                _recorded(services, line, services.pipeline.finish_stream, prepared, tap,
+                          response.status)
             finally:
                 if services.origins is not None:
                     await services.origins.stream_made(prepared, tap)
-            line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms,
-                     upstream_error=outcome.upstream_error)
-            _recorded(services, line, services.pipeline.finish_stream, prepared, tap,
-                      response.status)
             return outcome.response
         try:  # `read_body`, inline: a coroutine less for every answer
             data = await response.read()
@@ -136,9 +138,14 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
         return out
 
 
-def _left(line: RequestLine, outcome: RelayOutcome) -> None:
-    """What a client that left mid-stream had got: its 499 line says how far it read."""
+def _left(services: Services, line: RequestLine, prepared: Prepared, tap: StreamTap, status: int,
+          outcome: RelayOutcome) -> None:
+    """What a client that left mid-stream had got: its 499 line says how far it read. The
+    pipeline still reads the stream so far: a client may leave once it has the answer's last
+    event (the sync SDK closes at `[DONE]`) while the upstream's body has not ended yet, and
+    that whole answer anchors the next turn (one cut short does not: `finish_stream`)."""
     line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms)
+    _recorded(services, line, services.pipeline.finish_stream, prepared, tap, status)
 
 
 def _encoded_stream(tap: StreamTap, encoding: str, headers: CIMultiDict[str]) -> StreamTap:
