@@ -86,6 +86,15 @@ def test_a_chat_stream_without_done_anchors_the_next_turn(make_upstream,  # noqa
     assert second["anchor_used"] is True
 
 
+def test_a_finished_chat_stream_whose_usage_chunk_has_no_line_end_is_whole(  # noqa: F811
+        make_upstream, make_proxy) -> None:
+    usage = _chunk([], USAGE).removesuffix(b"\n\n")
+    proxy = make_proxy(make_upstream(_sending(ANSWER + usage)).url)
+    first, second = _two_chat_turns(proxy)  # the SDK raises on a cut
+    assert first["usage_input"] == 11 and "upstream_error" not in first
+    assert second["anchor_used"] is True
+
+
 def test_a_chat_stream_without_done_and_not_finished_anchors_nothing(make_upstream,  # noqa: F811
                                                                      make_proxy) -> None:
     # Two choices asked, one finished: the other was cut short, whatever the usage says.

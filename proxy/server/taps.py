@@ -26,7 +26,7 @@ class _EventTap:
 
     decoder: SseDecoder
     _held = b""  # the last line, read by `cut_inside_line`, for `flush` to send
-    ended = False  # the body ended cleanly, between events (`flush` was called)
+    ended = False  # the body ended cleanly (`cut_inside_line` or `flush` was called)
 
     def feed(self, chunk: bytes) -> bytes:
         return self._forward(self.decoder.feed(chunk))
@@ -37,9 +37,10 @@ class _EventTap:
         return held + self._forward(self.decoder.flush())
 
     def cut_inside_line(self) -> bool:
-        """The stream ended inside a line, and what it holds does not finish the answer. The
-        held line is read first: it may be the end itself (`data: [DONE]`, a Responses
-        `response.completed`) with no line end after it."""
+        """The body, which ended cleanly, ended inside a line, and what it holds does not
+        finish the answer. The held line is read first: it may be the end itself (`data:
+        [DONE]`, a Responses `response.completed`) with no line end after it."""
+        self.ended = True
         if not self.decoder.inside_line or self.complete:
             return False
         self._held = self._forward(self.decoder.flush())
