@@ -175,7 +175,7 @@ def _recorded(services: Services, line: RequestLine,
 
 async def _peek(response: aiohttp.ClientResponse, inbound: Inbound, upstream: UpstreamSettings,
                 encoding: str | None = None) -> tuple[list[bytes], bytes | None]:
-    """For Responses streams: read past the lifecycle events to the first real one.
+    """For Responses streams: read past the lifecycle events (and comments) to the first real one.
 
     Overflow and rejected private state arrive there as an `error` / `response.failed` event
     (PROTOCOL.md §6.3) after `response.created`: seen before anything is relayed, they can
@@ -199,6 +199,8 @@ async def _peek(response: aiohttp.ClientResponse, inbound: Inbound, upstream: Up
             chunks.append(chunk)
             size += len(chunk)
             for event in decoder.feed(chunk if inflate is None else inflate(chunk)):
+                if event.data_bytes is None:
+                    continue  # a keep-alive comment, or a block no reader dispatches
                 data = event.json()
                 kind = data.get("type") if isinstance(data, dict) else event.event
                 if kind in _LIFECYCLE:
