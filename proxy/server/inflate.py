@@ -109,3 +109,7 @@ class InflatingTap:
 
     def ended_early(self) -> bool:
         return self.tap.ended_early()
+
+    @property
+    def complete(self) -> bool:
+        return self.tap.complete
