@@ -101,6 +101,9 @@ class SseDecoder:
         self._max = max(max_event_bytes, 16)
         self._buf = bytearray()
         self._scan = 0  # bytes of `_buf` before this are lines of the current event, parsed
+        # Bytes of `_buf` before this hold no line end past `_scan`: a long line that comes in
+        # many reads is searched once, not from its start at every read.
+        self._searched = 0
         self._in_line = False  # the current line's start was already passed on (oversize)
         self._oversize = False
         self._first_line = True
@@ -211,9 +214,10 @@ class SseDecoder:
 
     def _drain(self, final: bool) -> list[SseEvent]:
         events = []
-        while (match := _EOL.search(self._buf, self._scan)) is not None:
+        while (match := _EOL.search(self._buf, max(self._scan, self._searched))) is not None:
             if match.group() == b"\r" and match.end() == len(self._buf) and not final:
-                break  # a CR at the very end may be the first half of a CRLF
+                self._searched = match.start()
+                return events  # a CR at the very end may be the first half of a CRLF
             line = bytes(self._buf[self._scan:match.start()])
             if not line and not self._in_line:
                 events.append(self._dispatch(match.end()))
@@ -222,6 +226,7 @@ class SseDecoder:
                 self._line(line)
             self._in_line = False
             self._scan = match.end()
+        self._searched = len(self._buf)
         return events
 
     def _line(self, line: bytes) -> None:
@@ -240,7 +245,7 @@ class SseDecoder:
     def _dispatch(self, end: int) -> SseEvent:
         raw = bytes(self._buf[:end])
         del self._buf[:end]
-        self._scan = 0
+        self._scan = self._searched = 0
         if self._oversize:
             event = SseEvent(raw, complete=False)
         else:
@@ -257,6 +262,7 @@ class SseDecoder:
         raw = bytes(self._buf[:cut])
         del self._buf[:cut]
         self._scan = max(0, self._scan - cut)
+        self._searched = max(0, self._searched - cut)
         self._oversize = True
         self._reset()
         return SseEvent(raw, complete=False)

@@ -32,7 +32,7 @@ _TERMINAL = {"response.completed": "completed", "response.incomplete": "incomple
 
 class ChunkKind(StrEnum):
     DATA = "data"  # an ordinary chunk or event
-    USAGE_ONLY = "usage_only"  # `choices: []` with usage: hidden from a client that did not ask
+    USAGE_ONLY = "usage_only"  # usage, no choices: hidden from a client that did not ask
     DONE = "done"  # chat `[DONE]`, or a Responses terminal event
     ERROR = "error"  # an error frame or event
     OTHER = "other"  # comments, keep-alives, anything that is not JSON
@@ -151,7 +151,8 @@ class ChatStream:
         # check would run the ABC's Python-level `__instancecheck__`.
         if usage is not None and isinstance(usage, _MAPPING):
             self.usage = dict(usage)
-            if choices == []:
+            # `choices: []` as OpenAI sends it; some servers leave it out or null instead.
+            if choices == [] or choices is None:
                 return ChunkKind.USAGE_ONLY
         if isinstance(choices, list):
             for choice in choices:
@@ -175,6 +176,12 @@ class ChatStream:
     @property
     def finish_reason(self) -> str | None:
         return self.finish_reasons.get(0)
+
+    @property
+    def finished(self) -> bool:
+        """Every choice that came has its `finish_reason`."""
+        reasons = self.finish_reasons
+        return bool(reasons) and reasons.keys() >= self._choices.keys()
 
     def messages(self) -> list[dict[str, Any]]:
         """Every choice's message, by index (more than one when the request asked `n` > 1)."""

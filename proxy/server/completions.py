@@ -123,16 +123,18 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
             out_headers = client_response_headers(response.headers, prepared.response_headers)
             tap = prepared.stream_tap()
             relayed = tap if encoding is None else _encoded_stream(tap, encoding, out_headers)
+            left = partial(_left, services, line, prepared, tap, response.status)
             try:
                 outcome = await relay_stream(request, response, out_headers, relayed,
-                                             line.started, peeked, partial(_left, line))
+                                             line.started, peeked, left)
+                line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms,
+                         upstream_error=outcome.upstream_error)
+                # Before the wait below: a client that leaves during it had its answer whole.
+                _recorded(services, line, services.pipeline.finish_stream, prepared, tap,
+                          response.status)
             finally:
                 if services.origins is not None:
                     await services.origins.stream_made(prepared, tap)
-            line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms,
-                     upstream_error=outcome.upstream_error)
-            _recorded(services, line, services.pipeline.finish_stream, prepared, tap,
-                      response.status)
             return outcome.response
         try:  # `read_body`, inline: a coroutine less for every answer
             data = await response.read()
@@ -159,9 +161,14 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
         return out
 
 
-def _left(line: RequestLine, outcome: RelayOutcome) -> None:
-    """What a client that left mid-stream had got: its 499 line says how far it read."""
+def _left(services: Services, line: RequestLine, prepared: Prepared, tap: StreamTap, status: int,
+          outcome: RelayOutcome) -> None:
+    """What a client that left mid-stream had got: its 499 line says how far it read. The
+    pipeline still reads the stream so far: a client may leave once it has the answer's last
+    event (the sync SDK closes at `[DONE]`) while the upstream's body has not ended yet, and
+    that whole answer anchors the next turn (one cut short does not: `finish_stream`)."""
     line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms)
+    _recorded(services, line, services.pipeline.finish_stream, prepared, tap, status)
 
 
 def _encoded_stream(tap: StreamTap, encoding: str, headers: CIMultiDict[str]) -> StreamTap:
@@ -191,7 +198,7 @@ def _recorded(services: Services, line: RequestLine,
 
 async def _peek(response: aiohttp.ClientResponse, inbound: Inbound, upstream: UpstreamSettings,
                 encoding: str | None = None) -> tuple[list[bytes], bytes | None]:
-    """For Responses streams: read past the lifecycle events to the first real one.
+    """For Responses streams: read past the lifecycle events (and comments) to the first real one.
 
     Overflow and rejected private state arrive there as an `error` / `response.failed` event
     (PROTOCOL.md §6.3) after `response.created`: seen before anything is relayed, they can
@@ -215,6 +222,8 @@ async def _peek(response: aiohttp.ClientResponse, inbound: Inbound, upstream: Up
             chunks.append(chunk)
             size += len(chunk)
             for event in decoder.feed(chunk if inflate is None else inflate(chunk)):
+                if event.data_bytes is None:
+                    continue  # a keep-alive comment, or a block no reader dispatches
                 data = event.json()
                 kind = data.get("type") if isinstance(data, dict) else event.event
                 if kind in _LIFECYCLE:

@@ -40,24 +40,38 @@ class _Inflater:
     def __init__(self, encoding: str) -> None:
         self._encoding = encoding
         self._zlib: zlib._Decompress | None = None  # made once the first byte tells the format
+        self._gzip = False
 
     def __call__(self, chunk: bytes) -> bytes:
         if self._zlib is None:
             if not chunk:
                 return b""
             self._zlib = zlib.decompressobj(_window_bits(chunk))
+            self._gzip = chunk[0] == 0x1F
         try:
-            return self._zlib.decompress(chunk)
+            data = self._zlib.decompress(chunk)
+            # A gzip answer may be several members in a row (RFC 1952 §2.2; a server that
+            # compresses each flush on its own): zlib stops at the end of each one.
+            while self._gzip and self._zlib.eof:
+                rest = self._zlib.unused_data
+                self._zlib = zlib.decompressobj(_GZIP_BITS)
+                if not rest:
+                    break
+                data += self._zlib.decompress(rest)
+            return data
         except zlib.error:
             # Raised as the upstream's failure: the relay ends the stream with its error frame.
             raise aiohttp.ClientPayloadError(f"the answer does not inflate as its "
                                              f"Content-Encoding ({self._encoding}) says") from None
 
 
+_GZIP_BITS = 47  # zlib detects a gzip or zlib header
+
+
 def _window_bits(head: bytes) -> int:
-    # A gzip or zlib header is detected by zlib (47); servers that say `deflate` often send
-    # raw deflate, without the zlib header (as aiohttp, recognised by its first byte).
-    return 47 if head[0] == 0x1F or head[0] & 0x0F == 8 else -15
+    # Servers that say `deflate` often send raw deflate, without the zlib header (as aiohttp,
+    # recognised by its first byte).
+    return _GZIP_BITS if head[0] == 0x1F or head[0] & 0x0F == 8 else -15
 
 
 def inflated(data: bytes, encoding: str | None) -> bytes | None:
@@ -95,3 +109,7 @@ class InflatingTap:
 
     def ended_early(self) -> bool:
         return self.tap.ended_early()
+
+    @property
+    def complete(self) -> bool:
+        return self.tap.complete

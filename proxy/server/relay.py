@@ -3,8 +3,9 @@
 A stream is written as it arrives; a `StreamTap` sees every chunk and decides what reaches the
 client (everything, for a plain relay; all but a hidden usage chunk, for the pipeline) while it
 reads usage on the side. An upstream that dies mid-stream leaves the client with a final error
-frame in the API's own event format, so SDKs raise instead of hanging or silently truncating;
-so does a Responses stream whose body ends cleanly before its terminal event (`ended_early`).
+frame in the API's own event format, so SDKs raise instead of hanging or silently truncating
+(none once the answer came to its end: the client has it whole); so does a Responses stream
+whose body ends cleanly before its terminal event (`ended_early`).
 A plain relay, which knows no such format, closes the client's connection instead.
 """
 
@@ -38,6 +39,9 @@ class StreamTap(Protocol):
 
     def ended_early(self) -> bool: ...
 
+    @property
+    def complete(self) -> bool: ...  # the answer came to its end (and not as an error)
+
 
 class PlainTap:
     """Forwards every byte as it comes; knows no event format (used for pass-through)."""
@@ -55,6 +59,10 @@ class PlainTap:
         return False
 
     def ended_early(self) -> bool:
+        return False
+
+    @property
+    def complete(self) -> bool:
         return False
 
 
@@ -127,8 +135,8 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
             else "upstream stopped sending (read timeout)"
         # What the tap still holds is an unfinished event: relayed, the error frame would
         # continue its line and the client's SDK would miss the error or fail to parse it.
-        data = tap.failure_frame(
-            f"The upstream connection failed mid-stream: {outcome.upstream_error}")
+        data = _failure(tap, outcome,
+                        f"The upstream connection failed mid-stream: {outcome.upstream_error}")
     except asyncio.CancelledError as exc:
         if not is_cut(exc):
             if left is not None:
@@ -137,15 +145,26 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
         # The shutdown grace ended: the stream ends here, properly, with an error frame.
         resume_after_cut()
         outcome.upstream_error = "cut by shutdown: server.shutdown_grace_s ended"
-        data = tap.failure_frame(CUT_MESSAGE, ShuttingDown.code)  # as above: no unfinished event
+        data = _failure(tap, outcome, CUT_MESSAGE, ShuttingDown.code)  # as above
     if data:
         await out.write(data)
         outcome.bytes_out += len(data)
-    elif outcome.upstream_error is not None:
+    elif outcome.upstream_error is not None and not tap.complete:
         _break_off(request)
     # No write_eof here: aiohttp ends the response once the handler returns, so the anchor and
     # the request's log line are written before the client can see the stream end.
     return outcome
+
+
+def _failure(tap: StreamTap, outcome: RelayOutcome, message: str,
+             code: str = "upstream_disconnected") -> bytes:
+    """The error frame that ends a stream broken off; nothing once the answer came to its end:
+    the client has it whole, and an SDK that reads a stream to its end (Responses) would raise
+    on an error event after `response.completed`."""
+    if not tap.complete:
+        return tap.failure_frame(message, code)
+    outcome.upstream_error = f"{outcome.upstream_error}, after the answer's end"
+    return b""
 
 
 def _after_last_line(flushed: bytes) -> bytes:

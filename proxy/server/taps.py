@@ -26,18 +26,21 @@ class _EventTap:
 
     decoder: SseDecoder
     _held = b""  # the last line, read by `cut_inside_line`, for `flush` to send
+    ended = False  # the body ended cleanly (`cut_inside_line` or `flush` was called)
 
     def feed(self, chunk: bytes) -> bytes:
         return self._forward(self.decoder.feed(chunk))
 
     def flush(self) -> bytes:
         held, self._held = self._held, b""
+        self.ended = True
         return held + self._forward(self.decoder.flush())
 
     def cut_inside_line(self) -> bool:
-        """The stream ended inside a line, and what it holds does not finish the answer. The
-        held line is read first: it may be the end itself (`data: [DONE]`, a Responses
-        `response.completed`) with no line end after it."""
+        """The body, which ended cleanly, ended inside a line, and what it holds does not
+        finish the answer. The held line is read first: it may be the end itself (`data:
+        [DONE]`, a Responses `response.completed`) with no line end after it."""
+        self.ended = True
         if not self.decoder.inside_line or self.complete:
             return False
         self._held = self._forward(self.decoder.flush())
@@ -90,7 +93,10 @@ class ChatTap(_EventTap):
 
     @property
     def complete(self) -> bool:
-        return self.stream.done and self.stream.error is None
+        # Not every server ends a chat stream with `[DONE]`: one whose body ended cleanly after
+        # every choice's `finish_reason` is whole too.
+        stream = self.stream
+        return stream.error is None and (stream.done or self.ended and stream.finished)
 
 
 # With include_usage, every chunk carries `"usage": null` until the last, usually as its last
