@@ -95,7 +95,8 @@ def _steps(calls: tuple[Call, ...], prefix: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for n, (name, args) in enumerate(calls):
         out += [assistant_calls((f"{prefix}{n}", name, args)),
-                tool_result(f"{prefix}{n}", f"src/cli.py:{n + 3}:def main():\nresult {n}")]
+                tool_result(f"{prefix}{n}", f"src/cli.py:{n + 3}:def main():\nresult {n}\n"
+                            + "    a line of what the tool found\n" * 40)]
     return out
 
 

@@ -70,7 +70,8 @@ def test_cancelled_or_non_exploration_steps_break_a_run() -> None:
 def test_responses_run_collapses_with_its_reasoning_and_stays_valid() -> None:
     entries = responses(
         r_user(), r_reasoning("rs_1"), r_call("read_file", "a", {"path": "a.py"}, id="fc_1"),
-        r_output("a", "text"), r_call("glob", "b", {"pattern": "**/*.py"}), r_output("b", "a.py\nb.py"),
+        r_output("a", "text\n" * 60), r_call("glob", "b", {"pattern": "**/*.py"}),
+        r_output("b", "a.py\nb.py\n" * 30),
         r_reasoning("rs_3"), r_call("grep", "c", {"pattern": "x"}), r_output("c", "a.py:1:x"),
         r_assistant("done"), r_user("next"))
     out = collapse(entries, stage_context(entries, tail=1))
@@ -118,3 +119,30 @@ def test_a_run_that_ends_the_list_is_not_folded_even_outside_the_window() -> Non
                    assistant_calls(read("b")), tool_result("b"), assistant_calls(read("c")),
                    tool_result("c"))
     assert collapse(entries, stage_context(entries, tail=0)).entries is entries
+
+
+def test_a_run_whose_record_would_not_be_smaller_stays_as_sent() -> None:
+    # Three tiny steps: the record's note and one line per call outweigh what they fold, so
+    # folding would grow the prompt and still change the request (SPEC §4.1: a compact record).
+    entries = chat(
+        system(), user("look around"),
+        assistant_calls(call("list_dir", "a", {"path": "."})), tool_result("a", "ok"),
+        assistant_calls(call("glob", "b", {"pattern": "*.py"})), tool_result("b", "a.py"),
+        assistant_calls(call("grep", "c", {"pattern": "x"})), tool_result("c", "a.py:1:x"),
+        assistant("done"), user("next"))
+    out = collapse(entries, stage_context(entries, tail=2))
+    assert out.entries is entries
+    assert out.report.changed == 0 and out.report.tokens_saved == 0
+
+
+def test_of_two_runs_only_the_one_its_record_shrinks_is_folded() -> None:
+    tiny = [assistant_calls(call("list_dir", "a", {"path": "."})), tool_result("a", "ok"),
+            assistant_calls(call("glob", "b", {"pattern": "*.py"})), tool_result("b", "a.py")]
+    large = [assistant_calls(read("c", "src/app.py")), tool_result("c", "x = 1\n" * 300),
+             assistant_calls(read("d", "src/db.py")), tool_result("d", "y = 2\n" * 10)]
+    entries = chat(system(), user("look around"), *tiny, assistant("hm"), *large,
+                   assistant("done"), user("next"))
+    out = collapse(entries, stage_context(entries, tail=2))
+    assert out.entries[:7] == entries[:7]  # the tiny run, as sent
+    assert out.origins == (0, 1, 2, 3, 4, 5, 6, None, 9, 10, 11, 12)
+    assert out.report.changed == 2 and out.report.tokens_saved > 0

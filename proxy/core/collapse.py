@@ -5,7 +5,9 @@ A run is two or more consecutive tool steps (`groups`) whose calls all name expl
 only reads (`shell_tools`, `shell_reads`), each answered exactly once with a real result (not a
 cancelled one), with no text from the assistant alongside. When a whole run lies outside the
 protected window and something that is not part of it follows, every step but the last is
-replaced by one record; the last step (its calls and results) stays verbatim.
+replaced by one record; the last step (its calls and results) stays verbatim. A run whose
+record would not be smaller than the steps it folds (by the stage's token measure) stays as
+sent: the record is there to save tokens, not to restate a few tiny results at greater length.
 
 What the record is: one assistant *text* message (`make_assistant`), in place of the folded
 steps, that opens with a bracketed note saying the proxy wrote it.
@@ -38,8 +40,8 @@ from proxy.core.exploration import record_text
 from proxy.core.groups import Group, tool_groups
 from proxy.core.repair import is_cancelled
 from proxy.core.tool_names import explores
-from proxy.core.stage import (Derived, StageContext, StageReport, StageResult, saved, unchanged,
-                              with_key)
+from proxy.core.stage import (Derived, Measure, StageContext, StageReport, StageResult, saved,
+                              unchanged, with_key)
 from proxy.lru import LRU
 
 NAME = "collapse"
@@ -195,18 +197,19 @@ def collapse(entries: Sequence[Entry], ctx: StageContext) -> StageResult:
     settings = ctx.settings.collapse
     runs = [r for r in exploration_runs(entries, settings.tools, ctx.derived, settings.shell_tools)
             if window.lead <= r.start and r.end <= window.start and r.end < len(entries)]
-    if not runs:
+    folds = [(run, record) for run in runs
+             if _shrinks(entries, run, record := record_for(entries, run), ctx.measure)]
+    if not folds:
         return unchanged(NAME, entries, ctx)
     out: list[Entry] = []
     origins: list[int | None] = []
     removed: list[Entry] = []
     records: list[Entry] = []
     position = 0
-    for run in runs:
+    for run, record in folds:
         last = run.groups[-1].start
         out += entries[position:run.start]
         origins += ctx.origins[position:run.start]
-        record = record_for(entries, run)
         out.append(record)
         origins.append(None)
         removed += entries[run.start:last]
@@ -216,6 +219,15 @@ def collapse(entries: Sequence[Entry], ctx: StageContext) -> StageResult:
     origins += ctx.origins[position:]
     report = StageReport(NAME, len(removed), saved(ctx.measure, removed, records))
     return StageResult(tuple(out), tuple(origins), report, ctx.mark)
+
+
+def _shrinks(entries: Sequence[Entry], run: Run, record: Entry, measure: Measure) -> bool:
+    """Whether the record is smaller than the steps it would fold. Tiny steps (a listing of
+    two names, an "ok") weigh less than the record's note and one line per call: folding them
+    would grow the prompt and still change the request. The answer depends only on the run's
+    own entries, so a run left as sent stays so on every later request."""
+    folded = range(run.start, run.groups[-1].start)
+    return measure(record) < sum(measure(entries[i]) for i in folded)
 
 
 def record_for(entries: Sequence[Entry], run: Run) -> Entry:

@@ -21,7 +21,8 @@ from itertools import compress, filterfalse, repeat
 from operator import is_not, le
 
 from proxy.conversation import Api, Entry, takes_text_output, with_result_text
-from proxy.core.kinds import CHAT, RESULT
+from proxy.core.boundary import is_legacy_result
+from proxy.core.kinds import CHAT, OTHER, RESULT
 from proxy.core.memo import memoized_each
 from proxy.core.repair import CANCELLED_TEXT
 from proxy.core.stage import StageContext, StageResult, replace_at, with_key
@@ -102,9 +103,10 @@ def stored_reach(mark: MicrocompactMark | None, message_ids: Sequence[str] | Non
 
 
 def _compactable(entries: Sequence[Entry], ctx: StageContext) -> list[int]:
-    """Results whose tool matches the settings' globs, in order; never a cancellation notice,
-    which is small and says what happened to its call. A result goes by the latest call with
-    its id before it: an id may come back in a later turn for another tool."""
+    """Results whose tool matches the settings' globs, in order (a legacy `role: "function"`
+    result by its `name`); never a cancellation notice, which is small and says what happened
+    to its call. A result goes by the latest call with its id before it: an id may come back in
+    a later turn for another tool."""
     globs = ctx.settings.microcompact.tools
     key = ("microcompact.matches", tuple(globs))
     unknown = _matches("", globs)  # a result whose call is not in the list has no tool name
@@ -116,7 +118,14 @@ def _compactable(entries: Sequence[Entry], ctx: StageContext) -> list[int]:
         elif (entry.kind is RESULT and matched.get(entry.answers or "", unknown)
               and entry.raw.get("content" if entry.api is CHAT else "output") != CANCELLED_TEXT):
             found.append(i)
+        elif entry.kind is OTHER and is_legacy_result(entry) and _legacy_matches(entry, globs):
+            found.append(i)  # the deprecated `role: "function"` result, named after its function
     return found
+
+
+def _legacy_matches(entry: Entry, globs: Sequence[str]) -> bool:
+    name = entry.raw.get("name")
+    return _matches(name if isinstance(name, str) else "", globs)
 
 
 def _call_matches(entry: Entry, key: tuple[str, tuple[str, ...]],

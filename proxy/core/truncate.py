@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from proxy.conversation import Entry, with_call_arguments
+from proxy.conversation import Api, Entry, Kind, replaced, with_call_arguments
 from proxy.core.memo import memoized
 from proxy.core.stage import StageContext, StageResult, replace_at, with_key
 from proxy.settings import TruncateSettings
@@ -40,7 +40,7 @@ def truncate(entries: Sequence[Entry], ctx: StageContext) -> StageResult:
     changes = {}
     for i in ctx.window.outside:
         entry = entries[i]
-        if entry.calls and ctx.window.touchable(i):
+        if (entry.calls or _legacy_call(entry) is not None) and ctx.window.touchable(i):
             # An old call is cut on every request: parsing its long arguments once is enough.
             cut = memoized(entry, key, cut_or_none)
             if cut is not None:
@@ -55,7 +55,21 @@ def truncated_calls(entry: Entry, settings: TruncateSettings) -> Entry:
         arguments = cut_arguments(call.arguments, settings.keep_chars, free_form=call.custom)
         if arguments != call.arguments:
             entry = with_call_arguments(entry, index, arguments)
+    legacy = _legacy_call(entry)
+    if legacy is not None and len(legacy["arguments"]) > settings.max_arg_chars:
+        arguments = cut_arguments(legacy["arguments"], settings.keep_chars)
+        if arguments != legacy["arguments"]:
+            entry = replaced(entry, {**entry.raw, "function_call": {**legacy, "arguments": arguments}})
     return entry
+
+
+def _legacy_call(entry: Entry) -> dict[str, Any] | None:
+    """The deprecated single `function_call` of a chat assistant message (answered by a
+    `role: "function"` message): not among `calls`, but its arguments are a call's all the same."""
+    if entry.api is not Api.CHAT or entry.kind is not Kind.ASSISTANT:
+        return None
+    call = entry.raw.get("function_call")
+    return call if isinstance(call, dict) and isinstance(call.get("arguments"), str) else None
 
 
 def cut_arguments(arguments: str, keep: int, *, free_form: bool = False) -> str:

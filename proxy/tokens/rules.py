@@ -111,6 +111,10 @@ def chat_message_tokens(message: Mapping[str, Any], count: Count,
     calls = message.get("tool_calls")
     if isinstance(calls, list):
         total += sum(chat_call_tokens(call, count) for call in calls)
+    legacy = message.get("function_call")
+    if isinstance(legacy, Mapping):
+        # The deprecated single call: the model reads it as it reads one in `tool_calls`.
+        total += chat_call_tokens({"function": legacy}, count)
     return total
 
 
