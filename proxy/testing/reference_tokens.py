@@ -4,8 +4,8 @@ It follows OpenAI's published counting recipe (the cookbook's `num_tokens_from_m
 its tool-definition rule; PROTOCOL.md §7) with the bundled cl100k_base, extended the obvious
 way where the recipe is silent (tool calls, a legacy `function_call`, content parts, Responses
 items). Images, audio and files cost what the model's rules say (`reference_media`), legacy
-`functions` the tool rule and a response schema its JSON text. It is the yardstick the proxy's estimate is tested against,
-written independently of the estimator.
+`functions` the tool rule and a response schema its JSON text. It is the yardstick the proxy's
+estimate is tested against, written independently of the estimator.
 """
 
 from __future__ import annotations
