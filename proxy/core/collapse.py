@@ -38,6 +38,7 @@ from proxy.core.boundary import cut_at_or_before
 from proxy.core.checked import CheckedLists
 from proxy.core.exploration import record_text
 from proxy.core.groups import Group, tool_groups
+from proxy.core.legacy_calls import answered, step_calls
 from proxy.core.repair import is_cancelled
 from proxy.core.tool_names import explores
 from proxy.core.stage import (Derived, Measure, StageContext, StageReport, StageResult, saved,
@@ -92,7 +93,7 @@ def _explores(entry: Entry, key: Hashable, tools: ToolGlobs) -> bool:
     else (no text, no refusal); memoized per entry and tool set."""
     found = entry.memo.get(key)
     if found is None:
-        found = all(explores(c, *tools) for c in entry.calls) and (
+        found = all(explores(c, *tools) for c in step_calls(entry)) and (
             entry.kind is Kind.CALL or not (content_text(entry).strip() or entry.raw.get("refusal")))
         entry.memo[key] = found
     return found
@@ -250,6 +251,6 @@ def record_for(entries: Sequence[Entry], run: Run) -> Entry:
 def _pairs(entries: Sequence[Entry], groups: Sequence[Group]) -> list[tuple[ToolCall, Entry]]:
     pairs: list[tuple[ToolCall, Entry]] = []
     for group in groups:
-        results = {entries[i].answers: entries[i] for i in group.results}
+        results = {answered(entries, i): entries[i] for i in group.results}
         pairs += [(call, results[call.id]) for call in group.calls]
     return pairs
