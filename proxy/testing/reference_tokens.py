@@ -143,9 +143,9 @@ def responses_item_tokens(item: Mapping[str, Any], model: str = "") -> int:
     if kind == "message":
         return (TOKENS_PER_MESSAGE + count_text(str(item.get("role", "")))
                 + count_parts(item.get("content"), model))
-    if kind == "reasoning":
-        summary = item.get("summary") or []
-        return sum(count_text(str(s.get("text", ""))) for s in summary if isinstance(s, Mapping))
+    if kind == "reasoning":  # vLLM renders a sent-back item's `content` text into the prompt
+        parts = [*(item.get("summary") or []), *(item.get("content") or [])]
+        return sum(count_text(str(s.get("text", ""))) for s in parts if isinstance(s, Mapping))
     if kind.endswith("_call_output"):
         return TOKENS_PER_MESSAGE + count_parts(item.get("output"), model)
     if kind.endswith("_call"):
