@@ -13,7 +13,10 @@ What the record is: one assistant *text* message (`make_assistant`), in place of
 steps, that opens with a bracketed note saying the proxy wrote it.
 - Valid everywhere: a text-only assistant message may follow tool results and precede a call
   message in chat, and an assistant `message` item without `id` needs no reasoning item in
-  Responses; the folded calls leave together with their results, so nothing is orphaned.
+  Responses; the folded calls leave together with their results, so nothing is orphaned. A
+  legacy `function_call` step (`legacy_calls`) leaves with the `function` message right after
+  it, and the kept last step keeps that pair whole: each `function` message still follows its
+  call, and the id the proxy gives such a call for pairing is written nowhere.
 - Not a user turn: a user message there would move "the latest user message" (the sanitizer's
   and DeepSeek's current-turn boundary), break Mistral's no-user-after-tool rule and read as
   if the user had spoken. A system message would be hoisted into the system prompt by the
