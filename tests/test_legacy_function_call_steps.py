@@ -7,18 +7,27 @@ output stays in the legacy form, each result right after its call."""
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from typing import Any
+
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from proxy.compaction.cutoff import PARTIAL, Cutoff
 from proxy.compaction.restore import HEADER, collect
 from proxy.conversation import Kind, content_text
+from proxy.core.cascade import CascadeContext, run_cascade
 from proxy.core.collapse import collapse, exploration_runs
 from proxy.core.groups import tool_groups
 from proxy.core.legacy_calls import LEGACY_CALL_ID
-from proxy.settings import DEFAULT_EXPLORATION_TOOLS, RestoreSettings
+from proxy.core.sanitize import Policy
+from proxy.settings import CompactionSettings, DEFAULT_EXPLORATION_TOOLS, RestoreSettings
 from proxy.testing.rules import check_chat
-from tests.factories import assistant, chat, stage_context, system, user, wire
+from tests.client_shapes import legacy_functions_session
+from tests.factories import assistant, chat, entries_of, measure, stage_context, system, user, wire
+from tests.strategies import request_points
 from tests.test_compaction_support import count
+from tests.test_core_cascade import _monotone as monotone
 
 TOOLS = DEFAULT_EXPLORATION_TOOLS
 RESTORE = RestoreSettings(max_files=3, per_file_tokens=400, total_tokens=1000,
@@ -136,3 +145,24 @@ def test_a_legacy_read_again_in_the_kept_tail_is_not_restored() -> None:
 def test_the_kind_of_a_legacy_result_is_unchanged() -> None:
     entries = _exploring()
     assert entries[3].kind is Kind.OTHER and entries[3].answers is None
+
+
+@settings(max_examples=15)
+@given(st.integers(0, 10**6), st.integers(0, 8), st.booleans())
+def test_a_legacy_session_projects_monotonically_and_validly(seed: int, keep: int,
+                                                             by_tokens: bool) -> None:
+    """SPEC §4 between compactions: request N+1's projection starts with request N's up to
+    where a message newly left the window; every projection stays valid legacy form."""
+    elements = legacy_functions_session(80, seed=seed)
+    context = CascadeContext(CompactionSettings(), measure=measure, policy=Policy.TRANSPARENT,
+                             keep_tokens=400 * keep if by_tokens else None,
+                             keep_messages=None if by_tokens else keep)
+    results = [run_cascade(entries_of("chat", elements[:p]), context)
+               for p in request_points(elements)]
+    event("a legacy run collapsed" if any(
+        r.reports and any(x.name == "collapse" and x.changed for x in r.reports) for r in results)
+        else "nothing collapsed")
+    for old, new in pairwise(results):
+        monotone(old, new)
+    for result in results:
+        assert check_chat({"model": "gpt-4o", "messages": wire(result.entries)}) is None
