@@ -2,7 +2,9 @@
 
 The general conversation strategy rarely makes two exploration-only steps in a row; here most
 steps explore (one to three parallel read_file / grep / glob / ... calls, no text), with bash
-or edit steps and text replies between runs, and results whose status is known when drawn.
+or edit steps and text replies between runs, and results whose status is known when drawn. A
+chat client of the legacy API makes each step one `function_call` answered by the `function`
+message after it.
 What is folded is read off the output; what the record must say comes from the input.
 """
 
