@@ -3,7 +3,8 @@
 `conversations(api, messy=..., dialect=...)` draws a list of wire elements: leading
 instructions, turns of a user message (text, parts, images, empty, CJK) and assistant steps
 (text, or one to three parallel tool calls with short, long, error, empty or multi-part
-results; custom tools with free-form input), with provider-private reasoning of every kind.
+results; custom tools with free-form input; in chat, a single call sometimes in the legacy
+`function_call` form), with provider-private reasoning of every kind.
 `messy=True` then damages the list the ways clients do: interrupted calls, orphan results,
 duplicate results, results moved away from their call, two parallel calls given one id,
 reasoning items left dangling.
@@ -94,10 +95,18 @@ def _turns(draw: st.DrawFn, max_turns: int) -> list[dict[str, Any]]:
             else:
                 calls = [draw(_call(next(counter))) for _ in range(draw(st.integers(1, 3)))]
                 steps.append({"text": draw(st.sampled_from((None, None, "", "Let me look."))),
-                              "calls": calls})
+                              "calls": calls, "legacy": draw(_legacy(calls))})
         turns.append({"user": draw(short_text), "image": draw(st.integers(0, 4)) == 0,
                       "empty": draw(st.integers(0, 9)) == 0, "steps": steps})
     return turns
+
+
+def _legacy(calls: list[dict[str, Any]]) -> st.SearchStrategy[bool]:
+    """Whether a chat step of one function call is sent in the deprecated form (`function_call`
+    answered by a `role: "function"` message), as a client of the legacy API sends it."""
+    if len(calls) != 1 or calls[0]["custom"]:
+        return st.just(False)
+    return st.integers(0, 3).map(lambda n: n == 0)
 
 
 # ---------------------------------------------------------------- chat
@@ -172,6 +181,8 @@ def _chat_step(draw: st.DrawFn, step: dict[str, Any], dialect: str | None) -> li
     if not step["calls"]:
         content = draw(_assistant_content(step["text"], dialect))
         return [{"role": "assistant", "content": content, **draw(_chat_private(dialect, False))}]
+    if step.get("legacy") and dialect is None:  # the dialects' own rules are for tool_calls
+        return _legacy_step(step, draw(_assistant_content(step["text"], dialect)))
     signed = dialect == "gemini" or (dialect is None and draw(st.integers(0, 3)) == 0)
     calls = []
     for k, c in enumerate(step["calls"]):
@@ -185,6 +196,13 @@ def _chat_step(draw: st.DrawFn, step: dict[str, Any], dialect: str | None) -> li
                 "content": [{"type": "text", "text": c["result"]}] if c["parts"] else c["result"]}
                for c in step["calls"]]
     return [message, *results]
+
+
+def _legacy_step(step: dict[str, Any], content: Any) -> list[Wire]:
+    (c,) = step["calls"]
+    return [{"role": "assistant", "content": content,
+             "function_call": {"name": c["name"], "arguments": c["arguments"]}},
+            {"role": "function", "name": c["name"], "content": c["result"]}]
 
 
 # ---------------------------------------------------------------- Responses
@@ -339,9 +357,13 @@ def request_points(elements: list[Wire]) -> list[int]:
     for n in range(1, len(elements) + 1):
         last = elements[n - 1]
         after = elements[n] if n < len(elements) else None
-        if last.get("role") == "user" or (is_result(last) and (after is None or not is_result(after))):
+        if last.get("role") == "user" or (_answer(last) and (after is None or not _answer(after))):
             points.append(n)
     return points
+
+
+def _answer(element: Wire) -> bool:
+    return is_result(element) or element.get("role") == "function"
 
 
 __all__ = ["MARK", "SECRETS", "SIGNER", "cascade_contexts", "conversation_of", "conversations", "interrupted",

@@ -105,8 +105,8 @@ def _safe_cuts_one_by_one(entries: Entries) -> list[bool]:
     """The rules of `safe_cuts`, entry by entry (what it computes with `map`)."""
     safe = [not span for span in _open_call_spans(entries)]
     for b, here in enumerate(entries):
-        if here.kind is Kind.RESULT:
-            safe[b] = False
+        if here.kind is Kind.RESULT or (here.role == "function" and here.api is Api.CHAT):
+            safe[b] = False  # a tool result, or the deprecated `function` one
         elif here.kind is Kind.REASONING:
             safe[b + 1] = False
         elif b and here.api is Api.RESPONSES and _produced(here) and _produced(entries[b - 1]):

@@ -2,10 +2,11 @@
 
 The cutoff, the protected window and every stage move their cuts with `safe_cuts` and its two
 walks, so they are checked here on damaged lists too: results with no call before them, results
-moved away from their call, duplicates, reasoning items left dangling, and (Responses) server
-calls such as `web_search_call` that a reasoning item produced. A valid list alone never shows
-the rule "the kept part never starts with a tool result": there every result sits right after
-its call, and the open-call rule already forbids that cut.
+moved away from their call, duplicates, reasoning items left dangling, legacy `function_call`
+pairs, and (Responses) server calls such as `web_search_call` that a reasoning item produced. A
+valid list alone never shows the rule "the kept part never starts with a tool result": there
+every result sits right after its call, and the open-call rule already forbids that cut (a
+legacy result excepted: the form has no ids, so that rule alone keeps it with its call).
 """
 
 from __future__ import annotations
@@ -63,8 +64,8 @@ def _expected_safe(entries: Entries) -> list[bool]:
     n = len(entries)
     safe = [True] * (n + 1)
     for b in range(n + 1):
-        if b < n and entries[b].kind is Kind.RESULT:
-            safe[b] = False  # the kept part would start with a result
+        if b < n and (entries[b].kind is Kind.RESULT or entries[b].raw.get("role") == "function"):
+            safe[b] = False  # the kept part would start with a result (a legacy one too)
         if b > 0 and entries[b - 1].kind is Kind.REASONING:
             safe[b] = False  # a reasoning item would lose what it produced
         if 0 < b < n and _step_item(entries[b - 1]) and _step_item(entries[b]):

@@ -2,7 +2,9 @@
 
 The general conversation strategy rarely makes two exploration-only steps in a row; here most
 steps explore (one to three parallel read_file / grep / glob / ... calls, no text), with bash
-or edit steps and text replies between runs, and results whose status is known when drawn.
+or edit steps and text replies between runs, and results whose status is known when drawn. A
+chat client of the legacy API makes each step one `function_call` answered by the `function`
+message after it.
 What is folded is read off the output; what the record must say comes from the input.
 """
 
@@ -50,6 +52,7 @@ def _call(draw: st.DrawFn, n: int, explore: bool) -> dict[str, Any]:
 def exploring(draw: st.DrawFn) -> tuple[str, list]:
     api = draw(st.sampled_from(("chat", "responses")))
     counter = iter(range(10_000))
+    legacy = api == "chat" and draw(st.integers(0, 2)) == 0
     turns = []
     for _ in range(draw(st.integers(1, 3))):
         steps: list[dict[str, Any]] = []
@@ -58,8 +61,10 @@ def exploring(draw: st.DrawFn) -> tuple[str, list]:
             if kind == "text":
                 steps.append({"text": "Found it.", "calls": []})
                 continue
-            calls = [draw(_call(next(counter), kind == "explore")) for _ in range(draw(st.integers(1, 3)))]
-            steps.append({"text": None, "calls": calls})
+            # A client of the legacy API makes one call a step (`function_call`).
+            width = 1 if legacy else draw(st.integers(1, 3))
+            calls = [draw(_call(next(counter), kind == "explore")) for _ in range(width)]
+            steps.append({"text": None, "calls": calls, "legacy": legacy})
         turns.append({"user": "look around", "image": False, "empty": False, "steps": steps})
     if draw(st.integers(0, 3)):  # mostly a later turn: the last run then has left the window
         turns.append({"user": "now fix it", "image": False, "empty": False, "steps": []})
@@ -75,8 +80,21 @@ def _collapsed(api: str, elements: list, keep: int) -> tuple[Entries, Any]:
     return entries, run_cascade(entries, context)
 
 
+def _calls(entry: Entry) -> list[tuple[str, str]]:
+    """(name, arguments) of the calls an entry makes, a legacy `function_call` included."""
+    legacy = entry.raw.get("function_call") if entry.kind is Kind.ASSISTANT else None
+    if isinstance(legacy, dict) and not entry.calls:
+        return [(legacy["name"], legacy["arguments"])]
+    return [(c.name, c.arguments) for c in entry.calls]
+
+
+def _is_result(entry: Entry) -> bool:
+    return entry.kind is Kind.RESULT or entry.raw.get("role") == "function"
+
+
 def _explores(entry: Entry) -> bool:
-    return bool(entry.calls) and all(c.name in EXPLORATION for c in entry.calls)
+    calls = _calls(entry)
+    return bool(calls) and all(name in EXPLORATION for name, _ in calls)
 
 
 def _folded_blocks(entries: Entries, kept: set[int]) -> list[range]:
@@ -106,8 +124,8 @@ def test_collapse_folds_only_exploration_steps_and_keeps_the_last_one(drawn: tup
     for block in blocks:
         for i in block:  # folded: an exploration call (carrier), its result or reasoning item
             entry = entries[i]
-            assert _explores(entry) or entry.kind in (Kind.RESULT, Kind.REASONING), (i, entry.raw)
-            if entry.kind is not Kind.RESULT:
+            assert _explores(entry) or _is_result(entry) or entry.kind is Kind.REASONING, (i, entry.raw)
+            if not _is_result(entry):
                 assert entry.kind is Kind.CALL or not content_text(entry).strip()
         last = block.stop  # the run's last step follows its record, verbatim
         while last < len(entries) and entries[last].kind is Kind.REASONING:
@@ -126,18 +144,33 @@ def test_the_record_names_every_folded_call_and_its_status(drawn: tuple, keep: i
     records = [content_text(e) for e, o in zip(result.entries, result.origins, strict=True) if o is None]
     for record, block in zip(records, _folded_blocks(entries, kept), strict=True):
         assert record.startswith(RECORD_OPENING)
-        calls = [c for i in block for c in entries[i].calls]
-        results = {entries[i].answers: content_text(entries[i]) for i in block if entries[i].kind is Kind.RESULT}
+        calls = _calls_with_results(entries, block)
+        results = [i for i in block if _is_result(entries[i])]
         lines = record.split("\n")[1:]
         lines = [line for line in lines if line.startswith("- ")]
         assert len(lines) == len(calls) == len(results)
-        for call, line in zip(calls, lines, strict=True):
-            assert line.startswith(f"- {call.name} ")
-            for key, value in json.loads(call.arguments).items():
+        if any(entries[i].raw.get("role") == "function" for i in block):
+            event("a run of legacy calls collapsed")
+        for (name, arguments, result), line in zip(calls, lines, strict=True):
+            assert line.startswith(f"- {name} ")
+            for key, value in json.loads(arguments).items():
                 if key in _ARG_KEYS:
                     assert f"{json.dumps(key)}:{json.dumps(value, ensure_ascii=False)}" in line, (key, line)
-            status = "error" if results[call.id] in FAILED else "ok"
-            assert f"-> {status}," in line, (results[call.id], line)
+            status = "error" if result in FAILED else "ok"
+            assert f"-> {status}," in line, (result, line)
+
+
+def _calls_with_results(entries: Entries, block: range) -> list[tuple[str, str, str]]:
+    """(name, arguments, result text) of each call in the block, the result as the input pairs
+    it: by id, or (the legacy form) the message right after the call."""
+    out = []
+    for i in block:
+        if entries[i].kind is Kind.ASSISTANT and not entries[i].calls and _calls(entries[i]):
+            out += [(*_calls(entries[i])[0], content_text(entries[i + 1]))]
+        for call in entries[i].calls:
+            result = next(e for e in entries[i + 1:] if e.kind is Kind.RESULT and e.answers == call.id)
+            out.append((call.name, call.arguments, content_text(result)))
+    return out
 
 
 @given(exploring(), st.integers(0, 3))

@@ -37,6 +37,7 @@ from proxy.compaction.file_reads import ReadTools, directory_view
 from proxy.compaction.transcript import middle_cut
 from proxy.conversation import (Api, Entry, Kind, ToolCall, content_text, has_non_text_parts,
                                 make_user)
+from proxy.core.legacy_calls import answered, step_calls
 from proxy.core.shell_calls import outcome
 from proxy.core.tool_names import sets_plan
 from proxy.settings import RestoreSettings
@@ -163,11 +164,11 @@ def _latest_reads(entries: Sequence[Entry], span: range, tail_start: int,
                   tools: ReadTools) -> Iterator[_Read]:
     """Text reads in `span`, newest first, one per path, skipping paths re-read in the tail."""
     results = _results_by_call(entries, span)
-    in_tail = {found[0] for e in entries[tail_start:] for c in e.calls
+    in_tail = {found[0] for e in entries[tail_start:] for c in step_calls(e)
                if (found := tools.path_of(c)) is not None}
     seen: set[str] = set(in_tail)
     for i in reversed(span):
-        for call in entries[i].calls:
+        for call in step_calls(entries[i]):
             found = tools.path_of(call)
             result = results.get((i, call.id))
             if found is None or found[0] in seen or result is None:
@@ -198,11 +199,11 @@ def _results_by_call(entries: Sequence[Entry], span: range) -> dict[tuple[int, s
     found: dict[tuple[int, str], Entry] = {}
     latest: dict[str, int] = {}  # the entry of the latest call of each id
     for i in span:
-        entry = entries[i]
-        for call in entry.calls:
+        for call in step_calls(entries[i]):
             latest[call.id] = i
-        if entry.kind is Kind.RESULT and entry.answers in latest:
-            found.setdefault((latest[entry.answers], entry.answers), entry)
+        answer = answered(entries, i)
+        if answer in latest:
+            found.setdefault((latest[answer], answer), entries[i])
     return found
 
 
@@ -222,7 +223,7 @@ def _touched_after(entries: Sequence[Entry], index: int, names: tuple[str, ...],
                    tools: ReadTools) -> bool:
     """Whether a later non-read call names the file (an edit may have changed it)."""
     return any(any(n in c.arguments for n in names) and not tools.only_looks(c)
-               for e in entries[index + 1:] for c in e.calls)
+               for e in entries[index + 1:] for c in step_calls(e))
 
 
 def _file_message(read: _Read, stale: bool, per_file_tokens: int, count: Count,
@@ -283,10 +284,10 @@ def _short(text: str, limit: int = 300) -> str:
 def _plan(entries: Sequence[Entry], span: range, tail_start: int, settings: RestoreSettings,
           count: Count) -> list[str]:
     tools = frozenset(settings.plan_tools)
-    if any(sets_plan(c, tools) for e in entries[tail_start:] for c in e.calls):
+    if any(sets_plan(c, tools) for e in entries[tail_start:] for c in step_calls(e)):
         return []
     for i in reversed(span):
-        for call in reversed(entries[i].calls):
+        for call in reversed(step_calls(entries[i])):
             if sets_plan(call, tools):
                 plan = call.arguments
                 tokens = count(plan)

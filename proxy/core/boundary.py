@@ -23,6 +23,7 @@ from operator import and_, attrgetter, is_, is_not, not_, or_
 
 from proxy.conversation import Api, Entry, Kind, leading_instructions, reference_id
 from proxy.core.kinds import ASSISTANT, CALL, OTHER, REASONING, RESPONSES, RESULT
+from proxy.core.legacy_calls import is_legacy_result
 from proxy.core.reasoning_items import is_produced
 
 
@@ -45,10 +46,6 @@ def safe_cuts(entries: Sequence[Entry]) -> list[bool]:
 
 
 _KIND, _API = attrgetter("kind"), attrgetter("api")
-
-
-def is_legacy_result(entry: Entry) -> bool:
-    return entry.api is Api.CHAT and entry.role == "function"
 
 
 def _produced(entries: Sequence[Entry], kinds: list[Kind], apis: list[Api]) -> list[bool]:

@@ -13,7 +13,10 @@ What the record is: one assistant *text* message (`make_assistant`), in place of
 steps, that opens with a bracketed note saying the proxy wrote it.
 - Valid everywhere: a text-only assistant message may follow tool results and precede a call
   message in chat, and an assistant `message` item without `id` needs no reasoning item in
-  Responses; the folded calls leave together with their results, so nothing is orphaned.
+  Responses; the folded calls leave together with their results, so nothing is orphaned. A
+  legacy `function_call` step (`legacy_calls`) leaves with the `function` message right after
+  it, and the kept last step keeps that pair whole: each `function` message still follows its
+  call, and the id the proxy gives such a call for pairing is written nowhere.
 - Not a user turn: a user message there would move "the latest user message" (the sanitizer's
   and DeepSeek's current-turn boundary), break Mistral's no-user-after-tool rule and read as
   if the user had spoken. A system message would be hoisted into the system prompt by the
@@ -38,6 +41,7 @@ from proxy.core.boundary import cut_at_or_before
 from proxy.core.checked import CheckedLists
 from proxy.core.exploration import record_text
 from proxy.core.groups import Group, tool_groups
+from proxy.core.legacy_calls import answered, step_calls
 from proxy.core.repair import is_cancelled
 from proxy.core.tool_names import explores
 from proxy.core.stage import (Derived, Measure, StageContext, StageReport, StageResult, saved,
@@ -92,7 +96,7 @@ def _explores(entry: Entry, key: Hashable, tools: ToolGlobs) -> bool:
     else (no text, no refusal); memoized per entry and tool set."""
     found = entry.memo.get(key)
     if found is None:
-        found = all(explores(c, *tools) for c in entry.calls) and (
+        found = all(explores(c, *tools) for c in step_calls(entry)) and (
             entry.kind is Kind.CALL or not (content_text(entry).strip() or entry.raw.get("refusal")))
         entry.memo[key] = found
     return found
@@ -250,6 +254,6 @@ def record_for(entries: Sequence[Entry], run: Run) -> Entry:
 def _pairs(entries: Sequence[Entry], groups: Sequence[Group]) -> list[tuple[ToolCall, Entry]]:
     pairs: list[tuple[ToolCall, Entry]] = []
     for group in groups:
-        results = {entries[i].answers: entries[i] for i in group.results}
+        results = {answered(entries, i): entries[i] for i in group.results}
         pairs += [(call, results[call.id]) for call in group.calls]
     return pairs

@@ -1,6 +1,7 @@
 """Tool steps: a call message (or a step's call items) with the results right after it.
 
-Chat: one assistant message with `tool_calls` and the run of `tool` messages after it.
+Chat: one assistant message with `tool_calls` and the run of `tool` messages after it, or one
+with a legacy `function_call` and the `function` message after it (`legacy_calls`).
 Responses: the reasoning items before a step's consecutive call items, those items, and the
 run of output items after them. Collapse works on these units: parallel calls are one unit.
 """
@@ -12,6 +13,7 @@ from typing import NamedTuple
 
 from proxy.conversation import Entry, ToolCall
 from proxy.core.kinds import ASSISTANT, CALL, CHAT, REASONING, RESULT
+from proxy.core.legacy_calls import answered, is_legacy_result, legacy_call
 
 
 class Group(NamedTuple):
@@ -28,8 +30,8 @@ class Group(NamedTuple):
         """Every call has exactly one result in the run, and the run answers nothing else."""
         ids = [c.id for c in self.calls]
         if len(ids) == 1:  # the common case, without the sets
-            return len(self.results) == 1 and entries[self.results[0]].answers == ids[0]
-        answers = [entries[i].answers for i in self.results]
+            return len(self.results) == 1 and answered(entries, self.results[0]) == ids[0]
+        answers = [answered(entries, i) for i in self.results]
         return len(set(ids)) == len(ids) == len(answers) and set(answers) == set(ids)
 
 
@@ -38,7 +40,8 @@ def tool_groups(entries: Sequence[Entry], start: int = 0) -> list[Group]:
     groups = []
     i = start
     while i < len(entries):
-        if entries[i].api is CHAT and not entries[i].calls:
+        entry = entries[i]
+        if entry.api is CHAT and not entry.calls and "function_call" not in entry.raw:
             i += 1  # what `_group_at` would say, without the call: most messages are not steps
             continue
         group = _group_at(entries, i)
@@ -53,10 +56,12 @@ def tool_groups(entries: Sequence[Entry], start: int = 0) -> list[Group]:
 def _group_at(entries: Sequence[Entry], i: int) -> Group | None:
     entry = entries[i]
     if entry.api is CHAT:
-        if entry.kind is not ASSISTANT or not entry.calls:
+        if entry.kind is not ASSISTANT:
             return None
-        end = _results_end(entries, i + 1)
-        return Group(i, end, entry.calls, (i,), tuple(range(i + 1, end)))
+        if entry.calls:
+            end = _results_end(entries, i + 1)
+            return Group(i, end, entry.calls, (i,), tuple(range(i + 1, end)))
+        return _legacy_group(entries, i)
     first = i
     while first < len(entries) and entries[first].kind is REASONING:
         first += 1
@@ -68,6 +73,16 @@ def _group_at(entries: Sequence[Entry], i: int) -> Group | None:
     end = _results_end(entries, last)
     calls = tuple(c for k in range(first, last) for c in entries[k].calls)
     return Group(i, end, calls, tuple(range(first, last)), tuple(range(last, end)))
+
+
+def _legacy_group(entries: Sequence[Entry], i: int) -> Group | None:
+    """A legacy call and the `function` message after it, if one is: the form answers a call
+    with the very next message only."""
+    call = legacy_call(entries[i])
+    if call is None:
+        return None
+    end = i + 2 if i + 1 < len(entries) and is_legacy_result(entries[i + 1]) else i + 1
+    return Group(i, end, (call,), (i,), tuple(range(i + 1, end)))
 
 
 def _results_end(entries: Sequence[Entry], i: int) -> int:

@@ -4,7 +4,8 @@
 provider's business, so OpenAI, DeepSeek and Mistral texts are separate small tables
 (PROTOCOL.md §2.1). The pairing rule: every `tool` message sits in the contiguous run of tool
 messages right after an assistant message whose `tool_calls` has its id, and that run answers
-every id before any other message (or the end of the list).
+every id before any other message (or the end of the list). The deprecated single call
+(`function_call`) is answered by the very next message, a `function` message of its name.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ def find_violation(messages: Any) -> Violation | None:
     if found is not None:
         return found
     run: _Run | None = None
+    legacy: tuple[int, Any] | None = None  # the unanswered `function_call`: (index, its name)
     for i, message in enumerate(messages):
         content = message.get("content")
         if isinstance(content, str) and len(content) > MAX_STRING:
@@ -73,15 +75,32 @@ def find_violation(messages: Any) -> Violation | None:
         if run is not None and run.missing():
             return Violation("missing_responses", run.index, run.missing())
         run = None
+        if message["role"] == "function":
+            if legacy is None or legacy[1] != message.get("name"):
+                return Violation("orphan_function", i, value=message.get("name"))
+            legacy = None
+            continue
+        if legacy is not None:
+            return Violation("missing_function_response", legacy[0], value=legacy[1])
         if message["role"] == "assistant":
             found = _assistant(i, message)
             if found is not None:
                 return found
             ids = tuple(c["id"] for c in message.get("tool_calls") or () if isinstance(c.get("id"), str))
             run = _Run(i, ids, set()) if ids else None
+            legacy = _legacy_call(i, message) if not ids else None
     if run is not None and run.missing():
         return Violation("missing_responses", run.index, run.missing())
+    if legacy is not None:
+        return Violation("missing_function_response", legacy[0], value=legacy[1])
     return None
+
+
+def _legacy_call(i: int, message: Mapping[str, Any]) -> tuple[int, Any] | None:
+    """The deprecated single call of an assistant message, which the next message answers: the
+    form has no ids, so position pairs them, and the `function` message names the function."""
+    call = message.get("function_call")
+    return (i, call.get("name")) if isinstance(call, Mapping) else None
 
 
 def _shape(i: int, message: Any) -> Violation | None:
@@ -222,6 +241,8 @@ def openai_text(v: Violation) -> Rejection:
             "An assistant message with 'tool_calls' must be followed by tool messages responding to "
             "each 'tool_call_id'. The following tool_call_ids did not have response messages: "
             + ", ".join(v.ids), param=f"messages.[{i}].role")
+    if v.kind in ("orphan_function", "missing_function_response"):
+        return _legacy_text(v)
     if v.kind == "unknown_call_id":  # [OBS] text; param as PROTOCOL.md §8.1 says for pairing errors
         return rejections.openai(f"Invalid parameter: 'tool_call_id' of '{v.ids[0]}' not found in "
                                  "'tool_calls' of previous message.", param=f"messages.[{i}].role")
@@ -240,6 +261,20 @@ def openai_text(v: Violation) -> Rejection:
         return rejections.openai("Invalid value for 'content': expected a string, got null.",
                                  param=f"messages.[{i}].content")
     return _openai_shape_text(v)
+
+
+def _legacy_text(v: Violation) -> Rejection:
+    # [MEM] OpenAI's text for the deprecated form is not on record; this follows its `tool`
+    # wording. Gateways that turn the form into ids refuse the same lists (WorkflowAI's proxy:
+    # a `function` message must follow an assistant call of that name; Gemini: a function
+    # response turn must come right after the function call turn).
+    if v.kind == "orphan_function":
+        return rejections.openai("Invalid parameter: messages with role 'function' must be a "
+                                 "response to the preceding message's 'function_call' of the "
+                                 "same name.", param=f"messages.[{v.index}].role")
+    return rejections.openai("An assistant message with 'function_call' must be followed by a "
+                             f"message with role 'function' named '{v.value}'.",
+                             param=f"messages.[{v.index}].role")
 
 
 def _content_type_text(v: Violation) -> Rejection:  # [OBS] text and code

@@ -2,10 +2,10 @@
 
 It follows OpenAI's published counting recipe (the cookbook's `num_tokens_from_messages` and
 its tool-definition rule; PROTOCOL.md §7) with the bundled cl100k_base, extended the obvious
-way where the recipe is silent (tool calls, content parts, Responses items). Images, audio and
-files cost what the model's rules say (`reference_media`), legacy `functions` the tool rule and
-a response schema its JSON text. It is the yardstick the proxy's estimate is tested against,
-written independently of the estimator.
+way where the recipe is silent (tool calls, a legacy `function_call`, content parts, Responses
+items). Images, audio and files cost what the model's rules say (`reference_media`), legacy
+`functions` the tool rule and a response schema its JSON text. It is the yardstick the proxy's
+estimate is tested against, written independently of the estimator.
 """
 
 from __future__ import annotations
@@ -75,9 +75,10 @@ def chat_message_tokens(message: Mapping[str, Any], model: str = "") -> int:
     total += count_text(max(reasoning, key=len)) if reasoning else 0
     if isinstance(message.get("refusal"), str):
         total += count_text(message["refusal"])
-    for call in message.get("tool_calls") or ():
-        if not isinstance(call, Mapping):
-            continue
+    calls = [c for c in message.get("tool_calls") or () if isinstance(c, Mapping)]
+    if isinstance(message.get("function_call"), Mapping):
+        calls.append({"function": message["function_call"]})  # the deprecated single call
+    for call in calls:
         body = call.get("function") or call.get("custom") or {}
         total += TOKENS_PER_CALL + count_text(str(body.get("name", "")))
         total += count_text(_value_text(body.get("arguments", body.get("input", ""))))
@@ -142,9 +143,9 @@ def responses_item_tokens(item: Mapping[str, Any], model: str = "") -> int:
     if kind == "message":
         return (TOKENS_PER_MESSAGE + count_text(str(item.get("role", "")))
                 + count_parts(item.get("content"), model))
-    if kind == "reasoning":
-        summary = item.get("summary") or []
-        return sum(count_text(str(s.get("text", ""))) for s in summary if isinstance(s, Mapping))
+    if kind == "reasoning":  # vLLM renders a sent-back item's `content` text into the prompt
+        parts = [*(item.get("summary") or []), *(item.get("content") or [])]
+        return sum(count_text(str(s.get("text", ""))) for s in parts if isinstance(s, Mapping))
     if kind.endswith("_call_output"):
         return TOKENS_PER_MESSAGE + count_parts(item.get("output"), model)
     if kind.endswith("_call"):

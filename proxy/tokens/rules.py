@@ -4,10 +4,10 @@ OpenAI's published recipe (PROTOCOL.md §7): every message costs 3 tokens of fra
 role, content and name (a name 1 more); the reply is primed with 3; function definitions
 follow the cookbook's gpt-4o constants. Where the recipe is silent the rules below count what
 the model reads: each tool call as framing, name and arguments; reasoning text sent back
-(`reasoning_content`, `reasoning`, Responses reasoning summaries); images by the model's image
-rule (`images.py`); audio and files by what they are (`attachments.py`); legacy `functions` by the
-tool rule and response schemas as their JSON text; any other content part or item as its JSON
-text. Everything is a pure function of the parsed JSON, a `count(text) -> int` and the model's
+(`reasoning_content`, `reasoning`, Responses reasoning summaries and texts); images by the
+model's image rule (`images.py`); audio and files by what they are (`attachments.py`); legacy
+`functions` by the tool rule and response schemas as their JSON text; any other content part or
+item as its JSON text. Everything is a pure function of the parsed JSON, a `count(text) -> int` and the model's
 image rule.
 """
 
@@ -142,7 +142,9 @@ def responses_item_tokens(item: Mapping[str, Any], count: Count,
         role = str(item.get("role", ""))
         return MESSAGE + count(role) + content_tokens(item.get("content"), count, images)
     if kind == "reasoning":
-        return _summary_tokens(item.get("summary"), count)
+        # The summary, and the reasoning text itself, which vLLM's gpt-oss clients send back
+        # and its server renders into the prompt (PROTOCOL.md §4.2's `content`).
+        return _texts_tokens(item.get("summary"), count) + _texts_tokens(item.get("content"), count)
     if not isinstance(kind, str):
         return MESSAGE + count(json_text(item))
     if kind.endswith("_call_output"):
@@ -153,10 +155,10 @@ def responses_item_tokens(item: Mapping[str, Any], count: Count,
     return MESSAGE + count(json_text(item))
 
 
-def _summary_tokens(summary: Any, count: Count) -> int:
-    if not isinstance(summary, list):
+def _texts_tokens(parts: Any, count: Count) -> int:
+    if not isinstance(parts, list):
         return 0
-    return sum(count(str(s.get("text", ""))) for s in summary if isinstance(s, Mapping))
+    return sum(count(str(s.get("text", ""))) for s in parts if isinstance(s, Mapping))
 
 
 def instructions_tokens(instructions: Any, count: Count, images: ImageRule = DEFAULT_RULE) -> int:
