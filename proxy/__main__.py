@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import signal
 import sqlite3
 import sys
@@ -14,8 +15,8 @@ from pathlib import Path
 import yaml
 from aiohttp import web
 
-from proxy.settings import (DEFAULT_CONFIG_PATH, ConfigError, Settings, load_settings,
-                            load_state_settings, masked, redacted_url)
+from proxy.settings import (DEFAULT_CONFIG_PATH, ConfigError, Settings, host_port, listen_host,
+                            load_settings, load_state_settings, masked, redacted_url)
 from proxy.settings_reader import shown
 from proxy.store.base import StoreError
 from proxy.tokens.encoding import KNOWN_ENCODINGS
@@ -113,9 +114,10 @@ def _int_in(low: int, high: int | None = None) -> Callable[[str], int]:
 
 def _address(text: str) -> str:
     """An argparse type: a listen address, not empty (an empty one used to be ignored)."""
-    if not text.strip():
+    host = listen_host(text)
+    if not host.strip():
         raise argparse.ArgumentTypeError("must not be empty")
-    return text
+    return host
 
 
 def _check_config(settings: Settings, args: argparse.Namespace) -> int:
@@ -183,8 +185,11 @@ async def _run(app: web.Application, settings: Settings, log: object) -> None:
         await site.start()
     except OSError as exc:
         await runner.cleanup()
-        raise StartupFailed(f"cannot listen on {settings.server.host}:{settings.server.port}: "
-                            f"{_described(exc)}", listening=True) from None
+        # asyncio's bind error repeats the address as a tuple: the errno's own words will do.
+        problem = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else _described(exc)
+        raise StartupFailed(f"cannot listen on "
+                            f"{host_port(settings.server.host, settings.server.port)}: "
+                            f"{problem}", listening=True) from None
     # What startup built (modules, settings, tokenizers) lives as long as the process: kept out
     # of the collector's scans, the garbage each request makes costs it far less to collect.
     gc.freeze()
@@ -192,7 +197,7 @@ async def _run(app: web.Application, settings: Settings, log: object) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    addresses = [f"{a[0]}:{a[1]}" for a in runner.addresses]
+    addresses = [host_port(a[0], a[1]) for a in runner.addresses]
     # Where each upstream is, credentials in a base_url masked: what a new user checks first.
     upstreams = {name: redacted_url(u.base_url) for name, u in sorted(settings.upstreams.items())}
     log.info("listening", addresses=addresses, upstreams=upstreams,  # type: ignore[attr-defined]
