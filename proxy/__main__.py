@@ -92,7 +92,8 @@ def _parser() -> argparse.ArgumentParser:
     for command in (serve, check, threads, inspect, check_state):
         # The state commands read only `state`: the rest of the file may not resolve here.
         command.set_defaults(state_only=command in (threads, inspect, check_state))
-        command.add_argument("--config", default=DEFAULT_CONFIG_PATH, metavar="PATH",
+        command.add_argument("--config", type=_config_path, default=DEFAULT_CONFIG_PATH,
+                             metavar="PATH",
                              help=f"YAML config file (default {DEFAULT_CONFIG_PATH}, "
                                   f"relative to the current directory)")
     return parser
@@ -110,6 +111,14 @@ def _int_in(low: int, high: int | None = None) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"must be {span}, got {value}")
         return value
     return parse
+
+
+def _config_path(text: str) -> str:
+    """An argparse type: a config path, not empty (`--config "$UNSET"` read the current
+    directory, and said only that a directory cannot be read)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
 
 
 def _address(text: str) -> str:
