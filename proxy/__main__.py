@@ -182,13 +182,47 @@ def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 async def _run(app: web.Application, settings: Settings, log: object) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    # From the start: a signal while the state opens (a long quick_check, a migration) stops
+    # the proxy once it is open, through the same clean stop, not half-way through opening it.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, _stop_soon, loop, stop, signum)
     runner = make_runner(app)
+    await _open_state(runner, settings)
+    if not stop.is_set():
+        await _listen(runner, settings, log)
+        await stop.wait()
+    log.info("shutting_down", grace_s=settings.server.shutdown_grace_s)  # type: ignore[attr-defined]
+    # A second signal: the operator will not wait out the grace.
+    from proxy.server.services import SERVICES
+    hurry = app[SERVICES].drain.hurry
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, hurry)
+    await runner.cleanup()
+    log.info("stopped")  # type: ignore[attr-defined]
+
+
+def _stop_soon(loop: asyncio.AbstractEventLoop, stop: asyncio.Event, signum: int) -> None:
+    if stop.is_set():
+        # A second signal before the proxy listens (it replaces these handlers once stopping):
+        # the operator will not wait for the state to open, so the signal does what it would
+        # without a handler (SIGTERM ends the process; SIGINT raises KeyboardInterrupt).
+        loop.remove_signal_handler(signum)
+        signal.raise_signal(signum)
+    stop.set()
+
+
+async def _open_state(runner: web.AppRunner, settings: Settings) -> None:
     try:
         await runner.setup()  # opens the state store
     except (OSError, sqlite3.Error, StoreError) as exc:
         await runner.cleanup()
         raise StartupFailed(f"cannot open the state in {settings.state.path}: "
                             f"{_described(exc)}", listening=False) from None
+
+
+async def _listen(runner: web.AppRunner, settings: Settings, log: object) -> None:
     site = web.TCPSite(runner, settings.server.host, settings.server.port)
     try:
         await site.start()
@@ -202,24 +236,11 @@ async def _run(app: web.Application, settings: Settings, log: object) -> None:
     # What startup built (modules, settings, tokenizers) lives as long as the process: kept out
     # of the collector's scans, the garbage each request makes costs it far less to collect.
     gc.freeze()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
     addresses = [host_port(a[0], a[1]) for a in runner.addresses]
     # Where each upstream is, credentials in a base_url masked: what a new user checks first.
     upstreams = {name: redacted_url(u.base_url) for name, u in sorted(settings.upstreams.items())}
     log.info("listening", addresses=addresses, upstreams=upstreams,  # type: ignore[attr-defined]
              state_path=settings.state.path)
-    await stop.wait()
-    log.info("shutting_down", grace_s=settings.server.shutdown_grace_s)  # type: ignore[attr-defined]
-    # A second signal: the operator will not wait out the grace.
-    from proxy.server.services import SERVICES
-    hurry = app[SERVICES].drain.hurry
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, hurry)
-    await runner.cleanup()
-    log.info("stopped")  # type: ignore[attr-defined]
 
 
 def _described(exc: BaseException) -> str:
