@@ -239,7 +239,7 @@ def _upstreams(r: Reader, warnings: list[str]) -> dict[str, UpstreamSettings]:
             stream_usage=u.boolean("stream_usage", UpstreamSettings.stream_usage),
         )
         u.finish()
-    if not upstreams:
+    if not upstreams and not r.shapeless:
         r.problems.append("upstreams: at least one upstream is required, such as "
                           "{openai: {base_url: 'https://api.openai.com/v1'}}")
     return upstreams

@@ -125,18 +125,19 @@ class Reader:
     def __init__(self, raw: Any, path: str, problems: list[str]) -> None:
         self.path = path
         self.problems = problems
-        if raw is None:
-            raw = {}
-        if not isinstance(raw, Mapping):
+        # Of the wrong shape (or inside one): what its keys lack follows from that one problem.
+        self.shapeless = raw is not None and not isinstance(raw, Mapping)
+        if self.shapeless:
             problems.append(f"{path or '<root>'}: expected a mapping, got {type(raw).__name__}")
-            raw = {}
-        self.raw: Mapping[str, Any] = raw
+        self.raw: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
         self.seen: set[str] = set()
 
     def where(self, key: str) -> str:
         return _join(self.path, key)
 
     def problem(self, key: str, text: str) -> None:
+        if self.shapeless:  # its keys are missing because of the one problem already said
+            return
         where = f"{self.where(key)}: "
         # One problem a key: an unset `${VAR}` is reported where it is read, and the empty
         # text it leaves would otherwise be reported again as the wrong type.
@@ -216,7 +217,9 @@ class Reader:
         return tuple(str(v) for v in value)
 
     def mapping(self, key: str) -> Reader:
-        return Reader(self.get(key, {}), self.where(key), self.problems)
+        section = Reader(self.get(key, {}), self.where(key), self.problems)
+        section.shapeless = section.shapeless or self.shapeless
+        return section
 
     def finish(self) -> None:
         unused = sorted(self.seen.difference(self.raw))
