@@ -22,7 +22,7 @@ from aiohttp import hdrs, web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.errors import ShuttingDown
-from proxy.server.drain import CUT_MESSAGE, is_cut, resume_after_cut
+from proxy.server.drain import CUT_MESSAGE, cut_reason, is_cut, resume_after_cut
 from proxy.server.headers import for_client
 from proxy.server.upstream import describe
 
@@ -136,7 +136,7 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
             raise
         # The shutdown grace ended: the stream ends here, properly, with an error frame.
         resume_after_cut()
-        outcome.upstream_error = "cut by shutdown: server.shutdown_grace_s ended"
+        outcome.upstream_error = cut_reason(exc)
         data = tap.failure_frame(CUT_MESSAGE, ShuttingDown.code)  # as above: no unfinished event
     if data:
         await out.write(data)
