@@ -262,7 +262,20 @@ def _base_url(u: Reader, warnings: list[str]) -> str:
         warnings.append(f"{u.where('base_url')}: has no path, so a client's /v1/chat/completions "
                         f"goes to /chat/completions upstream; most OpenAI-compatible servers "
                         f"need the /v1 base (write .../v1), unless yours answers at its root")
+    elif endpoint := _endpoint_named(urlsplit(base_url).path):
+        # An endpoint's URL pasted from a provider's page: every request would be a 404.
+        warnings.append(f"{u.where('base_url')}: ends with the endpoint {endpoint}, but each "
+                        f"client's path goes below the base_url (a client's /v1{endpoint} would "
+                        f"go to ...{endpoint}{endpoint}): write the /v1 base without {endpoint}")
     return base_url.rstrip("/")
+
+
+_ENDPOINTS = ("/chat/completions", "/responses", "/completions", "/embeddings")
+
+
+def _endpoint_named(path: str) -> str | None:
+    path = path.rstrip("/")
+    return next((e for e in _ENDPOINTS if path.endswith(e)), None)
 
 
 def _is_http_url(url: str) -> bool:
