@@ -135,6 +135,10 @@ def _check_config(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _plain(value: object) -> object:
+    if isinstance(value, str):
+        # The output is itself a config: a `${` in a value (written `$${`, or from the
+        # environment) would be read back as a reference.
+        return value.replace("${", "$${")
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

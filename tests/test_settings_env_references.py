@@ -68,3 +68,18 @@ def test_check_config_exits_1_for_an_unread_reference(tmp_path: Path) -> None:
     result = cli("check-config", "--config", str(config))
     assert result.returncode == 1
     assert "upstreams.u.api_key: '${OPENAI_API_KEY-sk-none}' is not a reference" in result.stderr
+
+
+def test_what_check_config_prints_of_a_literal_reference_reads_back_the_same(
+        tmp_path: Path) -> None:
+    # Its output is itself a config: a literal `${` printed bare would be read as a reference.
+    config = tmp_path / "proxy.yaml"
+    config.write_text(BASE + "compaction:\n  manual_command: /compact-$${SCOPE}\n")
+    printed = cli("check-config", "--config", str(config))
+    assert printed.returncode == 0, printed.stderr
+    saved = tmp_path / "resolved.yaml"
+    saved.write_text(printed.stdout)
+    again = cli("check-config", "--config", str(saved))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == printed.stdout
+    assert settings_of(saved.read_text()).compaction.manual_command == "/compact-${SCOPE}"
