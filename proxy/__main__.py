@@ -147,13 +147,14 @@ def _plain(value: object) -> object:
 
 
 def _serve(settings: Settings, args: argparse.Namespace) -> int:
-    from proxy.server.app import build_app
     from proxy.server.logs import configure_logging, get_logger
 
     settings = settings.with_overrides(args.host, args.port)
     configure_logging(settings.logging)
     log = get_logger("proxy")
     try:
+        # Loading the serving modules takes a while: a Ctrl-C then is a quiet stop as well.
+        from proxy.server.app import build_app
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
             runner.run(_run(build_app(settings), settings, log))
     except KeyboardInterrupt:

@@ -82,3 +82,33 @@ def test_a_second_signal_while_the_state_opens_does_not_wait_for_it(
             child.kill()
             child.communicate()
     assert child.returncode == returncode
+
+
+# The serving modules load once `serve` has read its config: a Ctrl-C then is a quiet stop too.
+_SLOW_IMPORT = """
+import importlib.abc, sys, time
+class _SlowApp(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "proxy.server.app":
+            print("IMPORTING", flush=True)
+            time.sleep(3)
+        return None
+sys.meta_path.insert(0, _SlowApp())
+"""
+
+
+def test_a_ctrl_c_while_serve_loads_its_modules_is_a_quiet_stop(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "p.yaml", "http://127.0.0.1:9/v1", tmp_path / "state")
+    child = subprocess.Popen([sys.executable, "-c", _SLOW_IMPORT + _RUN_MAIN, "serve",
+                              "--config", str(config)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=_env())
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"IMPORTING\n"
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=20)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 0, err.decode()
+    assert b"Traceback" not in err, err.decode()
