@@ -21,14 +21,15 @@ class LogSink:
 
     def __init__(self, file: BinaryIO | Any) -> None:
         self._file = file
+        self._write, self._flush = file.write, file.flush  # bound once: a line each request
         self._lock = threading.Lock()
         self._said: set[str] = set()
 
     def msg(self, message: bytes) -> None:
         try:
             with self._lock:
-                self._file.write(message + b"\n")
-                self._file.flush()
+                self._write(message + b"\n")
+                self._flush()
         except BrokenPipeError as exc:
             self._gone(exc)
         except OSError as exc:  # a full disk: this line is lost, the next may go through
