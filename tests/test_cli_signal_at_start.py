@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import orjson
 import pytest
 
-from tests.process import _RUN_MAIN, _env, assert_sound_database, write_config
+from tests.process import assert_sound_database, child_env, proxy_command, write_config
 
 # The state opens, then the start waits a while: the signal lands inside `runner.setup()`.
 _SLOW_SETUP = """
@@ -36,9 +35,8 @@ ProxyRunner.setup = _slow_setup
 def test_a_signal_while_the_state_opens_stops_the_proxy_cleanly(tmp_path: Path,
                                                                 signum: int) -> None:
     config = write_config(tmp_path / "p.yaml", "http://127.0.0.1:9/v1", tmp_path / "state")
-    child = subprocess.Popen([sys.executable, "-c", _SLOW_SETUP + _RUN_MAIN, "serve",
-                              "--config", str(config)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, env=_env())
+    child = subprocess.Popen(proxy_command("serve", "--config", str(config), prelude=_SLOW_SETUP),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env())
     try:
         assert child.stdout is not None
         for line in child.stdout:
@@ -64,9 +62,9 @@ def test_a_signal_while_the_state_opens_stops_the_proxy_cleanly(tmp_path: Path,
 def test_a_second_signal_while_the_state_opens_does_not_wait_for_it(
         tmp_path: Path, signum: int, returncode: int) -> None:
     config = write_config(tmp_path / "p.yaml", "http://127.0.0.1:9/v1", tmp_path / "state")
-    child = subprocess.Popen([sys.executable, "-c", _SLOW_SETUP.replace("1.5", "60") + _RUN_MAIN,
-                              "serve", "--config", str(config)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, env=_env())
+    child = subprocess.Popen(proxy_command("serve", "--config", str(config),
+                                           prelude=_SLOW_SETUP.replace("1.5", "60")),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env())
     try:
         assert child.stdout is not None
         for line in child.stdout:
@@ -99,9 +97,8 @@ sys.meta_path.insert(0, _SlowApp())
 
 def test_a_ctrl_c_while_serve_loads_its_modules_is_a_quiet_stop(tmp_path: Path) -> None:
     config = write_config(tmp_path / "p.yaml", "http://127.0.0.1:9/v1", tmp_path / "state")
-    child = subprocess.Popen([sys.executable, "-c", _SLOW_IMPORT + _RUN_MAIN, "serve",
-                              "--config", str(config)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, env=_env())
+    child = subprocess.Popen(proxy_command("serve", "--config", str(config), prelude=_SLOW_IMPORT),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env())
     try:
         assert child.stdout is not None and child.stdout.readline() == b"IMPORTING\n"
         child.send_signal(signal.SIGINT)

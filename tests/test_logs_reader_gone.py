@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -18,14 +17,14 @@ import pytest
 
 from proxy.server.log_sink import LogSink
 from proxy.testing.replies import Reply
-from tests.process import _env, assert_sound_database, write_config
+from tests.process import assert_sound_database, child_env, proxy_command, write_config
 
 
 def test_a_proxy_whose_log_reader_left_serves_and_stops_cleanly(tmp_path: Path, fake) -> None:
     fake.script(*[Reply.text("fine") for _ in range(3)])
     config = write_config(tmp_path / "p.yaml", fake.url, tmp_path / "state")
-    child = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--config", str(config)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    child = subprocess.Popen(proxy_command("serve", "--config", str(config)),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env())
     try:
         assert child.stdout is not None
         for line in child.stdout:
