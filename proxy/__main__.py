@@ -195,6 +195,10 @@ async def _run(app: web.Application, settings: Settings, log: object) -> None:
         loop.add_signal_handler(signum, _stop_soon, loop, stop, signum)
     runner = make_runner(app)
     await _open_state(runner, settings)
+    # Open: from here a signal only asks for the stop (two that come at once included); the
+    # stop then makes the next one hurry the drain.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
     if not stop.is_set():
         await _listen(runner, settings, log)
         await stop.wait()
@@ -210,9 +214,9 @@ async def _run(app: web.Application, settings: Settings, log: object) -> None:
 
 def _stop_soon(loop: asyncio.AbstractEventLoop, stop: asyncio.Event, signum: int) -> None:
     if stop.is_set():
-        # A second signal before the proxy listens (it replaces these handlers once stopping):
-        # the operator will not wait for the state to open, so the signal does what it would
-        # without a handler (SIGTERM ends the process; SIGINT raises KeyboardInterrupt).
+        # A second signal while the state opens: the operator will not wait for it, so the
+        # signal does what it would without a handler (SIGTERM ends the process; SIGINT raises
+        # KeyboardInterrupt).
         loop.remove_signal_handler(signum)
         signal.raise_signal(signum)
     stop.set()

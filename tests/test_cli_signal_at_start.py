@@ -16,7 +16,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.process import assert_sound_database, child_env, proxy_command, write_config
+from tests.process import (ProxyProcess, assert_sound_database, child_env, proxy_command,
+                           write_config)
 
 # The state opens, then the start waits a while: the signal lands inside `runner.setup()`.
 _SLOW_SETUP = """
@@ -109,3 +110,31 @@ def test_a_ctrl_c_while_serve_loads_its_modules_is_a_quiet_stop(tmp_path: Path) 
             child.communicate()
     assert child.returncode == 0, err.decode()
     assert b"Traceback" not in err, err.decode()
+
+
+# Once listening, the proxy sends itself two SIGTERMs in one go: both reach the loop together.
+_TWO_SIGNALS_AT_ONCE = """
+import asyncio, os, signal
+import proxy.__main__ as serving
+_listen = serving._listen
+async def _listen_then_two_signals(*args):
+    await _listen(*args)
+    def both():
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+    asyncio.get_running_loop().call_later(0.2, both)
+serving._listen = _listen_then_two_signals
+"""
+
+
+def test_two_signals_at_once_while_serving_still_stop_it_cleanly(tmp_path: Path) -> None:
+    # The second must not count as one sent while the state was still opening (which ends the
+    # process at once).
+    config = write_config(tmp_path / "p.yaml", "http://127.0.0.1:9/v1", tmp_path / "state")
+    proxy = ProxyProcess(config, prelude=_TWO_SIGNALS_AT_ONCE)
+    try:
+        assert proxy.wait() == 0
+        assert proxy.wait_for("stopped")
+    finally:
+        proxy.kill()
+    assert_sound_database(tmp_path / "state" / "state.db")
