@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import signal
 import sqlite3
 import sys
@@ -14,8 +15,8 @@ from pathlib import Path
 import yaml
 from aiohttp import web
 
-from proxy.settings import (DEFAULT_CONFIG_PATH, ConfigError, Settings, load_settings,
-                            load_state_settings, masked, redacted_url)
+from proxy.settings import (DEFAULT_CONFIG_PATH, ConfigError, Settings, host_port, listen_host,
+                            load_settings, load_state_settings, masked, redacted_url)
 from proxy.settings_reader import shown
 from proxy.store.base import StoreError
 from proxy.tokens.encoding import KNOWN_ENCODINGS
@@ -91,7 +92,8 @@ def _parser() -> argparse.ArgumentParser:
     for command in (serve, check, threads, inspect, check_state):
         # The state commands read only `state`: the rest of the file may not resolve here.
         command.set_defaults(state_only=command in (threads, inspect, check_state))
-        command.add_argument("--config", default=DEFAULT_CONFIG_PATH, metavar="PATH",
+        command.add_argument("--config", type=_config_path, default=DEFAULT_CONFIG_PATH,
+                             metavar="PATH",
                              help=f"YAML config file (default {DEFAULT_CONFIG_PATH}, "
                                   f"relative to the current directory)")
     return parser
@@ -111,11 +113,20 @@ def _int_in(low: int, high: int | None = None) -> Callable[[str], int]:
     return parse
 
 
-def _address(text: str) -> str:
-    """An argparse type: a listen address, not empty (an empty one used to be ignored)."""
+def _config_path(text: str) -> str:
+    """An argparse type: a config path, not empty (`--config "$UNSET"` read the current
+    directory, and said only that a directory cannot be read)."""
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be empty")
     return text
+
+
+def _address(text: str) -> str:
+    """An argparse type: a listen address, not empty (an empty one used to be ignored)."""
+    host = listen_host(text)
+    if not host.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return host
 
 
 def _check_config(settings: Settings, args: argparse.Namespace) -> int:
@@ -124,6 +135,10 @@ def _check_config(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _plain(value: object) -> object:
+    if isinstance(value, str):
+        # The output is itself a config: a `${` in a value (written `$${`, or from the
+        # environment) would be read back as a reference.
+        return value.replace("${", "$${")
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -132,13 +147,14 @@ def _plain(value: object) -> object:
 
 
 def _serve(settings: Settings, args: argparse.Namespace) -> int:
-    from proxy.server.app import build_app
     from proxy.server.logs import configure_logging, get_logger
 
     settings = settings.with_overrides(args.host, args.port)
     configure_logging(settings.logging)
     log = get_logger("proxy")
     try:
+        # Loading the serving modules takes a while: a Ctrl-C then is a quiet stop as well.
+        from proxy.server.app import build_app
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
             runner.run(_run(build_app(settings), settings, log))
     except KeyboardInterrupt:
@@ -171,33 +187,21 @@ def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 async def _run(app: web.Application, settings: Settings, log: object) -> None:
-    runner = make_runner(app)
-    try:
-        await runner.setup()  # opens the state store
-    except (OSError, sqlite3.Error, StoreError) as exc:
-        await runner.cleanup()
-        raise StartupFailed(f"cannot open the state in {settings.state.path}: "
-                            f"{_described(exc)}", listening=False) from None
-    site = web.TCPSite(runner, settings.server.host, settings.server.port)
-    try:
-        await site.start()
-    except OSError as exc:
-        await runner.cleanup()
-        raise StartupFailed(f"cannot listen on {settings.server.host}:{settings.server.port}: "
-                            f"{_described(exc)}", listening=True) from None
-    # What startup built (modules, settings, tokenizers) lives as long as the process: kept out
-    # of the collector's scans, the garbage each request makes costs it far less to collect.
-    gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    # From the start: a signal while the state opens (a long quick_check, a migration) stops
+    # the proxy once it is open, through the same clean stop, not half-way through opening it.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, _stop_soon, loop, stop, signum)
+    runner = make_runner(app)
+    await _open_state(runner, settings)
+    # Open: from here a signal only asks for the stop (two that come at once included); the
+    # stop then makes the next one hurry the drain.
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    addresses = [f"{a[0]}:{a[1]}" for a in runner.addresses]
-    # Where each upstream is, credentials in a base_url masked: what a new user checks first.
-    upstreams = {name: redacted_url(u.base_url) for name, u in sorted(settings.upstreams.items())}
-    log.info("listening", addresses=addresses, upstreams=upstreams,  # type: ignore[attr-defined]
-             state_path=settings.state.path)
-    await stop.wait()
+    if not stop.is_set():
+        await _listen(runner, settings, log)
+        await stop.wait()
     log.info("shutting_down", grace_s=settings.server.shutdown_grace_s)  # type: ignore[attr-defined]
     # A second signal: the operator will not wait out the grace.
     from proxy.server.services import SERVICES
@@ -206,6 +210,46 @@ async def _run(app: web.Application, settings: Settings, log: object) -> None:
         loop.add_signal_handler(signum, hurry)
     await runner.cleanup()
     log.info("stopped")  # type: ignore[attr-defined]
+
+
+def _stop_soon(loop: asyncio.AbstractEventLoop, stop: asyncio.Event, signum: int) -> None:
+    if stop.is_set():
+        # A second signal while the state opens: the operator will not wait for it, so the
+        # signal does what it would without a handler (SIGTERM ends the process; SIGINT raises
+        # KeyboardInterrupt).
+        loop.remove_signal_handler(signum)
+        signal.raise_signal(signum)
+    stop.set()
+
+
+async def _open_state(runner: web.AppRunner, settings: Settings) -> None:
+    try:
+        await runner.setup()  # opens the state store
+    except (OSError, sqlite3.Error, StoreError) as exc:
+        await runner.cleanup()
+        raise StartupFailed(f"cannot open the state in {settings.state.path}: "
+                            f"{_described(exc)}", listening=False) from None
+
+
+async def _listen(runner: web.AppRunner, settings: Settings, log: object) -> None:
+    site = web.TCPSite(runner, settings.server.host, settings.server.port)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        # asyncio's bind error repeats the address as a tuple: the errno's own words will do.
+        problem = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else _described(exc)
+        raise StartupFailed(f"cannot listen on "
+                            f"{host_port(settings.server.host, settings.server.port)}: "
+                            f"{problem}", listening=True) from None
+    # What startup built (modules, settings, tokenizers) lives as long as the process: kept out
+    # of the collector's scans, the garbage each request makes costs it far less to collect.
+    gc.freeze()
+    addresses = [host_port(a[0], a[1]) for a in runner.addresses]
+    # Where each upstream is, credentials in a base_url masked: what a new user checks first.
+    upstreams = {name: redacted_url(u.base_url) for name, u in sorted(settings.upstreams.items())}
+    log.info("listening", addresses=addresses, upstreams=upstreams,  # type: ignore[attr-defined]
+             state_path=settings.state.path)
 
 
 def _described(exc: BaseException) -> str:

@@ -31,7 +31,9 @@ __all__ = ["DEFAULT_EXPLORATION_TOOLS", "DEFAULT_FILE_TOOLS", "DEFAULT_PLAN_TOOL
            "DEFAULT_SHELL_TOOLS",
            "BreakerSettings", "CollapseSettings", "CompactionSettings", "ConfigError",
            "LoggingSettings", "MicrocompactSettings", "RestoreSettings", "Settings", "StateSettings",
-           "SummarizerSettings", "ThreadSettings", "TokenSettings", "TruncateSettings", "load_settings", "load_state_settings", "masked", "parse_settings",
+           "SummarizerSettings", "ThreadSettings", "TokenSettings", "TruncateSettings",
+           "host_port", "listen_host", "load_settings", "load_state_settings", "masked",
+           "parse_settings",
            "redacted_url"]
 
 DEFAULT_CONFIG_PATH = "config/proxy.yaml"
@@ -185,8 +187,7 @@ def parse_settings(raw: Any, env: Mapping[str, str]) -> Settings:
 
 def _server(r: Reader) -> ServerSettings:
     s = ServerSettings(
-        host=not_empty(r, "host", ServerSettings.host,
-                        "an empty host listens on every interface; write 0.0.0.0 to mean that"),
+        host=_listen_host(r),
         port=r.integer("port", ServerSettings.port, 0, 65535),
         max_body_mb=r.integer("max_body_mb", ServerSettings.max_body_mb, 1, 4096),
         max_upload_mb=r.integer("max_upload_mb", ServerSettings.max_upload_mb, 1, 1024 * 1024),
@@ -199,6 +200,29 @@ def _server(r: Reader) -> ServerSettings:
                   "only bodies larger than that are streamed as uploads")
     r.finish()
     return s
+
+
+def listen_host(text: str) -> str:
+    """The address to bind: `[::1]`, as a URL writes an IPv6 address, is `::1` (bound as it
+    is written, the brackets made it a name no resolver knows)."""
+    return text[1:-1].strip() if text.startswith("[") and text.endswith("]") else text
+
+
+def host_port(host: str, port: int) -> str:
+    """`host:port` as a URL writes it: an IPv6 address in brackets (`::1:8787` reads as an
+    address without a port)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _listen_host(r: Reader) -> str:
+    host = listen_host(not_empty(r, "host", ServerSettings.host, _EMPTY_HOST))
+    if not host:  # `[]`
+        r.problem("host", f"must not be empty: {_EMPTY_HOST}")
+        return ServerSettings.host
+    return host
+
+
+_EMPTY_HOST = "an empty host listens on every interface; write 0.0.0.0 to mean that"
 
 
 def _upstreams(r: Reader, warnings: list[str]) -> dict[str, UpstreamSettings]:
@@ -215,7 +239,7 @@ def _upstreams(r: Reader, warnings: list[str]) -> dict[str, UpstreamSettings]:
             stream_usage=u.boolean("stream_usage", UpstreamSettings.stream_usage),
         )
         u.finish()
-    if not upstreams:
+    if not upstreams and not r.shapeless:
         r.problems.append("upstreams: at least one upstream is required, such as "
                           "{openai: {base_url: 'https://api.openai.com/v1'}}")
     return upstreams
@@ -238,7 +262,20 @@ def _base_url(u: Reader, warnings: list[str]) -> str:
         warnings.append(f"{u.where('base_url')}: has no path, so a client's /v1/chat/completions "
                         f"goes to /chat/completions upstream; most OpenAI-compatible servers "
                         f"need the /v1 base (write .../v1), unless yours answers at its root")
+    elif endpoint := _endpoint_named(urlsplit(base_url).path):
+        # An endpoint's URL pasted from a provider's page: every request would be a 404.
+        warnings.append(f"{u.where('base_url')}: ends with the endpoint {endpoint}, but each "
+                        f"client's path goes below the base_url (a client's /v1{endpoint} would "
+                        f"go to ...{endpoint}{endpoint}): write the /v1 base without {endpoint}")
     return base_url.rstrip("/")
+
+
+_ENDPOINTS = ("/chat/completions", "/responses", "/completions", "/embeddings")
+
+
+def _endpoint_named(path: str) -> str | None:
+    path = path.rstrip("/")
+    return next((e for e in _ENDPOINTS if path.endswith(e)), None)
 
 
 def _is_http_url(url: str) -> bool:

@@ -24,6 +24,12 @@ from proxy.redaction import redact
 T = TypeVar("T")
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# What `_substitute` replaces, first match wins at each `$`: the escape `$${` (a literal `${`),
+# a reference, and any other `${...}` (another shell form, `${VAR-x}` or `${VAR:?}`, a
+# malformed name): that one is a problem, since the text would otherwise go on as it is, an
+# `api_key: ${KEY-x}` upstream as the credential.
+_ENV_TOKEN = re.compile(r"\$\$\{|" + _ENV_REF.pattern + r"|\$\{[^}]*\}?")
+_SUPPORTED = "write ${VAR} or ${VAR:-default}, or $${ for a literal ${"
 # Every YAML int, float and boolean is spelled with these characters. Text with any other
 # (spaces, quotes, brackets, '#', '&', '!', a line break) is never read as YAML, so an
 # environment value cannot bring structure into the config.
@@ -71,6 +77,12 @@ def interpolate(value: Any, env: Mapping[str, str], path: str, problems: list[st
 def _substitute(text: str, env: Mapping[str, str], path: str, problems: list[str]) -> str:
     def value_of(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
+        if match.group() == "$${":
+            return "${"
+        if name is None or (default is not None and "${" in default):  # nested: not read
+            problems.append(f"{path}: {_reference_shown(match.group())} is not a reference the "
+                            f"proxy reads: {_SUPPORTED}")
+            return match.group()
         # As in a shell (and docker compose): `:-` stands in for an unset or empty variable.
         if name in env and (env[name] or default is None):
             return env[name]
@@ -79,8 +91,16 @@ def _substitute(text: str, env: Mapping[str, str], path: str, problems: list[str
         problems.append(f"{path}: environment variable {name} is not set (export it, or give "
                         f"a default: ${{{name}:-value}})")
         return ""
-    result = _ENV_REF.sub(value_of, text)
+    result = _ENV_TOKEN.sub(value_of, text)
     return WholeReference(result) if _ENV_REF.fullmatch(text) else result
+
+
+def _reference_shown(reference: str) -> str:
+    """A reference a problem quotes: what is inside the braces masked as `shown` masks text
+    (a default there may be a key)."""
+    inside = reference[2:].removesuffix("}")
+    closing = "}" if reference.endswith("}") else ""
+    return repr("${" + shown(inside, quoted=False) + closing)
 
 
 def typed_scalar(text: str) -> Any:
@@ -105,18 +125,19 @@ class Reader:
     def __init__(self, raw: Any, path: str, problems: list[str]) -> None:
         self.path = path
         self.problems = problems
-        if raw is None:
-            raw = {}
-        if not isinstance(raw, Mapping):
+        # Of the wrong shape (or inside one): what its keys lack follows from that one problem.
+        self.shapeless = raw is not None and not isinstance(raw, Mapping)
+        if self.shapeless:
             problems.append(f"{path or '<root>'}: expected a mapping, got {type(raw).__name__}")
-            raw = {}
-        self.raw: Mapping[str, Any] = raw
+        self.raw: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
         self.seen: set[str] = set()
 
     def where(self, key: str) -> str:
         return _join(self.path, key)
 
     def problem(self, key: str, text: str) -> None:
+        if self.shapeless:  # its keys are missing because of the one problem already said
+            return
         where = f"{self.where(key)}: "
         # One problem a key: an unset `${VAR}` is reported where it is read, and the empty
         # text it leaves would otherwise be reported again as the wrong type.
@@ -196,7 +217,9 @@ class Reader:
         return tuple(str(v) for v in value)
 
     def mapping(self, key: str) -> Reader:
-        return Reader(self.get(key, {}), self.where(key), self.problems)
+        section = Reader(self.get(key, {}), self.where(key), self.problems)
+        section.shapeless = section.shapeless or self.shapeless
+        return section
 
     def finish(self) -> None:
         unused = sorted(self.seen.difference(self.raw))

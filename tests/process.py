@@ -130,3 +130,15 @@ def kill_script(script: str, args: list[str], ready: bytes, delay: float, *,
         child.send_signal(signal.SIGKILL)
         child.communicate()
     assert not alive or child.returncode == -signal.SIGKILL
+
+
+def proxy_command(*args: str, prelude: str | None = None) -> list[str]:
+    """`python -m proxy ARGS`, with `prelude` (a test's patch) run first if given: for a test
+    that drives the child itself (with `child_env()`), not through `ProxyProcess`."""
+    command = ["-m", "proxy"] if prelude is None else ["-c", prelude + _RUN_MAIN]
+    return [sys.executable, *command, *args]
+
+
+def child_env() -> dict[str, str]:
+    """The environment a child needs to import this checkout's `proxy`."""
+    return _env()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import pytest
+
 from proxy.cli_state import threads_table
 from proxy.store import ThreadSummary
 from tests.process import ProxyProcess, cli, write_config
@@ -62,3 +64,13 @@ def test_the_listening_line_says_where_each_upstream_is(tmp_path: Path) -> None:
         proxy.signal(signal.SIGTERM)
         assert proxy.wait() == 0
         proxy.kill()
+
+
+@pytest.mark.parametrize("command", ["check-config", "serve", "threads"])
+def test_an_empty_config_flag_is_refused_not_read_as_the_current_directory(
+        tmp_path: Path, command: str) -> None:
+    # `--config "$PROXY_CONFIG"` with the variable unset: the empty path was the working
+    # directory, reported as "cannot read : Is a directory".
+    result = cli(command, "--config", "", cwd=str(tmp_path))
+    assert result.returncode == 2
+    assert "argument --config: must not be empty" in result.stderr

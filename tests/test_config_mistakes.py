@@ -110,3 +110,20 @@ def test_a_config_without_upstreams_shows_what_one_looks_like(tmp_path: Path, te
     problems = _problems(tmp_path / "p.yaml", text)
     assert problems == ["upstreams: at least one upstream is required, such as "
                         "{openai: {base_url: 'https://api.openai.com/v1'}}"]
+
+
+@pytest.mark.parametrize("url, endpoint", [
+    ("https://api.openai.com/v1/chat/completions", "/chat/completions"),
+    ("https://api.openai.com/v1/responses/", "/responses"),
+    ("https://h/openai/v1/completions?api-version=1", "/completions"),
+    ("https://api.openai.com/v1", None),
+    ("https://h/v1/responses-gateway", None),
+])
+def test_a_base_url_that_names_an_endpoint_is_warned_about(url: str, endpoint: str | None) -> None:
+    # A pasted endpoint URL: the client's own path goes below it (.../completions/chat/completions).
+    settings = parse_settings(yaml.safe_load(f"upstreams:\n  u:\n    base_url: '{url}'\n"), {})
+    warning = (f"upstreams.u.base_url: ends with the endpoint {endpoint}, but each client's "
+               f"path goes below the base_url (a client's /v1{endpoint} would go to "
+               f"...{endpoint}{endpoint}): write the /v1 base without {endpoint}")
+    assert (warning in settings.warnings) is (endpoint is not None), settings.warnings
+    assert len(settings.warnings) == (endpoint is not None)

@@ -226,6 +226,9 @@ def test_a_second_sigterm_ends_the_grace_at_once(tmp_path: Path, make_fake) -> N
         assert proxy.events("shutdown_hurried")[0]["requests"] == 1
         assert proxy.events("requests_cut")[0]["requests"] == 1
         assert proxy.events("stopped")
+        # The request line says what cut it: the grace was far from over.
+        [line] = [e for e in proxy.events("request") if e.get("thread") == "long-thread"]
+        assert line["upstream_error"] == "cut by shutdown: a second signal hurried it"
     finally:
         proxy.kill()
     assert_sound_database(tmp_path / "state" / "state.db")

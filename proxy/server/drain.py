@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 CUT = "compaction-proxy: shutdown grace ended"
+HURRIED = "compaction-proxy: shutdown hurried by a second signal"
 CUT_MESSAGE = "The proxy is shutting down and cut this request off; retry it."
 # After the cut, handlers only write their last frame and record usage: this is plenty.
 CUT_WAIT_S = 2.0
@@ -26,7 +27,14 @@ CUT_WAIT_S = 2.0
 
 def is_cut(exc: BaseException | None) -> bool:
     """True for the cancellation the drain sends when the grace ends (not a client leaving)."""
-    return isinstance(exc, asyncio.CancelledError) and exc.args == (CUT,)
+    return isinstance(exc, asyncio.CancelledError) and exc.args in ((CUT,), (HURRIED,))
+
+
+def cut_reason(exc: BaseException) -> str:
+    """Why the drain cut a request, in the words of its log line."""
+    if isinstance(exc, asyncio.CancelledError) and exc.args == (HURRIED,):
+        return "cut by shutdown: a second signal hurried it"
+    return "cut by shutdown: server.shutdown_grace_s ended"
 
 
 def resume_after_cut() -> None:
@@ -65,8 +73,9 @@ class Drain:
         if await self.settle(self.grace_s, self._hurried):
             return
         self._log.warning("requests_cut", requests=len(self._tasks))
+        cut = HURRIED if self._hurried.is_set() else CUT
         for task in list(self._tasks):
-            task.cancel(CUT)
+            task.cancel(cut)
         await self.settle(CUT_WAIT_S)
 
     def hurry(self) -> None:

@@ -20,6 +20,7 @@ import orjson
 import structlog
 
 from proxy.redaction import redact
+from proxy.server.log_sink import log_sink_factory
 from proxy.settings import LoggingSettings
 
 _SECRET_FIELDS = frozenset({"authorization", "api_key", "api-key", "x-api-key", "password", "token"})
@@ -208,7 +209,7 @@ def configure_logging(settings: LoggingSettings, stream: TextIO | None = None) -
     processors = _Processors(_UtcStamp(), renderer)
     structlog.configure(processors=processors,
                         wrapper_class=structlog.make_filtering_bound_logger(level),
-                        logger_factory=structlog.BytesLoggerFactory(file=_binary(stream)),
+                        logger_factory=log_sink_factory(_binary(stream)),
                         cache_logger_on_first_use=False)
     _route_stdlib_records(level)
 

@@ -23,7 +23,7 @@ from aiohttp import hdrs, web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.errors import ShuttingDown
-from proxy.server.drain import CUT_MESSAGE, is_cut, resume_after_cut
+from proxy.server.drain import CUT_MESSAGE, cut_reason, is_cut, resume_after_cut
 from proxy.server.headers import for_client
 from proxy.server.upstream import describe
 
@@ -144,7 +144,7 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
             raise
         # The shutdown grace ended: the stream ends here, properly, with an error frame.
         resume_after_cut()
-        outcome.upstream_error = "cut by shutdown: server.shutdown_grace_s ended"
+        outcome.upstream_error = cut_reason(exc)
         data = _failure(tap, outcome, CUT_MESSAGE, ShuttingDown.code)  # as above
     if data:
         await out.write(data)
