@@ -23,7 +23,7 @@ from proxy.inbound import Inbound, leading_bytes
 from proxy.server.client_body import read_client_body
 from proxy.server.headers import (bind_idempotency_keys, client_response_headers,
                                   upstream_request_headers)
-from proxy.server.inflate import InflatingTap, answer_encoding, inflated, inflater
+from proxy.server.inflate import InflatingTap, accepts, answer_encoding, inflated, inflater
 from proxy.server.origins import Origins, continued_id
 from proxy.server.prepared import Prepared
 from proxy.server.relay import (PlainTap, RelayOutcome, StreamTap, is_event_stream, relay_stream,
@@ -140,15 +140,22 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
             data = await response.read()
         except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
             raise answer_failed(prepared.upstream, exc) from None
-        # Read inflated, relayed as it came; b"" (nothing to read) when it cannot be inflated.
-        readable = data if encoding is None else inflated(data, encoding) or b""
+        plain = data if encoding is None else inflated(data, encoding)
+        readable = b"" if plain is None else plain  # b"": nothing to read, relayed as it came
         if response.status >= 400:
             again = await services.pipeline.retry(prepared, response.status, readable, line)
             if again is not None:
                 return again
-        line.set(bytes_out=len(data))
-        out = whole_response(response.status, response.reason, response.headers, data,
+        # Compressed against the proxy's wish: as it came to a client that accepts that, else
+        # plain (the client may not read an encoding the proxy asked for none of in its name).
+        unpacked = (encoding is not None and plain is not None
+                    and not accepts(request.headers.get(hdrs.ACCEPT_ENCODING), encoding))
+        sent = readable if unpacked else data
+        line.set(bytes_out=len(sent))
+        out = whole_response(response.status, response.reason, response.headers, sent,
                              prepared.response_headers)
+        if unpacked:
+            out.headers.popall(hdrs.CONTENT_ENCODING)
         # The client has its answer before the proxy records what it reported. Nothing below
         # waits (the store queues its writes), so no other request runs in between: the next
         # turn, on any connection, still finds the anchor.
