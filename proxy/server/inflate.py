@@ -180,3 +180,7 @@ class InflatingTap:
     @property
     def complete(self) -> bool:
         return self.tap.complete
+
+    @property
+    def over(self) -> bool:
+        return self.tap.over

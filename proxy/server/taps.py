@@ -30,14 +30,24 @@ class _EventTap:
     decoder: SseDecoder
     _held = b""  # the last line, read by `cut_inside_line`, for `flush` to send
     ended = False  # the body ended cleanly (`cut_inside_line` or `flush` was called)
+    forwarded = 0  # bytes handed to the relay
 
     def feed(self, chunk: bytes) -> bytes:
-        return self._forward(self.decoder.feed(chunk))
+        out = self._forward(self.decoder.feed(chunk))
+        self.forwarded += len(out)
+        return out
 
     def flush(self) -> bytes:
         held, self._held = self._held, b""
         self.ended = True
-        return held + self._forward(self.decoder.flush())
+        out = held + self._forward(self.decoder.flush())
+        self.forwarded += len(out)
+        return out
+
+    def delivered_whole(self, bytes_out: int) -> bool:
+        """Whether a client that had `bytes_out` bytes had the whole answer: its end came, and
+        the relay wrote all it was handed (a write that failed may have held that end)."""
+        return self.complete and bytes_out >= self.forwarded
 
     def cut_inside_line(self) -> bool:
         """The body, which ended cleanly, ended inside a line, and what it holds does not
@@ -61,6 +71,11 @@ class _EventTap:
     @property
     def complete(self) -> bool:
         """The answer came to its end (and not as an error)."""
+        raise NotImplementedError
+
+    @property
+    def over(self) -> bool:
+        """The stream said its last event: the answer's end, or its failure."""
         raise NotImplementedError
 
 
@@ -106,6 +121,10 @@ class ChatTap(_EventTap):
         # every choice's `finish_reason` is whole too.
         stream = self.stream
         return stream.error is None and (stream.done or self.ended and stream.finished)
+
+    @property
+    def over(self) -> bool:
+        return self.stream.error is not None or self.complete
 
 
 # With include_usage, every chunk carries `"usage": null` until the last, usually as its last
@@ -221,6 +240,10 @@ class ResponsesTap(_EventTap):
         # `incomplete` (the output limit reached) is an end too: the client keeps that
         # answer, and its usage anchors the next turn as a chat `finish_reason: length` does.
         return self.stream.status in _ENDED
+
+    @property
+    def over(self) -> bool:
+        return self.stream.status is not None or self.stream.error is not None
 
 
 _ENDED = ("completed", "incomplete")
