@@ -179,3 +179,17 @@ def test_a_stream_that_is_not_the_br_it_claims_ends_with_an_error_frame(  # noqa
 def test_accepts_reads_weights_and_wildcards(header: str | None, encoding: str,
                                              expected: bool) -> None:
     assert accepts(header, encoding) is expected
+
+
+def test_a_request_body_in_br_is_read_and_forwarded_plain(make_upstream,  # noqa: F811
+                                                          make_proxy) -> None:
+    # aiohttp reads br request bodies once Brotli is installed, as it reads gzip ones.
+    upstream = make_upstream(_compressing("br", CHAT_STREAM, RESPONSES_STREAM))
+    proxy = make_proxy(upstream.url)
+    body = json.dumps({"model": "gpt-4o", "messages": USER}).encode()
+    answer = httpx.post(f"{proxy.base_url}/chat/completions", content=brotli.compress(body),
+                        headers={"Content-Encoding": "br", "Content-Type": "application/json",
+                                 "Accept-Encoding": "identity"}, timeout=20)
+    assert answer.status_code == 200 and answer.json()["usage"] == USAGE
+    _, _, headers, sent = upstream.seen[-1]
+    assert "content-encoding" not in headers and json.loads(sent)["messages"] == USER

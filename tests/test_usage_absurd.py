@@ -69,6 +69,8 @@ def test_absurd_usage_anchors_nothing_and_the_next_turn_goes_on(make_upstream,  
         assert lines[0]["usage_ignored"] == "implausible"
         [warning] = proxy.logs.events("usage_ignored")
         assert warning["thread"] and warning["reason"] == "implausible"
+    else:
+        assert lines[0]["usage_ignored"] == "unreadable"
 
 
 def test_usage_within_the_bound_is_kept() -> None:
