@@ -89,3 +89,20 @@ def test_a_stream_broken_after_its_failure_gets_no_second_error(  # noqa: F811
         assert answer.read() == sent
     line = proxy.requests()[-1]
     assert line["status"] == 200 and "usage_input" not in line
+
+
+def test_a_client_gone_after_a_resumed_streams_end_is_logged_with_its_status(  # noqa: F811
+        make_upstream, make_proxy) -> None:
+    from tests.test_responses_resumed_stream import DELTAS, RESPONSE
+    from tests.test_responses_resumed_stream import _event as _resumed_event
+    end = _resumed_event("response.completed", 6, response=RESPONSE)
+    proxy = make_proxy(make_upstream(_sending(DELTAS + end, pause_s=0.5)).url)
+    with httpx.stream("GET", f"{proxy.base_url}/responses/resp_bg?stream=true",
+                      timeout=20) as resumed:
+        received = b""
+        for piece in resumed.iter_raw():
+            received += piece
+            if received.endswith(end):
+                break
+    [line] = _lines(proxy, 1)
+    assert line["status"] == 200 and line["client_left_after_end"] is True

@@ -30,7 +30,7 @@ from proxy.server.relay import (PlainTap, RelayOutcome, StreamTap, is_event_stre
                                 whole_response)
 from proxy.server.request_line import RequestLine, clipped
 from proxy.server.services import Services
-from proxy.server.taps import ChatTap, ResponsesTap
+from proxy.server.taps import left_after_end
 from proxy.server.upstream import answer_failed, reading_answer, upstream_path
 from proxy.settings import UpstreamSettings
 from proxy.sse import SseDecoder
@@ -177,8 +177,7 @@ def _left(services: Services, line: RequestLine, prepared: Prepared, tap: Stream
     that whole answer anchors the next turn (one cut short does not: `finish_stream`). That
     client got the whole answer: its line keeps the upstream's status, and says it left."""
     line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms,
-             client_left_after_end=isinstance(tap, (ChatTap, ResponsesTap))
-             and tap.delivered_whole(outcome.bytes_out) or None)
+             client_left_after_end=left_after_end(tap, outcome.bytes_out))
     _recorded(services, line, services.pipeline.finish_stream, prepared, tap, status)
 
 

@@ -79,6 +79,12 @@ class _EventTap:
         raise NotImplementedError
 
 
+def left_after_end(tap: object, bytes_out: int) -> bool | None:
+    """True when a client that left with `bytes_out` bytes had the whole answer (for its
+    request line); None otherwise, or for a tap that reads no answer."""
+    return isinstance(tap, _EventTap) and tap.delivered_whole(bytes_out) or None
+
+
 class ChatTap(_EventTap):
     def __init__(self, hide_usage: bool) -> None:
         self.hide_usage = hide_usage
