@@ -147,8 +147,8 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
             again = await services.pipeline.retry(prepared, response.status, readable, line)
             if again is not None:
                 return again
-        # Compressed against the proxy's wish: as it came to a client that accepts that, else
-        # plain (the client may not read an encoding the proxy asked for none of in its name).
+        # Compressed against the proxy's wish: as it came to a client that accepts that
+        # encoding, else plain (the proxy asked for identity on the client's behalf).
         unpacked = (encoding is not None and plain is not None
                     and not accepts(request.headers.get(hdrs.ACCEPT_ENCODING), encoding))
         sent = readable if unpacked else data

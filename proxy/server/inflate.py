@@ -36,8 +36,9 @@ def answer_encoding(headers: Mapping[str, str]) -> str | None:
 
 def accepts(accept_encoding: str | None, encoding: str) -> bool:
     """Whether a client's `Accept-Encoding` names `encoding` (or `*`) with a weight above 0
-    (RFC 9110 §12.5.3). None for a client that sent none: the RFC lets a server pick any coding
-    then, but plain is what every client reads, and what the proxy asked for in its name."""
+    (RFC 9110 §12.5.3). False for a client that sent none: the RFC lets a server pick any
+    coding then, but plain is what every client reads, and what the proxy asked for on its
+    behalf."""
     if not accept_encoding:
         return False
     names = {encoding, *_ALIASES.get(encoding, ())}
