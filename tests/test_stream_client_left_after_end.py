@@ -17,7 +17,9 @@ from aiohttp import web
 
 from tests.conftest import API_KEY
 from tests.test_metrics_parser_refusals import _requests_total
-from tests.test_responses_stream_ends import STARTED, _event, _opening
+from tests.test_responses_resumed_stream import DELTAS, RESPONSE
+from tests.test_responses_resumed_stream import _event as _resumed_event
+from tests.test_responses_stream_ends import STARTED, _completed, _event, _opening
 from tests.test_server_wire_edges import make_upstream  # noqa: F401 - the fixture
 from tests.test_stream_usage_capture import (ANSWER, DONE, USAGE, USER, _chunk, _lines,
                                              _read_until, _sending)
@@ -39,7 +41,6 @@ def test_a_chat_client_gone_at_done_is_logged_with_the_upstreams_status(  # noqa
 
 def test_a_responses_client_gone_after_completed_is_logged_with_the_upstreams_status(  # noqa: F811
         make_upstream, make_proxy) -> None:
-    from tests.test_responses_stream_ends import _completed
     proxy = make_proxy(make_upstream(_sending(_opening(), _completed(), pause_s=0.5)).url)
     _read_until(proxy.port, "/v1/responses", {"model": "gpt-4o", "input": USER, "stream": True},
                 b'{"reasoning_tokens": 0}}}}\n\n')
@@ -93,8 +94,6 @@ def test_a_stream_broken_after_its_failure_gets_no_second_error(  # noqa: F811
 
 def test_a_client_gone_after_a_resumed_streams_end_is_logged_with_its_status(  # noqa: F811
         make_upstream, make_proxy) -> None:
-    from tests.test_responses_resumed_stream import DELTAS, RESPONSE
-    from tests.test_responses_resumed_stream import _event as _resumed_event
     end = _resumed_event("response.completed", 6, response=RESPONSE)
     proxy = make_proxy(make_upstream(_sending(DELTAS + end, pause_s=0.5)).url)
     with httpx.stream("GET", f"{proxy.base_url}/responses/resp_bg?stream=true",
