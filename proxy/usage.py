@@ -140,9 +140,30 @@ def _int(value: Any) -> int | None:
         return value if value >= 0 else None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        return None  # a count is whole: a fraction is no count of anything
     return int(value) if value >= 0 else None
+
+
+# The largest context windows on offer hold some 10 million tokens: no model without a profile
+# can have read more. With a profile, twice its window: a provider refuses a request above its
+# window, and the factor leaves room for a profile set too small.
+UNPROFILED_CEILING = 10_000_000
+CEILING_FACTOR = 2
+
+
+def usage_ceiling(window: int | None) -> int:
+    """The most tokens a count of usage can plausibly say, for a model of `window` tokens of
+    input (None: no profile says it)."""
+    return UNPROFILED_CEILING if window is None else CEILING_FACTOR * window
+
+
+def plausible_usage(usage: Usage, ceiling: int) -> bool:
+    """Whether no count of `usage` is above `ceiling` (`usage_ceiling`). An implausible one
+    (1e23 tokens, as some servers report) must not anchor the next estimate: that request would
+    look far over its window, and fail or compact for nothing."""
+    return (usage.input + usage.output <= ceiling
+            and max(usage.cached, usage.cache_write) <= ceiling)
 
 
 def _estimate(api: Api | str, response: Any, count: Count | None) -> int:

@@ -34,7 +34,7 @@ def _send_raw(port: int, header: bytes) -> bytes:
 
 def test_requests_the_parser_refuses_are_counted_once_each(fake, proxy) -> None:
     heads = [_send_raw(proxy.port, b"x-big: " + b"a" * 70_000),
-             _send_raw(proxy.port, b"Content-Encoding: br"),
+             _send_raw(proxy.port, b"Content-Encoding: zstd"),  # unreadable to aiohttp
              _send_raw(proxy.port, b"x-ctrl: a\x01b")]
     assert [h.split(b" ", 2)[1] for h in heads] == [b"431", b"415", b"400"]
     refusals = proxy.logs.events("bad_http_request")

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import brotli
 import httpx
 import openai
 import pytest
@@ -101,8 +102,7 @@ def test_a_conversation_is_found_where_it_was_made_after_a_restart(
 
 
 class BrotliUpstream(FakeUpstream):
-    """The fake, answering a client that accepts `br` with a body in that encoding (opaque
-    bytes stand for it here: the proxy cannot inflate brotli, which is the point)."""
+    """The fake, answering a client that accepts `br` with its body in that encoding."""
 
     def app(self) -> web.Application:
         app = super().app()
@@ -114,7 +114,8 @@ class BrotliUpstream(FakeUpstream):
         answer = await handler(request)
         if "br" not in request.headers.get("Accept-Encoding", ""):
             return answer
-        return web.Response(status=answer.status, body=b"\x1b\x00brotli",
+        assert isinstance(answer, web.Response) and answer.body is not None
+        return web.Response(status=answer.status, body=brotli.compress(bytes(answer.body)),
                             content_type="application/json", headers={"Content-Encoding": "br"})
 
 

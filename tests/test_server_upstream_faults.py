@@ -144,7 +144,8 @@ def test_a_stream_in_an_encoding_the_proxy_cannot_inflate_is_relayed_as_it_came(
     opaque = bytes(range(256)) * 40  # no blank line the relay could take for an event's end
 
     async def answer(request: web.Request) -> web.StreamResponse:
-        out = web.StreamResponse(headers={"Content-Encoding": "br",
+        # LZW (`compress`): no library the proxy has reads it.
+        out = web.StreamResponse(headers={"Content-Encoding": "compress",
                                           "Content-Type": "text/event-stream"})
         await out.prepare(request)
         await out.write(opaque)
@@ -154,8 +155,8 @@ def test_a_stream_in_an_encoding_the_proxy_cannot_inflate_is_relayed_as_it_came(
     for path, body in (("/chat/completions", {**CHAT, "stream": True}),
                        ("/responses", {"model": "gpt-4o", "input": "hi", "stream": True})):
         with httpx.stream("POST", f"{proxy.base_url}{path}", json=body, timeout=20,
-                          headers={"Accept-Encoding": "br"}) as answer_:
-            assert answer_.headers["content-encoding"] == "br"
+                          headers={"Accept-Encoding": "compress"}) as answer_:
+            assert answer_.headers["content-encoding"] == "compress"
             assert b"".join(answer_.iter_raw()) == opaque
         assert "upstream_error" not in proxy.requests()[-1]
 

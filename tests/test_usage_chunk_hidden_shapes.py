@@ -50,3 +50,28 @@ def test_a_client_that_asked_for_usage_gets_the_chunk_as_sent(make_upstream,  # 
     client.close()
     assert received == sent
     assert proxy.requests()[-1]["usage_input"] == 11
+
+
+@pytest.mark.parametrize("every", [False, True], ids=["on_the_last", "on_every"])
+def test_usage_beside_choices_is_read_and_not_shown_to_a_client_that_did_not_ask(  # noqa: F811
+        make_upstream, make_proxy, every: bool) -> None:
+    def chunk(delta: dict[str, Any], finish: str | None, usage: Any) -> bytes:
+        body = {**_HEAD, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                "usage": usage}
+        return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+    sent = (chunk({"role": "assistant", "content": "Hel"}, None, USAGE if every else None)
+            + chunk({"content": "lo"}, "stop", USAGE) + DONE)
+    proxy = make_proxy(make_upstream(_sending(sent)).url)
+    client = openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)
+    messages: list[Any] = list(USER)
+    for _ in range(2):
+        chunks = list(client.chat.completions.create(model="gpt-4o", messages=messages,
+                                                     stream=True,
+                                                     extra_headers={"x-thread-id": "t"}))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks) == "Hello"
+        assert all(c.usage is None for c in chunks)
+        messages += [{"role": "assistant", "content": "Hello"}, {"role": "user", "content": "on"}]
+    client.close()
+    first, second = proxy.requests()
+    assert first["usage_input"] == 11 and second["anchor_used"] is True

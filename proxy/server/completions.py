@@ -23,13 +23,14 @@ from proxy.inbound import Inbound, leading_bytes
 from proxy.server.client_body import read_client_body
 from proxy.server.headers import (bind_idempotency_keys, client_response_headers,
                                   upstream_request_headers)
-from proxy.server.inflate import InflatingTap, answer_encoding, inflated, inflater
+from proxy.server.inflate import InflatingTap, accepts, answer_encoding, inflated, inflater
 from proxy.server.origins import Origins, continued_id
 from proxy.server.prepared import Prepared
 from proxy.server.relay import (PlainTap, RelayOutcome, StreamTap, is_event_stream, relay_stream,
                                 whole_response)
 from proxy.server.request_line import RequestLine, clipped
 from proxy.server.services import Services
+from proxy.server.taps import left_after_end
 from proxy.server.upstream import answer_failed, reading_answer, upstream_path
 from proxy.settings import UpstreamSettings
 from proxy.sse import SseDecoder
@@ -140,15 +141,22 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
             data = await response.read()
         except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
             raise answer_failed(prepared.upstream, exc) from None
-        # Read inflated, relayed as it came; b"" (nothing to read) when it cannot be inflated.
-        readable = data if encoding is None else inflated(data, encoding) or b""
+        plain = data if encoding is None else inflated(data, encoding)
+        readable = b"" if plain is None else plain  # b"": nothing to read, relayed as it came
         if response.status >= 400:
             again = await services.pipeline.retry(prepared, response.status, readable, line)
             if again is not None:
                 return again
-        line.set(bytes_out=len(data))
-        out = whole_response(response.status, response.reason, response.headers, data,
+        # Compressed against the proxy's wish: as it came to a client that accepts that
+        # encoding, else plain (the proxy asked for identity on the client's behalf).
+        unpacked = (encoding is not None and plain is not None
+                    and not accepts(request.headers.get(hdrs.ACCEPT_ENCODING), encoding))
+        sent = readable if unpacked else data
+        line.set(bytes_out=len(sent))
+        out = whole_response(response.status, response.reason, response.headers, sent,
                              prepared.response_headers)
+        if unpacked:
+            out.headers.popall(hdrs.CONTENT_ENCODING)
         # The client has its answer before the proxy records what it reported. Nothing below
         # waits (the store queues its writes), so no other request runs in between: the next
         # turn, on any connection, still finds the anchor.
@@ -166,8 +174,10 @@ def _left(services: Services, line: RequestLine, prepared: Prepared, tap: Stream
     """What a client that left mid-stream had got: its 499 line says how far it read. The
     pipeline still reads the stream so far: a client may leave once it has the answer's last
     event (the sync SDK closes at `[DONE]`) while the upstream's body has not ended yet, and
-    that whole answer anchors the next turn (one cut short does not: `finish_stream`)."""
-    line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms)
+    that whole answer anchors the next turn (one cut short does not: `finish_stream`). That
+    client got the whole answer: its line keeps the upstream's status, and says it left."""
+    line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms,
+             client_left_after_end=left_after_end(tap, outcome.bytes_out))
     _recorded(services, line, services.pipeline.finish_stream, prepared, tap, status)
 
 

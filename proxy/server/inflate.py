@@ -2,9 +2,11 @@
 
 The proxy reads the answers of the routes it compacts (usage, rejections it can retry, the usage
 chunk it hides), and asks for them uncompressed; a server that compresses them all the same
-(`Accept-Encoding` is a preference) is read inflated here. A body still goes to the client as it
-came; a stream, which the proxy edits, goes plain, without its `Content-Encoding`. gzip and
-deflate are inflated (the standard library's zlib); another encoding is relayed unread.
+(`Accept-Encoding` is a preference) is read inflated here. A body goes to the client as it came
+when the client accepts its encoding, else plain; a stream, which the proxy edits, goes plain,
+without its `Content-Encoding`. gzip and deflate are inflated with the standard library's zlib,
+br with Brotli and zstd with zstandard (aiohttp reads zstd with another package, and not at all
+on this Python without it); another encoding, or several stacked, is relayed unread.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ import zlib
 from collections.abc import Callable, Mapping
 
 import aiohttp
+import brotli
+import zstandard
 
 from proxy.server.relay import StreamTap
 
 Inflate = Callable[[bytes], bytes]
 
-_INFLATABLE = frozenset({"gzip", "x-gzip", "deflate"})
+_ZLIB = frozenset({"gzip", "x-gzip", "deflate"})
 
 
 def answer_encoding(headers: Mapping[str, str]) -> str | None:
@@ -30,10 +34,76 @@ def answer_encoding(headers: Mapping[str, str]) -> str | None:
     return None if value in ("", "identity") else value
 
 
+def accepts(accept_encoding: str | None, encoding: str) -> bool:
+    """Whether a client's `Accept-Encoding` names `encoding` (or `*`) with a weight above 0
+    (RFC 9110 §12.5.3). False for a client that sent none: the RFC lets a server pick any
+    coding then, but plain is what every client reads, and what the proxy asked for on its
+    behalf."""
+    if not accept_encoding:
+        return False
+    names = {encoding, *_ALIASES.get(encoding, ())}
+    anything = False
+    for item in accept_encoding.split(","):
+        name, _, parameters = item.partition(";")
+        name = name.strip().lower()
+        if name in names:
+            return _weight(parameters) > 0
+        if name == "*":
+            anything = _weight(parameters) > 0
+    return anything
+
+
+_ALIASES = {"gzip": ("x-gzip",), "x-gzip": ("gzip",)}
+
+
+def _weight(parameters: str) -> float:
+    for parameter in parameters.split(";"):
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "q":
+            try:
+                return float(value.strip())
+            except ValueError:
+                return 0.0  # a weight that is no number: not accepted, as with none to read
+    return 1.0
+
+
 def inflater(encoding: str) -> Inflate | None:
     """A function that inflates an answer of `encoding` read by read; None when the proxy
     cannot inflate that encoding."""
-    return _Inflater(encoding) if encoding in _INFLATABLE else None
+    if encoding in _ZLIB:
+        return _Inflater(encoding)
+    if encoding == "br":
+        return _Unbrotli()
+    return _Unzstd() if encoding == "zstd" else None
+
+
+def _not_as_said(encoding: str) -> aiohttp.ClientPayloadError:
+    # Raised as the upstream's failure: the relay ends the stream with its error frame.
+    return aiohttp.ClientPayloadError(f"the answer does not inflate as its Content-Encoding "
+                                      f"({encoding}) says")
+
+
+class _Unbrotli:
+    def __init__(self) -> None:
+        self._brotli = brotli.Decompressor()
+
+    def __call__(self, chunk: bytes) -> bytes:
+        try:
+            return self._brotli.process(chunk)
+        except brotli.error:
+            raise _not_as_said("br") from None
+
+
+class _Unzstd:
+    def __init__(self) -> None:
+        # Across frames: a server may compress each flush as a frame of its own (RFC 8878 §3.1).
+        self._zstd = zstandard.ZstdDecompressor().decompressobj(read_across_frames=True)
+
+    def __call__(self, chunk: bytes) -> bytes:
+        try:
+            return self._zstd.decompress(chunk)
+        except zstandard.ZstdError:
+            raise _not_as_said("zstd") from None
 
 
 class _Inflater:
@@ -60,9 +130,7 @@ class _Inflater:
                 data += self._zlib.decompress(rest)
             return data
         except zlib.error:
-            # Raised as the upstream's failure: the relay ends the stream with its error frame.
-            raise aiohttp.ClientPayloadError(f"the answer does not inflate as its "
-                                             f"Content-Encoding ({self._encoding}) says") from None
+            raise _not_as_said(self._encoding) from None
 
 
 _GZIP_BITS = 47  # zlib detects a gzip or zlib header
@@ -113,3 +181,7 @@ class InflatingTap:
     @property
     def complete(self) -> bool:
         return self.tap.complete
+
+    @property
+    def over(self) -> bool:
+        return self.tap.over

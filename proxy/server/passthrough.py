@@ -26,7 +26,7 @@ from proxy.server.origins import Origins, names_the_object, scoped_id
 from proxy.server.relay import PlainTap, StreamTap, is_event_stream, relay_stream
 from proxy.server.request_line import RequestLine, clipped
 from proxy.server.services import SERVICES, Services
-from proxy.server.taps import ResponsesTap
+from proxy.server.taps import ResponsesTap, left_after_end
 from proxy.server.upstream import reading_answer, upstream_path
 from proxy.settings import UpstreamSettings
 from proxy.threads import tenant_digest
@@ -95,9 +95,11 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
                 read = await _answer_head(response, upstream)
                 await services.origins.conversation_made(  # type: ignore[union-attr]
                     upstream, inflated(b"".join(read), answer_encoding(response.headers)) or b"")
-            outcome = await relay_stream(request, response, out_headers,
-                                         _tap_for(tail, response, length), line.started, read,
-                                         left=lambda got: line.set(bytes_out=got.bytes_out))
+            tap = _tap_for(tail, response, length)
+            outcome = await relay_stream(
+                request, response, out_headers, tap, line.started, read,
+                left=lambda got: line.set(bytes_out=got.bytes_out, client_left_after_end=(
+                    left_after_end(tap, got.bytes_out))))
             line.set(bytes_out=outcome.bytes_out, upstream_error=outcome.upstream_error)
             return outcome.response
 

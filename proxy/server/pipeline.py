@@ -51,7 +51,7 @@ from proxy.streams import chat_message, chat_messages, one_choice, responses_out
 from proxy.threads import ThreadIdentity, loggable
 from proxy.tokens.estimate import TokenEstimator
 from proxy.tokens.rules import request_definitions
-from proxy.usage import normalize
+from proxy.usage import Usage, normalize, plausible_usage, usage_ceiling
 
 
 class Pipeline:
@@ -318,7 +318,9 @@ class Pipeline:
         api = prepared.inbound.api
         estimator = prepared.estimator
         usage = normalize(raw_usage, api, response, estimator.tokenizer.count if estimator else None)
-        if usage is None:
+        if usage is None or not self._plausible(prepared, usage, line):
+            if usage is None and raw_usage:  # counts of no shape or value the proxy reads
+                line.set(usage_ignored="unreadable")
             return
         line.set(usage_input=usage.input, usage_output=usage.output, usage_cached=usage.cached,
                  usage_reasoning=usage.reasoning)
@@ -337,6 +339,16 @@ class Pipeline:
         for anchor in anchors.choice_anchors(prepared.projection, prepared.context, digests,
                                              usage, prepared.inbound.model, self.clock()):
             self.store.add_anchor(prepared.key, anchor)
+
+    def _plausible(self, prepared: Prepared, usage: Usage, line: RequestLine) -> bool:
+        th = self.estimators.thresholds(prepared.inbound.model, 0)
+        if plausible_usage(usage, usage_ceiling(th.limit if th.profiled else None)):
+            return True
+        line.set(usage_ignored="implausible")
+        if self.log is not None:
+            self.log.warning("usage_ignored", thread=loggable(prepared.identity.thread),
+                             tenant=prepared.identity.tenant, reason="implausible")
+        return False
 
     # ---------------------------------------------------------------- helpers
 

@@ -42,6 +42,9 @@ class StreamTap(Protocol):
     @property
     def complete(self) -> bool: ...  # the answer came to its end (and not as an error)
 
+    @property
+    def over(self) -> bool: ...  # the stream said its last event (the end, or a failure)
+
 
 class PlainTap:
     """Forwards every byte as it comes; knows no event format (used for pass-through)."""
@@ -63,6 +66,10 @@ class PlainTap:
 
     @property
     def complete(self) -> bool:
+        return False
+
+    @property
+    def over(self) -> bool:
         return False
 
 
@@ -149,7 +156,7 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
     if data:
         await out.write(data)
         outcome.bytes_out += len(data)
-    elif outcome.upstream_error is not None and not tap.complete:
+    elif outcome.upstream_error is not None and not tap.over:
         _break_off(request)
     # No write_eof here: aiohttp ends the response once the handler returns, so the anchor and
     # the request's log line are written before the client can see the stream end.
@@ -158,12 +165,14 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
 
 def _failure(tap: StreamTap, outcome: RelayOutcome, message: str,
              code: str = "upstream_disconnected") -> bytes:
-    """The error frame that ends a stream broken off; nothing once the answer came to its end:
-    the client has it whole, and an SDK that reads a stream to its end (Responses) would raise
-    on an error event after `response.completed`."""
-    if not tap.complete:
+    """The error frame that ends a stream broken off; nothing once the stream said its last
+    event: the client has the whole answer, and an SDK that reads a stream to its end
+    (Responses) would raise on an error event after `response.completed`; after its failure
+    (`response.failed`, an error frame) a second error would say it twice."""
+    if not tap.over:
         return tap.failure_frame(message, code)
-    outcome.upstream_error = f"{outcome.upstream_error}, after the answer's end"
+    after = "the answer's end" if tap.complete else "the stream's failure"
+    outcome.upstream_error = f"{outcome.upstream_error}, after {after}"
     return b""
 
 

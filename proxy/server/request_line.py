@@ -1,8 +1,9 @@
 """The one log line each request ends with, whatever way it ends.
 
 Handlers add facts as they learn them; leaving the `with` block writes the line, with the status
-the client got: the upstream's, the proxy's own error status, 499 when the client went away,
-503 when the shutdown grace ended before the answer started.
+the client got: the upstream's, the proxy's own error status, 499 when the client went away
+(not once it had the answer's last event: `client_left_after_end`), 503 when the shutdown grace
+ended before the answer started.
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ class RequestLine:
         elif is_cut(exc):
             self._cut_by_shutdown()
         elif isinstance(exc, (asyncio.CancelledError, ConnectionResetError)):
+            if self.fields.get("client_left_after_end"):
+                return  # it had the whole answer: the status it got is the upstream's
             self.fields["status"] = CLIENT_CLOSED
             self.fields["error"] = "client_disconnected"
         elif not isinstance(exc, GeneratorExit):

@@ -1,18 +1,21 @@
 """Stream taps for the pipeline: forward complete events as they arrive, read the answer on the side.
 
-The chat tap can hide the usage-only chunk the proxy asked for on the client's behalf (SPEC §6);
+The chat tap can hide the usage the proxy asked for on the client's behalf (SPEC §6): the
+usage-only chunk, and the `usage` member of a chunk that carries it beside its choices;
 both taps rebuild the response (message or output items) and its usage for the anchor, and
 know how to end a broken stream with an error the client's SDK raises.
 """
 
 from __future__ import annotations
 
+import re
 from operator import itemgetter
 from typing import Any
 
 import orjson
 
 from proxy.errors import error_body
+from proxy.jsonspan import skip_ws
 from proxy.sse import SseDecoder, SseEvent
 from proxy.streams import ChatStream, ChunkKind, ResponsesStream
 
@@ -27,14 +30,24 @@ class _EventTap:
     decoder: SseDecoder
     _held = b""  # the last line, read by `cut_inside_line`, for `flush` to send
     ended = False  # the body ended cleanly (`cut_inside_line` or `flush` was called)
+    forwarded = 0  # bytes handed to the relay
 
     def feed(self, chunk: bytes) -> bytes:
-        return self._forward(self.decoder.feed(chunk))
+        out = self._forward(self.decoder.feed(chunk))
+        self.forwarded += len(out)
+        return out
 
     def flush(self) -> bytes:
         held, self._held = self._held, b""
         self.ended = True
-        return held + self._forward(self.decoder.flush())
+        out = held + self._forward(self.decoder.flush())
+        self.forwarded += len(out)
+        return out
+
+    def delivered_whole(self, bytes_out: int) -> bool:
+        """Whether a client that had `bytes_out` bytes had the whole answer: its end came, and
+        the relay wrote all it was handed (a write that failed may have held that end)."""
+        return self.complete and bytes_out >= self.forwarded
 
     def cut_inside_line(self) -> bool:
         """The body, which ended cleanly, ended inside a line, and what it holds does not
@@ -60,6 +73,17 @@ class _EventTap:
         """The answer came to its end (and not as an error)."""
         raise NotImplementedError
 
+    @property
+    def over(self) -> bool:
+        """The stream said its last event: the answer's end, or its failure."""
+        raise NotImplementedError
+
+
+def left_after_end(tap: object, bytes_out: int) -> bool | None:
+    """True when a client that left with `bytes_out` bytes had the whole answer (for its
+    request line); None otherwise, or for a tap that reads no answer."""
+    return isinstance(tap, _EventTap) and tap.delivered_whole(bytes_out) or None
+
 
 class ChatTap(_EventTap):
     def __init__(self, hide_usage: bool) -> None:
@@ -70,11 +94,17 @@ class ChatTap(_EventTap):
 
     def _forward(self, events: list[SseEvent]) -> bytes:
         out = []
+        stream = self.stream
         for event in events:
-            kind = self.stream.feed(event) if event.complete else ChunkKind.OTHER
+            usage = stream.usage
+            kind = stream.feed(event) if event.complete else ChunkKind.OTHER
             if self.hide_usage:
                 if kind is ChunkKind.USAGE_ONLY:
                     self.hidden += 1
+                    continue
+                if stream.usage is not usage:  # a chunk with choices and usage: read, not shown
+                    self.hidden += 1
+                    out.append(_without_usage(event))
                     continue
                 out.append(_without_null_usage(event.raw))
             else:
@@ -98,6 +128,10 @@ class ChatTap(_EventTap):
         stream = self.stream
         return stream.error is None and (stream.done or self.ended and stream.finished)
 
+    @property
+    def over(self) -> bool:
+        return self.stream.error is not None or self.complete
+
 
 # With include_usage, every chunk carries `"usage": null` until the last, usually as its last
 # key, first on some servers. Inside a JSON string a quote is always escaped, so these bytes
@@ -118,6 +152,60 @@ def _without_null_usage(raw: bytes) -> bytes:
             if raw.find(b'"usage"') < 0:
                 break
     return raw
+
+
+_JSON_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\],:]')
+
+
+def _without_usage(event: SseEvent) -> bytes:
+    """A chunk that carries usage beside its choices (some servers put it on the last chunk,
+    or on every one), without its `usage` member; every other byte as sent."""
+    data = event.data_bytes or b""
+    cut = _usage_member(data)
+    if cut is None:
+        return event.raw
+    kept = data[:cut[0]] + data[cut[1]:]
+    at = event.raw.rfind(data) if data.find(b"\n") < 0 else -1
+    if at >= 0:  # its one data line, spliced in place
+        return event.raw[:at] + kept + event.raw[at + len(data):]
+    # Data in several lines: the event is written again, one data line per line of its JSON.
+    eol = b"\r\n" if event.raw.endswith(b"\r\n") else event.raw[-1:]
+    return b"".join(b"data: " + line + eol for line in kept.split(b"\n")) + eol
+
+
+def _usage_member(data: bytes) -> tuple[int, int] | None:
+    """The span to cut from a JSON object to drop its top-level `usage` member: the member and
+    one comma beside it. None when it has none."""
+    depth, start, previous_comma, key_next = 0, -1, -1, False
+    for match in _JSON_TOKEN.finditer(data):
+        c = match.group()[0]
+        if c in b"{[":
+            depth += 1
+            key_next = depth == 1
+        elif c in b"}]":
+            depth -= 1
+            if depth == 0 and start >= 0:  # the object's end: it was the last member
+                return start, _before_space(data, match.start())
+        elif depth != 1:
+            continue
+        elif c == 0x2C:  # ','
+            if start >= 0:
+                # Not the first member: the comma before it goes; else the one after it, with
+                # the spaces after that.
+                return ((start, match.start()) if start == previous_comma
+                        else (start, skip_ws(data, match.end())))
+            previous_comma, key_next = match.start(), True
+        elif c == 0x22 and key_next:
+            key_next = False
+            if start < 0 and orjson.loads(match.group()) == "usage":
+                start = previous_comma if previous_comma >= 0 else match.start()
+    return None
+
+
+def _before_space(data: bytes, end: int) -> int:
+    while end > 0 and data[end - 1] in b" \t\r\n":
+        end -= 1
+    return end
 
 
 class ResponsesTap(_EventTap):
@@ -158,6 +246,10 @@ class ResponsesTap(_EventTap):
         # `incomplete` (the output limit reached) is an end too: the client keeps that
         # answer, and its usage anchors the next turn as a chat `finish_reason: length` does.
         return self.stream.status in _ENDED
+
+    @property
+    def over(self) -> bool:
+        return self.stream.status is not None or self.stream.error is not None
 
 
 _ENDED = ("completed", "incomplete")
