@@ -35,14 +35,15 @@ def threads(db: StateDb) -> list[tuple[Any, ...]]:
 
 
 class CountingConnection:
-    """A connection that counts `executemany` calls, and passes everything through."""
+    """A connection that counts `executemany` calls of anchor inserts, and passes everything
+    through."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
         self.executemany_calls = 0
 
     def executemany(self, sql: str, params: Any) -> sqlite3.Cursor:
-        self.executemany_calls += 1
+        self.executemany_calls += sql.startswith("INSERT INTO anchors")
         return self._conn.executemany(sql, params)
 
     def cursor(self) -> CountingConnection:
@@ -64,8 +65,9 @@ def test_the_anchors_of_several_threads_in_a_batch_are_one_insert(tmp_path: Path
 def reference_batch(db: StateDb, batch: list[tuple[int, int]], counts: dict[ThreadKey, int],
                     touch: bool) -> None:
     """A batch as the store wrote it thread after thread: the other writes first, then each
-    thread's newest `KEPT` anchors of the batch, its row made if not known, its old rows
-    pruned once `KEPT` were added since the last prune (`counts`)."""
+    thread's newest `KEPT` anchors of the batch, its row made if not known and given the
+    newest one's time, its old rows pruned once `KEPT` were added since the last prune
+    (`counts`)."""
     def written() -> None:
         if touch:
             db.touch(ThreadKey("t", "th0"), 5.0, 7)
@@ -77,6 +79,8 @@ def reference_batch(db: StateDb, batch: list[tuple[int, int]], counts: dict[Thre
             for each in anchors:
                 db.conn.execute("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
                                 (key.tenant, key.thread, orjson.dumps(each.to_data()).decode()))
+            db.conn.execute("UPDATE threads SET anchored_at = ? WHERE tenant = ? AND thread = ?",
+                            (anchors[-1].created_at, key.tenant, key.thread))
             counts[key] = counts.get(key, 0) + len(anchors)
             if counts[key] >= KEPT:
                 db._prune(key)

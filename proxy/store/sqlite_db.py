@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from itertools import repeat
-from operator import add, is_, itemgetter
+from operator import add, attrgetter, is_, itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
@@ -25,7 +25,8 @@ from proxy.store import jsoncodec
 from proxy.store import damage
 from proxy.store.base import ANCHORS_KEPT, StoreError, ThreadSummary
 from proxy.store.db_file import configure, prepare
-from proxy.store.schema import migrate
+from proxy.store.schema import (ACTIVE_AT, ANCHOR_TIMES_FROM, NEWEST_ANCHOR_AT, current_version,
+                                migrate)
 
 T = TypeVar("T")
 _KNOWN_THREADS = 10_000
@@ -160,6 +161,7 @@ class StateDb:
             added = 0
         self._writes.execute("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
                              (key.tenant, key.thread, jsoncodec.dumps_text(anchor.to_data())))
+        self._writes.execute(_ANCHORED, (anchor.created_at, key.tenant, key.thread))
         added += 1
         if added >= self.anchors_kept:
             self._prune(key)
@@ -199,6 +201,9 @@ class StateDb:
                                  zip(map(_TENANT_OF, keys), map(_THREAD_OF, keys),
                                      jsoncodec.dumps_texts(
                                          list(map(Anchor.to_data, map(_ANCHOR_OF, writes))))))
+        # In insertion order: a thread's last one, its newest, is what its row keeps.
+        self._writes.executemany(_ANCHORED, zip(map(_CREATED_AT, map(_ANCHOR_OF, writes)),
+                                                map(_TENANT_OF, keys), map(_THREAD_OF, keys)))
         added = list(map(add, before, per_thread))  # type: ignore[arg-type]
         if max(added) >= kept:
             for i, key in enumerate(threads):
@@ -302,15 +307,14 @@ class StateDb:
         return [decoded(CompactionEvent, data) for (data,) in rows]
 
     def list_threads(self, limit: int) -> list[ThreadSummary]:
-        """The most recently active threads, by `_active_at` as `load` gives it (every thread's
-        newest anchor is read: an operator's command, not the request path)."""
-        rows = self.conn.execute(
-            "SELECT thread, tenant, created_at, max(last_activity, coalesce(("
-            "SELECT CASE WHEN json_valid(data) THEN json_extract(data, '$.created_at') END "
-            "FROM anchors WHERE anchors.tenant = threads.tenant "
-            "AND anchors.thread = threads.thread ORDER BY id DESC LIMIT 1), 0)) AS active, "
-            "event_count, last_estimate FROM threads ORDER BY active DESC LIMIT ?", (limit,))
-        return [ThreadSummary(*row) for row in rows]
+        """The most recently active threads, by `_active_at` as `load` gives it: the later of
+        the touch and the newest anchor's time, kept on the row and indexed. A state older than
+        that (read beside the proxy that still serves it) has every thread's newest anchor read."""
+        if current_version(self.conn) >= ANCHOR_TIMES_FROM:
+            query = _LIST_THREADS
+        else:
+            query = _LIST_THREADS_READING_ANCHORS
+        return [ThreadSummary(*row) for row in self.conn.execute(query, (limit,))]
 
     def find(self, thread: str) -> list[ThreadState]:
         rows = self.conn.execute("SELECT tenant FROM threads WHERE thread = ? ORDER BY tenant",
@@ -322,6 +326,13 @@ class StateDb:
         return "; ".join(damage.check(self.conn, "integrity_check")) or "ok"
 
 
+# The index on ACTIVE_AT gives the order: the listing reads `limit` rows of it, no more.
+_LIST_THREADS = (f"SELECT thread, tenant, created_at, {ACTIVE_AT}, event_count, last_estimate "
+                 f"FROM threads ORDER BY {ACTIVE_AT} DESC LIMIT ?")
+_LIST_THREADS_READING_ANCHORS = (
+    f"SELECT thread, tenant, created_at, max(last_activity, {NEWEST_ANCHOR_AT}) AS active, "
+    f"event_count, last_estimate FROM threads ORDER BY active DESC LIMIT ?")
+_ANCHORED = "UPDATE threads SET anchored_at = ? WHERE tenant = ? AND thread = ?"
 _TOUCH = ("INSERT INTO threads (tenant, thread, created_at, last_activity, last_estimate) "
           "VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, thread) DO UPDATE SET "
           "last_activity = max(last_activity, excluded.last_activity), "
@@ -344,6 +355,7 @@ class AnchorWrite(NamedTuple):
 
 _DB_OF, _KEY_OF, _ANCHOR_OF = itemgetter(0), itemgetter(1), itemgetter(2)  # of an `AnchorWrite`
 _TENANT_OF, _THREAD_OF = itemgetter(0), itemgetter(1)  # of a `ThreadKey`
+_CREATED_AT = attrgetter("created_at")  # of an `Anchor`
 
 
 def _newest(writes: list[AnchorWrite], per_thread: Counter[ThreadKey],
