@@ -25,8 +25,7 @@ from proxy.store import jsoncodec
 from proxy.store import damage
 from proxy.store.base import ANCHORS_KEPT, StoreError, ThreadSummary
 from proxy.store.db_file import configure, prepare
-from proxy.store.schema import (ACTIVE_AT, ANCHOR_TIMES_FROM, NEWEST_ANCHOR_AT, current_version,
-                                migrate)
+from proxy.store.schema import ANCHOR_TIMES_FROM, NEWEST_ANCHOR_AT, current_version, migrate
 
 T = TypeVar("T")
 _KNOWN_THREADS = 10_000
@@ -308,8 +307,8 @@ class StateDb:
 
     def list_threads(self, limit: int) -> list[ThreadSummary]:
         """The most recently active threads, by `_active_at` as `load` gives it: the later of
-        the touch and the newest anchor's time, kept on the row and indexed. A state older than
-        that (read beside the proxy that still serves it) has every thread's newest anchor read."""
+        the touch and the newest anchor's time, kept on the row. A state older than that (read
+        beside the proxy that still serves it) has every thread's newest anchor read."""
         if current_version(self.conn) >= ANCHOR_TIMES_FROM:
             query = _LIST_THREADS
         else:
@@ -326,9 +325,8 @@ class StateDb:
         return "; ".join(damage.check(self.conn, "integrity_check")) or "ok"
 
 
-# The index on ACTIVE_AT gives the order: the listing reads `limit` rows of it, no more.
-_LIST_THREADS = (f"SELECT thread, tenant, created_at, {ACTIVE_AT}, event_count, last_estimate "
-                 f"FROM threads ORDER BY {ACTIVE_AT} DESC LIMIT ?")
+_LIST_THREADS = ("SELECT thread, tenant, created_at, max(last_activity, anchored_at) AS active, "
+                 "event_count, last_estimate FROM threads ORDER BY active DESC LIMIT ?")
 _LIST_THREADS_READING_ANCHORS = (
     f"SELECT thread, tenant, created_at, max(last_activity, {NEWEST_ANCHOR_AT}) AS active, "
     f"event_count, last_estimate FROM threads ORDER BY active DESC LIMIT ?")
