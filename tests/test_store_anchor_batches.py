@@ -24,10 +24,10 @@ def anchor(n: int) -> Anchor:
     return Anchor((f"r{n}",), n, f"p{n}", 100 + n, 5, model="m", created_at=10.0 + n)
 
 
-def rows(db: StateDb) -> list[tuple[str, str, str]]:
+def rows(db: StateDb) -> list[tuple[str, str, str, float]]:
     """Every anchor row, per thread in insertion order (ids across threads may interleave)."""
-    return db.conn.execute(
-        "SELECT tenant, thread, data FROM anchors ORDER BY tenant, thread, id").fetchall()
+    return db.conn.execute("SELECT tenant, thread, data, created_at FROM anchors "
+                           "ORDER BY tenant, thread, id").fetchall()
 
 
 def threads(db: StateDb) -> list[tuple[Any, ...]]:
@@ -65,9 +65,8 @@ def test_the_anchors_of_several_threads_in_a_batch_are_one_insert(tmp_path: Path
 def reference_batch(db: StateDb, batch: list[tuple[int, int]], counts: dict[ThreadKey, int],
                     touch: bool) -> None:
     """A batch as the store wrote it thread after thread: the other writes first, then each
-    thread's newest `KEPT` anchors of the batch, its row made if not known and given the
-    newest one's time, its old rows pruned once `KEPT` were added since the last prune
-    (`counts`)."""
+    thread's newest `KEPT` anchors of the batch, its row made if not known, its old rows
+    pruned once `KEPT` were added since the last prune (`counts`)."""
     def written() -> None:
         if touch:
             db.touch(ThreadKey("t", "th0"), 5.0, 7)
@@ -77,10 +76,10 @@ def reference_batch(db: StateDb, batch: list[tuple[int, int]], counts: dict[Thre
             if key not in counts:
                 db._ensure_thread(key, anchors[0].created_at)
             for each in anchors:
-                db.conn.execute("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
-                                (key.tenant, key.thread, orjson.dumps(each.to_data()).decode()))
-            db.conn.execute("UPDATE threads SET anchored_at = ? WHERE tenant = ? AND thread = ?",
-                            (anchors[-1].created_at, key.tenant, key.thread))
+                db.conn.execute("INSERT INTO anchors (tenant, thread, data, created_at) "
+                                "VALUES (?, ?, ?, ?)", (key.tenant, key.thread,
+                                                        orjson.dumps(each.to_data()).decode(),
+                                                        each.created_at))
             counts[key] = counts.get(key, 0) + len(anchors)
             if counts[key] >= KEPT:
                 db._prune(key)

@@ -1,11 +1,11 @@
-"""Schema version 4: each thread keeps its newest anchor's time, and the listing reads no anchor.
+"""Schema version 4: each anchor's time in a column of its own, in the index the listing reads.
 
 `threads` lists the most recently active threads, a thread's activity being the later of its
 touch and its newest anchor's time (as `load` gives it). Before version 4 the listing read
-every thread's newest anchor (its row and its JSON) to find that; from 4 the time is kept on the
-thread's row. The results are the same: same threads, order and times, on a state written by
-the proxy and on one migrated from version 3. An older state read beside the proxy that still
-serves it (`threads` during an upgrade) is listed the old way.
+every thread's newest anchor (its row and its JSON) to find that; from 4 it reads the time from
+the anchors' index alone. The results are the same: same threads, order and times, on a state
+written by the proxy and on one migrated from version 3. An older state read beside the proxy
+that still serves it (`threads` during an upgrade) is listed the old way.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from proxy.store import open_read_only
 from proxy.store.db_file import DB_FILE
 from proxy.store.jsoncodec import dumps_text
 from proxy.store.schema import ANCHOR_TIMES_FROM, MIGRATIONS, current_version, migrate
-from proxy.store.sqlite_db import _LIST_THREADS_READING_ANCHORS, AnchorWrite, StateDb
+from proxy.store.sqlite_db import (_LIST_THREADS, _LIST_THREADS_READING_ANCHORS, AnchorWrite,
+                                   StateDb)
 
 # The tables as schema version 3 made them, written out so that a later change to the
 # migrations cannot change what this test upgrades.
@@ -111,12 +112,14 @@ def test_a_version_3_state_lists_the_same_threads_after_the_migration(tmp_path: 
         indexes = {name for (name,) in conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'threads'")}
         assert "threads_by_activity" not in indexes  # nothing read it; every touch paid
+        assert [row[2] for row in conn.execute("PRAGMA index_info(anchors_by_thread)")] == [
+            "tenant", "thread", "id", "created_at"]
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
 
 
 def test_a_downgrade_and_a_new_upgrade_recompute_the_newest_anchor_times(tmp_path: Path) -> None:
-    """Downgrading to 3 leaves the column, which a version 3 proxy does not keep: the step to 4
-    runs again on the next upgrade and takes the anchors written meanwhile."""
+    """Downgrading to 3 leaves the column, which a version 3 proxy does not fill: the step to 4
+    runs again on the next upgrade and fills the anchors written meanwhile."""
     path = schema3_state(tmp_path)
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:
         migrate(conn)
@@ -176,16 +179,16 @@ def test_the_listing_is_what_reading_every_anchor_gives(
             db.close()
 
 
-def test_the_listing_reads_no_anchor(tmp_path: Path) -> None:
+def test_the_listing_reads_the_anchors_index_not_their_rows(tmp_path: Path) -> None:
     db = StateDb.connect(tmp_path)
     try:
         db.write(db.touch, ThreadKey("t", "a"), 1000.0, None)
         db.write_batch([AnchorWrite(db, ThreadKey("t", "a"), anchor(1, 1001.0))])
-        read: list[str] = []
+        read: list[tuple[str, str]] = []
 
-        def reads(action: int, table: str | None, *_: object) -> int:
+        def reads(action: int, table: str | None, column: str | None, *_: object) -> int:
             if action == sqlite3.SQLITE_READ and table is not None:
-                read.append(table)
+                read.append((table, column or ""))
             return sqlite3.SQLITE_OK
 
         db.conn.set_authorizer(reads)
@@ -193,6 +196,9 @@ def test_the_listing_reads_no_anchor(tmp_path: Path) -> None:
             assert [s.last_activity for s in db.list_threads(10)] == [1001.0]
         finally:
             db.conn.set_authorizer(None)
-        assert "anchors" not in read and "threads" in read, read
+        assert ("anchors", "data") not in read and ("anchors", "created_at") in read, read
+        plan = " ".join(row[3] for row in db.conn.execute(
+            "EXPLAIN QUERY PLAN " + _LIST_THREADS, (10,)))
+        assert "COVERING INDEX anchors_by_thread" in plan, plan
     finally:
         db.close()

@@ -158,9 +158,9 @@ class StateDb:
         if added is None:
             self._ensure_thread(key, anchor.created_at)
             added = 0
-        self._writes.execute("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
-                             (key.tenant, key.thread, jsoncodec.dumps_text(anchor.to_data())))
-        self._writes.execute(_ANCHORED, (anchor.created_at, key.tenant, key.thread))
+        self._writes.execute(_INSERT_ANCHOR, (key.tenant, key.thread,
+                                              jsoncodec.dumps_text(anchor.to_data()),
+                                              anchor.created_at))
         added += 1
         if added >= self.anchors_kept:
             self._prune(key)
@@ -196,13 +196,10 @@ class StateDb:
                 if count is None:
                     self._ensure_thread(key, first[key].created_at)
             before = [count or 0 for count in before]
-        self._writes.executemany("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
-                                 zip(map(_TENANT_OF, keys), map(_THREAD_OF, keys),
-                                     jsoncodec.dumps_texts(
-                                         list(map(Anchor.to_data, map(_ANCHOR_OF, writes))))))
-        # In insertion order: a thread's last one, its newest, is what its row keeps.
-        self._writes.executemany(_ANCHORED, zip(map(_CREATED_AT, map(_ANCHOR_OF, writes)),
-                                                map(_TENANT_OF, keys), map(_THREAD_OF, keys)))
+        anchors = list(map(_ANCHOR_OF, writes))
+        self._writes.executemany(_INSERT_ANCHOR, zip(
+            map(_TENANT_OF, keys), map(_THREAD_OF, keys),
+            jsoncodec.dumps_texts(list(map(Anchor.to_data, anchors))), map(_CREATED_AT, anchors)))
         added = list(map(add, before, per_thread))  # type: ignore[arg-type]
         if max(added) >= kept:
             for i, key in enumerate(threads):
@@ -307,8 +304,9 @@ class StateDb:
 
     def list_threads(self, limit: int) -> list[ThreadSummary]:
         """The most recently active threads, by `_active_at` as `load` gives it: the later of
-        the touch and the newest anchor's time, kept on the row. A state older than that (read
-        beside the proxy that still serves it) has every thread's newest anchor read."""
+        the touch and the newest anchor's time, read from the anchors' index. A state older
+        than that (read beside the proxy that still serves it) has every newest anchor's JSON
+        read."""
         if current_version(self.conn) >= ANCHOR_TIMES_FROM:
             query = _LIST_THREADS
         else:
@@ -325,12 +323,15 @@ class StateDb:
         return "; ".join(damage.check(self.conn, "integrity_check")) or "ok"
 
 
-_LIST_THREADS = ("SELECT thread, tenant, created_at, max(last_activity, anchored_at) AS active, "
-                 "event_count, last_estimate FROM threads ORDER BY active DESC LIMIT ?")
+_LIST_THREADS = (
+    "SELECT thread, tenant, created_at, max(last_activity, coalesce(("
+    "SELECT anchors.created_at FROM anchors WHERE anchors.tenant = threads.tenant "
+    "AND anchors.thread = threads.thread ORDER BY id DESC LIMIT 1), 0)) AS active, "
+    "event_count, last_estimate FROM threads ORDER BY active DESC LIMIT ?")
 _LIST_THREADS_READING_ANCHORS = (
     f"SELECT thread, tenant, created_at, max(last_activity, {NEWEST_ANCHOR_AT}) AS active, "
     f"event_count, last_estimate FROM threads ORDER BY active DESC LIMIT ?")
-_ANCHORED = "UPDATE threads SET anchored_at = ? WHERE tenant = ? AND thread = ?"
+_INSERT_ANCHOR = "INSERT INTO anchors (tenant, thread, data, created_at) VALUES (?, ?, ?, ?)"
 _TOUCH = ("INSERT INTO threads (tenant, thread, created_at, last_activity, last_estimate) "
           "VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, thread) DO UPDATE SET "
           "last_activity = max(last_activity, excluded.last_activity), "
