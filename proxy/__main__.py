@@ -42,7 +42,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     for warning in settings.warnings:
         print(f"compaction-proxy: warning: {args.config}: {warning}", file=sys.stderr)
-    return int(args.run(settings, args) or 0)
+    try:
+        return int(args.run(settings, args) or 0)
+    except BrokenPipeError:
+        return _reader_left()
+
+
+def _reader_left() -> int:
+    """The reader of the output left early (`threads | head`): it has the lines it wanted, and
+    the command ends quietly, with the status a shell gives a tool its reader left (128 +
+    SIGPIPE), not a traceback. Python would fail again flushing stdout at exit: it points at
+    /dev/null from here on."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
 
 
 def _check_token_rules(settings: Settings) -> None:

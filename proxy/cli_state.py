@@ -122,4 +122,5 @@ def _error(message: str) -> None:
 
 
 def _when(at: float | None) -> str:
-    return "-" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    # With the offset: the log lines are in UTC, and a bare local time reads as hours off.
+    return "-" if at is None else time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(at))

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from proxy.records import Anchor, ThreadKey
 from proxy.store import SqliteStore
 from proxy.store.cached import TOUCH_INTERVAL_S, CachedStore
+from proxy.store.schema import ANCHOR_TIMES_FROM
 from proxy.store.sqlite_db import StateDb
 
 KEY, OTHER, LATER = ThreadKey("t", "answered"), ThreadKey("t", "other"), ThreadKey("t", "later")
@@ -62,13 +65,19 @@ async def test_the_thread_list_orders_and_shows_the_same_activity(tmp_path: Path
                       ("other", 1010.0)]
 
 
-def test_a_damaged_anchor_does_not_fail_the_thread_list(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", [ANCHOR_TIMES_FROM - 1, ANCHOR_TIMES_FROM])
+def test_a_damaged_anchor_does_not_fail_the_thread_list(tmp_path: Path, version: int) -> None:
     db = StateDb.connect(tmp_path)
     try:
         db.write(db.touch, KEY, 1000.0, 5)
         db.write(db.add_anchor, KEY, anchor(1, 1200.0))
         db.conn.execute("UPDATE anchors SET data = 'not json'")
+        # Read as a state of that version (`threads` beside an older proxy reads anchors).
+        db.conn.execute("DELETE FROM schema_version WHERE version > ?", (version,))
         [summary] = db.list_threads(10)
-        assert summary.thread == KEY.thread and summary.last_activity == 1000.0
+        # The older state's listing skips the unreadable anchor; the newer one reads its time
+        # from the index, as it was written.
+        expected = 1200.0 if version >= ANCHOR_TIMES_FROM else 1000.0
+        assert summary.thread == KEY.thread and summary.last_activity == expected
     finally:
         db.close()

@@ -24,10 +24,10 @@ def anchor(n: int) -> Anchor:
     return Anchor((f"r{n}",), n, f"p{n}", 100 + n, 5, model="m", created_at=10.0 + n)
 
 
-def rows(db: StateDb) -> list[tuple[str, str, str]]:
+def rows(db: StateDb) -> list[tuple[str, str, str, float]]:
     """Every anchor row, per thread in insertion order (ids across threads may interleave)."""
-    return db.conn.execute(
-        "SELECT tenant, thread, data FROM anchors ORDER BY tenant, thread, id").fetchall()
+    return db.conn.execute("SELECT tenant, thread, data, created_at FROM anchors "
+                           "ORDER BY tenant, thread, id").fetchall()
 
 
 def threads(db: StateDb) -> list[tuple[Any, ...]]:
@@ -35,14 +35,15 @@ def threads(db: StateDb) -> list[tuple[Any, ...]]:
 
 
 class CountingConnection:
-    """A connection that counts `executemany` calls, and passes everything through."""
+    """A connection that counts `executemany` calls of anchor inserts, and passes everything
+    through."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
         self.executemany_calls = 0
 
     def executemany(self, sql: str, params: Any) -> sqlite3.Cursor:
-        self.executemany_calls += 1
+        self.executemany_calls += sql.startswith("INSERT INTO anchors")
         return self._conn.executemany(sql, params)
 
     def cursor(self) -> CountingConnection:
@@ -75,8 +76,10 @@ def reference_batch(db: StateDb, batch: list[tuple[int, int]], counts: dict[Thre
             if key not in counts:
                 db._ensure_thread(key, anchors[0].created_at)
             for each in anchors:
-                db.conn.execute("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
-                                (key.tenant, key.thread, orjson.dumps(each.to_data()).decode()))
+                db.conn.execute("INSERT INTO anchors (tenant, thread, data, created_at) "
+                                "VALUES (?, ?, ?, ?)", (key.tenant, key.thread,
+                                                        orjson.dumps(each.to_data()).decode(),
+                                                        each.created_at))
             counts[key] = counts.get(key, 0) + len(anchors)
             if counts[key] >= KEPT:
                 db._prune(key)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey
 from proxy.store import SqliteStore, open_read_only
+from proxy.store.jsoncodec import dumps_text
 from proxy.store.schema import MIGRATIONS, migrate
 from proxy.store.db_file import DB_FILE
 from proxy.store.sqlite_db import StateDb
@@ -29,7 +30,7 @@ MARK = MicrocompactMark("m2", 2, created_at=1001.0)
 
 def schema1_state(root: Path) -> Path:
     """A state as the proxy at schema version 1 left it: migration 1 only, one thread written
-    through the statements the store uses (they touch no table added since)."""
+    through the statements the store uses (they touch no table added since), but the anchor's."""
     root.mkdir(mode=0o700, exist_ok=True)
     path = root / DB_FILE
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:
@@ -37,7 +38,10 @@ def schema1_state(root: Path) -> Path:
         assert migrate(conn, MIGRATIONS[:1]) == 1
         db = StateDb(conn)
         db.write(db.touch, KEY, 1000.0, 950)
-        db.write(db.add_anchor, KEY, ANCHOR)
+        # As the version 1 proxy stored an anchor (the store's statements now keep the
+        # thread's newest anchor time too, in a column version 1 does not have).
+        conn.execute("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
+                     (KEY.tenant, KEY.thread, dumps_text(ANCHOR.to_data())))
         db.write(db.add_event, KEY, EVENT)
         db.write(db.set_microcompact, KEY, MARK)
     return path

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from itertools import repeat
-from operator import add, is_, itemgetter
+from operator import add, attrgetter, is_, itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
@@ -25,7 +25,7 @@ from proxy.store import jsoncodec
 from proxy.store import damage
 from proxy.store.base import ANCHORS_KEPT, StoreError, ThreadSummary
 from proxy.store.db_file import configure, prepare
-from proxy.store.schema import migrate
+from proxy.store.schema import ANCHOR_TIMES_FROM, NEWEST_ANCHOR_AT, current_version, migrate
 
 T = TypeVar("T")
 _KNOWN_THREADS = 10_000
@@ -158,8 +158,9 @@ class StateDb:
         if added is None:
             self._ensure_thread(key, anchor.created_at)
             added = 0
-        self._writes.execute("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
-                             (key.tenant, key.thread, jsoncodec.dumps_text(anchor.to_data())))
+        self._writes.execute(_INSERT_ANCHOR, (key.tenant, key.thread,
+                                              jsoncodec.dumps_text(anchor.to_data()),
+                                              anchor.created_at))
         added += 1
         if added >= self.anchors_kept:
             self._prune(key)
@@ -195,10 +196,10 @@ class StateDb:
                 if count is None:
                     self._ensure_thread(key, first[key].created_at)
             before = [count or 0 for count in before]
-        self._writes.executemany("INSERT INTO anchors (tenant, thread, data) VALUES (?, ?, ?)",
-                                 zip(map(_TENANT_OF, keys), map(_THREAD_OF, keys),
-                                     jsoncodec.dumps_texts(
-                                         list(map(Anchor.to_data, map(_ANCHOR_OF, writes))))))
+        anchors = list(map(_ANCHOR_OF, writes))
+        self._writes.executemany(_INSERT_ANCHOR, zip(
+            map(_TENANT_OF, keys), map(_THREAD_OF, keys),
+            jsoncodec.dumps_texts(list(map(Anchor.to_data, anchors))), map(_CREATED_AT, anchors)))
         added = list(map(add, before, per_thread))  # type: ignore[arg-type]
         if max(added) >= kept:
             for i, key in enumerate(threads):
@@ -302,15 +303,15 @@ class StateDb:
         return [decoded(CompactionEvent, data) for (data,) in rows]
 
     def list_threads(self, limit: int) -> list[ThreadSummary]:
-        """The most recently active threads, by `_active_at` as `load` gives it (every thread's
-        newest anchor is read: an operator's command, not the request path)."""
-        rows = self.conn.execute(
-            "SELECT thread, tenant, created_at, max(last_activity, coalesce(("
-            "SELECT CASE WHEN json_valid(data) THEN json_extract(data, '$.created_at') END "
-            "FROM anchors WHERE anchors.tenant = threads.tenant "
-            "AND anchors.thread = threads.thread ORDER BY id DESC LIMIT 1), 0)) AS active, "
-            "event_count, last_estimate FROM threads ORDER BY active DESC LIMIT ?", (limit,))
-        return [ThreadSummary(*row) for row in rows]
+        """The most recently active threads, by `_active_at` as `load` gives it: the later of
+        the touch and the newest anchor's time, read from the anchors' index. A state older
+        than that (read beside the proxy that still serves it) has every newest anchor's JSON
+        read."""
+        if current_version(self.conn) >= ANCHOR_TIMES_FROM:
+            query = _LIST_THREADS
+        else:
+            query = _LIST_THREADS_READING_ANCHORS
+        return [ThreadSummary(*row) for row in self.conn.execute(query, (limit,))]
 
     def find(self, thread: str) -> list[ThreadState]:
         rows = self.conn.execute("SELECT tenant FROM threads WHERE thread = ? ORDER BY tenant",
@@ -322,6 +323,15 @@ class StateDb:
         return "; ".join(damage.check(self.conn, "integrity_check")) or "ok"
 
 
+_LIST_THREADS = (
+    "SELECT thread, tenant, created_at, max(last_activity, coalesce(("
+    "SELECT anchors.created_at FROM anchors WHERE anchors.tenant = threads.tenant "
+    "AND anchors.thread = threads.thread ORDER BY id DESC LIMIT 1), 0)) AS active, "
+    "event_count, last_estimate FROM threads ORDER BY active DESC LIMIT ?")
+_LIST_THREADS_READING_ANCHORS = (
+    f"SELECT thread, tenant, created_at, max(last_activity, {NEWEST_ANCHOR_AT}) AS active, "
+    f"event_count, last_estimate FROM threads ORDER BY active DESC LIMIT ?")
+_INSERT_ANCHOR = "INSERT INTO anchors (tenant, thread, data, created_at) VALUES (?, ?, ?, ?)"
 _TOUCH = ("INSERT INTO threads (tenant, thread, created_at, last_activity, last_estimate) "
           "VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, thread) DO UPDATE SET "
           "last_activity = max(last_activity, excluded.last_activity), "
@@ -344,6 +354,7 @@ class AnchorWrite(NamedTuple):
 
 _DB_OF, _KEY_OF, _ANCHOR_OF = itemgetter(0), itemgetter(1), itemgetter(2)  # of an `AnchorWrite`
 _TENANT_OF, _THREAD_OF = itemgetter(0), itemgetter(1)  # of a `ThreadKey`
+_CREATED_AT = attrgetter("created_at")  # of an `Anchor`
 
 
 def _newest(writes: list[AnchorWrite], per_thread: Counter[ThreadKey],
