@@ -33,9 +33,11 @@ class Metrics:
         self._request_counts: dict[tuple[str, int], _Count] = {}
         self._latencies: dict[str, _Latencies] = {}
         self.registry.register(RequestExport(self._request_counts, self._latencies))
-        self.compactions = Counter("proxy_compactions",
-                                   "LLM compactions, by strategy and outcome.",
-                                   ["strategy", "outcome"], registry=self.registry)
+        self.compactions = Counter(
+            "proxy_compactions", "LLM compactions, by strategy and outcome: `completed`, or "
+            "`failed_` and the stage of their `compaction_failed` event (`breaker_open`, "
+            "`hysteresis`: refused before any summary), once per compaction.",
+            ["strategy", "outcome"], registry=self.registry)
         self.tokens_saved = Counter(
             "proxy_tokens_saved", "Estimated prompt tokens removed from the projections sent "
             "upstream, by stage: a cheap stage counts on every request it shortened, `llm` "
