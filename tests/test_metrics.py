@@ -85,8 +85,8 @@ def test_request_metrics_export_as_the_librarys_counter_and_histogram_would(
             latency.labels(kind).observe(upstream_ms / 1000)
     expected = generate_latest(library).decode()
 
-    _clock(monkeypatch)  # the same `_created` times
     metrics = Metrics()
+    _clock(monkeypatch)  # the same `_created` times (the unlabelled counters took theirs)
     for kind, status, upstream_ms in observed:
         metrics.observe_request(kind, status, upstream_ms)
     exported = generate_latest(metrics.registry).decode()

@@ -130,9 +130,9 @@ def test_no_label_carries_what_the_client_chose(fake, proxy) -> None:
 
 
 def test_compaction_outcomes_count_once_per_compaction(make_fake, make_proxy) -> None:
-    """A degraded request counts its failed summary; the breaker's refusals are no
-    compaction (README: only the marked stages count); a completed summary counts once, with
-    the tokens it saved."""
+    """A degraded request counts its failed summary; the breaker's refusal counts as
+    `failed_breaker_open`, never as another failed summary; a completed summary counts once,
+    with the tokens it saved."""
     fake = make_fake(limits={"small-*": LIMIT})
     summarizer = FakeSummarizer.install(fake, fail=2)
     proxy = make_proxy(fake, models=MODELS, compaction={
@@ -148,7 +148,8 @@ def test_compaction_outcomes_count_once_per_compaction(make_fake, make_proxy) ->
         outcomes.append(_moved(before, after, "proxy_compactions_total"))
         assert _moved(before, after, "proxy_requests_total") == {_kind_status("chat", 200): 1.0}
     failed = {(("outcome", "failed_summarize"), ("strategy", "partial")): 1.0}
-    assert outcomes == [failed, failed, {}]
+    refused = {(("outcome", "failed_breaker_open"), ("strategy", "partial")): 1.0}
+    assert outcomes == [failed, failed, refused]
     assert [line["compaction_degraded"] for line in proxy.requests()] == [
         "summarize", "summarize", "breaker_open"]
 

@@ -56,8 +56,13 @@ class Blocked:
 _TRIAL_WAIT_S = 1.0
 
 
-def breaker_key(model: str, upstream: str) -> str:
-    return f"{upstream}\x1f{model}"
+BreakerKey = tuple[str, str]  # (upstream name, summarizer model)
+
+
+def breaker_key(model: str, upstream: str) -> BreakerKey:
+    # A pair, not a joined string: the model is any client's text, and the metrics read the
+    # upstream back out of the key.
+    return upstream, model
 
 
 def status(state: BreakerState, now: float) -> Status:

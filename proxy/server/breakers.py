@@ -8,6 +8,7 @@ sleeping through cooldowns.
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 from proxy.compaction import breaker
 from proxy.settings_compaction import BreakerSettings
@@ -22,13 +23,13 @@ MAX_KEPT = 4096
 class SummarizerBreakers:
     def __init__(self, settings: BreakerSettings) -> None:
         self.settings = settings
-        self._states: dict[str, breaker.BreakerState] = {}
+        self._states: dict[breaker.BreakerKey, breaker.BreakerState] = {}
 
-    def blocked(self, key: str) -> breaker.Blocked | None:
+    def blocked(self, key: breaker.BreakerKey) -> breaker.Blocked | None:
         """None when a summary may be tried now; else how long to wait, and why. Only looks."""
         return breaker.blocked(self._states.get(key, breaker.CLOSED), clock())
 
-    def claim(self, key: str) -> tuple[breaker.Blocked | None, float | None]:
+    def claim(self, key: breaker.BreakerKey) -> tuple[breaker.Blocked | None, float | None]:
         """Let the breaker decide on an attempt: what blocks it, or (when it is the half-open
         trial) the trial's stamp."""
         state = self._states.get(key, breaker.CLOSED)
@@ -40,7 +41,7 @@ class SummarizerBreakers:
         self._keep(key, claimed)
         return None, claimed.trial_started_at
 
-    def settle(self, key: str, trial: float | None, healthy: bool | None) -> None:
+    def settle(self, key: breaker.BreakerKey, trial: float | None, healthy: bool | None) -> None:
         """`healthy`: the summarizer worked and its summary was kept (True), it failed or the
         checkpoint could not be kept (False), or no verdict (None: cancelled, a bug, or a
         failure that is the client's, `client_owned.summarizer_verdict`)."""
@@ -53,7 +54,7 @@ class SummarizerBreakers:
             state = breaker.record_failure(state, clock(), self.settings)
         self._keep(key, state)
 
-    def _keep(self, key: str, state: breaker.BreakerState) -> None:
+    def _keep(self, key: breaker.BreakerKey, state: breaker.BreakerState) -> None:
         # A closed breaker is what a missing entry reads as: only the others take room.
         if state == breaker.CLOSED:
             self._states.pop(key, None)
@@ -61,3 +62,12 @@ class SummarizerBreakers:
         if key not in self._states and len(self._states) >= MAX_KEPT:
             del self._states[next(iter(self._states))]
         self._states[key] = state
+
+    def not_closed(self) -> Counter[tuple[str, str]]:
+        """How many breakers are open or half-open now, by (upstream, status): for the
+        metrics, read when scraped."""
+        now = clock()
+        statuses = ((upstream, breaker.status(state, now))
+                    for (upstream, _), state in self._states.items())
+        return Counter((upstream, status.value) for upstream, status in statuses
+                       if status is not breaker.Status.CLOSED)

@@ -49,6 +49,7 @@ class CompactionFlow:
         self.store = store
         self.compactor = compactor
         self.log = log
+        self.metrics = compactor.metrics
 
     async def auto(self, prepared: Prepared, view: View, situation: Situation,
                                  state: ThreadState | None, built: Built,
@@ -70,7 +71,7 @@ class CompactionFlow:
             blocked = self.compactor.breaker_blocked(prepared.inbound.model, prepared.upstream)
             if blocked is not None:
                 return self._degrade(prepared, built, th.fits(built.tokens), "breaker_open",
-                                     blocked.reason, line, blocked)
+                                     blocked.reason, line, blocked, config.strategy)
         async with self.compactor.turns.of(prepared.key).take() as meanwhile:
             return await self._compact_locked(prepared, view, situation, state, built, line,
                                               meanwhile)
@@ -96,16 +97,17 @@ class CompactionFlow:
         fits = job.fits_without_compaction
         shared = self._shared(prepared, meanwhile, job)
         if shared is not None and shared.stage == POST_CHECK:
-            self._shared_line(line, prepared, shared)
+            self._shared_line(line, prepared, shared, job.strategy)
             raise _post_check_error(shared.verdict, shared.reason)
         if shared is not None:
             return self._degrade(prepared, built, fits, shared.stage, _waited_for(shared), line,
-                                 None, shared=True, owned=_owned_error(shared, built))
+                                 None, job.strategy, shared=True,
+                                 owned=_owned_error(shared, built))
         try:
             event = await self._compact(job, line)
         except BreakerOpen as refused:
             return self._degrade(prepared, built, fits, "breaker_open", refused.blocked.reason,
-                                 line, refused.blocked)
+                                 line, refused.blocked, job.strategy)
         except NothingToCompact:
             if fits:
                 return built
@@ -122,7 +124,7 @@ class CompactionFlow:
             if failed.stage == POST_CHECK:
                 raise _post_check_error(failed.verdict, failed.reason) from None
             return self._degrade(prepared, built, fits, failed.stage, failed.reason, line,
-                                 self._breaker_after(prepared), logged=True,
+                                 self._breaker_after(prepared), job.strategy, logged=True,
                                  owned=_owned_error(failed, built))
         line.set(compacted=True)
         return build(view, event, situation)
@@ -154,7 +156,8 @@ class CompactionFlow:
     def _refuse(self, prepared: Prepared, built: Built, th: Thresholds, line: RequestLine) -> None:
         """Hysteresis: over the limit, and too soon after the last compaction for another."""
         self._failed_line(line, prepared, "hysteresis", "the context did not shrink enough "
-                          "since the last compaction", degraded=False)
+                          "since the last compaction", self.settings.compaction.strategy,
+                          degraded=False)
         raise postcheck.insufficient(
             "hysteresis: it is over the model's input limit, and it has not grown enough "
             "since the last compaction for another one to help", built.tokens, th.trigger,
@@ -173,25 +176,28 @@ class CompactionFlow:
         summarizer = not prepared.attempt.forced and self._breaker_after(prepared) is None
         return meanwhile.shared(job.inputs, summarizer=summarizer)
 
-    def _shared_line(self, line: RequestLine, prepared: Prepared, shared: SharedFailure) -> None:
+    def _shared_line(self, line: RequestLine, prepared: Prepared, shared: SharedFailure,
+                     strategy: str) -> None:
         """A shared failure that does not forward the request (a post-check's, `/compact`)."""
-        self._failed_line(line, prepared, shared.stage, _waited_for(shared), degraded=False,
-                          shared=True)
+        self._failed_line(line, prepared, shared.stage, _waited_for(shared), strategy,
+                          degraded=False, shared=True)
         line.set(compaction_shared=True)
 
     def _degrade(self, prepared: Prepared, built: Built, fits: bool, stage: str, reason: str,
-                 line: RequestLine, blocked: Blocked | None, logged: bool = False,
+                 line: RequestLine, blocked: Blocked | None, strategy: str, logged: bool = False,
                  shared: bool = False, owned: ProxyError | None = None) -> Built:
         """Forward with the cheap stages only when it fits; else `owned`, the client's own
         answer to a failure that is the client's (`_owned_error`), or a 503 that says when to
         retry (`blocked`: the breaker's wait, None when it is closed). `shared`: the failure
         is the compaction's this request waited for."""
         if not logged:
-            self._failed_line(line, prepared, stage, reason, degraded=fits,
+            self._failed_line(line, prepared, stage, reason, strategy, degraded=fits,
                               retry_after=blocked.wait_s if blocked else None,
                               **({"shared": True} if shared else {}))
         line.set(compaction_degraded=stage, compaction_shared=shared or None)
         if fits:
+            if self.metrics is not None:
+                self.metrics.observe_degraded(stage)
             return built
         if owned is not None:
             raise owned
@@ -211,8 +217,8 @@ class CompactionFlow:
         """The compaction an upstream overflow bought did not help: the client gets the
         upstream's own error, and the log says why (`cause`: the stage that failed)."""
         cause = line.fields.get("compaction_failed")
-        self._failed_line(line, prepared, "overflow_retry", error.message, degraded=False,
-                          cause=cause)
+        self._failed_line(line, prepared, "overflow_retry", error.message,
+                          self.settings.compaction.strategy, degraded=False, cause=cause)
 
     def _stateless(self, built: Built, th: Thresholds, line: RequestLine) -> Built:
         line.set(compaction_skipped="no thread id")
@@ -224,8 +230,14 @@ class CompactionFlow:
             "an `x-thread-id` header or `prompt_cache_key`, or start a new thread.")
 
     def _failed_line(self, line: RequestLine, prepared: Prepared, stage: str, reason: str,
-                     degraded: bool, retry_after: float | None = None, **extra: Any) -> None:
+                     strategy: str, degraded: bool, retry_after: float | None = None,
+                     **extra: Any) -> None:
+        """The `compaction_failed` event of a compaction refused or not tried, counted as the
+        compactor counts its own failures; a shared one is not: the compaction that failed
+        counted it once."""
         line.set(compaction_failed=stage)
+        if self.metrics is not None and not extra.get("shared"):
+            self.metrics.observe_compaction_failed(strategy, stage)
         if self.log is not None:
             self.log.warning("compaction_failed", thread=loggable(prepared.identity.thread),
                              tenant=prepared.identity.tenant, stage=stage, error=reason, degraded=degraded,
@@ -247,7 +259,7 @@ class CompactionFlow:
                 text, compaction = await self._manual_run(prepared, view, situation, latest,
                                                           built, job, line)
             else:
-                self._shared_line(line, prepared, shared)
+                self._shared_line(line, prepared, shared, job.strategy)
                 text = _manual_failed(shared, _waited_for(shared), None, built, situation)
                 compaction = "none"
         headers = {"x-compaction": compaction, "x-context-tokens": str(built.tokens)}
@@ -267,8 +279,8 @@ class CompactionFlow:
                                        compacted_before=latest.event is not None), "none"
         except BreakerOpen as refused:
             blocked = refused.blocked
-            self._failed_line(line, prepared, "breaker_open", blocked.reason, degraded=False,
-                              retry_after=blocked.wait_s)
+            self._failed_line(line, prepared, "breaker_open", blocked.reason, job.strategy,
+                              degraded=False, retry_after=blocked.wait_s)
             raise CompactionUnavailable(
                 f"Compaction is unavailable right now: {blocked.reason}. The conversation "
                 "is unchanged; try again later.", headers=_retry_after(blocked)) from None

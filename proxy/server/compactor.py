@@ -81,7 +81,7 @@ class Compactor:
         the trial, if any, is claimed by `compact` once the request holds the thread's lock."""
         return self.breakers.blocked(self._breaker_key(model, upstream))
 
-    def _breaker_key(self, model: str, upstream: UpstreamSettings) -> str:
+    def _breaker_key(self, model: str, upstream: UpstreamSettings) -> breaker.BreakerKey:
         summarizer_model, chosen = self.summarizer_of(model, upstream)
         return breaker.breaker_key(summarizer_model, chosen.name)
 
@@ -312,6 +312,7 @@ class Compactor:
             reason = _describe(exc)
             self.log.warning("compaction_failed", **job.who, stage="offload",
                              error=reason, degraded=True, **self._detached_field())
+            self._count_failed(job, "offload")
             return None, reason, end  # anything ours left lies past it, for the next cut
 
     async def _discard_tail(self, job: Job, end: int) -> int:
@@ -332,9 +333,12 @@ class Compactor:
         self.log.warning("compaction_failed", **job.who, stage=stage, error=reason,
                          degraded=_forwarded_anyway(job, stage) if degraded is None else degraded,
                          strategy=job.strategy, **self._detached_field())
-        if self.metrics is not None:
-            self.metrics.compactions.labels(job.strategy, f"failed_{stage}").inc()
+        self._count_failed(job, stage)
         return CompactionFailed(stage, reason, verdict, by_inputs, refusal)
+
+    def _count_failed(self, job: Job, stage: str) -> None:
+        if self.metrics is not None:
+            self.metrics.observe_compaction_failed(job.strategy, stage)
 
     def _completed(self, job: Job, event: CompactionEvent, finished: apply.Finished,
                    started: float, summarizer_ms: float) -> None:

@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable, Iterator
 from itertools import accumulate
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from prometheus_client import metrics as library_metrics
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
+                                    Metric)
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
+
+from proxy.store.failures import FailureHooks
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -29,9 +33,11 @@ class Metrics:
         self._request_counts: dict[tuple[str, int], _Count] = {}
         self._latencies: dict[str, _Latencies] = {}
         self.registry.register(RequestExport(self._request_counts, self._latencies))
-        self.compactions = Counter("proxy_compactions",
-                                   "LLM compactions, by strategy and outcome.",
-                                   ["strategy", "outcome"], registry=self.registry)
+        self.compactions = Counter(
+            "proxy_compactions", "LLM compactions, by strategy and outcome: `completed`, or "
+            "`failed_` and the stage of their `compaction_failed` event (`breaker_open`, "
+            "`hysteresis`: refused before any summary), once per compaction.",
+            ["strategy", "outcome"], registry=self.registry)
         self.tokens_saved = Counter(
             "proxy_tokens_saved", "Estimated prompt tokens removed from the projections sent "
             "upstream, by stage: a cheap stage counts on every request it shortened, `llm` "
@@ -44,6 +50,19 @@ class Metrics:
         self.retries = Counter("proxy_upstream_retries",
                                "Requests retried once after an upstream rejection, by reason.",
                                ["reason"], registry=self.registry)
+        self.degraded = Counter(
+            "proxy_compaction_degraded", "Requests over the trigger forwarded with the cheap "
+            "stages only, because their LLM compaction failed or was not tried (the line's "
+            "`compaction_degraded`), by stage.", ["stage"], registry=self.registry)
+        self.state_write_failures = Counter(
+            "proxy_state_write_failures", "State writes that did not reach state.db (a full "
+            "disk, a read-only file): queued anchor and activity writes lost "
+            "(`state_write_failed`), and refused checkpoint and microcompact-mark writes.",
+            registry=self.registry)
+        self.state_damaged = Counter(
+            "proxy_state_damaged", "Statements that met a damaged page or an undecodable row "
+            "of state.db (`state_damaged`): each fails its request with a 500 state_damaged, "
+            "or loses the writes it carried.", registry=self.registry)
 
         # Labelled children, looked up once: `labels()` validates and locks on every call.
         self._stages: dict[str, Any] = {}
@@ -76,6 +95,23 @@ class Metrics:
         if counter is None:
             counter = self._stages[stage] = self.tokens_saved.labels(stage)
         counter.inc(tokens)
+
+    def observe_compaction_failed(self, strategy: str, stage: str) -> None:
+        self.compactions.labels(strategy, f"failed_{stage}").inc()
+
+    def observe_degraded(self, stage: str) -> None:
+        self.degraded.labels(stage).inc()
+
+    def store_hooks(self) -> FailureHooks:
+        """What the state store calls on its failures (prometheus-client's counters lock:
+        the store's worker thread may call them)."""
+        return FailureHooks(writes_lost=self.state_write_failures.inc,
+                            damaged=self.state_damaged.inc)
+
+    def watch_breakers(self, not_closed: Callable[[], Tally[tuple[str, str]]],
+                       upstreams: Iterable[str]) -> None:
+        """Export the summarizers' breakers that are not closed, counted when scraped."""
+        self.registry.register(BreakerExport(not_closed, tuple(upstreams)))
 
     async def handler(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.registry),
@@ -130,3 +166,31 @@ class RequestExport:
 
 
 _BOUND_LABELS = tuple(floatToGoString(b) for b in (*_LATENCY_BUCKETS, float("inf")))
+
+
+class BreakerExport:
+    """`proxy_summarizer_breakers{upstream,state}`: how many summarizer breakers are open or
+    half-open, read from the breakers at scrape time, so the request path pays nothing. Every
+    configured upstream has both series, 0 included, so an alert needs no `absent()`; the
+    model is not a label (the client names it: unbounded)."""
+
+    _STATES = ("open", "half_open")
+
+    def __init__(self, not_closed: Callable[[], Tally[tuple[str, str]]],
+                 upstreams: tuple[str, ...]) -> None:
+        self._not_closed = not_closed
+        self._upstreams = upstreams
+
+    def collect(self) -> Iterator[Metric]:
+        counts = self._not_closed()
+        gauge = GaugeMetricFamily(
+            "proxy_summarizer_breakers", "Summarizer circuit breakers not closed, by the "
+            "summarizer's upstream: `open` (no summary is tried: requests over the trigger go "
+            "on with the cheap stages only, or get a 503) or `half_open` (the cooldown is "
+            "over: the next summary is the trial).", labels=("upstream", "state"))
+        upstreams = dict.fromkeys(self._upstreams)
+        upstreams.update(dict.fromkeys(upstream for upstream, _ in counts))
+        for upstream in upstreams:
+            for state in self._STATES:
+                gauge.add_metric((upstream, state), counts.get((upstream, state), 0))
+        yield gauge

@@ -43,7 +43,8 @@ from proxy.server.retry_lessons import RetryLessons
 from proxy.server.taps import ChatTap, ResponsesTap
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import Settings, UpstreamSettings
-from proxy.store import HistoryFiles, StateStore, create_history, create_store, thread_key_text
+from proxy.store import (NO_HOOKS, HistoryFiles, StateStore, create_history, create_store,
+                         thread_key_text)
 from proxy.store.cached import CachedStore
 from proxy.store.failures import describe
 from proxy.store.keys import MAX_KEPT_CHARS
@@ -62,8 +63,8 @@ class Pipeline:
         self.settings = settings
         # Wrapped unless it is one: the request path reads a known thread's state from the
         # cache without a coroutine (`CachedStore.cached`).
-        self.store = (store if isinstance(store, CachedStore)
-                      else CachedStore(store or create_store(settings.state)))
+        self.store = (store if isinstance(store, CachedStore) else CachedStore(
+            store or create_store(settings.state, metrics.store_hooks() if metrics else NO_HOOKS)))
         self.history = history or create_history(settings.state)
         self.log = log
         self.metrics = metrics
@@ -72,6 +73,8 @@ class Pipeline:
         self.compactor = Compactor(settings, client or UpstreamClient(1), self.store,
                                    self.history, log, metrics, clock)
         self.flow = CompactionFlow(settings, self.store, self.compactor, log)
+        if metrics is not None:
+            metrics.watch_breakers(self.compactor.breakers.not_closed, settings.upstreams)
         self.lessons = RetryLessons()
         self.estimators = Estimators(settings)
         # Each thread's last request, so a steady one parses and builds only what is new;

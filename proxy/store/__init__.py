@@ -9,22 +9,24 @@ from __future__ import annotations
 
 from proxy.settings import StateSettings
 from proxy.store.base import ANCHORS_KEPT, StateStore, StoreError, ThreadSummary
+from proxy.store.failures import NO_HOOKS, FailureHooks
 from proxy.store.history import HistoryContents, HistoryFiles
 from proxy.store.keys import thread_key_text
 from proxy.store.reader import open_read_only
 from proxy.store.sqlite import SqliteStore
 from proxy.store.sqlite_db import StateDb
 
-__all__ = ["ANCHORS_KEPT", "HistoryContents", "HistoryFiles", "SqliteStore", "StateDb",
-           "StateStore", "StoreError", "ThreadSummary", "create_history", "create_store",
-           "open_read_only", "thread_key_text"]
+__all__ = ["ANCHORS_KEPT", "NO_HOOKS", "FailureHooks", "HistoryContents", "HistoryFiles",
+           "SqliteStore", "StateDb", "StateStore", "StoreError", "ThreadSummary",
+           "create_history", "create_store", "open_read_only", "thread_key_text"]
 
 
-def create_store(settings: StateSettings) -> StateStore:
-    """The configured store, not yet open."""
+def create_store(settings: StateSettings, hooks: FailureHooks = NO_HOOKS) -> StateStore:
+    """The configured store, not yet open; `hooks` hear of its failures (the metrics)."""
     if settings.backend != "sqlite":
         raise StoreError(f"state.backend {settings.backend!r} is not supported")
-    return SqliteStore(settings.path, check_on_open=settings.check_on_start)
+    return SqliteStore(settings.path, check_on_open=settings.check_on_start,
+                       hooks=hooks)
 
 
 def create_history(settings: StateSettings) -> HistoryFiles:

@@ -8,9 +8,27 @@ data (a write carries client-derived values). Pure: the caller passes the clock 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 REPORT_INTERVAL_S = 10.0
+
+
+def _ignored(*_: int) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class FailureHooks:
+    """Whom the store tells of each failure as it happens, unthrottled (the server's metrics;
+    the store never imports the server). Called on the store's worker thread too."""
+
+    writes_lost: Callable[[int], None] = _ignored  # how many writes did not reach the file
+    damaged: Callable[[], None] = _ignored  # a statement met a damaged page or row
+
+
+NO_HOOKS = FailureHooks()
 
 
 class WriteFailures:

@@ -9,7 +9,8 @@ An open store owns its directory: it holds `proxy.store.lock.StateLock` until it
 a second store (another proxy) on the same directory fails to open. Queued writes that fail
 are logged as `state_write_failed` (rate-limited, see `proxy/store/failures.py`). A statement
 that meets a damaged page raises `StateDamaged` and is logged as `state_damaged` (an ERROR
-with the remedy, rate-limited too; see `proxy/store/damage.py`).
+with the remedy, rate-limited too; see `proxy/store/damage.py`). Both are also told, each one
+and unthrottled, to the `FailureHooks` the store was given (the metrics).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import structlog
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
 from proxy.store.base import ANCHORS_KEPT, StoreError, ThreadSummary, Touch
 from proxy.store.damage import REMEDY, StateDamaged, is_damage
-from proxy.store.failures import WriteFailures
+from proxy.store.failures import NO_HOOKS, FailureHooks, WriteFailures
 from proxy.store.keys import storable_key, thread_key_text
 from proxy.store.lock import StateLock
 from proxy.store.db_file import DB_FILE, make_state_dir
@@ -49,8 +50,9 @@ DAMAGE_REPORT_INTERVAL_S = 60.0
 class SqliteStore:
     def __init__(self, root: str | Path, *, anchors_kept: int = ANCHORS_KEPT,
                  write_delay_s: float = WRITE_DELAY_S, log: Any = None,
-                 check_on_open: bool = True) -> None:
-        """`check_on_open`: run `PRAGMA quick_check` when opening, refusing a damaged file."""
+                 check_on_open: bool = True, hooks: FailureHooks = NO_HOOKS) -> None:
+        """`check_on_open`: run `PRAGMA quick_check` when opening, refusing a damaged file;
+        `hooks`: told of every lost write and damaged statement."""
         self.root = Path(root)
         self._check_on_open = check_on_open
         self.path = self.root / DB_FILE
@@ -64,6 +66,7 @@ class SqliteStore:
         # structlog's lazy logger: it binds the configuration in force when a line is written
         # (the store is built before logging is configured in some paths, and logs rarely).
         self._log = log if log is not None else structlog.get_logger("proxy")
+        self._hooks = hooks
         self._failures = WriteFailures()
         self._damage = WriteFailures(DAMAGE_REPORT_INTERVAL_S)
 
@@ -105,7 +108,7 @@ class SqliteStore:
             await self._run(db.write, db.touch_many, rows)
         except sqlite3.Error as error:  # a damaged page was logged by `_run` already
             # Reported as the queued writes' failures are; the caller keeps the touches.
-            self._report(self._failures.record(len(rows), error, time.monotonic()))
+            self._lost(len(rows), error)
             raise
 
     def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
@@ -119,11 +122,11 @@ class SqliteStore:
 
     async def add_event(self, key: ThreadKey, event: CompactionEvent) -> CompactionEvent:
         db = self._require_db()
-        return await self._run(db.write, db.add_event, storable_key(key), event, durable=True)
+        return await self._awaited_write(db.add_event, storable_key(key), event, durable=True)
 
     async def set_microcompact(self, key: ThreadKey, mark: MicrocompactMark) -> None:
         db = self._require_db()
-        await self._run(db.write, db.set_microcompact, storable_key(key), mark)
+        await self._awaited_write(db.set_microcompact, storable_key(key), mark)
 
     async def list_threads(self, limit: int = 100) -> list[ThreadSummary]:
         return await self._run(self._require_db().list_threads, limit)
@@ -158,12 +161,25 @@ class SqliteStore:
                 self._lock.release()
                 self._lock = None
 
+    async def _awaited_write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """A write whose caller waits for it and logs its failure itself: only counted here."""
+        try:
+            return await self._run(self._require_db().write, fn, *args, **kwargs)
+        except (sqlite3.Error, StateDamaged):  # not a store that is closing: nothing was tried
+            self._hooks.writes_lost(1)
+            raise
+
     def _write_failed(self, count: int, error: Exception) -> None:
-        self._report(self._failures.record(count, error, time.monotonic()))
+        self._lost(count, error)
         if is_damage(error):
             self._damaged(error, count)
 
+    def _lost(self, count: int, error: Exception) -> None:
+        self._hooks.writes_lost(count)
+        self._report(self._failures.record(count, error, time.monotonic()))
+
     def _damaged(self, error: Exception, count: int = 1) -> None:
+        self._hooks.damaged()
         fields = self._damage.record(count, error, time.monotonic())
         if fields is None:
             return
