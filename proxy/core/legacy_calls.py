@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from proxy.conversation import Entry, ToolCall
-from proxy.core.kinds import ASSISTANT, CHAT, RESULT
+from proxy.conversation import Entry, ToolCall, entry_from_chat
+from proxy.core.kinds import ASSISTANT, CHAT, OTHER, RESULT
 
 # Unlike the ids providers issue (letters, digits, `_`, `-`), so it does not pass for one.
 LEGACY_CALL_ID = "<legacy function_call>"
@@ -44,6 +44,29 @@ def _call_of(function_call: object) -> ToolCall | None:
 
 def is_legacy_result(entry: Entry) -> bool:
     return entry.api is CHAT and entry.role == "function"
+
+
+def answers_legacy_call(entry: Entry, call: ToolCall) -> bool:
+    """Whether `entry`, right after the legacy `call`, is its answer as upstream pairs them: a
+    `function` message of the call's name, whatever its content (null is allowed there)."""
+    return entry.kind is OTHER and is_legacy_result(entry) and entry.raw.get("name") == call.name
+
+
+def legacy_answer(call: ToolCall, entry: Entry) -> str | None:
+    """The call id `entry` answers as the result right after the legacy `call`, if it does
+    (`answers_legacy_call`): a `tool` message never does."""
+    return call.id if answers_legacy_call(entry, call) else None
+
+
+def is_chat_result(entry: Entry) -> bool:
+    """A chat result of either form: a `tool` message, or a legacy `function` one."""
+    return entry.kind is RESULT or (entry.kind is OTHER and is_legacy_result(entry))
+
+
+def make_legacy_result(call: ToolCall, text: str) -> Entry:
+    """The `function` message answering a legacy call (repair's cancelled result): the form
+    has no ids, so it carries the call's name and goes right after it."""
+    return entry_from_chat({"role": "function", "name": call.name, "content": text})
 
 
 def step_calls(entry: Entry) -> tuple[ToolCall, ...]:
