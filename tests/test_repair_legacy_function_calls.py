@@ -11,9 +11,12 @@ import pytest
 
 from proxy.conversation import content_text
 from proxy.core import repair as repair_module
+from proxy.core.cascade import CascadeContext, run_cascade
 from proxy.core.repair import CANCELLED_TEXT, INTERRUPTED_NOTE, repair
 from proxy.testing.chat_rules import find_violation
-from tests.factories import assistant, assistant_calls, chat, read, system, tool_result, user, wire
+from proxy.settings import CompactionSettings
+from tests.factories import (assistant, assistant_calls, chat, measure, read, system, tool_result, user,
+                             wire)
 
 
 def _call(name: str = "read_file", arguments: str = '{"path": "a.py"}') -> dict[str, Any]:
@@ -109,3 +112,13 @@ def test_the_memoized_check_sees_damage_after_a_valid_legacy_list() -> None:
         assert repair_module._valid_chat(entries) is False
         out = repair(entries)
         assert out.changed and find_violation(wire(out.entries)) is None
+
+
+def test_the_cascade_repairs_a_list_whose_only_tool_traffic_is_an_unanswered_legacy_call() -> None:
+    """A list of user and assistant messages only is passed over as having nothing to repair;
+    an assistant `function_call` is a call all the same."""
+    entries = chat(user(), _call(), user("stop"))
+    out = run_cascade(entries, CascadeContext(CompactionSettings(), measure=measure))
+    assert wire(out.entries) == [user(), _call(), _cancelled(),
+                                 {"role": "assistant", "content": INTERRUPTED_NOTE}, user("stop")]
+    assert find_violation(wire(out.entries)) is None
