@@ -12,11 +12,12 @@ import pytest
 from proxy.conversation import content_text
 from proxy.core import repair as repair_module
 from proxy.core.cascade import CascadeContext, run_cascade
+from proxy.core.microcompact import CLEARED_TEXT, microcompact
 from proxy.core.repair import CANCELLED_TEXT, INTERRUPTED_NOTE, repair
 from proxy.testing.chat_rules import find_violation
 from proxy.settings import CompactionSettings
-from tests.factories import (assistant, assistant_calls, chat, measure, read, system, tool_result, user,
-                             wire)
+from tests.factories import (assistant, assistant_calls, chat, measure, read, stage_context, system,
+                             tool_result, user, wire)
 
 
 def _call(name: str = "read_file", arguments: str = '{"path": "a.py"}') -> dict[str, Any]:
@@ -122,3 +123,15 @@ def test_the_cascade_repairs_a_list_whose_only_tool_traffic_is_an_unanswered_leg
     assert wire(out.entries) == [user(), _call(), _cancelled(),
                                  {"role": "assistant", "content": INTERRUPTED_NOTE}, user("stop")]
     assert find_violation(wire(out.entries)) is None
+
+
+def test_microcompact_keeps_a_cancelled_legacy_result_as_it_keeps_a_cancelled_tool_result() -> None:
+    """The notice says what happened to the call; cleared, it would read as an old output that
+    was there (SPEC §5: never invent an outcome). Nor does it count among the latest five."""
+    reads = [m for i in range(6) for m in (_call(arguments=f'{{"path": "f{i}.py"}}'),
+                                           _result(content=f"body {i} " * 50))]
+    entries = repair(chat(user("go"), _call(), *reads, user("next"))).entries
+    assert wire(entries)[2] == _cancelled()
+    out = microcompact(entries, stage_context(entries, tail=1, now=7 * 3600.0, last_activity=0.0))
+    assert out.entries[2] is entries[2]
+    assert [i for i, e in enumerate(out.entries) if content_text(e) == CLEARED_TEXT] == [4]
