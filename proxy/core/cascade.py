@@ -142,7 +142,8 @@ def run_cascade(entries: Sequence[Entry], context: CascadeContext, *,
 
 
 _INERT_KINDS = frozenset({Kind.INSTRUCTION, Kind.USER, Kind.ASSISTANT})
-_KIND, _CALLS, _KEY, _RAW = attrgetter("kind"), attrgetter("calls"), attrgetter("key"), attrgetter("raw")
+_KIND, _CALLS, _KEY = attrgetter("kind"), attrgetter("calls"), attrgetter("key")
+_RAW = attrgetter("raw")
 
 
 def inert(entries: Entries, *, compacted: bool, policy: Policy | None, keep_loop: bool) -> bool:
