@@ -135,3 +135,13 @@ def test_microcompact_keeps_a_cancelled_legacy_result_as_it_keeps_a_cancelled_to
     out = microcompact(entries, stage_context(entries, tail=1, now=7 * 3600.0, last_activity=0.0))
     assert out.entries[2] is entries[2]
     assert [i for i, e in enumerate(out.entries) if content_text(e) == CLEARED_TEXT] == [4]
+
+
+def test_a_legacy_call_with_arguments_as_an_object_keeps_its_result() -> None:
+    """Whether arguments must be a string is upstream's rule to judge (as for `tool_calls`,
+    read as their JSON text); the pairing is by position and name, and this pair is whole."""
+    odd = {"role": "assistant", "content": None,
+           "function_call": {"name": "read_file", "arguments": {"path": "a.py"}}}
+    entries = chat(user(), odd, _result(), assistant())
+    out = repair(entries)
+    assert out.entries is entries and out.changed == 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from proxy import jsonio
 from proxy.conversation import Entry, ToolCall, entry_from_chat
 from proxy.core.kinds import ASSISTANT, CHAT, OTHER, RESULT
 
@@ -34,11 +35,15 @@ def legacy_call(entry: Entry) -> ToolCall | None:
 
 
 def _call_of(function_call: object) -> ToolCall | None:
+    """A call by its name, which pairs it; arguments that are not a string (upstream judges
+    them) are read as their JSON text, as a tool call's are."""
     if not isinstance(function_call, dict):
         return None
-    name, arguments = function_call.get("name"), function_call.get("arguments", "")
-    if not isinstance(name, str) or not isinstance(arguments, str):
+    name, arguments = function_call.get("name"), function_call.get("arguments")
+    if not isinstance(name, str):
         return None
+    if not isinstance(arguments, str):
+        arguments = "" if arguments is None else jsonio.dumps_text(arguments)
     return ToolCall(LEGACY_CALL_ID, name, arguments)
 
 
