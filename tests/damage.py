@@ -1,7 +1,9 @@
 """How clients damage a conversation: the `messy=True` moves of `tests.strategies`.
 
 Interrupted calls (a result lost), orphan results, duplicate results, results moved away from
-their call, two parallel calls given one id, and (Responses) reasoning items left dangling.
+their call, two parallel calls given one id, and (Responses) reasoning items left dangling. In
+chat a legacy `function` result is lost, doubled or moved as a `tool` one is, and a stray one
+(named after a drawn tool or not) comes as an orphan.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ Wire = dict[str, Any]
 def damaged(draw: st.DrawFn, elements: list[Wire], api: str) -> list[Wire]:
     out = list(elements)
     for n in range(draw(st.integers(1, 4))):
-        results = [i for i, e in enumerate(out) if is_result(e)]
+        results = [i for i, e in enumerate(out) if is_answer(e)]
         move = draw(st.sampled_from(("interrupt", "orphan", "duplicate", "displace", "dangling", "same id")))
         parallel = _parallel_calls(out)
         if move == "same id" and parallel:
@@ -31,8 +33,8 @@ def damaged(draw: st.DrawFn, elements: list[Wire], api: str) -> list[Wire]:
             i = draw(st.sampled_from(results))
             out.insert(draw(st.integers(i, len(out) - 1)), out.pop(i))
         elif move == "orphan":
-            orphan = ({"role": "tool", "tool_call_id": "call_orphan", "content": "stray"} if api == "chat"
-                      else {"type": "function_call_output", "call_id": "call_orphan", "output": "stray"})
+            orphan = ({"type": "function_call_output", "call_id": "call_orphan", "output": "stray"}
+                      if api == "responses" else draw(st.sampled_from(_CHAT_ORPHANS)))
             out.insert(draw(st.integers(0, len(out))), orphan)
         elif move == "dangling" and api == "responses":
             # Each its own id: one id sent twice is a client error no repair is asked to fix
@@ -41,6 +43,13 @@ def damaged(draw: st.DrawFn, elements: list[Wire], api: str) -> list[Wire]:
                         "encrypted_content": "gAAAAABx"}
             out.insert(draw(st.integers(0, len(out))), dangling)
     return out
+
+
+# A stray `tool` message, and `function` ones: one named after a tool the strategies draw (it
+# may land right after a legacy call of that name), one after none.
+_CHAT_ORPHANS = ({"role": "tool", "tool_call_id": "call_orphan", "content": "stray"},
+                 {"role": "function", "name": "read_file", "content": "stray"},
+                 {"role": "function", "name": "no_such_tool", "content": "stray"})
 
 
 def _parallel_calls(elements: list[Wire]) -> list[int]:
@@ -79,6 +88,11 @@ def _is_call(element: Wire) -> bool:
 
 def is_result(element: Wire) -> bool:
     return element.get("role") == "tool" or str(element.get("type", "")).endswith("_call_output")
+
+
+def is_answer(element: Wire) -> bool:
+    """A result of either chat form: a tool result, or a legacy `function` message."""
+    return is_result(element) or element.get("role") == "function"
 
 
 @st.composite

@@ -4,7 +4,8 @@
 instructions, turns of a user message (text, parts, images, empty, CJK) and assistant steps
 (text, or one to three parallel tool calls with short, long, error, empty or multi-part
 results; custom tools with free-form input; in chat, a single call sometimes in the legacy
-`function_call` form), with provider-private reasoning of every kind.
+`function_call` form; `legacy=True`: every such step), with provider-private reasoning of
+every kind.
 `messy=True` then damages the list the ways clients do: interrupted calls, orphan results,
 duplicate results, results moved away from their call, two parallel calls given one id,
 reasoning items left dangling.
@@ -20,7 +21,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from proxy.testing.signing import DEFAULT_SIGNER as SIGNER
-from tests.damage import damaged, is_result, with_shared_id
+from tests.damage import damaged, is_answer, with_shared_id
 
 Wire = dict[str, Any]
 
@@ -83,8 +84,9 @@ def _call(draw: st.DrawFn, n: int) -> dict[str, Any]:
 
 
 @st.composite
-def _turns(draw: st.DrawFn, max_turns: int) -> list[dict[str, Any]]:
-    """The abstract conversation: turns of a user message and assistant steps."""
+def _turns(draw: st.DrawFn, max_turns: int, legacy: bool = False) -> list[dict[str, Any]]:
+    """The abstract conversation: turns of a user message and assistant steps (`legacy`: every
+    step of one function call in the deprecated form)."""
     counter = iter(range(10_000))
     turns = []
     for _ in range(draw(st.integers(1, max_turns))):
@@ -95,18 +97,18 @@ def _turns(draw: st.DrawFn, max_turns: int) -> list[dict[str, Any]]:
             else:
                 calls = [draw(_call(next(counter))) for _ in range(draw(st.integers(1, 3)))]
                 steps.append({"text": draw(st.sampled_from((None, None, "", "Let me look."))),
-                              "calls": calls, "legacy": draw(_legacy(calls))})
+                              "calls": calls, "legacy": draw(_legacy(calls, legacy))})
         turns.append({"user": draw(short_text), "image": draw(st.integers(0, 4)) == 0,
                       "empty": draw(st.integers(0, 9)) == 0, "steps": steps})
     return turns
 
 
-def _legacy(calls: list[dict[str, Any]]) -> st.SearchStrategy[bool]:
+def _legacy(calls: list[dict[str, Any]], always: bool = False) -> st.SearchStrategy[bool]:
     """Whether a chat step of one function call is sent in the deprecated form (`function_call`
     answered by a `role: "function"` message), as a client of the legacy API sends it."""
     if len(calls) != 1 or calls[0]["custom"]:
         return st.just(False)
-    return st.integers(0, 3).map(lambda n: n == 0)
+    return st.just(True) if always else st.integers(0, 3).map(lambda n: n == 0)
 
 
 # ---------------------------------------------------------------- chat
@@ -267,8 +269,8 @@ def sign_encrypted(items: list[Wire]) -> list[Wire]:
 
 @st.composite
 def conversations(draw: st.DrawFn, api: str = "chat", messy: bool = False,
-                  dialect: str | None = None, max_turns: int = 4) -> list[Wire]:
-    turns = draw(_turns(max_turns))
+                  dialect: str | None = None, max_turns: int = 4, legacy: bool = False) -> list[Wire]:
+    turns = draw(_turns(max_turns, legacy))
     elements = draw(_chat(turns, dialect) if api == "chat" else _responses(turns, dialect))
     if messy:
         elements = draw(damaged(elements, api))
@@ -283,11 +285,13 @@ def conversation_of(draw: st.DrawFn, api: str, turns: list[dict[str, Any]]) -> l
 
 
 @st.composite
-def interrupted(draw: st.DrawFn, api: str = "chat", max_turns: int = 4) -> list[Wire]:
-    """A valid conversation with each tool result lost at even odds: parallel groups that
-    lack several answers at once, the case where the order of made results shows."""
-    elements = draw(conversations(api, max_turns=max_turns))
-    return [e for e in elements if not (is_result(e) and draw(st.booleans()))]
+def interrupted(draw: st.DrawFn, api: str = "chat", max_turns: int = 4,
+                legacy: bool = False) -> list[Wire]:
+    """A valid conversation with each tool result (a legacy `function` one too) lost at even
+    odds: parallel groups that lack several answers at once, the case where the order of made
+    results shows."""
+    elements = draw(conversations(api, max_turns=max_turns, legacy=legacy))
+    return [e for e in elements if not (is_answer(e) and draw(st.booleans()))]
 
 
 @st.composite
@@ -357,13 +361,9 @@ def request_points(elements: list[Wire]) -> list[int]:
     for n in range(1, len(elements) + 1):
         last = elements[n - 1]
         after = elements[n] if n < len(elements) else None
-        if last.get("role") == "user" or (_answer(last) and (after is None or not _answer(after))):
+        if last.get("role") == "user" or (is_answer(last) and (after is None or not is_answer(after))):
             points.append(n)
     return points
-
-
-def _answer(element: Wire) -> bool:
-    return is_result(element) or element.get("role") == "function"
 
 
 __all__ = ["MARK", "SECRETS", "SIGNER", "cascade_contexts", "conversation_of", "conversations", "interrupted",

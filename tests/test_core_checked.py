@@ -23,7 +23,9 @@ _MEMO_CHECKS = {"chat": repair_module._valid_chat, "responses": repair_module._v
 
 
 def _lists(api: str) -> st.SearchStrategy[list[Any]]:
-    return conversations(api) | conversations(api, messy=True) | interrupted(api)
+    legacy = api == "chat"  # lists of deprecated `function_call` steps, whole or damaged
+    return (conversations(api) | conversations(api, messy=True) | interrupted(api)
+            | conversations(api, messy=True, legacy=legacy) | interrupted(api, legacy=legacy))
 
 
 def _whole(api: str, entries: Entries) -> bool:
@@ -43,11 +45,16 @@ class _Spy:
 
 
 def _extra_items(api: str, ids: list[str]) -> st.SearchStrategy[dict[str, Any]]:
-    """Elements that test the edges: late or stray answers; in Responses also server calls,
-    item references and reasoning items."""
+    """Elements that test the edges: late or stray answers (in chat of both forms, and a
+    legacy call); in Responses also server calls, item references and reasoning items."""
     some_id = st.sampled_from([*ids, "call_orphan", "ws_1"])
     if api == "chat":
-        return some_id.map(lambda i: {"role": "tool", "tool_call_id": i, "content": "late"})
+        name = st.sampled_from(("read_file", "grep"))
+        return st.one_of(
+            some_id.map(lambda i: {"role": "tool", "tool_call_id": i, "content": "late"}),
+            name.map(lambda n: {"role": "function", "name": n, "content": "late"}),
+            name.map(lambda n: {"role": "assistant", "content": None,
+                                "function_call": {"name": n, "arguments": "{}"}}))
     return st.one_of(
         some_id.map(lambda i: {"type": "function_call_output", "call_id": i, "output": "late"}),
         st.just({"type": "web_search_call", "call_id": "ws_1", "id": "ws_1", "status": "completed"}),

@@ -90,7 +90,18 @@ def _compactable_one_by_one(entries: Entries, globs: tuple[str, ...]) -> list[in
         if (e.kind is RESULT and matched.get(e.answers or "", unknown)
                 and e.raw.get("content" if e.api is CHAT else "output") != CANCELLED_TEXT):
             found.append(i)
+        elif e.api is CHAT and e.role == "function" and e.raw.get("content") != CANCELLED_TEXT:
+            # The deprecated result names its function itself.
+            name = e.raw.get("name") if isinstance(e.raw.get("name"), str) else ""
+            if any(g == "*" or fnmatchcase(name, g) for g in globs):
+                found.append(i)
     return found
+
+
+def _legacy_call(e: Entry) -> bool:
+    """A deprecated `function_call` (its arguments a string): a call truncate cuts too."""
+    call = e.raw.get("function_call") if e.api is CHAT and e.kind is Kind.ASSISTANT else None
+    return isinstance(call, dict) and isinstance(call.get("arguments"), str)
 
 
 # ---------------------------------------------------------------- the properties
@@ -143,7 +154,8 @@ def test_truncate_cuts_the_calls_the_loop_visits(drawn: tuple[str, Entries], tai
     _, entries = drawn
     settings = CompactionSettings(truncate=TruncateSettings(max_arg_chars=limit, keep_chars=5))
     ctx = stage_context(entries, tail, settings=settings)
-    visited = [i for i in ctx.window.outside if entries[i].calls and ctx.window.touchable(i)]
+    visited = [i for i in ctx.window.outside if (entries[i].calls or _legacy_call(entries[i]))
+               and ctx.window.touchable(i)]
     out = truncate(entries, ctx)
     changed = [i for i, (a, b) in enumerate(zip(entries, out.entries, strict=True)) if a is not b]
     assert set(changed) <= set(visited)

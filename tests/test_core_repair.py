@@ -15,8 +15,10 @@ from tests.factories import (assistant, assistant_calls, chat, custom_call, entr
 from tests.strategies import conversations
 
 any_conversation = (conversations("chat", messy=True).map(lambda c: ("chat", c))
+                    | conversations("chat", messy=True, legacy=True).map(lambda c: ("chat", c))
                     | conversations("responses", messy=True).map(lambda c: ("responses", c)))
 valid_conversation = (conversations("chat").map(lambda c: ("chat", c))
+                      | conversations("chat", legacy=True).map(lambda c: ("chat", c))
                       | conversations("responses").map(lambda c: ("responses", c)))
 
 
@@ -139,7 +141,7 @@ def test_repair_never_invents_an_outcome(drawn: tuple[str, list]) -> None:
     api, elements = drawn
     out = repair(entries_of(api, elements))
     made = [e for e, origin in zip(out.entries, out.origins, strict=True) if origin is None]
-    assert all((e.kind is Kind.RESULT and content_text(e) == CANCELLED_TEXT)
+    assert all(((e.kind is Kind.RESULT or e.role == "function") and content_text(e) == CANCELLED_TEXT)
                or (e.kind is Kind.ASSISTANT and content_text(e) == INTERRUPTED_NOTE) for e in made)
     assert "cancelled" in CANCELLED_TEXT and "succe" not in CANCELLED_TEXT.lower()
 

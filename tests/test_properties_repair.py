@@ -2,8 +2,9 @@
 through the whole cascade, is the same bytes in any process (SPEC §4: deterministic).
 
 The expected outcome is computed here from the input alone, by the pairing rules of
-PROTOCOL.md (chat: the run of tool messages right after the call message; Responses: the first
-output after the call, anywhere later), not read back from what repair reports. In chat, a
+PROTOCOL.md (chat: the run of tool messages right after the call message, and for a legacy
+`function_call` the `function` message of its name in the run of results after it; Responses:
+the first output after the call, anywhere later), not read back from what repair reports. In chat, a
 group that gets a cancelled result and is followed by a user message also gets the proxy's
 assistant note between them (Mistral refuses a user message right after a tool message). In
 Responses, a `computer_call` no screenshot answers is replaced by a note (an output would
@@ -24,7 +25,7 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from proxy.conversation import Entries, Kind, content_text, latest_user_index
+from proxy.conversation import Api, Entries, Entry, Kind, content_text, latest_user_index
 from proxy.core.computer_calls import NOTE_OPENING
 from proxy.core.repair import CANCELLED_TEXT, INTERRUPTED_NOTE, Repaired, repair
 from proxy.testing.rules import check_responses
@@ -74,25 +75,51 @@ def _with_references(draw: st.DrawFn, elements: list) -> list:
 
 damaged = st.sampled_from(("chat", "responses")).flatmap(lambda api: st.tuples(
     st.just(api), conversations(api, messy=True) | interrupted(api)
+    | (conversations(api, messy=True, legacy=True) | interrupted(api, legacy=True)
+       if api == "chat" else st.nothing())
     | interrupted(api).flatmap(with_shared_id)
     | (interrupted(api).flatmap(_with_computer_calls) if api == "responses" else st.nothing())
     | ((conversations(api, messy=True) | interrupted(api)).flatmap(_with_computer_calls)
        .flatmap(_with_references) if api == "responses" else st.nothing())))
 
 
+def _answer(entry: Entry) -> bool:
+    """A result of either chat form: a tool result, or a legacy `function` message."""
+    return entry.kind is Kind.RESULT or (entry.api is Api.CHAT and entry.raw.get("role") == "function")
+
+
+def _called(entry: Entry) -> list[str]:
+    """What a chat message calls: its tool call ids, or for a deprecated `function_call`,
+    `function:<name>`, the form having no ids (a `function` message of that name answers it)."""
+    if entry.kind is not Kind.ASSISTANT:
+        return []
+    if entry.calls:
+        return [c.id for c in entry.calls]
+    call = entry.raw.get("function_call")
+    return [f"function:{call['name']}"] if isinstance(call, dict) and isinstance(call.get("name"), str) else []
+
+
+def _answered(entry: Entry, legacy: bool) -> str | None:
+    """What a result answers after a tool call message, or (`legacy`) after a legacy call:
+    the forms never answer each other's calls."""
+    if legacy:
+        return f"function:{entry.raw.get('name')}" if entry.raw.get("role") == "function" else None
+    return entry.answers if entry.kind is Kind.RESULT else None
+
+
 def _expected_chat(entries: Entries) -> tuple[list[int], list[str]]:
-    """The results repair must keep (input indexes) and the call ids it must answer as
-    cancelled, in the order of the calls."""
+    """The results repair must keep (input indexes) and the calls it must answer as
+    cancelled, in the order of the calls (a legacy one as `_called` names it)."""
     kept: list[int] = []
     missing: list[str] = []
     for a, entry in enumerate(entries):
-        if entry.kind is not Kind.ASSISTANT or not entry.calls:
+        ids = _called(entry)
+        if not ids:
             continue
-        ids = [c.id for c in entry.calls]
         answered: set[str] = set()
         j = a + 1
-        while j < len(entries) and entries[j].kind is Kind.RESULT:
-            answer = entries[j].answers
+        while j < len(entries) and _answer(entries[j]):
+            answer = _answered(entries[j], legacy=not entry.calls)
             if answer in ids and answer not in answered:
                 answered.add(answer)  # type: ignore[arg-type]
                 kept.append(j)
@@ -103,14 +130,14 @@ def _expected_chat(entries: Entries) -> tuple[list[int], list[str]]:
 
 def _expected_notes(entries: Entries) -> list[int]:
     """Chat: the input indexes of the user messages a note must come right before: each one
-    that directly follows the run of tool messages of a call message with a call left
-    unanswered (the run's tool messages, kept or dropped, are skipped)."""
+    that directly follows the run of results of a call message with a call left unanswered
+    (the run's results, kept or dropped, are skipped)."""
     notes: list[int] = []
     for a, entry in enumerate(entries):
-        if entry.kind is not Kind.ASSISTANT or not entry.calls:
+        if not _called(entry):
             continue
         j = a + 1
-        while j < len(entries) and entries[j].kind is Kind.RESULT:
+        while j < len(entries) and _answer(entries[j]):
             j += 1
         _, missing = _expected_chat(entries[a:j])
         if missing and j < len(entries) and entries[j].kind is Kind.USER:
@@ -187,8 +214,8 @@ def test_every_first_real_answer_is_kept_as_the_clients_entry(drawn: tuple[str, 
     for j in kept:
         assert j in where, f"the real answer at {j} ({entries[j].answers}) was dropped"
         assert _same_entry(out, entries, where[j], j)
-    results = [j for j, e in enumerate(entries) if e.kind is Kind.RESULT]
-    assert {o for o in out.origins if o is not None and entries[o].kind is Kind.RESULT} == set(kept)
+    results = [j for j, e in enumerate(entries) if _answer(e)]
+    assert {o for o in out.origins if o is not None and _answer(entries[o])} == set(kept)
     assert out.dropped_results == len(results) - len(kept)
 
 
@@ -198,12 +225,12 @@ def test_a_cancelled_result_is_made_only_for_a_call_with_no_answer(drawn: tuple[
     entries = entries_of(api, elements)
     out = repair(entries)
     _, missing = _expected(api, entries)
-    made = [e for e in _made(out) if e.kind is Kind.RESULT]
+    made = [e for e in _made(out) if _answer(e)]
     assert all(content_text(e) == CANCELLED_TEXT for e in made)
     # Same calls, in the order the calls were made: the bytes depend on the input only. Once
     # each, but for a Responses id used again in a later step while still open (servers that
     # number calls per response reuse ids): a call opens its id again, so each step gets one.
-    made_ids = [e.answers for e in made]
+    made_ids = [e.answers if e.kind is Kind.RESULT else f"function:{e.raw['name']}" for e in made]
     assert (made_ids if api == "chat" else list(dict.fromkeys(made_ids))) == missing
     assert out.cancelled == len(made_ids)
 
@@ -217,6 +244,11 @@ def test_in_chat_each_group_is_its_call_then_real_answers_then_cancellations(
     entries = entries_of(api, elements)
     out = repair(entries)
     for p, (entry, origin) in enumerate(zip(out.entries, out.origins, strict=True)):
+        if origin is not None and not entry.calls and _called(entry):  # a legacy call: answered
+            after = out.entries[p + 1:p + 3]  # right after it, once, under its name
+            assert _answered(after[0], legacy=True) == _called(entry)[0]
+            assert len(after) == 1 or not _answer(after[1])
+            continue
         if origin is None or not entry.calls:
             continue
         run = []
@@ -239,18 +271,18 @@ def test_a_note_stands_exactly_between_a_cancelled_result_and_a_user_message(
     entries = entries_of(api, elements)
     out = repair(entries)
     notes = [p for p, (e, o) in enumerate(zip(out.entries, out.origins, strict=True))
-             if o is None and e.kind is not Kind.RESULT and p not in _computer_notes(out)]
+             if o is None and not _answer(e) and p not in _computer_notes(out)]
     assert all(out.entries[p].kind is Kind.ASSISTANT and content_text(out.entries[p]) == INTERRUPTED_NOTE
                and not out.entries[p].calls for p in notes)
     expected = _expected_notes(entries) if api == "chat" else []
     assert [out.origins[p + 1] for p in notes] == expected  # each one right before its user message
-    assert all(out.origins[p - 1] is None and out.entries[p - 1].kind is Kind.RESULT for p in notes)
+    assert all(out.origins[p - 1] is None and _answer(out.entries[p - 1]) for p in notes)
     assert out.notes == len(expected)
     assert out.changed == (out.cancelled + out.dropped_results + out.dropped_reasoning
                            + out.ids_removed + out.dropped_items + out.notes + out.dropped_calls)
     if api == "chat":  # no user message right after a tool message repair made
         assert not [p for p in range(len(out.entries) - 1) if out.origins[p] is None
-                    and out.entries[p].kind is Kind.RESULT and out.entries[p + 1].kind is Kind.USER]
+                    and _answer(out.entries[p]) and out.entries[p + 1].kind is Kind.USER]
 
 
 @given(damaged)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import compress, count
-from operator import attrgetter, is_not
+from itertools import compress, count, repeat
+from operator import attrgetter, contains, is_not
 from typing import Any
 
 from proxy.conversation import Entries, Entry, Kind, leading_instructions
@@ -143,6 +143,7 @@ def run_cascade(entries: Sequence[Entry], context: CascadeContext, *,
 
 _INERT_KINDS = frozenset({Kind.INSTRUCTION, Kind.USER, Kind.ASSISTANT})
 _KIND, _CALLS, _KEY = attrgetter("kind"), attrgetter("calls"), attrgetter("key")
+_RAW = attrgetter("raw")
 
 
 def inert(entries: Entries, *, compacted: bool, policy: Policy | None, keep_loop: bool) -> bool:
@@ -155,8 +156,10 @@ def inert(entries: Entries, *, compacted: bool, policy: Policy | None, keep_loop
     """
     if compacted or policy is not None or keep_loop:
         return False
-    # Read with `map`: no Python step per entry.
-    return _INERT_KINDS.issuperset(map(_KIND, entries)) and not any(map(_CALLS, entries))
+    # Read with `map`: no Python step per entry. A legacy `function_call` is a call that leaves
+    # its message an ASSISTANT without `calls`: unanswered, nothing else shows it.
+    return (_INERT_KINDS.issuperset(map(_KIND, entries)) and not any(map(_CALLS, entries))
+            and not any(map(contains, map(_RAW, entries), repeat("function_call"))))
 
 
 def unchanged(entries: Entries, mark: MicrocompactMark | None) -> CascadeResult:

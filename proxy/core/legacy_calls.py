@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from proxy.conversation import Entry, ToolCall
-from proxy.core.kinds import ASSISTANT, CHAT, RESULT
+from proxy import jsonio
+from proxy.conversation import Entry, ToolCall, entry_from_chat
+from proxy.core.kinds import ASSISTANT, CHAT, OTHER, RESULT
 
 # Unlike the ids providers issue (letters, digits, `_`, `-`), so it does not pass for one.
 LEGACY_CALL_ID = "<legacy function_call>"
@@ -34,16 +35,43 @@ def legacy_call(entry: Entry) -> ToolCall | None:
 
 
 def _call_of(function_call: object) -> ToolCall | None:
+    """A call by its name, which pairs it; arguments that are not a string (upstream judges
+    them) are read as their JSON text, as a tool call's are."""
     if not isinstance(function_call, dict):
         return None
-    name, arguments = function_call.get("name"), function_call.get("arguments", "")
-    if not isinstance(name, str) or not isinstance(arguments, str):
+    name, arguments = function_call.get("name"), function_call.get("arguments")
+    if not isinstance(name, str):
         return None
+    if not isinstance(arguments, str):
+        arguments = "" if arguments is None else jsonio.dumps_text(arguments)
     return ToolCall(LEGACY_CALL_ID, name, arguments)
 
 
 def is_legacy_result(entry: Entry) -> bool:
     return entry.api is CHAT and entry.role == "function"
+
+
+def answers_legacy_call(entry: Entry, call: ToolCall) -> bool:
+    """Whether `entry`, right after the legacy `call`, is its answer as upstream pairs them: a
+    `function` message of the call's name, whatever its content (null is allowed there)."""
+    return entry.kind is OTHER and is_legacy_result(entry) and entry.raw.get("name") == call.name
+
+
+def legacy_answer(call: ToolCall, entry: Entry) -> str | None:
+    """The call id `entry` answers as the result right after the legacy `call`, if it does
+    (`answers_legacy_call`): a `tool` message never does."""
+    return call.id if answers_legacy_call(entry, call) else None
+
+
+def is_chat_result(entry: Entry) -> bool:
+    """A chat result of either form: a `tool` message, or a legacy `function` one."""
+    return entry.kind is RESULT or (entry.kind is OTHER and is_legacy_result(entry))
+
+
+def make_legacy_result(call: ToolCall, text: str) -> Entry:
+    """The `function` message answering a legacy call (repair's cancelled result): the form
+    has no ids, so it carries the call's name and goes right after it."""
+    return entry_from_chat({"role": "function", "name": call.name, "content": text})
 
 
 def step_calls(entry: Entry) -> tuple[ToolCall, ...]:

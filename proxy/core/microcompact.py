@@ -118,7 +118,8 @@ def _compactable(entries: Sequence[Entry], ctx: StageContext) -> list[int]:
         elif (entry.kind is RESULT and matched.get(entry.answers or "", unknown)
               and entry.raw.get("content" if entry.api is CHAT else "output") != CANCELLED_TEXT):
             found.append(i)
-        elif entry.kind is OTHER and is_legacy_result(entry) and _legacy_matches(entry, globs):
+        elif (entry.kind is OTHER and is_legacy_result(entry) and _legacy_matches(entry, globs)
+              and entry.raw.get("content") != CANCELLED_TEXT):
             found.append(i)  # the deprecated `role: "function"` result, named after its function
     return found
 

@@ -13,6 +13,11 @@
   (servers that number calls per response): a Responses output answers the calls with its id
   made since the last output with that id, and a call after that output needs its own.
 - The parallel calls of one assistant message (of one step, in Responses) are one unit.
+- Chat's deprecated single call (`function_call`, `legacy_calls`) is such a unit too, and the
+  `function` message of its name right after it its result: the form has no ids, so the
+  cancelled result is a `function` message with the call's name, and a `function` message
+  anywhere else (or under another name) is dropped as an orphan result is. A `tool` message
+  never answers a legacy call, nor a `function` message a tool call.
 - Chat: when a cancelled result is directly followed by a user message, a short assistant text
   note (`INTERRUPTED_NOTE`) goes between them. Mistral refuses a `user` right after a `tool`
   (code 3230, PROTOCOL.md §2.1); an assistant text message is valid after tool results and
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import compress, count, repeat
 from operator import attrgetter, is_, itemgetter
 
@@ -43,6 +49,8 @@ from proxy.conversation import (Api, Entries, Entry, Kind, ToolCall, content_tex
 from proxy.core.checked import CheckedLists
 from proxy.core.computer_calls import NOTE_OPENING, interrupted_computer_note
 from proxy.core.kinds import CALL, REASONING, RESULT
+from proxy.core.legacy_calls import (answers_legacy_call, is_chat_result, legacy_answer,
+                                     legacy_call, make_legacy_result, step_calls)
 from proxy.core.memo import memoized
 from proxy.core.reasoning_items import drop_reasoning, is_produced, unfollowed_reasoning
 
@@ -125,8 +133,9 @@ def _finish(original: Entries, out: list[Entry], origins: list[int | None], canc
 
 def _valid_chat(entries: Entries) -> bool:
     """What `_pair_chat` would find nothing to do in, without building its lists: every tool
-    message in the run right after its call message, answering one of its calls once, and
-    every call answered (the usual case, checked on every request)."""
+    message in the run right after its call message, answering one of its calls once, every
+    call answered, and every legacy call answered by the message right after it, the only
+    place a `function` message may be (the usual case, checked on every request)."""
     return _VALID_CHAT.check(entries, _valid_chat_from)
 
 
@@ -135,14 +144,19 @@ def _valid_chat_from(entries: Entries, start: int, _: tuple[()] = ()) -> tuple[(
     None when it is not valid.
 
     The end of a valid list closes every call message's run of results with all of its calls
-    answered; a tool message there answers nothing, as it would at the start of a list."""
+    answered; a result there answers nothing, as it would at the start of a list."""
     i, n = start, len(entries)
     while i < n:
         entry = entries[i]
         i += 1
-        if entry.kind is RESULT:
+        if is_chat_result(entry):
             return None
         if not entry.calls:
+            call = legacy_call(entry)
+            if call is not None:  # answered by the very next message, or not at all
+                if i == n or not answers_legacy_call(entries[i], call):
+                    return None
+                i += 1
             continue
         ids = {c.id for c in entry.calls}
         answered: set[str | None] = set()
@@ -165,26 +179,30 @@ def _pair_chat(entries: Entries) -> tuple[list[Entry], list[int | None], int, in
     while i < len(entries):
         entry = entries[i]
         i += 1
-        if entry.kind is Kind.RESULT:
-            dropped += 1  # not in the tool run right after its call
+        if is_chat_result(entry):
+            dropped += 1  # not in the run of results right after its call
             continue
         out.append(entry)
         origins.append(i - 1)
-        if not entry.calls:
+        calls = step_calls(entry)
+        if not calls:
             continue
+        # a `function` message has no `answers`: it answers no tool call
+        answer_of = _ANSWERS if entry.calls else partial(legacy_answer, calls[0])
         answered: set[str] = set()
-        ids = {c.id for c in entry.calls}
-        while i < len(entries) and entries[i].kind is Kind.RESULT:
-            result = entries[i]
-            if result.answers in ids and result.answers not in answered:
-                answered.add(result.answers)
-                out.append(result)
+        ids = {c.id for c in calls}
+        while i < len(entries) and is_chat_result(entries[i]):
+            answer = answer_of(entries[i])
+            if answer in ids and answer not in answered:
+                answered.add(answer)  # type: ignore[arg-type]
+                out.append(entries[i])
                 origins.append(i)
             else:
                 dropped += 1
             i += 1
-        for call in _unanswered(entry.calls, answered):
-            out.append(make_result(Api.CHAT, call, CANCELLED_TEXT))
+        for call in _unanswered(calls, answered):
+            out.append(make_result(Api.CHAT, call, CANCELLED_TEXT) if entry.calls
+                       else make_legacy_result(call, CANCELLED_TEXT))
             origins.append(None)
             cancelled += 1
     return out, origins, cancelled, dropped
@@ -195,7 +213,7 @@ def _note_before_users(out: list[Entry], origins: list[int | None]) -> int:
     right after it, in place; how many. A made result ends its call's run of results, so the
     note never splits a run."""
     at = [p + 1 for p in range(len(out) - 1)
-          if origins[p] is None and out[p].kind is Kind.RESULT and out[p + 1].kind is Kind.USER]
+          if origins[p] is None and is_chat_result(out[p]) and out[p + 1].kind is Kind.USER]
     for p in reversed(at):
         out.insert(p, make_assistant(Api.CHAT, INTERRUPTED_NOTE))
         origins.insert(p, None)
