@@ -19,7 +19,10 @@ import zstandard
 from aiohttp import web
 
 from proxy.server.inflate import INFLATED_LIMIT, AnswerTooLarge, inflated, inflater
+from proxy.server.upstream import answer_failed
+from proxy.settings import UpstreamSettings
 from tests.conftest import API_KEY
+from tests.test_responses_stream_ends import INPUT, MODEL
 from tests.test_server_upstream_faults import CHAT
 from tests.test_server_wire_edges import make_upstream  # noqa: F401 - the fixture
 from tests.test_stream_usage_capture import ANSWER, USER
@@ -105,13 +108,13 @@ def _status(field: str) -> int:
     raise AssertionError(field)
 
 
-def _bomb_upstream(stream: bool) -> Callable[[web.Request], object]:
+def _bomb_upstream(stream: bool, head: bytes = b"") -> Callable[[web.Request], object]:
     async def answer(request: web.Request) -> web.StreamResponse:
         kind = "text/event-stream" if stream else "application/json"
         out = web.StreamResponse(headers={"Content-Encoding": "gzip", "Content-Type": kind})
         await out.prepare(request)
-        if stream:  # a real event first: the bomb comes mid-stream
-            await out.write(gzip_compress(ANSWER.split(b"\n\n")[0] + b"\n\n"))
+        if head:
+            await out.write(gzip_compress(head))
         for piece in _pieces(gzip_bomb(), 64 * 1024):
             await out.write(piece)
             await asyncio.sleep(0)
@@ -144,7 +147,8 @@ def test_a_gzip_bomb_body_is_a_502_and_costs_no_gigabyte(make_upstream,  # noqa:
 def test_a_gzip_bomb_mid_stream_ends_it_with_an_error_frame(make_upstream,  # noqa: F811
                                                             make_proxy) -> None:
     gzip_bomb()
-    proxy = make_proxy(make_upstream(_bomb_upstream(stream=True)).url)
+    first_event = ANSWER.split(b"\n\n")[0] + b"\n\n"  # the bomb comes mid-stream
+    proxy = make_proxy(make_upstream(_bomb_upstream(stream=True, head=first_event)).url)
     received = bytearray()
 
     def read() -> None:
@@ -162,3 +166,28 @@ def test_a_gzip_bomb_mid_stream_ends_it_with_an_error_frame(make_upstream,  # no
     assert "inflates past" in error["error"]["message"]
     assert growth < 3 * INFLATED_LIMIT < BOMB_MIB * MIB, growth
     assert "inflates past" in proxy.requests()[-1]["upstream_error"]
+
+
+def test_a_gzip_bomb_at_a_responses_streams_head_fails_the_sdks_call(make_upstream,  # noqa: F811
+                                                                     make_proxy) -> None:
+    """The Responses peek inflates the stream's head before relaying it (bounded as the relay
+    is): the bomb is refused there, a 502, or by the relay once the peek gave up waiting, an
+    error event; the SDK raises either way, saying why."""
+    gzip_bomb()
+    proxy = make_proxy(make_upstream(_bomb_upstream(stream=True)).url)
+    client = openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=60)
+    with pytest.raises(openai.APIError, match="inflates past") as refused:
+        list(client.responses.create(model=MODEL, input=INPUT, stream=True))
+    client.close()
+    if isinstance(refused.value, openai.APIStatusError):
+        assert refused.value.status_code == 502
+        assert refused.value.code == "upstream_answer_too_large"
+
+
+def test_a_bomb_read_before_relaying_is_the_502_that_names_it() -> None:
+    """The peek's and the summarizer's reads fail through `answer_failed`: its 502 keeps the
+    code that says what happened (the peek above may leave the bomb to the relay)."""
+    upstream = UpstreamSettings(name="main", base_url="http://127.0.0.1:9/v1")
+    error = answer_failed(upstream, AnswerTooLarge("gzip", INFLATED_LIMIT))
+    assert (error.status, error.code) == (502, "upstream_answer_too_large")
+    assert "inflates past" in error.message
