@@ -107,6 +107,11 @@ class _Bound:
         self.limit = limit
         self.left = limit
 
+    def piece(self) -> int:
+        """How much output to ask a library for at once: a byte past what is left tells an
+        answer over the bound."""
+        return min(self.left + 1, _PIECE)
+
     def take(self, data: bytes) -> bytes:
         if len(data) > self.left:
             raise AnswerTooLarge(self.encoding, self.limit)
@@ -120,24 +125,34 @@ def _not_as_said(encoding: str) -> aiohttp.ClientPayloadError:
                                       f"({encoding}) says")
 
 
-# One byte over what is left: output that reaches it is over the bound, and output short of
-# it means the library had room for all its input.
+# Output is asked for a piece at a time (and never more than a byte past what is left): a bomb
+# is refused holding the bound's worth of pieces, not twice that in a buffer grown whole.
+_PIECE = 1024 * 1024
+
+
 class _Unbrotli:
     def __init__(self, limit: int) -> None:
         self._brotli = brotli.Decompressor()
         self._bound = _Bound("br", limit)
 
     def __call__(self, chunk: bytes) -> bytes:
+        pieces = []
         try:
-            data = self._brotli.process(chunk, output_buffer_limit=self._bound.left + 1)
+            while True:
+                asked = self._bound.piece()
+                piece = self._bound.take(self._brotli.process(chunk, output_buffer_limit=asked))
+                pieces.append(piece)
+                # A full piece may leave output in the decoder although it read all its input.
+                if len(piece) < asked and self._brotli.can_accept_more_data():
+                    return b"".join(pieces)
+                chunk = b""  # the rest of what it holds, before any more input
         except brotli.error:
             raise _not_as_said("br") from None
-        return self._bound.take(data)
 
 
 class _Unzstd:
     """zstd's decompressobj takes no output bound: its stream writer hands the output over in
-    pieces of `_ZSTD_PIECE`, and the bound stops it at the first piece too many."""
+    pieces of `_PIECE`, and the bound stops it at the first piece too many."""
 
     def __init__(self, limit: int) -> None:
         self._bound = _Bound("zstd", limit)
@@ -145,7 +160,7 @@ class _Unzstd:
         # It reads frame after frame: a server may compress each flush as a frame of its own
         # (RFC 8878 §3.1).
         self._zstd = zstandard.ZstdDecompressor().stream_writer(
-            self, write_size=_ZSTD_PIECE, write_return_read=True, closefd=False)
+            self, write_size=_PIECE, write_return_read=True, closefd=False)
 
     def write(self, piece: bytes) -> int:
         self._pieces.append(self._bound.take(bytes(piece)))
@@ -159,8 +174,6 @@ class _Unzstd:
         data, self._pieces = b"".join(self._pieces), []
         return data
 
-
-_ZSTD_PIECE = 1024 * 1024
 
 
 class _Inflater:
@@ -192,7 +205,14 @@ class _Inflater:
 
     def _inflate(self, chunk: bytes) -> bytes:
         assert self._zlib is not None
-        return self._bound.take(self._zlib.decompress(chunk, self._bound.left + 1))
+        pieces = []
+        while True:
+            asked = self._bound.piece()
+            piece = self._bound.take(self._zlib.decompress(chunk, asked))
+            pieces.append(piece)
+            if len(piece) < asked:  # all its input read, all its output given
+                return b"".join(pieces)
+            chunk = self._zlib.unconsumed_tail
 
 
 _GZIP_BITS = 47  # zlib detects a gzip or zlib header
