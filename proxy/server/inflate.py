@@ -10,8 +10,8 @@ on this Python without it); another encoding, or several stacked, is relayed unr
 
 An answer inflates to at most `INFLATED_LIMIT` bytes (a body whole, a stream in all): a few
 kilobytes of gzip can say gigabytes of zeros, and the proxy would hold them for every tenant's
-loss. Each library is asked for no more than what is left of that bound per call, so memory
-stays bounded however the bytes are cut; past it, the answer is one the proxy cannot read
+loss. Each library is asked for its output a piece (1 MiB) at a time, never past the bound, so
+memory stays bounded however the bytes are cut and whatever one read says; past it, the answer is one the proxy cannot read
 (`AnswerTooLarge`): a body becomes a 502, a stream ends with its error frame.
 """
 
@@ -28,8 +28,8 @@ from proxy.server.relay import StreamTap
 
 Inflate = Callable[[bytes], bytes]
 
-# No model answer comes near it (the largest are a few megabytes of text); every stream and
-# body the proxy inflates stays under it, whatever `server.max_body_mb` allows clients to send.
+# No model answer comes near it (the largest are megabytes of text). Fixed, not a multiple of
+# `server.max_body_mb`: what clients may send says nothing of what an answer holds.
 INFLATED_LIMIT = 256 * 1024 * 1024
 
 
@@ -42,6 +42,7 @@ class AnswerTooLarge(aiohttp.ClientPayloadError):
     def __init__(self, encoding: str, limit: int) -> None:
         super().__init__(f"the {encoding} answer inflates past {limit:,} bytes, more than any "
                          f"real answer: not read")
+
 
 _ZLIB = frozenset({"gzip", "x-gzip", "deflate"})
 
@@ -173,7 +174,6 @@ class _Unzstd:
             raise _not_as_said("zstd") from None
         data, self._pieces = b"".join(self._pieces), []
         return data
-
 
 
 class _Inflater:
