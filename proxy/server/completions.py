@@ -19,11 +19,13 @@ from aiohttp import hdrs, web
 from multidict import CIMultiDict
 
 from proxy.conversation import Api
+from proxy.errors import UpstreamUnavailable
 from proxy.inbound import Inbound, leading_bytes
 from proxy.server.client_body import read_client_body
 from proxy.server.headers import (bind_idempotency_keys, client_response_headers,
                                   upstream_request_headers)
-from proxy.server.inflate import InflatingTap, accepts, answer_encoding, inflated, inflater
+from proxy.server.inflate import (AnswerTooLarge, InflatingTap, accepts, answer_encoding,
+                                  inflated, inflater)
 from proxy.server.origins import Origins, continued_id
 from proxy.server.prepared import Prepared
 from proxy.server.relay import (PlainTap, RelayOutcome, StreamTap, is_event_stream, relay_stream,
@@ -141,7 +143,7 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
             data = await response.read()
         except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
             raise answer_failed(prepared.upstream, exc) from None
-        plain = data if encoding is None else inflated(data, encoding)
+        plain = data if encoding is None else _inflated_body(services, line, data, encoding)
         readable = b"" if plain is None else plain  # b"": nothing to read, relayed as it came
         if response.status >= 400:
             again = await services.pipeline.retry(prepared, response.status, readable, line)
@@ -167,6 +169,19 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
         if services.origins is not None and response.status == 200:
             await services.origins.answer_made(prepared, readable)
         return out
+
+
+def _inflated_body(services: Services, line: RequestLine, data: bytes,
+                   encoding: str) -> bytes | None:
+    """A compressed answer, inflated; one that inflates past any real answer's size is an
+    answer the proxy cannot read, and the client's 502."""
+    try:
+        return inflated(data, encoding)
+    except AnswerTooLarge as exc:
+        services.log.warning("upstream_answer_too_large", encoding=encoding, bytes_in=len(data),
+                             tenant=line.fields.get("tenant"), upstream=line.fields.get("upstream"))
+        raise UpstreamUnavailable(f"The upstream's answer could not be read: {exc}",
+                                  code=exc.error_code) from None
 
 
 def _left(services: Services, line: RequestLine, prepared: Prepared, tap: StreamTap, status: int,

@@ -21,7 +21,7 @@ from proxy import jsonio
 from proxy.errors import NotFound
 from proxy.server.client_body import read_client_body, streamed_upload
 from proxy.server.headers import client_response_headers, upstream_request_headers
-from proxy.server.inflate import answer_encoding, inflated
+from proxy.server.inflate import AnswerTooLarge, answer_encoding, inflated
 from proxy.server.origins import Origins, names_the_object, scoped_id
 from proxy.server.relay import PlainTap, StreamTap, is_event_stream, relay_stream
 from proxy.server.request_line import RequestLine, clipped
@@ -94,7 +94,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
             if makes and response.status == 200:
                 read = await _answer_head(response, upstream)
                 await services.origins.conversation_made(  # type: ignore[union-attr]
-                    upstream, inflated(b"".join(read), answer_encoding(response.headers)) or b"")
+                    upstream, _made_answer(read, response))
             tap = _tap_for(tail, response, length)
             outcome = await relay_stream(
                 request, response, out_headers, tap, line.started, read,
@@ -102,6 +102,15 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
                     left_after_end(tap, got.bytes_out))))
             line.set(bytes_out=outcome.bytes_out, upstream_error=outcome.upstream_error)
             return outcome.response
+
+
+def _made_answer(read: list[bytes], response: ClientResponse) -> bytes:
+    """The answer's head, plain; b"" when it cannot be read (its conversation is then not
+    remembered, and the answer goes as it came)."""
+    try:
+        return inflated(b"".join(read), answer_encoding(response.headers)) or b""
+    except AnswerTooLarge:
+        return b""
 
 
 async def _answer_head(response: ClientResponse, upstream: UpstreamSettings) -> list[bytes]:

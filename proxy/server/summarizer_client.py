@@ -25,9 +25,9 @@ from proxy.errors import ProxyError
 from proxy.server.client_owned import (Refusal, content_refusal_reason, content_refused,
                                        read_refusal, refused_in_answer)
 from proxy.server.headers import upstream_request_headers
-from proxy.server.inflate import answer_encoding, inflated
+from proxy.server.inflate import AnswerTooLarge, answer_encoding, inflated
 from proxy.redaction import redact
-from proxy.server.upstream import UpstreamClient, read_body
+from proxy.server.upstream import UpstreamClient, answer_failed, read_body
 from proxy.settings import UpstreamSettings
 
 _PATHS = {Api.CHAT: "/chat/completions", Api.RESPONSES: "/responses"}
@@ -122,9 +122,13 @@ async def _post(client: UpstreamClient, upstream: UpstreamSettings, api: Api,
     response = await client.send(upstream, "POST", _PATHS[api], headers, body)
     async with response:
         data = await read_body(response, upstream)
-        # Compressed although asked for identity: read inflated (else as it came, and failing).
-        return (response.status, inflated(data, answer_encoding(response.headers)) or data,
-                response.headers)
+        try:
+            # Compressed although asked for identity: read inflated (else as it came, and
+            # failing).
+            plain = inflated(data, answer_encoding(response.headers)) or data
+        except AnswerTooLarge as exc:
+            raise answer_failed(upstream, exc) from None
+        return response.status, plain, response.headers
 
 
 def _failed(error: str, step: int, started: float) -> SummaryOutcome:

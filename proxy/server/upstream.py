@@ -120,8 +120,9 @@ def answer_failed(upstream: UpstreamSettings,
     if isinstance(exc, asyncio.TimeoutError):
         return UpstreamTimeout(f"upstream {upstream.name!r} stopped answering "
                                f"(no data for {upstream.timeout_s:g}s)")
+    # An answer that broke no connection but the proxy's bound says so (`AnswerTooLarge`).
     return UpstreamUnavailable(f"upstream {upstream.name!r} broke off its answer: "
-                               f"{describe(exc)}")
+                               f"{describe(exc)}", code=getattr(exc, "error_code", None))
 
 
 def describe(exc: BaseException) -> str:
