@@ -9,7 +9,8 @@ group that gets a cancelled result and is followed by a user message also gets t
 assistant note between them (Mistral refuses a user message right after a tool message). In
 Responses, a `computer_call` no screenshot answers is replaced by a note (an output would
 have to invent the screenshot) at the end of its step, and a reasoning item left right before
-the note goes too.
+the note goes too. A reasoning item then not directly followed by an item it produced goes,
+and with it the computer calls it owns (their id is required) and the screenshots answering them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import Phase, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from proxy.conversation import Api, Entries, Entry, Kind, content_text, latest_user_index
@@ -194,6 +195,53 @@ def _expected(api: str, entries: Entries) -> tuple[list[int], list[str]]:
     return _expected_chat(entries) if api == "chat" else _expected_responses(entries)
 
 
+def _unfollowed_reasoning(entries: Entries, kept: list[int]) -> set[int]:
+    """Responses: the reasoning items repair must drop, those not directly followed by an item
+    they produced (a message or a call) once outputs are paired: an orphan output is gone, an
+    unanswered computer call too, and its note stands at the end of its step, so the next call
+    in the call's run, if any is left, follows the reasoning item, else the note does."""
+    screens = set(_unanswered_computer_calls(entries))
+    dropped = {j for j, e in enumerate(entries) if e.kind is Kind.RESULT and j not in kept}
+    unfollowed: set[int] = set()
+    for r, entry in enumerate(entries):
+        if entry.kind is not Kind.REASONING:
+            continue
+        j = r + 1
+        while j in dropped:
+            j += 1
+        while j in screens and j + 1 < len(entries) and entries[j + 1].kind is Kind.CALL:
+            j += 1
+        if j == len(entries) or j in screens or entries[j].kind not in (Kind.ASSISTANT, Kind.CALL):
+            unfollowed.add(r)
+    return unfollowed
+
+
+def _gone_with_reasoning(entries: Entries, kept: list[int]) -> set[int]:
+    """Responses: the items repair must drop with their reasoning item: each computer call
+    (the only id-required item drawn here) left by pairing whose reasoning item goes, and the
+    outputs answering it. Its reasoning item is the nearest one before it in its turn and
+    step: a user or system message, an item_reference (maybe the step's own reasoning, stored)
+    or the note for a removed computer call (it ends its step as a screenshot would) ends it."""
+    unfollowed = _unfollowed_reasoning(entries, kept)
+    screens = set(_unanswered_computer_calls(entries))
+    after_note = {_step_end(entries, c) for c in screens}
+    gone: set[int] = set()
+    gone_calls: set[str] = set()
+    owner: int | None = None
+    for j, entry in enumerate(entries):
+        if j in after_note or entry.kind in (Kind.USER, Kind.INSTRUCTION) \
+                or entry.raw.get("type") == "item_reference":
+            owner = None
+        if entry.kind is Kind.REASONING:
+            owner = j
+        elif entry.raw.get("type") == _COMPUTER and j not in screens and owner in unfollowed:
+            gone.add(j)
+            gone_calls.add(entry.calls[0].id)
+        elif entry.kind is Kind.RESULT and entry.answers in gone_calls:
+            gone.add(j)
+    return gone
+
+
 def _same_entry(out: Repaired, entries: Entries, position: int, origin: int) -> bool:
     """The output entry is the client's: the same object, or (Responses, after a dropped
     reasoning item) the same element without its server id."""
@@ -204,19 +252,40 @@ def _same_entry(out: Repaired, entries: Entries, position: int, origin: int) -> 
         {k: v for k, v in entries[origin].raw.items() if k != "id"}
 
 
+_USER = {"type": "message", "role": "user", "content": "go"}
+_SCREEN_CALL = {"type": _COMPUTER, "id": "cu_0", "call_id": "call_computer0", "action": {"type": "screenshot"},
+                "pending_safety_checks": [], "status": "completed"}
+_SCREEN = {"type": "computer_call_output", "call_id": "call_computer0",
+           "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64,iVBORw0KGgo="}}
+_STORED = {"type": "function_call_output", "call_id": "call_stored", "output": "stored"}
+
+
+# An output moved between a reasoning item and its computer call: kept after a reference, it
+# leaves the reasoning item unfollowed, and the call and its screenshot go with it; an orphan
+# output there is dropped first, and the reasoning item is followed after all.
+@example(("responses", [_USER, {"type": "item_reference", "id": "rs_s"},
+                        {"type": "reasoning", "id": "rs_cu0", "summary": []}, _STORED, _SCREEN_CALL, _SCREEN]))
+@example(("responses", [_USER, {"type": "reasoning", "id": "rs_cu0", "summary": []}, _STORED, _SCREEN_CALL,
+                        _SCREEN]))
 @given(damaged)
 def test_every_first_real_answer_is_kept_as_the_clients_entry(drawn: tuple[str, list]) -> None:
     api, elements = drawn
     entries = entries_of(api, elements)
     out = repair(entries)
     kept, _ = _expected(api, entries)
+    # A screenshot whose call goes with its reasoning item goes too (counted as an item).
+    gone = _gone_with_reasoning(entries, kept) if api == "responses" else set()
     where = {o: p for p, o in enumerate(out.origins) if o is not None}
     for j in kept:
+        if j in gone:
+            assert j not in where, f"the answer at {j} stayed after its call went"
+            continue
         assert j in where, f"the real answer at {j} ({entries[j].answers}) was dropped"
         assert _same_entry(out, entries, where[j], j)
     results = [j for j, e in enumerate(entries) if _answer(e)]
-    assert {o for o in out.origins if o is not None and _answer(entries[o])} == set(kept)
+    assert {o for o in out.origins if o is not None and _answer(entries[o])} == set(kept) - gone
     assert out.dropped_results == len(results) - len(kept)
+    assert out.dropped_items == len(gone)
 
 
 @given(damaged)
