@@ -31,10 +31,11 @@ def write_config(path: Path, upstream_url: str, state_path: Path, **sections: An
 
 def cli(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "proxy", *args], capture_output=True, text=True,
-                          timeout=60, cwd=cwd, env=_env())
+                          timeout=60, cwd=cwd, env=child_env())
 
 
-def _env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
+    """The environment a child needs to import this checkout's `proxy`."""
     root = str(Path(__file__).resolve().parents[1])
     return {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
@@ -50,7 +51,7 @@ class ProxyProcess:
         command = ["-m", "proxy"] if prelude is None else ["-c", prelude + _RUN_MAIN]
         self.process = subprocess.Popen([sys.executable, *command, "serve", "--config",
                                          str(config), *args], stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, env=_env())
+                                        stderr=subprocess.STDOUT, env=child_env())
         self.lines: list[dict[str, Any]] = []
         self.raw: list[bytes] = []
         self._ready = threading.Event()
@@ -137,8 +138,3 @@ def proxy_command(*args: str, prelude: str | None = None) -> list[str]:
     that drives the child itself (with `child_env()`), not through `ProxyProcess`."""
     command = ["-m", "proxy"] if prelude is None else ["-c", prelude + _RUN_MAIN]
     return [sys.executable, *command, *args]
-
-
-def child_env() -> dict[str, str]:
-    """The environment a child needs to import this checkout's `proxy`."""
-    return _env()

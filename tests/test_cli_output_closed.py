@@ -14,7 +14,7 @@ from pathlib import Path
 
 from proxy.records import ThreadKey
 from proxy.store.sqlite_db import StateDb
-from tests.process import _env, write_config
+from tests.process import child_env, write_config
 
 THREADS = 3000  # a listing of some 200 KB: more than a pipe holds
 
@@ -31,7 +31,7 @@ def many_threads(state: Path) -> None:
 def first_line_then_close(*args: str) -> tuple[bytes, int, str]:
     """Run the command, read its first line, close the pipe: (line, exit status, stderr)."""
     with subprocess.Popen([sys.executable, "-m", "proxy", *args], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, env=_env()) as child:
+                          stderr=subprocess.PIPE, env=child_env()) as child:
         assert child.stdout is not None and child.stderr is not None
         line = child.stdout.readline()
         child.stdout.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from proxy.records import ThreadKey
 from proxy.store.sqlite_db import StateDb
-from tests.process import _env, write_config
+from tests.process import child_env, write_config
 
 AT = 1_796_220_000.0  # 2026-12-02 14:00:00 UTC
 
@@ -25,7 +25,7 @@ def test_the_last_activity_carries_its_utc_offset(tmp_path: Path) -> None:
     for zone in ("UTC", "Asia/Kolkata"):
         result = subprocess.run([sys.executable, "-m", "proxy", "threads", "--config", str(config)],
                                 capture_output=True, text=True, timeout=60,
-                                env={**_env(), "TZ": zone})
+                                env={**child_env(), "TZ": zone})
         assert result.returncode == 0, result.stderr
         shown[zone] = result.stdout.splitlines()[1]
     assert shown["UTC"].startswith("2026-12-02 14:00:00 +0000 ")
