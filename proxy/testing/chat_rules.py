@@ -47,11 +47,17 @@ def shape_violation(messages: Any) -> Violation | None:
     if messages is None:
         return Violation("missing_param", 0, value="messages")
     if not isinstance(messages, list):
-        return Violation("not_array", 0, value="messages")
+        return Violation("not_array", 0, value=("messages", messages))
     if not messages:
         return Violation("empty", 0)
     for i, message in enumerate(messages):
         found = _shape(i, message)
+        if found is not None:
+            return found
+    # A missing content is reported only when no message has another schema fault: a bad role
+    # or content type at a later index wins [3P: a table of direct-API probes, 2026-08-30].
+    for i, message in enumerate(messages):
+        found = _content_presence(i, message)
         if found is not None:
             return found
     return None
@@ -110,32 +116,40 @@ def _shape(i: int, message: Any) -> Violation | None:
         return Violation("missing_param", i, value=f"messages[{i}].role")
     if message["role"] not in ROLES:
         return Violation("bad_role", i, value=message["role"])
-    if message["role"] == "tool":
-        return _tool_content(i, message)
-    required = _REQUIRED.get(message["role"])
-    if required is not None and required not in message:
-        return Violation("missing_param", i, value=f"messages[{i}].{required}")
-    return _parts(i, message)
-
-
-# What each role needs besides `role` (PROTOCOL.md §1.1); the assistant's and the tool's are
-# checked with their own rules.
-_REQUIRED = {"system": "content", "developer": "content", "user": "content", "function": "name"}
-
-
-def _tool_content(i: int, message: Mapping[str, Any]) -> Violation | None:
-    """A tool message's content is a string or a non-empty array of text parts (PROTOCOL.md §1.1:
-    `minItems: 1`, "only type `text` is supported"); the schema is checked before pairing."""
-    if "content" not in message:
-        return Violation("missing_param", i, value=f"messages[{i}].content")
-    content = message["content"]
-    if isinstance(content, str):
-        return None
-    if not isinstance(content, list):
+    if message["role"] == "function":
+        missing = "name" not in message
+        return Violation("missing_role_field", i, value=("function", "name")) if missing else None
+    content = message.get("content")
+    if content is not None and not isinstance(content, (str, list)):
         return Violation("content_type", i, value=content)
-    if not content:
+    if message["role"] == "tool" and content == []:
+        # PROTOCOL.md §1.1: a tool message's array has `minItems: 1`.
         return Violation("empty_content", i)
     return _parts(i, message)
+
+
+# What stands in for an assistant's content (PROTOCOL.md §1.1); a null one does not [3P: the
+# probes table].
+_CONTENT_SUBSTITUTES = ("tool_calls", "function_call", "refusal", "audio")
+
+
+def _content_presence(i: int, message: Mapping[str, Any]) -> Violation | None:
+    """Every role but `function` needs a non-null content, the assistant unless a substitute
+    stands in. The developer's schema answers in its own words; every other role gets the
+    sentence OpenAI gives a null content [OBS for user and assistant messages,
+    openai/openai-cookbook#503, langchain-ai/langchainjs#4153; 3P for the roles, the absent
+    field and the developer's words: the probes table]."""
+    role = message["role"]
+    if role == "function" or message.get("content") is not None:
+        return None
+    if role == "developer":
+        if "content" not in message:
+            return Violation("missing_param", i, value=f"messages[{i}].content")
+        return Violation("content_type", i, value=None)
+    if role == "assistant":
+        # Checked with the pairing walk, which the dialects without it (vLLM) skip.
+        return None
+    return Violation("null_content", i)
 
 
 # The content parts each role may send (PROTOCOL.md §1.1). The user's: the list OpenAI's
@@ -168,8 +182,10 @@ def _parts(i: int, message: Mapping[str, Any]) -> Violation | None:
 
 def _tool(i: int, message: Mapping[str, Any], run: _Run | None, messages: list[Any]) -> Violation | None:
     call_id = message.get("tool_call_id")
+    if call_id is None:
+        return Violation("missing_role_field", i, value=("tool", "tool_call_id"))
     if not isinstance(call_id, str):
-        return Violation("missing_param", i, value=f"messages[{i}].tool_call_id")
+        return Violation("field_type", i, value=(f"messages[{i}].tool_call_id", call_id))
     if run is None:
         return Violation("orphan_tool", i, value=messages[i - 1].get("role") if i else None)
     if call_id not in run.ids:
@@ -181,20 +197,17 @@ def _tool(i: int, message: Mapping[str, Any], run: _Run | None, messages: list[A
 def _assistant(i: int, message: Mapping[str, Any]) -> Violation | None:
     calls = message.get("tool_calls")
     if calls is not None and not isinstance(calls, list):
-        return Violation("not_array", i, value=f"messages[{i}].tool_calls")
+        return Violation("not_array", i, value=(f"messages[{i}].tool_calls", calls))
     if calls == []:
         return Violation("empty_tool_calls", i)
     for j, call in enumerate(calls or ()):
         found = _call(i, j, call)
         if found is not None:
             return found
-    if calls or message.get("function_call") or message.get("refusal") or message.get("audio"):
+    if message.get("content") is not None or any(message.get(k) is not None
+                                                 for k in _CONTENT_SUBSTITUTES):
         return None
-    if "content" not in message:
-        return Violation("missing_param", i, value=f"messages[{i}].content")
-    if message["content"] is None:
-        return Violation("null_content", i)
-    return None
+    return Violation("null_content", i)
 
 
 def _call(i: int, j: int, call: Any) -> Violation | None:
@@ -217,7 +230,9 @@ def _call(i: int, j: int, call: Any) -> Violation | None:
 
 # ---------------------------------------------------------------- OpenAI's wording
 
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
+    """OpenAI's words for a JSON type in its `invalid_type` texts [OBS "but got a decimal
+    number instead." quoted by clients for `reasoning.effort`; 3P: the probes table]."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -225,7 +240,7 @@ def _type_name(value: Any) -> str:
     if isinstance(value, int):
         return "an integer"
     if isinstance(value, float):
-        return "a decimal"
+        return "a decimal number"
     if isinstance(value, list):
         return "an array"
     return "an object" if isinstance(value, Mapping) else "a string"
@@ -236,7 +251,7 @@ def openai_text(v: Violation) -> Rejection:
     if v.kind == "orphan_tool":  # [OBS] incl. OpenAI's misspelling and the odd "messages.[i]" path
         return rejections.openai("Invalid parameter: messages with role 'tool' must be a response to "
                                  "a preceeding message with 'tool_calls'.", param=f"messages.[{i}].role")
-    if v.kind == "missing_responses":  # [OBS] text; param [MEM]
+    if v.kind == "missing_responses":  # [OBS] text; param [MEM: no report quotes it]
         return rejections.openai(
             "An assistant message with 'tool_calls' must be followed by tool messages responding to "
             "each 'tool_call_id'. The following tool_call_ids did not have response messages: "
@@ -249,17 +264,29 @@ def openai_text(v: Violation) -> Rejection:
     if v.kind == "arguments_type":  # [OBS] invalid_type text and code
         path = f"messages[{i}].tool_calls[{v.call}].function.arguments"
         return rejections.openai(f"Invalid type for '{path}': expected a string, but got "
-                                 f"{_type_name(v.value)} instead.", param=path, code="invalid_type")
-    if v.kind == "string_too_long":  # [3P] text and code; param [MEM]
+                                 f"{type_name(v.value)} instead.", param=path, code="invalid_type")
+    if v.kind == "string_too_long":
+        # Text and code [OBS] (quoted by clients, e.g. one reading a large file); param [3P]:
+        # two OpenAI-compatible fakes' fixtures give `messages[i].content`.
         return rejections.openai(f"Invalid 'messages[{i}].content': string too long. Expected a "
                                  f"string with maximum length {MAX_STRING}, but got a string with "
                                  f"length {v.value} instead.", param=f"messages[{i}].content",
                                  code="string_above_max_length")
     if v.kind in _TOOL_CONTENT_TEXTS:
         return _TOOL_CONTENT_TEXTS[v.kind](v)
-    if v.kind == "null_content":  # [OBS] as relayed by a gateway
+    if v.kind == "null_content":  # [OBS] text, param and null code (see `_content_presence`)
         return rejections.openai("Invalid value for 'content': expected a string, got null.",
                                  param=f"messages.[{i}].content")
+    if v.kind == "missing_role_field":
+        # [OBS] text, param and null code: the tool's id (MadcowD/ell#325) and the function's
+        # name (quoted whole by a client's mock of OpenAI, and in clients' notes).
+        role, field = v.value
+        return rejections.openai(f"Missing parameter '{field}': messages with role '{role}' must "
+                                 f"have a '{field}'.", param=f"messages.[{i}].{field}")
+    if v.kind == "field_type":  # OpenAI's `invalid_type` family [3P: the probes table]
+        path, found = v.value
+        return rejections.openai(f"Invalid type for '{path}': expected a string, but got "
+                                 f"{type_name(found)} instead.", param=path, code="invalid_type")
     return _openai_shape_text(v)
 
 
@@ -280,7 +307,7 @@ def _legacy_text(v: Violation) -> Rejection:
 def _content_type_text(v: Violation) -> Rejection:  # [OBS] text and code
     path = f"messages[{v.index}].content"
     return rejections.openai(f"Invalid type for '{path}': expected one of a string or array of "
-                             f"objects, but got {_type_name(v.value)} instead.", param=path,
+                             f"objects, but got {type_name(v.value)} instead.", param=path,
                              code="invalid_type")
 
 
@@ -291,13 +318,15 @@ def _empty_content_text(v: Violation) -> Rejection:  # OpenAI's `empty_array` fa
 
 
 def _image_text(v: Violation) -> Rejection:
-    # Text [OBS] for roles tool and assistant (OpenHands#7700, openai-node#1030), the same
-    # pattern assumed for system and developer [MEM]; param and code [MEM]. Newer models
-    # (GPT-5.2) were reported to accept images in tool messages since (openai-openapi#523);
-    # the spec still lists text only, so the fake keeps the stricter rule.
+    # Text [OBS] for roles tool, assistant and system (OpenHands#7700, openai-node#1030, a
+    # client's comment quoting the system one), the same pattern assumed for developer [MEM];
+    # param and code `invalid_value` [3P: quoted whole in a client's comment for a tool message].
+    # Newer models (GPT-5.2) were reported to accept images in tool messages since
+    # (openai-openapi#523); the spec still lists text only, so the fake keeps the stricter rule.
     return rejections.openai(f"Invalid 'messages[{v.index}]'. Image URLs are only allowed for "
                              f"messages with role 'user', but this message with role '{v.value}' "
-                             "contains an image URL.", param=f"messages[{v.index}]")
+                             "contains an image URL.", param=f"messages[{v.index}]",
+                             code="invalid_value")
 
 
 def _part_type_text(v: Violation) -> Rejection:
@@ -312,10 +341,12 @@ def _part_type_text(v: Violation) -> Rejection:
                              param=path, code="invalid_value")
 
 
-def _part_not_object_text(v: Violation) -> Rejection:  # OpenAI's `invalid_type` family [MEM]
+def _part_not_object_text(v: Violation) -> Rejection:
+    # [OBS] text (microsoft/graphrag#672); param and code as a client's comment quotes the whole
+    # body [3P].
     path = f"messages[{v.index}].content[{v.call}]"
     return rejections.openai(f"Invalid type for '{path}': expected an object, but got "
-                             f"{_type_name(v.value)} instead.", param=path, code="invalid_type")
+                             f"{type_name(v.value)} instead.", param=path, code="invalid_type")
 
 
 _TOOL_CONTENT_TEXTS: dict[str, Callable[[Violation], Rejection]] = {
@@ -325,7 +356,10 @@ _TOOL_CONTENT_TEXTS: dict[str, Callable[[Violation], Rejection]] = {
 
 
 def _openai_shape_text(v: Violation) -> Rejection:
-    """Schema-level problems; wording from OpenAI's general error families [MEM]."""
+    """Schema-level problems, in OpenAI's general error families: [OBS] the empty `messages`
+    (CopilotKit/CopilotKit#529) and the unknown role (quoted whole through a relay); [3P] the
+    rest, as the probes table records them (empty `tool_calls`, missing parameters, wrong
+    types)."""
     i = v.index
     if v.kind == "empty":
         return rejections.openai("Invalid 'messages': empty array. Expected an array with minimum "
@@ -344,10 +378,12 @@ def _openai_shape_text(v: Violation) -> Rejection:
         return rejections.openai(f"Missing required parameter: '{v.value}'.", param=v.value,
                                  code="missing_required_parameter")
     if v.kind == "not_array":
-        return rejections.openai(f"Invalid type for '{v.value}': expected an array, but got "
-                                 "another type instead.", param=v.value, code="invalid_type")
+        path, found = v.value
+        return rejections.openai(f"Invalid type for '{path}': expected an array of objects, but "
+                                 f"got {type_name(found)} instead.", param=path,
+                                 code="invalid_type")
     return rejections.openai(f"Invalid type for 'messages[{i}]': expected an object, but got "
-                             f"{_type_name(v.value)} instead.", param=f"messages[{i}]",
+                             f"{type_name(v.value)} instead.", param=f"messages[{i}]",
                              code="invalid_type")
 
 

@@ -221,9 +221,14 @@ def _missing_signature(call: Any, position: int) -> Rejection:
 
 
 def mistral_order(messages: Messages, _: Signer) -> Rejection | None:
+    """After a tool message only an assistant or another tool message may come [SRC
+    mistralai/mistral-common@039465db `protocol/instruct/validator.py`
+    `_validate_message_order`, which words the refusal]; the envelope [OBS] for a user message
+    (datapizza-ai#98, onyx#6458) and assumed the same for the other roles."""
     for i in range(1, len(messages)):
-        if messages[i].get("role") == "user" and messages[i - 1].get("role") == "tool":
-            return rejections.flat("Unexpected role 'user' after role 'tool'", mistral=True,  # [OBS]
+        role = messages[i].get("role")
+        if messages[i - 1].get("role") == "tool" and role not in ("assistant", "tool"):
+            return rejections.flat(f"Unexpected role '{role}' after role 'tool'", mistral=True,
                                    type_="invalid_request_message_order", code="3230")
     return None
 
