@@ -68,7 +68,8 @@ _RESPONSES_STREAM_OPTIONS = ("include_obfuscation",)
 
 def _unknown_stream_option(body: Mapping[str, Any]) -> Rejection | None:
     """Chat's `include_usage` (or any other member) in a Responses `stream_options` is an unknown
-    parameter: text, param and code as a table of direct-API probes records them [3P]. Checked
+    parameter: text, param and code [OBS: quoted whole by clients that hit it; 3P: a table of
+    direct-API probes]. Checked
     before the items, as unknown keys are [3P]; where OpenAI checks this nested one is not
     recorded."""
     options = body.get("stream_options")
