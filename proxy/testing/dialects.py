@@ -1,6 +1,6 @@
 """Provider dialects of the chat endpoint: what each one adds to OpenAI's message rules.
 
-A dialect is a wording for the shared violations (`chat_rules.WORDING`) plus two lists of extra
+A dialect is a wording for the shared violations (`chat_wording.WORDING`) plus two lists of extra
 rules: schema checks that run before the pairing rules (a strict upstream rejects an unknown key
 before it looks at the conversation) and semantic checks that run after them (PROTOCOL.md §8.2).
 A dialect without API-level pairing checks (vLLM, PROTOCOL.md §2.1) skips the shared rules.
@@ -14,7 +14,8 @@ from typing import Any
 
 from proxy import jsonio
 from proxy.testing import rejections
-from proxy.testing.chat_rules import USER_PART_TYPES, Violation, openai_text
+from proxy.testing.chat_rules import USER_PART_TYPES, Violation
+from proxy.testing.chat_wording import openai_text
 from proxy.testing.rejections import Rejection
 from proxy.testing.signing import GEMINI_BYPASS, Signer
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from proxy.testing import rejections
-from proxy.testing.chat_rules import type_name
+from proxy.testing.chat_wording import type_name
 from proxy.testing.rejections import Rejection
 from proxy.testing.signing import DEFAULT_SIGNER, Signer
 from proxy.testing.stored_items import Resolve, expand

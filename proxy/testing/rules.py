@@ -12,7 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from proxy.testing import rejections
-from proxy.testing.chat_rules import WORDING, find_violation, shape_violation
+from proxy.testing.chat_rules import find_violation, shape_violation
+from proxy.testing.chat_wording import WORDING
 from proxy.testing.dialects import DIALECTS
 from proxy.testing.rejections import Rejection
 from proxy.testing.responses_rules import checked_input
