@@ -178,6 +178,7 @@ def test_a_tool_message_without_its_id_is_refused_with_openais_text() -> None:
 
 @pytest.mark.parametrize(("messages", "path", "got"), [
     ("ping", "messages", "a string"),
+    (None, "messages", "null"),
     ([{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": "x"}],
      "messages[1].tool_calls", "a string"),
 ])

@@ -39,9 +39,10 @@ class _Run:
         return tuple(i for i in self.ids if i not in self.answered)
 
 
-def shape_violation(messages: Any) -> Violation | None:
-    """Problems that make `messages` unreadable as a conversation at all."""
-    if messages is None:
+def shape_violation(messages: Any, *, sent: bool = True) -> Violation | None:
+    """Problems that make `messages` unreadable as a conversation at all. An absent `messages`
+    (`sent` false) is a missing parameter, a null one a wrong type [3P: the probes table]."""
+    if messages is None and not sent:
         return Violation("missing_param", 0, value="messages")
     if not isinstance(messages, list):
         return Violation("not_array", 0, value=("messages", messages))

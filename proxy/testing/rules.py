@@ -31,8 +31,9 @@ def check_chat(body: dict[str, Any], dialect: str = "openai", *,
     wording = WORDING[spec.wording]
     if spec.options_need_stream and isinstance(body, Mapping) and _options_without_stream(body):
         return stream_options_without_stream()
-    raw = body.get("messages") if isinstance(body, Mapping) else None
-    shape = shape_violation(raw)
+    sent = isinstance(body, Mapping) and "messages" in body
+    raw = body.get("messages") if sent else None
+    shape = shape_violation(raw, sent=sent)
     if shape is not None:
         return wording(shape)
     messages = cast(list[dict[str, Any]], raw)
