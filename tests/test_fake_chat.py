@@ -210,11 +210,18 @@ async def test_bad_json_and_missing_model(fake: FakeUpstream) -> None:
 async def test_api_key_is_checked_only_when_configured() -> None:
     async with FakeUpstream(api_key="sk-secret-key-1234") as fake:
         status, raw = await post(fake, chat(user("hi")))
-        assert status == 401 and orjson.loads(raw)["error"]["message"].startswith("You didn't provide")
+        assert status == 401 and orjson.loads(raw)["error"] == {
+            "message": "You didn't provide an API key. You need to provide your API key in an "
+                       "Authorization header using Bearer auth (i.e. Authorization: Bearer "
+                       "YOUR_KEY), or as the password field (with blank username) if you're "
+                       "accessing the API from your browser and are prompted for a username and "
+                       "password. You can obtain an API key from "
+                       "https://platform.openai.com/account/api-keys.",
+            "type": "invalid_request_error", "param": None, "code": None}
         wrong = {"Authorization": "Bearer sk-wrong-key-9999"}
         status, raw = await post(fake, chat(user("hi")), headers=wrong)
         assert status == 401 and orjson.loads(raw)["error"] == {
-            "message": "Incorrect API key provided: sk-**********9999. You can find your API key at "
+            "message": "Incorrect API key provided: sk-wrong*****9999. You can find your API key at "
                        "https://platform.openai.com/account/api-keys.",
             "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}
         status, _ = await post(fake, chat(user("hi")), headers={"Authorization": "Bearer sk-secret-key-1234"})

@@ -57,7 +57,7 @@ EXPECTED: dict[str, Any] = {
                       "contains 150 tokens.", "type": "invalid_request_error", "param": None,
                       "code": None}},
     "moonshot": {"error": {"message": "Invalid request: Your request exceeded model token limit: "
-                           "100", "type": "invalid_request_error", "param": None, "code": None}},
+                           "100", "type": "invalid_request_error"}, "type": "error"},
     "lm-studio": {"error": {"message": "Trying to keep the first 150 tokens when context the "
                             "overflows. However, the model is loaded with context length of only "
                             "100 tokens, which is not enough.", "type": "invalid_request_error",

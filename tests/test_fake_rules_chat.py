@@ -132,12 +132,11 @@ def test_custom_tool_input_is_free_form() -> None:
 
 
 def test_assistant_needs_content_or_tool_calls() -> None:
-    assert error(check_chat(body(user("hi"), {"role": "assistant"}))) == {
-        "message": "Missing required parameter: 'messages[1].content'.",
-        "type": "invalid_request_error", "param": "messages[1].content",
-        "code": "missing_required_parameter"}
-    assert error(check_chat(body(user("hi"), assistant(None))))["message"] == (
-        "Invalid value for 'content': expected a string, got null.")
+    # Absent or null, the same answer [3P: direct-API probes; OBS for null, openai-cookbook#503].
+    for message in ({"role": "assistant"}, assistant(None)):
+        assert error(check_chat(body(user("hi"), message))) == {
+            "message": "Invalid value for 'content': expected a string, got null.",
+            "type": "invalid_request_error", "param": "messages.[1].content", "code": None}
     assert check_chat(body(user("hi"), assistant(""))) is None
 
 
@@ -161,7 +160,33 @@ def test_schema_problems() -> None:
     assert error(check_chat({"model": "m", "messages": []}))["code"] == "empty_array"
     assert error(check_chat({"model": "m"}))["message"] == "Missing required parameter: 'messages'."
     assert error(check_chat(body({"role": "robot", "content": "x"})))["code"] == "invalid_value"
-    assert error(check_chat(body({"role": "tool", "content": "x"})))["param"] == "messages[0].tool_call_id"
+
+
+def test_a_tool_message_without_its_id_is_refused_with_openais_text() -> None:
+    # MadcowD/ell#325 quotes OpenAI's whole answer.
+    assert error(check_chat(body(user("hi"), assistant_calls("c1"),
+                                 {"role": "tool", "content": "x"}))) == {
+        "message": "Missing parameter 'tool_call_id': messages with role 'tool' must have a "
+                   "'tool_call_id'.",
+        "type": "invalid_request_error", "param": "messages.[2].tool_call_id", "code": None}
+    assert error(check_chat(body(user("hi"), assistant_calls("c1"),
+                                 {"role": "tool", "tool_call_id": 7, "content": "x"}))) == {
+        "message": "Invalid type for 'messages[2].tool_call_id': expected a string, but got an "
+                   "integer instead.",
+        "type": "invalid_request_error", "param": "messages[2].tool_call_id", "code": "invalid_type"}
+
+
+@pytest.mark.parametrize(("messages", "path", "got"), [
+    ("ping", "messages", "a string"),
+    (None, "messages", "null"),
+    ([{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": "x"}],
+     "messages[1].tool_calls", "a string"),
+])
+def test_a_list_of_another_type_is_refused(messages: Any, path: str, got: str) -> None:
+    assert error(check_chat({"model": "m", "messages": messages})) == {
+        "message": f"Invalid type for '{path}': expected an array of objects, but got {got} "
+                   "instead.",
+        "type": "invalid_request_error", "param": path, "code": "invalid_type"}
 
 
 # ---------------------------------------------------------------- dialects
@@ -275,6 +300,17 @@ def test_mistral_rejects_user_right_after_tool() -> None:
     assert check_chat(messages, "mistral") == Rejection(400, {
         "object": "error", "message": "Unexpected role 'user' after role 'tool'",
         "type": "invalid_request_message_order", "param": None, "code": "3230"})
+
+
+def test_mistral_rejects_a_system_message_right_after_tool_too() -> None:
+    # mistral-common's order rule: after a tool message only assistant or tool messages.
+    messages = body(user("hi"), assistant_calls("c1"), tool_result("c1"), system("note"))
+    assert check_chat(messages, "mistral") == Rejection(400, {
+        "object": "error", "message": "Unexpected role 'system' after role 'tool'",
+        "type": "invalid_request_message_order", "param": None, "code": "3230"})
+    answered = body(user("hi"), assistant_calls("c1"), tool_result("c1"), assistant("ok"),
+                    system("note"))
+    assert check_chat(answered, "mistral") is None
 
 
 def test_mistral_pairing_texts() -> None:

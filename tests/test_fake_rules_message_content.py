@@ -20,17 +20,59 @@ def _error(*messages: dict[str, Any], dialect: str = "openai") -> dict[str, Any]
     return found.body["error"]
 
 
-@pytest.mark.parametrize("role", ["user", "system", "developer"])
-def test_a_message_without_content_is_refused(role: str) -> None:
-    assert _error({"role": "user", "content": "hi"}, {"role": role}) == {
+NULL_CONTENT = "Invalid value for 'content': expected a string, got null."
+
+
+@pytest.mark.parametrize("role", ["user", "system"])
+@pytest.mark.parametrize("message", [{}, {"content": None}])
+def test_a_message_without_content_is_refused_as_a_null_content(
+        role: str, message: dict[str, Any]) -> None:
+    # OpenAI's answer to a null or absent content on these roles (openai/openai-cookbook#503,
+    # langchain-ai/langchainjs#4153; the absent field as direct-API probes record it).
+    assert _error({"role": "user", "content": "hi"}, {"role": role, **message}) == {
+        "message": NULL_CONTENT, "type": "invalid_request_error", "param": "messages.[1].content",
+        "code": None}
+
+
+def test_a_developer_message_without_content_is_refused_in_its_own_words() -> None:
+    assert _error({"role": "user", "content": "hi"}, {"role": "developer"}) == {
         "message": "Missing required parameter: 'messages[1].content'.",
         "type": "invalid_request_error", "param": "messages[1].content",
         "code": "missing_required_parameter"}
+    assert _error({"role": "user", "content": "hi"}, {"role": "developer", "content": None}) == {
+        "message": "Invalid type for 'messages[1].content': expected one of a string or array of "
+                   "objects, but got null instead.",
+        "type": "invalid_request_error", "param": "messages[1].content", "code": "invalid_type"}
+
+
+@pytest.mark.parametrize("role", ["user", "system", "developer", "assistant"])
+def test_content_of_another_type_is_refused_on_every_role(role: str) -> None:
+    assert _error({"role": "user", "content": "hi"}, {"role": role, "content": 7}) == {
+        "message": "Invalid type for 'messages[1].content': expected one of a string or array of "
+                   "objects, but got an integer instead.",
+        "type": "invalid_request_error", "param": "messages[1].content", "code": "invalid_type"}
+
+
+def test_a_missing_content_loses_to_a_later_schema_fault() -> None:
+    found = _error({"role": "user"}, {"role": "robot", "content": "hi"})
+    assert found["param"] == "messages[1].role" and found["code"] == "invalid_value"
+    found = _error({"role": "user"}, {"role": "user", "content": 7})
+    assert found["param"] == "messages[1].content" and found["code"] == "invalid_type"
+    assert _error({"role": "user"}, {"role": "user", "content": "hi"})["message"] == NULL_CONTENT
+
+
+def test_a_null_substitute_does_not_stand_in_for_an_assistants_content() -> None:
+    for key in ("refusal", "tool_calls", "function_call", "audio"):
+        found = _error({"role": "user", "content": "hi"}, {"role": "assistant", key: None})
+        assert found["message"] == NULL_CONTENT and found["param"] == "messages.[1].content"
+    assert check_chat({"model": "gpt-4o", "messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "refusal": "No."}]}) is None
 
 
 def test_a_function_message_without_name_is_refused() -> None:
-    assert _error({"role": "user", "content": "hi"},
-                  {"role": "function", "content": "21C"})["param"] == "messages[1].name"
+    assert _error({"role": "user", "content": "hi"}, {"role": "function", "content": "21C"}) == {
+        "message": "Missing parameter 'name': messages with role 'function' must have a 'name'.",
+        "type": "invalid_request_error", "param": "messages.[1].name", "code": None}
 
 
 @pytest.mark.parametrize("part", [

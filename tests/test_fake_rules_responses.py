@@ -74,8 +74,30 @@ def test_outputs_may_answer_calls_of_a_stored_response() -> None:
 
 def test_chat_style_tool_role() -> None:
     found = check_responses(body(item_user("hi"), {"role": "tool", "tool_call_id": "c", "content": "x"}))
-    assert error(found)["message"] == ("Invalid value: 'tool'. Supported values are: 'assistant', "
-                                       "'system', 'developer', and 'user'.")
+    assert error(found) == {
+        "message": "Invalid value: 'tool'. Supported values are: 'assistant', 'system', "
+                   "'developer', and 'user'.",
+        "type": "invalid_request_error", "param": "input[1]", "code": "invalid_value"}
+
+
+def test_a_message_with_a_null_content_is_refused() -> None:
+    found = check_responses(body(item_user("hi"), {"role": "assistant", "content": None}))
+    assert error(found) == {
+        "message": "Invalid type for 'input[1].content': expected one of an array of objects or "
+                   "string, but got null instead.",
+        "type": "invalid_request_error", "param": "input[1].content", "code": "invalid_type"}
+
+
+def test_an_assistant_message_takes_output_parts_only() -> None:
+    said = {"type": "message", "role": "assistant",
+            "content": [{"type": "output_text", "text": "Hi."}, {"type": "input_text", "text": "x"}]}
+    assert error(check_responses(body(item_user("hi"), said))) == {
+        "message": "Invalid value: 'input_text'. Supported values are: 'output_text' and "
+                   "'refusal'.",
+        "type": "invalid_request_error", "param": "input[1].content[1]", "code": "invalid_value"}
+    said["content"] = [{"type": "output_text", "text": "Hi."}, {"type": "refusal", "refusal": "No."}]
+    assert check_responses(body(item_user("hi"), said)) is None
+    assert check_responses(body(item_user("hi"), {"role": "assistant", "content": "Hi."})) is None
 
 
 def test_unknown_item_key() -> None:
@@ -231,3 +253,10 @@ def test_reasoning_and_message_ids_must_begin_with_their_prefix() -> None:
         prefix_error(1, "rs_1", "msg"))
     assert check_responses(body(item_user("hi"), {**foreign, "id": "rs_1"},
                                 {**answer, "id": "msg_1"})) is None
+
+
+@pytest.mark.parametrize(("item", "got"), [("hi", "a string"), (7, "an integer"), (None, "null")])
+def test_an_item_of_another_type_is_named_by_its_type(item: Any, got: str) -> None:
+    assert error(check_responses(body(item_user("hi"), item))) == {
+        "message": f"Invalid type for 'input[1]': expected an object, but got {got} instead.",
+        "type": "invalid_request_error", "param": "input[1]", "code": "invalid_type"}

@@ -1,6 +1,6 @@
 """Provider dialects of the chat endpoint: what each one adds to OpenAI's message rules.
 
-A dialect is a wording for the shared violations (`chat_rules.WORDING`) plus two lists of extra
+A dialect is a wording for the shared violations (`chat_wording.WORDING`) plus two lists of extra
 rules: schema checks that run before the pairing rules (a strict upstream rejects an unknown key
 before it looks at the conversation) and semantic checks that run after them (PROTOCOL.md §8.2).
 A dialect without API-level pairing checks (vLLM, PROTOCOL.md §2.1) skips the shared rules.
@@ -14,7 +14,8 @@ from typing import Any
 
 from proxy import jsonio
 from proxy.testing import rejections
-from proxy.testing.chat_rules import USER_PART_TYPES, Violation, openai_text
+from proxy.testing.chat_rules import USER_PART_TYPES, Violation
+from proxy.testing.chat_wording import openai_text
 from proxy.testing.rejections import Rejection
 from proxy.testing.signing import GEMINI_BYPASS, Signer
 
@@ -221,9 +222,14 @@ def _missing_signature(call: Any, position: int) -> Rejection:
 
 
 def mistral_order(messages: Messages, _: Signer) -> Rejection | None:
+    """After a tool message only an assistant or another tool message may come [SRC
+    mistralai/mistral-common@039465db `protocol/instruct/validator.py`
+    `_validate_message_order`, which words the refusal]; the envelope [OBS] for a user message
+    (datapizza-ai#98, onyx#6458) and assumed the same for the other roles."""
     for i in range(1, len(messages)):
-        if messages[i].get("role") == "user" and messages[i - 1].get("role") == "tool":
-            return rejections.flat("Unexpected role 'user' after role 'tool'", mistral=True,  # [OBS]
+        role = messages[i].get("role")
+        if messages[i - 1].get("role") == "tool" and role not in ("assistant", "tool"):
+            return rejections.flat(f"Unexpected role '{role}' after role 'tool'", mistral=True,
                                    type_="invalid_request_message_order", code="3230")
     return None
 

@@ -1,6 +1,9 @@
 """The fake's small endpoints and request guards: auth, JSON parsing, models, embeddings, 404.
 
-Texts are OpenAI's general errors [MEM: not re-verified this session, see PROTOCOL.md §9].
+Texts are OpenAI's general errors, each [OBS] in client reports and fixtures that quote
+OpenAI's answer whole (the missing key's, the bad JSON's, the incorrect key's with its mask,
+the missing model's, the unknown URL's); the unknown model's on `GET /v1/models/{id}` is [3P]:
+gateways' fixtures give its text, `model_not_found` code and 404.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ EMBEDDING_DIMENSIONS = 1536
 _MISSING_KEY = ("You didn't provide an API key. You need to provide your API key in an Authorization "
                 "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), or as the password "
                 "field (with blank username) if you're accessing the API from your browser and are "
-                "prompted for a username. You can obtain an API key from "
+                "prompted for a username and password. You can obtain an API key from "
                 "https://platform.openai.com/account/api-keys.")
 _BAD_JSON = ("We could not parse the JSON body of your request. (HINT: This likely means you aren't "
              "using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was "
@@ -50,9 +53,13 @@ def check_auth(api_key: str | None, header: str | None) -> Rejection | None:
 
 
 def _mask(key: str) -> str:
-    if len(key) <= 8:
-        return "*" * len(key)
-    return key[:3] + "*" * (len(key) - 7) + key[-4:]
+    """OpenAI's mask: the first eight characters and the last four, a star for each between
+    [OBS: `sk-4sJHr***************************************w8ZP` for a 51-character key,
+    chatanywhere/GPT_API_free#427]. A short value is quoted whole [OBS: "Incorrect API key
+    provided: undefined.", jas3333/GPT-Helper#26]; where the mask starts is not recorded."""
+    if len(key) <= 12:
+        return key
+    return key[:8] + "*" * (len(key) - 12) + key[-4:]
 
 
 def parse_body(recorded: Recorded) -> dict[str, Any] | Rejection:

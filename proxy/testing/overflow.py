@@ -157,7 +157,8 @@ def _groq(size: Size, limit: int) -> Rejection:  # [OBS]
                              param="messages", code="context_length_exceeded")
 
 
-def _cerebras(size: Size, limit: int) -> Rejection:  # text [OBS]; flat envelope and code [MEM]
+def _cerebras(size: Size, limit: int) -> Rejection:
+    # Text [OBS] (cline/cline#5140, anomalyco/opencode#1551); flat envelope and code [MEM].
     return rejections.flat(f"Please reduce the length of the messages or completion. Current length "
                            f"is {size.prompt} while limit is {limit}", type_="invalid_request_error",
                            param="messages", code="context_length_exceeded")
@@ -190,13 +191,14 @@ def _bedrock(size: Size, limit: int) -> Rejection:
                                       f"long: {size.prompt} tokens > {limit} maximum"})
 
 
-def _xai(size: Size, limit: int) -> Rejection:  # text [3P]; envelope [MEM]
+def _xai(size: Size, limit: int) -> Rejection:  # text [OBS] cline/cline#3120; envelope [MEM]
     return rejections.openai(f"This model's maximum prompt length is {limit} but the request "
                              f"contains {size.prompt} tokens.")
 
 
-def _moonshot(size: Size, limit: int) -> Rejection:  # text [3P]; envelope [MEM]
-    return rejections.openai(f"Invalid request: Your request exceeded model token limit: {limit}")
+def _moonshot(size: Size, limit: int) -> Rejection:
+    # Text [3P]; envelope as Moonshot's other errors (`rejections.kimi`, [OBS]).
+    return rejections.kimi(f"Invalid request: Your request exceeded model token limit: {limit}")
 
 
 def _lm_studio(size: Size, limit: int) -> Rejection:

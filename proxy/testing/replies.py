@@ -16,7 +16,8 @@ from typing import Any
 import orjson
 
 DIE_TEXT = "This answer is long enough to be cut off in the middle by the fake upstream."
-# OpenAI's generic 500 text, also what it puts in a mid-stream error frame [MEM].
+# OpenAI's generic 500 body [OBS github/gh-models#98: text, type, null param and code]; as the
+# frame of a stream that fails midway it is [3P]: other fakes' fixtures send it so.
 SERVER_ERROR = {"error": {"message": "The server had an error while processing your request. "
                                      "Sorry about that!", "type": "server_error", "param": None,
                           "code": None}}

@@ -137,7 +137,8 @@ def _prior(fake: FakeUpstream, body: dict[str, Any], credential: str) -> list[An
         held = fake.conversations.get((credential, conversation))
         return unknown_conversation(conversation) if held is None else list(held.items)
     stored = fake.stored.get(credential, previous)
-    if stored is None:  # [OBS] text and code; status [MEM]; another key's: `response_store`
+    # [OBS] text, code and status 400 (Soju06/codex-lb#853); another key's: `response_store`
+    if stored is None:
         return rejections.openai(f"Previous response with id '{previous}' not found.",
                                  param="previous_response_id", code="previous_response_not_found")
     return stored.chain

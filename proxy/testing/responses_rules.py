@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from proxy.testing import rejections
+from proxy.testing.chat_wording import type_name
 from proxy.testing.rejections import Rejection
 from proxy.testing.signing import DEFAULT_SIGNER, Signer
 from proxy.testing.stored_items import Resolve, expand
@@ -134,13 +135,16 @@ def checked_input(body: Mapping[str, Any], *, prior: Sequence[Any] = (),
 
 def _item_rule(i: int, item: Any) -> Rejection | None:
     if not isinstance(item, Mapping):
+        # OpenAI's `invalid_type` family names the type it got [3P: direct-API probes]; what it
+        # says it expects of an input item is [MEM].
         return rejections.openai(f"Invalid type for 'input[{i}]': expected an object, but got "
-                                 "another type instead.", param=f"input[{i}]", code="invalid_type")
+                                 f"{type_name(item)} instead.", param=f"input[{i}]",
+                                 code="invalid_type")
     kind = item_type(item)
-    if kind == "message" and item.get("role") == "tool":  # [OBS] text; param and code [MEM]
-        return rejections.openai("Invalid value: 'tool'. Supported values are: 'assistant', "
-                                 "'system', 'developer', and 'user'.", param=f"input[{i}].role",
-                                 code="invalid_value")
+    if kind == "message":
+        found = _message_rule(i, item)
+        if found is not None:
+            return found
     item_id = item.get("id")
     absent = [k for k in _REQUIRED.get(kind, ()) if k not in item]
     if kind in _ID_REQUIRED and not isinstance(item_id, str):
@@ -155,15 +159,50 @@ def _item_rule(i: int, item: Any) -> Rejection | None:
         return rejections.openai(f"Invalid '{param}': '{item_id}'. Expected an ID that begins "
                                  f"with '{prefix}'.", param=param, code="invalid_id_prefix")
     shape = _OUTPUT_SHAPE.get(kind)
-    if shape is not None and not isinstance(item.get("output"), shape[0]):  # wording [MEM]
+    if shape is not None and not isinstance(item.get("output"), shape[0]):
+        # The family's wording, as for a non-object item above; the expected part [MEM].
         param = f"input[{i}].output"
         return rejections.openai(f"Invalid type for '{param}': expected {shape[1]}, but got "
-                                 "another type instead.", param=param, code="invalid_type")
+                                 f"{type_name(item.get('output'))} instead.", param=param,
+                                 code="invalid_type")
     known = _KNOWN_KEYS.get(kind)
     unknown = [k for k in item if known is not None and k not in known]
     if unknown:  # [OBS]
         param = f"input[{i}].{unknown[0]}"
         return rejections.openai(f"Unknown parameter: '{param}'.", param=param, code="unknown_parameter")
+    return None
+
+
+_MESSAGE_ROLES = ("assistant", "system", "developer", "user")
+_ASSISTANT_PARTS = ("output_text", "refusal")
+
+
+def _message_rule(i: int, item: Item) -> Rejection | None:
+    """A message's role, content and (the assistant's) part types, in OpenAI's words [OBS]:
+    a chat-style `tool` role (Chevey339/kelivo PR#281), with param `input[i]` and code as
+    quoted for another role outside the list (a client's notes quoting the whole body); a null
+    content (QuantumNous/new-api#4776 and the same notes); an assistant's `input_text` part
+    (openai/openai-java#302, tinyhumansai/openhuman#3624: param and code)."""
+    role = item.get("role")
+    if role not in _MESSAGE_ROLES:
+        shown = role if isinstance(role, str) else ""
+        return rejections.openai(f"Invalid value: '{shown}'. Supported values are: 'assistant', "
+                                 "'system', 'developer', and 'user'.", param=f"input[{i}]",
+                                 code="invalid_value")
+    content = item.get("content")
+    if not isinstance(content, (str, list)):
+        param = f"input[{i}].content"
+        return rejections.openai(f"Invalid type for '{param}': expected one of an array of objects "
+                                 f"or string, but got {type_name(content)} instead.", param=param,
+                                 code="invalid_type")
+    if role != "assistant" or not isinstance(content, list):
+        return None
+    for j, part in enumerate(content):
+        found = part.get("type") if isinstance(part, Mapping) else None
+        if found not in _ASSISTANT_PARTS:
+            return rejections.openai(f"Invalid value: '{found}'. Supported values are: "
+                                     "'output_text' and 'refusal'.", param=f"input[{i}].content[{j}]",
+                                     code="invalid_value")
     return None
 
 

@@ -12,7 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from proxy.testing import rejections
-from proxy.testing.chat_rules import WORDING, find_violation, shape_violation
+from proxy.testing.chat_rules import find_violation, shape_violation
+from proxy.testing.chat_wording import WORDING
 from proxy.testing.dialects import DIALECTS
 from proxy.testing.rejections import Rejection
 from proxy.testing.responses_rules import checked_input
@@ -30,8 +31,9 @@ def check_chat(body: dict[str, Any], dialect: str = "openai", *,
     wording = WORDING[spec.wording]
     if spec.options_need_stream and isinstance(body, Mapping) and _options_without_stream(body):
         return stream_options_without_stream()
-    raw = body.get("messages") if isinstance(body, Mapping) else None
-    shape = shape_violation(raw)
+    sent = isinstance(body, Mapping) and "messages" in body
+    raw = body.get("messages") if sent else None
+    shape = shape_violation(raw, sent=sent)
     if shape is not None:
         return wording(shape)
     messages = cast(list[dict[str, Any]], raw)
@@ -68,7 +70,8 @@ _RESPONSES_STREAM_OPTIONS = ("include_obfuscation",)
 
 def _unknown_stream_option(body: Mapping[str, Any]) -> Rejection | None:
     """Chat's `include_usage` (or any other member) in a Responses `stream_options` is an unknown
-    parameter: text, param and code as a table of direct-API probes records them [3P]. Checked
+    parameter: text, param and code [OBS: quoted whole by clients that hit it; 3P: a table of
+    direct-API probes]. Checked
     before the items, as unknown keys are [3P]; where OpenAI checks this nested one is not
     recorded."""
     options = body.get("stream_options")

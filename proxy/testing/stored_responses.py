@@ -5,7 +5,10 @@ that made the response (`response_store`), another one as for an unknown id. The
 request at once, so a stored background response has already ended when a client cancels it:
 cancelling an ended response returns it unchanged [MEM: OpenAI's background guide says a second
 cancel returns the final response; what a cancel after completion answers is not verified].
-Texts and codes of the errors are [MEM: not re-verified this session, see PROTOCOL.md §9].
+A cancel refused for a response made without `background` follows the SDKs' docstring ("Only
+responses created with the `background` parameter set to `true` can be cancelled." [SRC]); the
+answer's own text, status and code, and the other errors', are [MEM: not found in public
+reports, see PROTOCOL.md §9], except the unknown id's text and 404 [OBS, `responses_endpoint`].
 """
 
 from __future__ import annotations

@@ -66,7 +66,8 @@ def call_ids(reply: Reply, ids: Ids, dialect: str) -> tuple[str, ...]:
 
 
 def _fresh_call_id(ids: Ids, dialect: str) -> str:
-    # Mistral issues 9-character alphanumeric ids [MEM]; vLLM `chatcmpl-tool-<hex>` [OBS];
+    # Mistral's ids are 9 alphanumerics [SRC mistral-common validator: `^[a-zA-Z0-9]{9}$`];
+    # vLLM `chatcmpl-tool-<hex>` [OBS];
     # OpenAI `call_` + 24.
     if dialect == "vllm":
         return "chatcmpl-tool-" + ids.hex(32)
