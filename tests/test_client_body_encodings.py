@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import hashlib
+import io
 import json
+import socket
 import zlib
 from typing import Any
 
@@ -20,6 +23,7 @@ from multidict import CIMultiDict
 
 from tests.conftest import API_KEY
 from tests.test_inflate_bombs import _peak_growth
+from tests.test_server_uploads import counting_upstream  # noqa: F401 - the fixture
 
 MIB = 1024 * 1024
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Say hello."}]}
@@ -51,7 +55,8 @@ def post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str,
     status, the answer's JSON and its `Connection` header."""
     async def send() -> tuple[int, dict[str, Any], str]:
         async with aiohttp.ClientSession() as session:
-            async with session.post(url, data=body, headers={
+            # A file object: aiohttp warns of large raw bytes; it sends the length all the same.
+            async with session.post(url, data=io.BytesIO(body), headers={
                     "Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json",
                     **headers}) as answer:
                 return (answer.status, await answer.json(content_type=None),
@@ -176,3 +181,33 @@ def test_a_bomb_is_a_413_that_costs_the_limit_not_the_gibibyte(proxy, fake, enco
 
 
 LIMIT = 64 * MIB  # `server.max_body_mb`'s default
+
+
+def test_an_upload_that_says_identity_is_streamed_as_one_without_a_coding(
+        counting_upstream, make_proxy) -> None:  # noqa: F811
+    proxy = make_proxy(counting_upstream.url, server={"max_body_mb": 1, "max_upload_mb": 8})
+    content = bytes(range(256)) * (3 * MIB // 256)
+    status, answer, _ = post(proxy.base_url + "/uploads/upload_1/parts", content,
+                             {"Content-Type": "application/octet-stream",
+                              "Content-Encoding": "identity"})
+    assert status == 200, answer
+    seen, = counting_upstream.seen
+    assert (seen["size"], seen["sha256"]) == (len(content), hashlib.sha256(content).hexdigest())
+
+
+@pytest.mark.parametrize("coding", ["compress", "zstd"])
+def test_a_body_in_an_unknown_coding_is_not_asked_for(proxy, fake, coding) -> None:
+    """`Expect: 100-continue`: a body the proxy will refuse unread is refused before it is
+    sent; one it reads (zstd) is asked for."""
+    body = compress(PLAIN, "zstd")
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\n"
+            f"Content-Type: application/json\r\nContent-Encoding: {coding}\r\n"
+            f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as client:
+        client.sendall(head)
+        first = client.recv(65536)
+        if coding == "zstd":
+            assert first.startswith(b"HTTP/1.1 100 ")
+        else:
+            assert first.startswith(b"HTTP/1.1 415 "), first[:40]
+            assert fake.requests == []
