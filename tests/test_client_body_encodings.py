@@ -211,3 +211,22 @@ def test_a_body_in_an_unknown_coding_is_not_asked_for(proxy, fake, coding) -> No
         else:
             assert first.startswith(b"HTTP/1.1 415 "), first[:40]
             assert fake.requests == []
+
+
+def test_a_coding_named_for_no_body_is_ignored(proxy, fake) -> None:
+    async def get() -> int:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(proxy.base_url + "/models",
+                                   headers={"Authorization": f"Bearer {API_KEY}",
+                                            "Content-Encoding": "x-unknown"}) as answer:
+                return answer.status
+    assert asyncio.run(get()) == 200
+    assert fake.last("/models").method == "GET"
+
+
+def test_an_unknown_coding_leaves_no_error_in_the_log(proxy, fake) -> None:
+    # Refused unread: aiohttp must not read (or fail to read) the rest after the answer.
+    status, _, connection = post(proxy.base_url + "/chat/completions", bytes(200_000),
+                                 {"Content-Encoding": "compress"})
+    assert (status, connection.lower()) == (415, "close")
+    assert [line for line in proxy.logs.lines if line.get("level") in ("error", "critical")] == []

@@ -38,8 +38,9 @@ async def read_client_body(request: web.Request, max_body_mb: float) -> bytes:
     """The body, plain: inflated as its `Content-Encoding` says, to at most `max_body_mb`."""
     codings = content_codings(request.headers)
     max_bytes = int(max_body_mb * 1024 * 1024)
-    # Both refused unread, so the connection cannot carry another request: say so.
-    if not readable(codings):
+    # Both refused unread, so the connection cannot carry another request: say so. (A coding
+    # of no body at all, a stray header, costs nothing to ignore.)
+    if not readable(codings) and request.can_read_body:
         raise _unsupported(codings)
     if _announced_too_large(request, max_bytes):
         raise _too_large(max_body_mb, {"Connection": "close"})
@@ -55,7 +56,7 @@ async def read_client_body(request: web.Request, max_body_mb: float) -> bytes:
                          code="invalid_body_encoding", headers={"Connection": "close"}) from None
     except web.HTTPRequestEntityTooLarge:
         raise _too_large(max_body_mb) from None
-    for coding in reversed(codings):  # the last applied is the first to undo (RFC 9110 §8.4)
+    for coding in reversed(codings if body else ()):  # the last applied is undone first
         body = _inflated(body, coding, max_body_mb, max_bytes)
     return body
 
