@@ -230,3 +230,12 @@ def test_an_unknown_coding_leaves_no_error_in_the_log(proxy, fake) -> None:
                                  {"Content-Encoding": "compress"})
     assert (status, connection.lower()) == (415, "close")
     assert [line for line in proxy.logs.lines if line.get("level") in ("error", "critical")] == []
+
+
+def test_each_of_stacked_codings_is_held_to_the_limit(make_proxy, fake) -> None:
+    proxy = make_proxy(fake, server={"max_body_mb": 1})
+    padded = json.dumps({**CHAT, "input": "x" * (2 * MIB)}).encode()
+    status, answer, _ = post(proxy.base_url + "/embeddings", stacked(padded, ["zstd", "gzip"]),
+                             {"Content-Encoding": "zstd, gzip"})
+    assert (status, answer["error"]["code"]) == (413, "request_too_large")
+    assert fake.requests == []
