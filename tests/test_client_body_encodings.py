@@ -239,3 +239,14 @@ def test_each_of_stacked_codings_is_held_to_the_limit(make_proxy, fake) -> None:
                              {"Content-Encoding": "zstd, gzip"})
     assert (status, answer["error"]["code"]) == (413, "request_too_large")
     assert fake.requests == []
+
+
+def test_a_zstd_responses_request_as_codex_sends_it_is_answered(proxy, fake) -> None:
+    request = json.dumps({"model": "gpt-4o", "stream": False, "store": False,
+                          "input": [{"type": "message", "role": "user",
+                                     "content": [{"type": "input_text", "text": "hi"}]}]})
+    status, answer, _ = post(proxy.base_url + "/responses", compress(request.encode(), "zstd"),
+                             {"Content-Encoding": "zstd"})
+    assert status == 200, answer
+    assert answer["object"] == "response"
+    assert fake.last("/responses").json == json.loads(request)
