@@ -39,6 +39,12 @@ class PayloadTooLarge(ProxyError):
     code = "request_too_large"
 
 
+class UnsupportedContentEncoding(ProxyError):
+    status = 415
+    type = "invalid_request_error"
+    code = "unsupported_content_encoding"
+
+
 class NotFound(ProxyError):
     status = 404
     type = "invalid_request_error"

@@ -6,8 +6,8 @@ has its own key, and the headers that scope them (`OpenAI-Organization`, `OpenAI
 leave with them.
 
 Two request headers describe how the client sent its body, which the proxy has already read:
-`Content-Encoding` (aiohttp inflates gzip/deflate bodies as it reads them, so the bytes that go
-on are plain) and `Expect: 100-continue` (answered by the proxy; forwarded, it would make the
+`Content-Encoding` (`client_body.py` inflates a compressed body, so the bytes that go on are
+plain) and `Expect: 100-continue` (answered by the proxy; forwarded, it would make the
 upstream call wait for an interim answer that some servers never send).
 
 An idempotency key goes upstream with the body it was made for. The client made its key for its

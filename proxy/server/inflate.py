@@ -6,7 +6,9 @@ chunk it hides), and asks for them uncompressed; a server that compresses them a
 when the client accepts its encoding, else plain; a stream, which the proxy edits, goes plain,
 without its `Content-Encoding`. gzip and deflate are inflated with the standard library's zlib,
 br with Brotli and zstd with zstandard (aiohttp reads zstd with another package, and not at all
-on this Python without it); another encoding, or several stacked, is relayed unread.
+on this Python without it); another encoding, or several stacked, is relayed unread. The
+client's compressed request bodies are inflated by the same code (`client_body.py`), bounded by
+`server.max_body_mb`: there `AnswerTooLarge` is the client's 413.
 
 An answer inflates to at most `INFLATED_LIMIT` bytes (a body whole, a stream in all): a few
 kilobytes of gzip can say gigabytes of zeros, and the proxy would hold them for every tenant's

@@ -1,9 +1,10 @@
 """The aiohttp runner the proxy serves with: aiohttp's own, with connections that answer what
-aiohttp's HTTP parser rejects in OpenAI's error shape, and that let a request finish
-reading its body after the shutdown began.
+aiohttp's HTTP parser rejects in OpenAI's error shape, that let a request finish reading its
+body after the shutdown began, and that leave compressed bodies to the handlers
+(`proxy/server/client_body.py` inflates them, zstd too, held to `server.max_body_mb`).
 
 aiohttp answers a request it cannot parse (a header line over the limit, too many headers,
-control characters, an unsupported Content-Encoding, ...) itself, before any middleware runs,
+control characters, ...) itself, before any middleware runs,
 in plain text quoting the offending bytes. Those bytes may be a credential, so here the answer
 and the log line name the kind of problem only. The connection is closed after the answer, as
 aiohttp does.
@@ -14,9 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import (BadStatusLine, ContentEncodingError, ContentLengthError,
-                                     HttpProcessingError, InvalidHeader, InvalidURLError,
-                                     LineTooLong, TransferEncodingError)
+from aiohttp.http_exceptions import (BadStatusLine, ContentLengthError, HttpProcessingError,
+                                     InvalidHeader, InvalidURLError, LineTooLong,
+                                     TransferEncodingError)
 
 from proxy.errors import ProxyError
 from proxy.server.serving import render_error, unhandled_error
@@ -29,9 +30,6 @@ _Kinds = type[BaseException] | tuple[type[BaseException], ...]
 _PARSE_ERRORS: tuple[tuple[_Kinds, int, str, str], ...] = (
     (LineTooLong, 431, "request_header_too_large",
      "A request header line (or the request line) is longer than the proxy accepts."),
-    (ContentEncodingError, 415, "unsupported_content_encoding",
-     ("The request body's Content-Encoding is not one the proxy can decode: send it "
-      "uncompressed, or as gzip or deflate.")),
     ((TransferEncodingError, ContentLengthError), 400, "invalid_body_framing",
      "The request body's framing (Transfer-Encoding or Content-Length) is invalid."),
     (InvalidHeader, 400, "invalid_header", "A request header is malformed."),
@@ -131,8 +129,11 @@ class ProxyRunner(web.AppRunner):
         # aiohttp builds the application's server; this one is the same, but for the class
         # of the connections it makes.
         plain = await super()._make_server()
+        # The parser then hands a compressed body over as it came: aiohttp reads no zstd here
+        # and inflates a bomb far past the limit before refusing it.
+        kwargs = {**plain._kwargs, "auto_decompress": False}
         server = _Server(plain.request_handler, request_factory=plain.request_factory,
-                         handler_cancellation=plain.handler_cancellation, **plain._kwargs)
+                         handler_cancellation=plain.handler_cancellation, **kwargs)
         services = self.app.get(SERVICES)
         server.metrics = services.metrics if services is not None else None
         return server
