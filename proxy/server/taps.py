@@ -31,6 +31,10 @@ class _EventTap:
     _held = b""  # the last line, read by `cut_inside_line`, for `flush` to send
     ended = False  # the body ended cleanly (`cut_inside_line` or `flush` was called)
     forwarded = 0  # bytes handed to the relay
+    # An event too large to hold passed unread (`SseDecoder`'s bound): what the answer said is
+    # not known whole, so it anchors nothing.
+    unread = False
+    _open = False  # the body ended inside such an event: the client has its start, not its end
 
     def feed(self, chunk: bytes) -> bytes:
         out = self._forward(self.decoder.feed(chunk))
@@ -56,8 +60,15 @@ class _EventTap:
         self.ended = True
         if not self.decoder.inside_line or self.complete:
             return False
+        self._open = self.decoder.skipping
         self._held = self._forward(self.decoder.flush())
         return not self.complete
+
+    def _closing(self) -> bytes:
+        """What goes before an error frame: a blank line when the client has the start of an
+        event too large to hold, passed on as it came, whose end never came. The frame would
+        otherwise continue that event's last line, and an SDK would never read it."""
+        return b"\n\n" if self._open or self.decoder.skipping else b""
 
     def ended_early(self) -> bool:
         """The stream, read to its end, ended between events but before the answer's last one.
@@ -96,8 +107,14 @@ class ChatTap(_EventTap):
         out = []
         stream = self.stream
         for event in events:
+            if not event.complete:
+                # Unread, so passed on as sent: a `"usage":null` in it may be cut between two
+                # pieces, and the proxy edits only what it read.
+                self.unread = True
+                out.append(event.raw)
+                continue
             usage = stream.usage
-            kind = stream.feed(event) if event.complete else ChunkKind.OTHER
+            kind = stream.feed(event)
             if self.hide_usage:
                 if kind is ChunkKind.USAGE_ONLY:
                     self.hidden += 1
@@ -113,7 +130,7 @@ class ChatTap(_EventTap):
 
     def failure_frame(self, message: str, code: str = "upstream_disconnected") -> bytes:
         body = error_body(message, "server_error", None, code)
-        return b"data: " + orjson.dumps(body) + b"\n\n"
+        return self._closing() + b"data: " + orjson.dumps(body) + b"\n\n"
 
     def response(self) -> Any:
         return self.stream.message()
@@ -212,7 +229,6 @@ class ResponsesTap(_EventTap):
     def __init__(self, resumed: bool = False) -> None:
         self.decoder = SseDecoder()
         self.stream = ResponsesStream()
-        self.unread = False  # an event too large to hold passed unread: it may have been the end
         # A stream resumed by id (`starting_after`): nothing may be left after that event.
         self.resumed = resumed
 
@@ -227,7 +243,7 @@ class ResponsesTap(_EventTap):
     def failure_frame(self, message: str, code: str = "upstream_disconnected") -> bytes:
         body = {"type": "error", "sequence_number": self.stream.sequence + 1,
                 **error_body(message, "server_error", None, code)}
-        return b"event: error\ndata: " + orjson.dumps(body) + b"\n\n"
+        return self._closing() + b"event: error\ndata: " + orjson.dumps(body) + b"\n\n"
 
     def response(self) -> Any:
         return self.stream.output()
