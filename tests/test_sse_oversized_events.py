@@ -90,11 +90,11 @@ def test_the_usage_chunk_stays_hidden_after_the_tap_gave_up_on_an_event(
     shown = [p if p is big else p.replace(b',"usage":null', b"") for p in parts
              if p is not USAGE_CHUNK]
     assert b"".join(out) == b"".join(shown)
-    assert tap.hidden == 1 and tap.unread
+    assert tap.hidden == 1 and tap.unread == "event_too_large"
 
 
 def test_a_tap_that_read_every_event_has_nothing_unread() -> None:
     chat, responses = ChatTap(hide_usage=True), ResponsesTap()
     chat.feed(OPENING + CLOSING + USAGE_CHUNK)
     responses.feed(b'event: response.created\ndata: {"type": "response.created"}\n\n')
-    assert not chat.unread and not responses.unread
+    assert chat.unread is None and responses.unread is None

@@ -305,8 +305,8 @@ class Pipeline:
             # came, and said on the line. Its code and type only: a message may quote the prompt.
             named = ", ".join(str(error[k]) for k in ("code", "type") if error.get(k))
             line.set(upstream_error=f"error frame: {named}" if named else "error frame")
-        if tap.unread:  # an event too large to hold passed unread: the answer is not known whole
-            line.set(usage_ignored="event_too_large")
+        if tap.unread is not None:  # the answer is not known whole (an event or it too large)
+            line.set(usage_ignored=tap.unread)
         elif prepared.key is not None and tap.complete:
             choices = tap.stream.messages() if isinstance(tap, ChatTap) else None
             response = tap.response() if choices is None else next(iter(choices), None)

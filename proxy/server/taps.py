@@ -21,6 +21,12 @@ from proxy.streams import ChatStream, ChunkKind, ResponsesStream
 
 
 _RAW = itemgetter(0)  # an SseEvent's `raw`: the tuple's first field, read in C
+# What a tap rebuilds of the answer is measured each time this many more bytes were relayed (a
+# chat answer's text comes a token a chunk, the chunk ~50 times its text), and forgotten past
+# `_ANSWER_CHARS`: the longest real answer's text is under 1 MB (128,000 tokens, the largest
+# output limit), so 64 Mi characters leave room for many choices (`n`) of that.
+_MEASURE_EVERY = 16 * 1024 * 1024
+_ANSWER_CHARS = 64 * 1024 * 1024
 
 
 class _EventTap:
@@ -28,18 +34,30 @@ class _EventTap:
     ABC: `isinstance` against one runs Python code, and the pipeline tests each stream's tap.)"""
 
     decoder: SseDecoder
+    stream: ChatStream | ResponsesStream
     _held = b""  # the last line, read by `cut_inside_line`, for `flush` to send
     ended = False  # the body ended cleanly (`cut_inside_line` or `flush` was called)
     forwarded = 0  # bytes handed to the relay
-    # An event too large to hold passed unread (`SseDecoder`'s bound): what the answer said is
-    # not known whole, so it anchors nothing.
-    unread = False
+    # Why the answer is not known whole, so anchors nothing: `event_too_large`, an event past
+    # `SseDecoder`'s bound passed unread; `answer_too_large`, the answer rebuilt past
+    # `_ANSWER_CHARS` was forgotten. None: read whole.
+    unread: str | None = None
     _open = False  # the body ended inside such an event: the client has its start, not its end
+    _measure_at = 0  # `forwarded` at which the rebuilt answer is measured next
 
     def feed(self, chunk: bytes) -> bytes:
         out = self._forward(self.decoder.feed(chunk))
         self.forwarded += len(out)
+        if self.forwarded >= self._measure_at:
+            self._measure()
         return out
+
+    def _measure(self) -> None:
+        """Keep what the stream rebuilt of the answer bounded, whatever the upstream sends."""
+        self._measure_at = self.forwarded + _MEASURE_EVERY
+        if not self.stream.forgotten and self.stream.held_chars() > _ANSWER_CHARS:
+            self.stream.forget()
+            self.unread = self.unread or "answer_too_large"
 
     def flush(self) -> bytes:
         held, self._held = self._held, b""
@@ -110,7 +128,7 @@ class ChatTap(_EventTap):
             if not event.complete:
                 # Unread, so passed on as sent: a `"usage":null` in it may be cut between two
                 # pieces, and the proxy edits only what it read.
-                self.unread = True
+                self.unread = "event_too_large"
                 out.append(event.raw)
                 continue
             usage = stream.usage
@@ -237,7 +255,7 @@ class ResponsesTap(_EventTap):
             if event.complete:
                 self.stream.feed(event)
             else:
-                self.unread = True
+                self.unread = "event_too_large"
         return b"".join(map(_RAW, events))
 
     def failure_frame(self, message: str, code: str = "upstream_disconnected") -> bytes:
