@@ -5,8 +5,9 @@ usage chunk a client did not ask for), so each `SseEvent` carries its raw bytes,
 included, next to its parsed `event` name and joined `data`. Lines end in CRLF, LF or CR
 (WHATWG); a CR at the end of a chunk waits for the next byte, which may be its LF. Comment-only
 blocks (keep-alives) come out as events without data so their bytes are forwarded too. An
-event larger than `max_event_bytes` is not held: its bytes come out in pieces marked
-`complete=False`, data unread. Nothing here raises on any input.
+event larger than `max_event_bytes` is given up on: what is held of it comes out as a piece
+marked `complete=False`, data unread, and so does each later read of it as it comes, nothing of
+it held again (but a trailing CR), until its blank line. Nothing here raises on any input.
 
 The decoder runs once per streamed token, so it has two paths: while the stream holds no CR
 (the usual case) each chunk is split at its blank lines in C, the usual events (a lone `data:`
@@ -27,6 +28,10 @@ import orjson
 
 _EOL = re.compile(rb"\r\n|\r|\n")
 _BOM = b"\xef\xbb\xbf"
+# No real event comes near it. The largest is a Responses `response.completed`, which repeats
+# the whole output beside the request's instructions and tools: about 1 MB for a 128,000-token
+# answer (the largest output limit) with 190 KB of instructions and 100 tools, measured through
+# the fake upstream; a generated image adds a few MB. Past it an event is passed on unread.
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
 
 
@@ -167,6 +172,16 @@ class SseDecoder:
         return events
 
     @property
+    def held(self) -> int:
+        """How many bytes the decoder holds: of the event under way, which it has not passed on."""
+        return len(self._buf)
+
+    @property
+    def skipping(self) -> bool:
+        """The event under way grew past the bound: its bytes pass on unread until it ends."""
+        return self._oversize
+
+    @property
     def inside_line(self) -> bool:
         """The bytes so far end in the middle of a line: a stream that ends here was cut."""
         return self._in_line or (bool(self._buf) and self._buf[-1] not in b"\r\n")
@@ -207,8 +222,9 @@ class SseDecoder:
         self._plain = False
         self._buf += chunk
         events = self._drain(final=False)
-        if len(self._buf) > self._max:
-            events.append(self._spill())
+        # Once an event is given up on, what comes of it is passed on at once, never held again.
+        if self._oversize or len(self._buf) > self._max:
+            events += self._spill()
         self._plain = not self._buf and not self._oversize
         return events
 
@@ -255,14 +271,20 @@ class SseDecoder:
         self._reset()
         return event
 
-    def _spill(self) -> SseEvent:
+    def _spill(self) -> list[SseEvent]:
         """Pass on what is held of an oversized event, keeping a trailing CR undecided."""
         cut = len(self._buf) - (1 if self._buf.endswith(b"\r") else 0)
-        self._in_line = self._in_line or cut > self._scan
-        raw = bytes(self._buf[:cut])
-        del self._buf[:cut]
-        self._scan = max(0, self._scan - cut)
-        self._searched = max(0, self._searched - cut)
         self._oversize = True
         self._reset()
-        return SseEvent(raw, complete=False)
+        if not cut:
+            return []
+        self._in_line = self._in_line or cut > self._scan
+        if cut == len(self._buf):  # one copy, not a slice copied again: the bound's bytes twice
+            raw = bytes(self._buf)
+            self._buf.clear()
+        else:
+            raw = bytes(self._buf[:cut])
+            del self._buf[:cut]
+        self._scan = max(0, self._scan - cut)
+        self._searched = max(0, self._searched - cut)
+        return [SseEvent(raw, complete=False)]

@@ -113,8 +113,27 @@ def _fresh(value: Any) -> Any:
     return copy.deepcopy(value) if isinstance(value, list) else value
 
 
+def held_chars(value: Any) -> int:
+    """The characters of text in what a stream accumulated, its text pieces joined on the way
+    (each piece is an object beside its text: joined, the text alone stays held)."""
+    total, stack = 0, [value]
+    while stack:  # not recursive: parsed JSON may nest deeper than Python recurses
+        value = stack.pop()
+        if isinstance(value, _Text):
+            total += len(value.text())
+        elif isinstance(value, str):
+            total += len(value)
+        elif isinstance(value, dict):
+            stack += value.values()
+        elif isinstance(value, list):
+            stack += value
+    return total
+
+
 class ChatStream:
     """Accumulates a chat completion stream, chunk by chunk."""
+
+    forgotten = False  # the answer was dropped (`forget`): nothing more of it is rebuilt
 
     def __init__(self) -> None:
         self._choices: dict[int, dict[str, Any]] = {}
@@ -159,6 +178,15 @@ class ChatStream:
                 self._choice(choice)
         return ChunkKind.DATA
 
+    def held_chars(self) -> int:
+        return held_chars(self._choices)
+
+    def forget(self) -> None:
+        """Drop the answer rebuilt so far and rebuild no more of it; which choices came, their
+        finish reasons, the usage and errors are still read."""
+        self.forgotten = True
+        self._choices = {index: {} for index in self._choices}
+
     def _choice(self, choice: Any) -> None:
         if not isinstance(choice, _MAPPING):
             return
@@ -167,7 +195,9 @@ class ChatStream:
             index = 0
         acc = self._choices.setdefault(index, {})
         delta = choice.get("delta")
-        if delta and isinstance(delta, _MAPPING):  # an empty one adds nothing
+        # An empty delta adds nothing. (A forgotten answer's text fails the short way of
+        # `_next_text`, its acc being empty: every chunk comes here.)
+        if delta and isinstance(delta, _MAPPING) and not self.forgotten:
             merge_delta(acc, delta)
         finish = choice.get("finish_reason")
         if finish is not None and isinstance(finish, str):
@@ -243,6 +273,8 @@ def _finished_call(call: Any) -> Any:
 class ResponsesStream:
     """Accumulates a Responses API stream: output items, terminal status, usage, errors."""
 
+    forgotten = False  # the output items were dropped (`forget`): no more are kept
+
     def __init__(self) -> None:
         self._items: dict[int, dict[str, Any]] = {}
         self.response: dict[str, Any] | None = None
@@ -272,7 +304,8 @@ class ResponsesStream:
             self.id = self.id or _str(response.get("id"))
             if kind in _TERMINAL:
                 return self._terminal(_TERMINAL[kind], response)
-        if kind == "response.output_item.done" and isinstance(get("item"), _MAPPING):
+        if (kind == "response.output_item.done" and isinstance(get("item"), _MAPPING)
+                and not self.forgotten):
             index = get("output_index")
             self._items[index if isinstance(index, int) else len(self._items)] = dict(data["item"])
         return ChunkKind.DATA
@@ -286,6 +319,14 @@ class ResponsesStream:
             self.error = dict(response["error"])
             return ChunkKind.ERROR
         return ChunkKind.DONE
+
+    def held_chars(self) -> int:
+        return held_chars(self._items)
+
+    def forget(self) -> None:
+        """Drop the output items kept so far, and keep no more."""
+        self.forgotten = True
+        self._items = {}
 
     def output(self) -> list[dict[str, Any]]:
         """The output items, in order; from the final response when no item event came."""

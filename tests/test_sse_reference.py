@@ -1,5 +1,6 @@
 """The SSE decoder against two oracles: a plain WHATWG reading of the whole stream, and the
-decoder as it was before its fast path (its code kept here) for oversized events."""
+decoder as it was before its fast path (its code kept here) for oversized events, with the rule
+added since: an event given up on at the bound is never held again, its bytes passed on as fed."""
 
 from __future__ import annotations
 
@@ -109,7 +110,10 @@ class _OldDecoder:
     def feed(self, chunk: bytes) -> list[_OldEvent]:
         self._buf += chunk
         events = self._drain(final=False)
-        if len(self._buf) > self._max:
+        # Past the bound an event is given up on: what comes of it after that is passed on at
+        # once (but a trailing CR), never held again.
+        if (len(self._buf) > self._max
+                or self._oversize and len(self._buf) > self._buf.endswith(b"\r")):
             events.append(self._spill())
         return events
 

@@ -305,7 +305,9 @@ class Pipeline:
             # came, and said on the line. Its code and type only: a message may quote the prompt.
             named = ", ".join(str(error[k]) for k in ("code", "type") if error.get(k))
             line.set(upstream_error=f"error frame: {named}" if named else "error frame")
-        if prepared.key is not None and tap.complete:
+        if tap.unread is not None:  # the answer is not known whole (an event or it too large)
+            line.set(usage_ignored=tap.unread)
+        elif prepared.key is not None and tap.complete:
             choices = tap.stream.messages() if isinstance(tap, ChatTap) else None
             response = tap.response() if choices is None else next(iter(choices), None)
             self._record_usage(prepared, response, tap.usage(), line, choices)

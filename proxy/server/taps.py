@@ -21,6 +21,12 @@ from proxy.streams import ChatStream, ChunkKind, ResponsesStream
 
 
 _RAW = itemgetter(0)  # an SseEvent's `raw`: the tuple's first field, read in C
+# What a tap rebuilds of the answer is measured each time this many more bytes were relayed (a
+# chat answer's text comes a token a chunk, the chunk ~50 times its text), and forgotten past
+# `_ANSWER_CHARS`: the longest real answer's text is under 1 MB (128,000 tokens, the largest
+# output limit), so 64 Mi characters leave room for many choices (`n`) of that.
+_MEASURE_EVERY = 16 * 1024 * 1024
+_ANSWER_CHARS = 64 * 1024 * 1024
 
 
 class _EventTap:
@@ -28,14 +34,30 @@ class _EventTap:
     ABC: `isinstance` against one runs Python code, and the pipeline tests each stream's tap.)"""
 
     decoder: SseDecoder
+    stream: ChatStream | ResponsesStream
     _held = b""  # the last line, read by `cut_inside_line`, for `flush` to send
     ended = False  # the body ended cleanly (`cut_inside_line` or `flush` was called)
     forwarded = 0  # bytes handed to the relay
+    # Why the answer is not known whole, so anchors nothing: `event_too_large`, an event past
+    # `SseDecoder`'s bound passed unread; `answer_too_large`, the answer rebuilt past
+    # `_ANSWER_CHARS` was forgotten. None: read whole.
+    unread: str | None = None
+    _open = False  # the body ended inside such an event: the client has its start, not its end
+    _measure_at = 0  # `forwarded` at which the rebuilt answer is measured next
 
     def feed(self, chunk: bytes) -> bytes:
         out = self._forward(self.decoder.feed(chunk))
         self.forwarded += len(out)
+        if self.forwarded >= self._measure_at:
+            self._measure()
         return out
+
+    def _measure(self) -> None:
+        """Keep what the stream rebuilt of the answer bounded, whatever the upstream sends."""
+        self._measure_at = self.forwarded + _MEASURE_EVERY
+        if not self.stream.forgotten and self.stream.held_chars() > _ANSWER_CHARS:
+            self.stream.forget()
+            self.unread = self.unread or "answer_too_large"
 
     def flush(self) -> bytes:
         held, self._held = self._held, b""
@@ -56,8 +78,15 @@ class _EventTap:
         self.ended = True
         if not self.decoder.inside_line or self.complete:
             return False
+        self._open = self.decoder.skipping
         self._held = self._forward(self.decoder.flush())
         return not self.complete
+
+    def _closing(self) -> bytes:
+        """What goes before an error frame: a blank line when the client has the start of an
+        event too large to hold, passed on as it came, whose end never came. The frame would
+        otherwise continue that event's last line, and an SDK would never read it."""
+        return b"\n\n" if self._open or self.decoder.skipping else b""
 
     def ended_early(self) -> bool:
         """The stream, read to its end, ended between events but before the answer's last one.
@@ -96,8 +125,14 @@ class ChatTap(_EventTap):
         out = []
         stream = self.stream
         for event in events:
+            if not event.complete:
+                # Unread, so passed on as sent: a `"usage":null` in it may be cut between two
+                # pieces, and the proxy edits only what it read.
+                self.unread = "event_too_large"
+                out.append(event.raw)
+                continue
             usage = stream.usage
-            kind = stream.feed(event) if event.complete else ChunkKind.OTHER
+            kind = stream.feed(event)
             if self.hide_usage:
                 if kind is ChunkKind.USAGE_ONLY:
                     self.hidden += 1
@@ -113,7 +148,7 @@ class ChatTap(_EventTap):
 
     def failure_frame(self, message: str, code: str = "upstream_disconnected") -> bytes:
         body = error_body(message, "server_error", None, code)
-        return b"data: " + orjson.dumps(body) + b"\n\n"
+        return self._closing() + b"data: " + orjson.dumps(body) + b"\n\n"
 
     def response(self) -> Any:
         return self.stream.message()
@@ -212,7 +247,6 @@ class ResponsesTap(_EventTap):
     def __init__(self, resumed: bool = False) -> None:
         self.decoder = SseDecoder()
         self.stream = ResponsesStream()
-        self.unread = False  # an event too large to hold passed unread: it may have been the end
         # A stream resumed by id (`starting_after`): nothing may be left after that event.
         self.resumed = resumed
 
@@ -221,13 +255,13 @@ class ResponsesTap(_EventTap):
             if event.complete:
                 self.stream.feed(event)
             else:
-                self.unread = True
+                self.unread = "event_too_large"
         return b"".join(map(_RAW, events))
 
     def failure_frame(self, message: str, code: str = "upstream_disconnected") -> bytes:
         body = {"type": "error", "sequence_number": self.stream.sequence + 1,
                 **error_body(message, "server_error", None, code)}
-        return b"event: error\ndata: " + orjson.dumps(body) + b"\n\n"
+        return self._closing() + b"event: error\ndata: " + orjson.dumps(body) + b"\n\n"
 
     def response(self) -> Any:
         return self.stream.output()
