@@ -11,7 +11,7 @@ import pytest
 
 from proxy.core.repair import CANCELLED_TEXT, repair
 from proxy.testing.rules import check_responses
-from tests.factories import r_user, responses, wire
+from tests.factories import r_call, r_output, r_reasoning, r_user, responses, wire
 
 CALLS: dict[str, dict[str, Any]] = {
     "local_shell_call": {"type": "local_shell_call", "id": "lsh_1", "call_id": "call_1",
@@ -55,3 +55,20 @@ def test_a_local_shell_output_naming_its_call_in_id_answers_it() -> None:
     listing = {"type": "local_shell_call_output", "id": "call_sh", "output": "a.py"}
     entries = responses(r_user(), shell, listing, r_user("next"))
     assert repair(entries).entries is entries
+
+
+def test_a_cancelled_output_gone_with_its_reasoning_item_is_not_counted() -> None:
+    """A `local_shell_call` cannot lose its id: when its reasoning item goes (here an earlier
+    call's output sits between them), the call goes with it, and so does the cancelled output
+    made for it. What repair reports is what it sent: no cancelled output, two client items
+    gone (the reasoning item and the call), not three."""
+    shell = CALLS["local_shell_call"]
+    entries = responses(r_user("Run it."), r_call("grep", "call_a"), r_reasoning("rs_1"),
+                        r_output("call_a"), shell, r_user("Stop."))
+    out = repair(entries)
+    sent = wire(out.entries)
+    assert [e.get("type") for e in sent] == ["message", "function_call", "function_call_output", "message"]
+    assert CANCELLED_TEXT not in str(sent)
+    assert (out.cancelled, out.dropped_reasoning, out.dropped_items) == (0, 1, 1)
+    assert out.changed == 2
+    assert check_responses({"model": "m", "input": sent}) is None

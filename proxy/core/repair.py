@@ -127,8 +127,16 @@ def _finish(original: Entries, out: list[Entry], origins: list[int | None], canc
     lost = drop_reasoning(out, origins, lambda i, _: i in gone, step_ends=step_ends)
     if not (cancelled or dropped or lost.reasoning or dropped_calls):
         return Repaired(original, tuple(range(len(original))))
-    return Repaired(lost.entries, lost.origins, cancelled, dropped, lost.reasoning, lost.ids_removed,
-                    lost.items_dropped, notes, dropped_calls)
+    # A cancelled output made for an id-required call (a local shell call) goes with the call
+    # when its reasoning item goes: the counts are of what goes upstream and what left the input.
+    made_gone = (_made_results(out, origins) - _made_results(lost.entries, lost.origins)
+                 if lost.items_dropped else 0)
+    return Repaired(lost.entries, lost.origins, cancelled - made_gone, dropped, lost.reasoning,
+                    lost.ids_removed, lost.items_dropped - made_gone, notes, dropped_calls)
+
+
+def _made_results(entries: Sequence[Entry], origins: Sequence[int | None]) -> int:
+    return sum(1 for e, o in zip(entries, origins) if o is None and e.kind is RESULT)
 
 
 def _valid_chat(entries: Entries) -> bool:
