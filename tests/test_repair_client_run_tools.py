@@ -72,3 +72,18 @@ def test_a_cancelled_output_gone_with_its_reasoning_item_is_not_counted() -> Non
     assert (out.cancelled, out.dropped_reasoning, out.dropped_items) == (0, 1, 1)
     assert out.changed == 2
     assert check_responses({"model": "m", "input": sent}) is None
+
+
+def test_a_later_call_with_the_id_of_a_call_gone_with_its_reasoning_keeps_its_output() -> None:
+    """Servers that number calls per response use `call_0` again in a later turn. The local
+    shell call `call_0` goes with its reasoning item, and its output with it; the later
+    `function_call` `call_0` is another call, and its own output must stay, or upstream
+    refuses the list ("No tool output found for function call call_0")."""
+    shell = {**CALLS["local_shell_call"], "call_id": "call_0"}
+    entries = responses(r_user("a"), r_call("grep", "call_x"), r_reasoning("rs_1"), r_output("call_x"),
+                        shell, {"type": "local_shell_call_output", "call_id": "call_0", "output": "ok"},
+                        r_user("b"), r_call("grep", "call_0"), r_output("call_0"), r_user("c"))
+    out = repair(entries)
+    assert out.origins == (0, 1, 3, 6, 7, 8, 9)
+    assert (out.dropped_reasoning, out.dropped_items) == (1, 2)
+    assert check_responses({"model": "m", "input": wire(out.entries)}) is None
