@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from proxy.core.repair import CANCELLED_TEXT, repair
+from proxy.core.collapse import exploration_runs
+from proxy.core.repair import CANCELLED_TEXT, is_cancelled, repair
+from proxy.settings import CollapseSettings
 from proxy.testing.rules import check_responses
 from tests.factories import r_call, r_output, r_reasoning, r_user, responses, wire
 
@@ -87,3 +89,23 @@ def test_a_later_call_with_the_id_of_a_call_gone_with_its_reasoning_keeps_its_ou
     assert out.origins == (0, 1, 3, 6, 7, 8, 9)
     assert (out.dropped_reasoning, out.dropped_items) == (1, 2)
     assert check_responses({"model": "m", "input": wire(out.entries)}) is None
+
+
+def test_a_cancelled_shell_output_reads_as_cancelled_and_breaks_an_exploration_run() -> None:
+    """A `shell_call`'s cancelled output is a list of outcomes, the text in `stderr`: it is
+    still a cancellation, so collapse never folds the interrupted read into its record as a
+    call that ran and failed (SPEC §4.1: a run is of completed calls)."""
+    def step(call_id: str, command: str, answered: bool = True) -> list[dict[str, Any]]:
+        call = {"type": "shell_call", "call_id": call_id, "status": "completed",
+                "action": {"commands": [command]}}
+        output = {"type": "shell_call_output", "call_id": call_id,
+                  "output": [{"stdout": "x\n" * 50, "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]}
+        return [r_reasoning(f"rs_{call_id}"), call, *([output] if answered else [])]
+
+    out = repair(responses(r_user("go"), *step("a", "ls src", answered=False), *step("b", "cat a.py"),
+                           *step("c", "cat b.py"), r_user("next")))
+    made = out.entries[out.origins.index(None)]
+    assert is_cancelled(made)
+    settings = CollapseSettings()
+    runs = exploration_runs(out.entries, settings.tools, None, settings.shell_tools)
+    assert [[g.start for g in run.groups] for run in runs] == [[4, 7]]  # b and c, not a

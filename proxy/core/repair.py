@@ -57,6 +57,8 @@ from proxy.core.reasoning_items import drop_reasoning, is_produced, unfollowed_r
 CANCELLED_TEXT = ("[Tool call cancelled: the call was interrupted before it returned a result. "
                   "No output was recorded for it.]")
 _CANCELLED = ("repair.cancelled",)
+_CANCELLED_SHELL_OUTPUT = make_result(Api.RESPONSES, ToolCall("", "shell_call", ""), CANCELLED_TEXT,
+                                      "shell_call").raw["output"]
 INTERRUPTED_NOTE = (NOTE_OPENING + "the tool call(s) above marked cancelled were interrupted "
                     "before returning a result; the outcome is unknown.]")
 # Responses call types the client answers with an output item, and repair can answer for it;
@@ -90,11 +92,14 @@ class Repaired:
 
 
 def is_cancelled(entry: Entry) -> bool:
-    """Whether an entry's text is the cancelled result repair writes (memoized)."""
+    """Whether an entry is the cancelled result repair writes (memoized)."""
     return memoized(entry, _CANCELLED, _says_cancelled)
 
 
 def _says_cancelled(entry: Entry) -> bool:
+    # A shell call's output is a list of outcomes, with the text in `stderr`, not a text.
+    if entry.api is Api.RESPONSES and entry.raw.get("type") == "shell_call_output":
+        return entry.raw.get("output") == _CANCELLED_SHELL_OUTPUT
     return content_text(entry) == CANCELLED_TEXT
 
 
