@@ -32,7 +32,7 @@
   produced the call) goes too.
 - Responses: a reasoning item left without the item it produced is dropped, and the server
   ids of items that followed it are removed, or the items themselves when their id is required
-  (`reasoning_items`).
+  (`reasoning_items`), with their outputs, a cancelled one made here too.
 A conversation that is already valid comes out as the same tuple of the same entries.
 """
 
@@ -81,7 +81,7 @@ class Repaired:
     dropped_results: int = 0
     dropped_reasoning: int = 0
     ids_removed: int = 0
-    dropped_items: int = 0  # server items gone with their reasoning item
+    dropped_items: int = 0  # client items gone with their reasoning item (server items, outputs)
     notes: int = 0  # chat: assistant notes put between a cancelled result and a user message
     dropped_calls: int = 0  # Responses: unanswered computer calls, each replaced by a note
 
@@ -133,15 +133,11 @@ def _finish(original: Entries, out: list[Entry], origins: list[int | None], canc
     if not (cancelled or dropped or lost.reasoning or dropped_calls):
         return Repaired(original, tuple(range(len(original))))
     # A cancelled output made for an id-required call (a local shell call) goes with the call
-    # when its reasoning item goes: the counts are of what goes upstream and what left the input.
-    made_gone = (_made_results(out, origins) - _made_results(lost.entries, lost.origins)
-                 if lost.items_dropped else 0)
+    # when its reasoning item goes (a note answers nothing: it never goes). The counts are of
+    # what goes upstream and of what of the input was left out.
+    made_gone = origins.count(None) - lost.origins.count(None)
     return Repaired(lost.entries, lost.origins, cancelled - made_gone, dropped, lost.reasoning,
                     lost.ids_removed, lost.items_dropped - made_gone, notes, dropped_calls)
-
-
-def _made_results(entries: Sequence[Entry], origins: Sequence[int | None]) -> int:
-    return sum(1 for e, o in zip(entries, origins) if o is None and e.kind is RESULT)
 
 
 def _valid_chat(entries: Entries) -> bool:
