@@ -10,7 +10,10 @@ assistant note between them (Mistral refuses a user message right after a tool m
 Responses, a `computer_call` no screenshot answers is replaced by a note (an output would
 have to invent the screenshot) at the end of its step, and a reasoning item left right before
 the note goes too. A reasoning item then not directly followed by an item it produced goes,
-and with it the computer calls it owns (their id is required) and the screenshots answering them.
+and with it the computer and local shell calls it owns (their id is required) and the outputs
+answering them, a cancelled one repair made included.
+Every count repair reports is also read back from the lists themselves: what it made, what of
+the client's it left out, what lost its id.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from tests.factories import entries_of, wire
 from tests.strategies import cascade_contexts, conversations, interrupted, with_shared_id
 
 ROOT = Path(__file__).resolve().parent.parent
-_CLIENT_CALLS = ("function_call", "custom_tool_call")
+_CLIENT_CALLS = ("function_call", "custom_tool_call", "local_shell_call")
 
 _COMPUTER = "computer_call"
 
@@ -61,6 +64,38 @@ def _with_computer_calls(draw: st.DrawFn, elements: list) -> list:
     return out
 
 
+_SHELL = "local_shell_call"
+
+
+@st.composite
+def _with_shell_calls(draw: st.DrawFn, elements: list) -> list:
+    """One or two `local_shell_call`s put in anywhere: run by the client, so answered by an
+    output (naming the call in `call_id`, or in `id` as the SDK types do) or cancelled by
+    repair, and with a server id the API requires, so one whose reasoning item goes goes with
+    it. After a reasoning item or not, with an assistant message or an earlier call's output
+    (which leaves the reasoning item unfollowed) between them or not."""
+    out = list(elements)
+    for n in range(draw(st.integers(1, 2))):
+        call = {"type": _SHELL, "id": f"lsh_{n}", "call_id": f"call_shell{n}", "status": "completed",
+                "action": {"type": "exec", "command": ["make", "test"], "env": {}}}
+        before = [{"type": "reasoning", "id": f"rs_sh{n}", "summary": []}] if draw(st.booleans()) else []
+        names = draw(st.sampled_from((None, None, "call_id", "id")))
+        answer = [] if names is None else [{"type": f"{_SHELL}_output", names: f"call_shell{n}", "output": "ok"}]
+        between = draw(st.sampled_from(("nothing", "message", "output", "output")))
+        middle: list = []
+        at = draw(st.integers(0, len(out)))
+        if between == "message":
+            middle = [{"type": "message", "role": "assistant",
+                       "content": [{"type": "output_text", "text": "Running it.", "annotations": []}]}]
+        elif between == "output":
+            middle = [{"type": "function_call_output", "call_id": f"call_early{n}", "output": "done"}]
+            out.insert(draw(st.integers(0, at)), {"type": "function_call", "call_id": f"call_early{n}",
+                                                  "name": "bash", "arguments": "{}"})
+            at += 1
+        out[at:at] = [*before, *middle, call, *answer]
+    return out
+
+
 @st.composite
 def _with_references(draw: st.DrawFn, elements: list) -> list:
     """A store-on client: some reasoning items echoed by an `item_reference` to their id, and
@@ -80,8 +115,9 @@ damaged = st.sampled_from(("chat", "responses")).flatmap(lambda api: st.tuples(
        if api == "chat" else st.nothing())
     | interrupted(api).flatmap(with_shared_id)
     | (interrupted(api).flatmap(_with_computer_calls) if api == "responses" else st.nothing())
+    | (interrupted(api).flatmap(_with_shell_calls) if api == "responses" else st.nothing())
     | ((conversations(api, messy=True) | interrupted(api)).flatmap(_with_computer_calls)
-       .flatmap(_with_references) if api == "responses" else st.nothing())))
+       .flatmap(_with_shell_calls).flatmap(_with_references) if api == "responses" else st.nothing())))
 
 
 def _answer(entry: Entry) -> bool:
@@ -217,9 +253,9 @@ def _unfollowed_reasoning(entries: Entries, kept: list[int]) -> set[int]:
 
 
 def _gone_with_reasoning(entries: Entries, kept: list[int]) -> set[int]:
-    """Responses: the items repair must drop with their reasoning item: each computer call
-    (the only id-required item drawn here) left by pairing whose reasoning item goes, and the
-    outputs answering it. Its reasoning item is the nearest one before it in its turn and
+    """Responses: the items repair must drop with their reasoning item: each computer or
+    local shell call (the id-required items drawn here) left by pairing whose reasoning item
+    goes, and the outputs answering it. Its reasoning item is the nearest one before it in its turn and
     step: a user or system message, an item_reference (maybe the step's own reasoning, stored)
     or the note for a removed computer call (it ends its step as a screenshot would) ends it."""
     unfollowed = _unfollowed_reasoning(entries, kept)
@@ -234,12 +270,22 @@ def _gone_with_reasoning(entries: Entries, kept: list[int]) -> set[int]:
             owner = None
         if entry.kind is Kind.REASONING:
             owner = j
-        elif entry.raw.get("type") == _COMPUTER and j not in screens and owner in unfollowed:
+        elif entry.raw.get("type") in (_COMPUTER, _SHELL) and j not in screens and owner in unfollowed:
             gone.add(j)
             gone_calls.add(entry.calls[0].id)
         elif entry.kind is Kind.RESULT and entry.answers in gone_calls:
             gone.add(j)
     return gone
+
+
+def _missing_sent(api: str, entries: Entries) -> list[str]:
+    """The calls a cancelled result must answer in what goes upstream: in Responses, a local
+    shell call that goes with its reasoning item takes the output made for it along."""
+    kept, missing = _expected(api, entries)
+    if api == "chat":
+        return missing
+    gone = {entries[j].calls[0].id for j in _gone_with_reasoning(entries, kept) if entries[j].kind is Kind.CALL}
+    return [c for c in missing if c not in gone]
 
 
 def _same_entry(out: Repaired, entries: Entries, position: int, origin: int) -> bool:
@@ -293,7 +339,7 @@ def test_a_cancelled_result_is_made_only_for_a_call_with_no_answer(drawn: tuple[
     api, elements = drawn
     entries = entries_of(api, elements)
     out = repair(entries)
-    _, missing = _expected(api, entries)
+    missing = _missing_sent(api, entries)
     made = [e for e in _made(out) if _answer(e)]
     assert all(content_text(e) == CANCELLED_TEXT for e in made)
     # Same calls, in the order the calls were made: the bytes depend on the input only. Once
@@ -352,6 +398,38 @@ def test_a_note_stands_exactly_between_a_cancelled_result_and_a_user_message(
     if api == "chat":  # no user message right after a tool message repair made
         assert not [p for p in range(len(out.entries) - 1) if out.origins[p] is None
                     and _answer(out.entries[p]) and out.entries[p + 1].kind is Kind.USER]
+
+
+# A local shell call whose reasoning item an earlier call's output leaves unfollowed: the call
+# goes with it, and so does the cancelled output made for it, which then is no count.
+@example(("responses", [_USER, {"type": "function_call", "call_id": "call_early0", "name": "bash", "arguments": "{}"},
+                        {"type": "reasoning", "id": "rs_sh0", "summary": []},
+                        {"type": "function_call_output", "call_id": "call_early0", "output": "done"},
+                        {"type": _SHELL, "id": "lsh_0", "call_id": "call_shell0", "status": "completed",
+                         "action": {"type": "exec", "command": ["make"], "env": {}}}, _USER]))
+@given(damaged)
+def test_every_count_is_what_the_lists_show(drawn: tuple[str, list]) -> None:
+    """Each count of the report read from the input and output lists, not from how repair
+    got there: what it made (cancelled results, notes), what of the client's it left out (by
+    kind), what it sent without its id. Nothing else is made, and nothing changes uncounted."""
+    api, elements = drawn
+    entries = entries_of(api, elements)
+    out = repair(entries)
+    made = _made(out)
+    cancelled = [e for e in made if _answer(e) and content_text(e) == CANCELLED_TEXT]
+    notes = [e for e in made if e.kind is Kind.ASSISTANT and content_text(e) == INTERRUPTED_NOTE]
+    left = set(range(len(entries))) - {o for o in out.origins if o is not None}
+    reasoning_left = [j for j in left if entries[j].kind is Kind.REASONING]
+    unstamped = [p for p, o in enumerate(out.origins)
+                 if o is not None and "id" in entries[o].raw and "id" not in out.entries[p].raw]
+    assert out.cancelled == len(cancelled)
+    assert out.notes == len(notes)
+    assert out.dropped_calls == len(_computer_notes(out))
+    assert len(made) == out.cancelled + out.notes + out.dropped_calls
+    assert out.dropped_reasoning == len(reasoning_left)
+    assert out.dropped_results + out.dropped_items + out.dropped_calls == len(left) - len(reasoning_left)
+    assert out.ids_removed == len(unstamped)
+    assert (out.changed == 0) == (out.entries is entries)
 
 
 @given(damaged)

@@ -109,8 +109,9 @@ def _produced_after(entries: Sequence[Entry], doomed: set[int]) -> set[int]:
 def _items_of(entries: Sequence[Entry], doomed: set[int],
               step_ends: Collection[int] = ()) -> set[int]:
     """The id-required items whose reasoning item (the nearest one before them in their turn
-    and step) is doomed, and the later items that answer them: a `*_call_output` by the call it
-    answers, an MCP approval response by the request's id."""
+    and step) is doomed, and the later items that answer them (up to a kept call that makes
+    their id again): a `*_call_output` by the call it answers, an MCP approval response by the
+    request's id."""
     found: set[int] = set()
     answered: set[str] = set()
     owner: int | None = None
@@ -127,6 +128,10 @@ def _items_of(entries: Sequence[Entry], doomed: set[int],
                             if isinstance(v, str))
         elif answered and _answers(entry) & answered:
             found.add(j)
+        elif entry.calls:
+            # A kept call under a gone one's id (servers number calls per response): the
+            # outputs after it are its own.
+            answered.difference_update(c.id for c in entry.calls)
     return found
 
 

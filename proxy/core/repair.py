@@ -32,7 +32,7 @@
   produced the call) goes too.
 - Responses: a reasoning item left without the item it produced is dropped, and the server
   ids of items that followed it are removed, or the items themselves when their id is required
-  (`reasoning_items`).
+  (`reasoning_items`), with their outputs, a cancelled one made here too.
 A conversation that is already valid comes out as the same tuple of the same entries.
 """
 
@@ -57,6 +57,8 @@ from proxy.core.reasoning_items import drop_reasoning, is_produced, unfollowed_r
 CANCELLED_TEXT = ("[Tool call cancelled: the call was interrupted before it returned a result. "
                   "No output was recorded for it.]")
 _CANCELLED = ("repair.cancelled",)
+_CANCELLED_SHELL_OUTPUT = make_result(Api.RESPONSES, ToolCall("", "shell_call", ""), CANCELLED_TEXT,
+                                      "shell_call").raw["output"]
 INTERRUPTED_NOTE = (NOTE_OPENING + "the tool call(s) above marked cancelled were interrupted "
                     "before returning a result; the outcome is unknown.]")
 # Responses call types the client answers with an output item, and repair can answer for it;
@@ -79,7 +81,7 @@ class Repaired:
     dropped_results: int = 0
     dropped_reasoning: int = 0
     ids_removed: int = 0
-    dropped_items: int = 0  # server items gone with their reasoning item
+    dropped_items: int = 0  # client items gone with their reasoning item (server items, outputs)
     notes: int = 0  # chat: assistant notes put between a cancelled result and a user message
     dropped_calls: int = 0  # Responses: unanswered computer calls, each replaced by a note
 
@@ -90,11 +92,14 @@ class Repaired:
 
 
 def is_cancelled(entry: Entry) -> bool:
-    """Whether an entry's text is the cancelled result repair writes (memoized)."""
+    """Whether an entry is the cancelled result repair writes (memoized)."""
     return memoized(entry, _CANCELLED, _says_cancelled)
 
 
 def _says_cancelled(entry: Entry) -> bool:
+    # A shell call's output is a list of outcomes, with the text in `stderr`, not a text.
+    if entry.api is Api.RESPONSES and entry.raw.get("type") == "shell_call_output":
+        return entry.raw.get("output") == _CANCELLED_SHELL_OUTPUT
     return content_text(entry) == CANCELLED_TEXT
 
 
@@ -127,8 +132,12 @@ def _finish(original: Entries, out: list[Entry], origins: list[int | None], canc
     lost = drop_reasoning(out, origins, lambda i, _: i in gone, step_ends=step_ends)
     if not (cancelled or dropped or lost.reasoning or dropped_calls):
         return Repaired(original, tuple(range(len(original))))
-    return Repaired(lost.entries, lost.origins, cancelled, dropped, lost.reasoning, lost.ids_removed,
-                    lost.items_dropped, notes, dropped_calls)
+    # A cancelled output made for an id-required call (a local shell call) goes with the call
+    # when its reasoning item goes (a note answers nothing: it never goes). The counts are of
+    # what goes upstream and of what of the input was left out.
+    made_gone = origins.count(None) - lost.origins.count(None)
+    return Repaired(lost.entries, lost.origins, cancelled - made_gone, dropped, lost.reasoning,
+                    lost.ids_removed, lost.items_dropped - made_gone, notes, dropped_calls)
 
 
 def _valid_chat(entries: Entries) -> bool:
