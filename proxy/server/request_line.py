@@ -12,8 +12,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from itertools import compress, repeat
-from operator import is_not
 from types import TracebackType
 from typing import Any
 
@@ -22,7 +20,6 @@ from proxy.server.drain import is_cut
 from proxy.server.logs import write_info
 
 CLIENT_CLOSED = 499
-_NONES = repeat(None)
 _CLIPPED_CHARS = 256
 _INFO = logging.INFO
 
@@ -71,11 +68,14 @@ class RequestLine:
         if enabled is None or enabled(_INFO):  # below the level: skip building it
             # Measured here, not on entry: a line below the level needs no duration.
             fields["duration_ms"] = round((time.perf_counter() - self._started) * 1000, 2)
+            # Facts set to None are left out, deleted from a copy (the line's facts stay as
+            # set): of some 30 facts a few are None, and a new dict built of the others
+            # (`dict(compress(...))`) cost twice as many instructions.
+            line = fields.copy()
+            for name in [name for name, value in fields.items() if value is None]:
+                del line[name]
             try:
-                # Facts set to None are left out: filtered in C, a line has some 30 of them.
-                write_info(self._log, "request",
-                           dict(compress(fields.items(), map(is_not, fields.values(), _NONES))),
-                           level_checked=enabled is not None)
+                write_info(self._log, "request", line, level_checked=enabled is not None)
             except Exception:  # noqa: BLE001 - the answer is out or on its way: a lost line
                 # must not break it. The standard library's logging reports on stderr what its
                 # sink refuses.
