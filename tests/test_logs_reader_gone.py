@@ -7,6 +7,7 @@ printed a "--- Logging error ---" traceback on stderr."""
 
 from __future__ import annotations
 
+import io
 import signal
 import subprocess
 from pathlib import Path
@@ -62,3 +63,17 @@ def test_a_log_line_the_disk_has_no_room_for_is_dropped_and_said_once(capsys) ->
     assert capsys.readouterr().err == (
         "compaction-proxy: a log line could not be written (No space left on device): such "
         "lines are dropped\n")
+
+
+def test_a_log_output_closed_in_the_process_drops_lines_and_says_so_once(capsys) -> None:
+    # A closed file object raises ValueError, not OSError: each line would otherwise fall
+    # back to the standard library's logging and print its traceback.
+    output = io.BytesIO()
+    sink = LogSink(output)
+    sink.info(b'{"event":"first"}')
+    output.close()
+    sink.info(b'{"event":"request"}')
+    sink.error(b'{"event":"request"}')
+    assert capsys.readouterr().err == (
+        "compaction-proxy: the log output is closed (I/O operation on closed file.): log "
+        "lines are dropped from now on\n")

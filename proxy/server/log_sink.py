@@ -32,6 +32,8 @@ class LogSink:
                 self._flush()
         except BrokenPipeError as exc:
             self._gone(exc)
+        except ValueError as exc:  # the file object was closed in the process
+            self._say(f"the log output is closed ({exc}): log lines are dropped from now on")
         except OSError as exc:  # a full disk: this line is lost, the next may go through
             self._say(f"a log line could not be written ({exc.strerror or exc}): such lines "
                       f"are dropped")
