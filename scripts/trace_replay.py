@@ -23,7 +23,10 @@ from typing import Any
 import httpx
 import orjson
 
+from proxy.testing.chat_render import completion, reasoning_fields, wire_calls
+from proxy.testing.fake_upstream import FakeUpstream, Recorded
 from proxy.testing.prompt_units import PromptUnits, prompt_tokens
+from proxy.testing.replies import Reply
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,26 @@ def post_turn(client: httpx.Client, base_url: str, thread: str, history: list[di
     else:
         _responses_stream(frames, sent)
     return sent
+
+
+def unreceived_answer(fake: FakeUpstream, message: Mapping[str, Any],
+                      mode: ClientMode) -> list[dict[str, Any]]:
+    """The recorded assistant `message` as the fake model would have answered it, for a turn
+    whose request failed: the replay goes on with what a client that got the answer would hold.
+    In chat that is the dialect's rendering (its reasoning fields, signatures): the bare
+    recorded message lacks what the dialect issues with every answer (OpenRouter's signed
+    `reasoning_details`, Gemini's `thought_signature`, DeepSeek's `reasoning_content`), so the
+    next turns would be refused for a message no real model ever sent."""
+    if mode.api != "chat":
+        return responses_items(message)
+    fake.script(Reply.repeating(message))
+    body = {"model": mode.model, "messages": []}
+    # Not a request: nothing is recorded, no summarizer answers, the window is not checked.
+    reply = fake.next_reply(Recorded("POST", "/v1/chat/completions", {}, {}, b"", body))
+    turn = fake.turn(body, reply, 0, [])
+    payload = completion(turn, "chatcmpl-unreceived", wire_calls(turn, fake.signer, fake.ids),
+                         reasoning_fields(turn, fake.signer))
+    return _answer_items(payload, "chat")
 
 
 def _answer_items(payload: Mapping[str, Any], api: str) -> list[dict[str, Any]]:
