@@ -25,6 +25,7 @@ is checked against SPEC invariants (scripts/trace_replay.py); failures are liste
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import tempfile
@@ -227,6 +228,10 @@ def report_anomalies(turns: list[list[Replayed]], lines: list[list[dict]],
           f"summaries re-planned after the summarizer refused one as too long: {refused}; "
           f"compaction_failed: {dict(failures) or 'none'}")
     print(f"  anomalies: {len(anomalies)}")
+    # By kind (numbers blanked), so the ones past the first 40 printed are not lost.
+    kinds = Counter(re.sub(r"\d[\d,.]*", "#", a.split("): ", 1)[-1])[:110] for a in anomalies)
+    for kind, count in kinds.most_common():
+        print(f"    {count:>5} x {kind}")
     for anomaly in anomalies[:40]:
         print(f"    {anomaly}")
 
