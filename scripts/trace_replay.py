@@ -277,6 +277,27 @@ def visible(entry: Mapping[str, Any]) -> Mapping[str, Any]:
     return out
 
 
+def _same_visible(received: Sequence[Mapping[str, Any]], tail: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether `received` ends with the client's `tail` but for provider-private state.
+    Responses reasoning items are left out on both sides: a compacted projection drops them
+    (SPEC §7.2), and with them the server `id` of the items that referred to them (PROTOCOL.md
+    §2.3 rule 3: an `fc_…`/`msg_…` id without its reasoning item is refused), so an item that
+    reached upstream without its `id` lost it there; any other change of an id is a change."""
+    def shown(entries: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        return [e for e in entries if e.get("type") != "reasoning"]
+
+    sent, got = shown(tail), shown(received)
+    if len(got) < len(sent):
+        return False
+    for item, was in zip(got[len(got) - len(sent):], sent, strict=True):
+        expected = dict(visible(was))
+        if "type" in was and "id" not in item:
+            expected.pop("id", None)
+        if visible(item) != expected:
+            return False
+    return True
+
+
 def check_turn(sent: Sent, upstream: Mapping[str, Any], line: Mapping[str, Any], api: str,
                window: int, units: PromptUnits) -> list[str]:
     """What is wrong with what reached upstream for this turn (empty: nothing)."""
@@ -290,8 +311,7 @@ def check_turn(sent: Sent, upstream: Mapping[str, Any], line: Mapping[str, Any],
     if users and not _carried(users[-1], received):
         problems.append("latest user message changed or missing")
     protected = int(line.get("protected") or 0)
-    tail, sent_tail = received[len(received) - protected:], client[len(client) - protected:]
-    if protected and list(map(visible, tail)) != list(map(visible, sent_tail)):
+    if protected and not _same_visible(received, client[len(client) - protected:]):
         problems.append(f"protected tail of {protected} changed")
     found = pairing_problem(received, api)
     if found:

@@ -10,10 +10,11 @@ import httpx
 import pytest
 
 from proxy.testing.fake_upstream import Recorded
+from proxy.testing.prompt_units import PromptUnits
 from proxy.testing.replies import Reply
 from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request
 from scripts.bench_compaction import Conversation, replay
-from scripts.trace_replay import ClientMode
+from scripts.trace_replay import ClientMode, Sent, check_turn
 
 
 def _step(n: int) -> list[dict[str, Any]]:
@@ -74,3 +75,44 @@ def test_the_failed_turns_stand_in_carries_what_the_dialect_issues(make_fake: An
     assert stood_in["tool_calls"][0]["id"] == "call00002"
     assert stood_in["content"] == "Step 2: look at the file."
     assert fake.signer.detail_valid(stood_in["reasoning_details"][0])
+
+
+# ---------------------------------------------------------------- the checks on Responses input
+
+_REASONING = {"type": "reasoning", "id": "rs_01", "summary": [], "encrypted_content": "gAAA-blob"}
+_SAID = {"id": "msg_01", "type": "message", "role": "assistant", "status": "completed",
+         "content": [{"type": "output_text", "text": "Let me look.", "annotations": []}]}
+_CALL = {"id": "fc_01", "type": "function_call", "call_id": "call_1", "name": "bash",
+         "arguments": '{"command": "ls"}', "status": "completed"}
+_OUTPUT = {"type": "function_call_output", "call_id": "call_1", "output": "a.py"}
+_USER = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Fix it."}]}
+
+
+def _without_id(item: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in item.items() if k != "id"}
+
+
+def _problems(sent: list[dict[str, Any]], received: list[dict[str, Any]], protected: int) -> list[str]:
+    return check_turn(Sent(sent, 200), {"model": "m", "input": received},
+                      {"protected": protected}, "responses", 100_000, PromptUnits())
+
+
+def test_a_tail_whose_reasoning_item_went_with_its_followers_ids_is_unchanged() -> None:
+    """A compacted projection drops the reasoning item's blob and the server ids (`msg_…`,
+    `fc_…`) of the items that needed it (SPEC §7.2, PROTOCOL.md §2.3 rule 3): visible state
+    untouched, so the protected tail counts as unchanged."""
+    sent = [_USER, _REASONING, _SAID, _CALL, _OUTPUT]
+    received = [_USER, _without_id(_SAID), _without_id(_CALL), _OUTPUT]
+    assert _problems(sent, received, 3) == []
+    assert _problems(sent, received, 4) == [], "the reasoning item itself inside the tail"
+
+
+def test_a_tail_whose_visible_text_changed_is_still_reported() -> None:
+    sent = [_USER, _REASONING, _SAID, _CALL, _OUTPUT]
+    edited = {**_without_id(_SAID), "content": [{"type": "output_text", "text": "Other.",
+                                                 "annotations": []}]}
+    assert _problems(sent, [_USER, edited, _without_id(_CALL), _OUTPUT], 3) == [
+        "protected tail of 3 changed"]
+    # An id the proxy made up is a change too: only leaving a server id out is the sanitizer's.
+    assert _problems(sent, [_USER, _SAID, {**_CALL, "id": "fc_02"}, _OUTPUT], 3) == [
+        "protected tail of 3 changed"]
