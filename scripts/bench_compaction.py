@@ -25,6 +25,7 @@ is checked against SPEC invariants (scripts/trace_replay.py); failures are liste
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import tempfile
@@ -45,7 +46,8 @@ from proxy.testing.prompt_units import PromptUnits  # noqa: E402
 from proxy.testing.replies import Reply  # noqa: E402
 from proxy.testing.sessions import coding_session  # noqa: E402
 from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request  # noqa: E402
-from scripts.trace_replay import ClientMode, Sent, check_turn, post_turn, responses_items  # noqa: E402
+from scripts.trace_replay import (ClientMode, Sent, check_turn, post_turn,  # noqa: E402
+                                  responses_items, unreceived_answer)
 from tests.harness import LoopThread, proxy_settings, start_proxy, stop_proxy  # noqa: E402
 
 
@@ -177,7 +179,8 @@ def replay(client: httpx.Client, base_url: str, fake: FakeUpstream, conversation
            mode: ClientMode) -> list[Replayed]:
     """At every point where the model speaks next, send the history so far, scripting the
     recorded message as the model's answer; the history then continues with the answer received
-    (with the recorded message when the request failed, so the replay goes on)."""
+    (with the recorded message as the model would have given it when the request failed, so the
+    replay goes on)."""
     history: list[dict] = []
     out = []
     for message in conversation.messages:
@@ -193,7 +196,7 @@ def replay(client: httpx.Client, base_url: str, fake: FakeUpstream, conversation
         if sent.status == 200 and sent.answer and sent.error is None:
             history += sent.answer
         else:
-            history += [message] if mode.api == "chat" else responses_items(message)
+            history += unreceived_answer(fake, message, mode)
     return out
 
 
@@ -225,6 +228,10 @@ def report_anomalies(turns: list[list[Replayed]], lines: list[list[dict]],
           f"summaries re-planned after the summarizer refused one as too long: {refused}; "
           f"compaction_failed: {dict(failures) or 'none'}")
     print(f"  anomalies: {len(anomalies)}")
+    # By kind (numbers blanked), so the ones past the first 40 printed are not lost.
+    kinds = Counter(re.sub(r"\d[\d,.]*", "#", a.split("): ", 1)[-1])[:110] for a in anomalies)
+    for kind, count in kinds.most_common():
+        print(f"    {count:>5} x {kind}")
     for anomaly in anomalies[:40]:
         print(f"    {anomaly}")
 

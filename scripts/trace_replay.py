@@ -23,7 +23,10 @@ from typing import Any
 import httpx
 import orjson
 
+from proxy.testing.chat_render import completion, reasoning_fields, wire_calls
+from proxy.testing.fake_upstream import FakeUpstream, Recorded
 from proxy.testing.prompt_units import PromptUnits, prompt_tokens
+from proxy.testing.replies import Reply
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,26 @@ def post_turn(client: httpx.Client, base_url: str, thread: str, history: list[di
     else:
         _responses_stream(frames, sent)
     return sent
+
+
+def unreceived_answer(fake: FakeUpstream, message: Mapping[str, Any],
+                      mode: ClientMode) -> list[dict[str, Any]]:
+    """The recorded assistant `message` as the fake model would have answered it, for a turn
+    whose request failed: the replay goes on with what a client that got the answer would hold.
+    In chat that is the dialect's rendering (its reasoning fields, signatures): the bare
+    recorded message lacks what the dialect issues with every answer (OpenRouter's signed
+    `reasoning_details`, Gemini's `thought_signature`, DeepSeek's `reasoning_content`), so the
+    next turns would be refused for a message no real model ever sent."""
+    if mode.api != "chat":
+        return responses_items(message)
+    fake.script(Reply.repeating(message))
+    body = {"model": mode.model, "messages": []}
+    # Not a request: nothing is recorded, no summarizer answers, the window is not checked.
+    reply = fake.next_reply(Recorded("POST", "/v1/chat/completions", {}, {}, b"", body))
+    turn = fake.turn(body, reply, 0, [])
+    payload = completion(turn, "chatcmpl-unreceived", wire_calls(turn, fake.signer, fake.ids),
+                         reasoning_fields(turn, fake.signer))
+    return _answer_items(payload, "chat")
 
 
 def _answer_items(payload: Mapping[str, Any], api: str) -> list[dict[str, Any]]:
@@ -254,6 +277,27 @@ def visible(entry: Mapping[str, Any]) -> Mapping[str, Any]:
     return out
 
 
+def _same_visible(received: Sequence[Mapping[str, Any]], tail: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether `received` ends with the client's `tail` but for provider-private state.
+    Responses reasoning items are left out on both sides: a compacted projection drops them
+    (SPEC §7.2), and with them the server `id` of the items that referred to them (PROTOCOL.md
+    §2.3 rule 3: an `fc_…`/`msg_…` id without its reasoning item is refused), so an item that
+    reached upstream without its `id` lost it there; any other change of an id is a change."""
+    def shown(entries: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        return [e for e in entries if e.get("type") != "reasoning"]
+
+    sent, got = shown(tail), shown(received)
+    if len(got) < len(sent):
+        return False
+    for item, was in zip(got[len(got) - len(sent):], sent, strict=True):
+        expected = dict(visible(was))
+        if "type" in was and "id" not in item:
+            expected.pop("id", None)
+        if visible(item) != expected:
+            return False
+    return True
+
+
 def check_turn(sent: Sent, upstream: Mapping[str, Any], line: Mapping[str, Any], api: str,
                window: int, units: PromptUnits) -> list[str]:
     """What is wrong with what reached upstream for this turn (empty: nothing)."""
@@ -267,8 +311,7 @@ def check_turn(sent: Sent, upstream: Mapping[str, Any], line: Mapping[str, Any],
     if users and not _carried(users[-1], received):
         problems.append("latest user message changed or missing")
     protected = int(line.get("protected") or 0)
-    tail, sent_tail = received[len(received) - protected:], client[len(client) - protected:]
-    if protected and list(map(visible, tail)) != list(map(visible, sent_tail)):
+    if protected and not _same_visible(received, client[len(client) - protected:]):
         problems.append(f"protected tail of {protected} changed")
     found = pairing_problem(received, api)
     if found:
