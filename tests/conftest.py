@@ -20,6 +20,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 if TYPE_CHECKING:
     from proxy.testing.fake_upstream import FakeUpstream
+    from tests.edge_checks import ScriptedUpstream
 
 API_KEY = "sk-test-0123456789abcdef"
 
@@ -101,3 +102,13 @@ def make_client() -> Iterator[Callable[..., openai.OpenAI]]:
     yield make
     for client in made:
         client.close()
+
+
+@pytest.fixture
+def scripted(loop_thread: LoopThread, make_proxy) -> Iterator[tuple[Any, ScriptedUpstream]]:
+    """A proxy in front of an upstream that answers what each test scripts."""
+    from tests.edge_checks import ScriptedUpstream
+    upstream = ScriptedUpstream()
+    loop_thread.run(upstream.start())
+    yield make_proxy(upstream.url), upstream
+    loop_thread.run(upstream.stop())

@@ -144,3 +144,18 @@ def stage_context(entries: Entries, tail: int = 0, **fields: Any) -> Any:
     defaults: dict[str, Any] = {"settings": CompactionSettings(), "window": window_of(entries, tail),
                                 "origins": tuple(range(len(entries))), "measure": measure}
     return StageContext(**{**defaults, **fields})
+
+
+def without_gemini_signature(holder: Any) -> Any:
+    """`holder` (a message or a tool call) without `extra_content.google.thought_signature`
+    (or its stand-in), and without the dicts that held nothing else."""
+    if not isinstance(holder, dict):
+        return holder
+    extra = holder.get("extra_content")
+    google = extra.get("google") if isinstance(extra, dict) else None
+    if not isinstance(google, dict) or "thought_signature" not in google:
+        return holder
+    rest = {k: v for k, v in google.items() if k != "thought_signature"}
+    outer = {k: v for k, v in extra.items() if k != "google"} | ({"google": rest} if rest else {})
+    return {k: v for k, v in holder.items() if k != "extra_content"} | (
+        {"extra_content": outer} if outer else {})

@@ -4,18 +4,12 @@ The oracle is `tests/edge_checks.py`'s; `scripts/fuzz_edge.py` runs the same cas
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests import edge_checks
-from tests.edge_checks import ScriptedUpstream
 from tests.edge_inputs import (PATHS, Answer, header_lines, request_bodies, thread_turns,
                                upstream_answers)
-from tests.harness import LoopThread
 
 _FIXTURES = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 _APIS = st.sampled_from(sorted(PATHS))
@@ -42,14 +36,6 @@ def test_a_threads_turns_edit_and_reserialize_each_other(proxy, fake, api: str,
 def test_odd_header_lines(proxy, api: str, lines: list[tuple[bytes, bytes]], body: bytes) -> None:
     body = body.replace(b"%s", PATHS[api][1].encode())
     edge_checks.run_header_lines(proxy, api, lines, body)
-
-
-@pytest.fixture
-def scripted(loop_thread: LoopThread, make_proxy) -> Iterator[tuple[Any, ScriptedUpstream]]:
-    upstream = ScriptedUpstream()
-    loop_thread.run(upstream.start())
-    yield make_proxy(upstream.url), upstream
-    loop_thread.run(upstream.stop())
 
 
 @settings(suppress_health_check=_FIXTURES, max_examples=20)

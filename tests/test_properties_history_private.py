@@ -28,7 +28,7 @@ from proxy.server.compactor import CompactionFailed, Compactor, Job, NothingToCo
 from proxy.store import HistoryFiles
 from proxy.tokens.encoding import load_tokenizer
 from proxy.tokens.estimate import TokenEstimator
-from tests.factories import entries_of, measure
+from tests.factories import entries_of, measure, without_gemini_signature
 from tests.harness import proxy_settings
 from tests.strategies import SECRETS, conversations, marked
 from tests.test_compaction_support import ids_of
@@ -107,22 +107,10 @@ def _visible(api: str, element: dict[str, Any]) -> dict[str, Any] | None:
         parts = [p for p in content if not (isinstance(p, dict) and p.get("type") in PRIVATE_TYPES)]
         if len(parts) < len(content):
             out["content"] = parts or (None if out.get("tool_calls") else "")
-    out = _unsigned(out)
+    out = without_gemini_signature(out)
     if isinstance(out.get("tool_calls"), list):
-        out["tool_calls"] = [_unsigned(c) if isinstance(c, dict) else c for c in out["tool_calls"]]
+        out["tool_calls"] = [without_gemini_signature(c) for c in out["tool_calls"]]
     return out
-
-
-def _unsigned(holder: dict[str, Any]) -> dict[str, Any]:
-    """`holder` without `extra_content.google.thought_signature` (and the dicts it emptied)."""
-    extra = holder.get("extra_content")
-    google = extra.get("google") if isinstance(extra, dict) else None
-    if not isinstance(google, dict) or "thought_signature" not in google:
-        return holder
-    rest = {k: v for k, v in google.items() if k != "thought_signature"}
-    outer = {k: v for k, v in extra.items() if k != "google"} | ({"google": rest} if rest else {})
-    return {k: v for k, v in holder.items() if k != "extra_content"} | (
-        {"extra_content": outer} if outer else {})
 
 
 def _job(api: str, elements: list[dict[str, Any]], strategy: str, keep: int,

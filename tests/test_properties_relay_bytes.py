@@ -12,32 +12,20 @@ real server with an upstream that answers whatever a draw scripts, in the chunks
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy import jsonio
-from tests.edge_checks import ScriptedUpstream
 from tests.edge_inputs import PATHS, Answer
-from tests.harness import LoopThread
 
 _FIXTURES = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 _APIS = st.sampled_from(sorted(PATHS))
 # Words that cannot spell an overflow or a reasoning-state rejection (PROTOCOL.md §3, §4).
 _words = st.lists(st.sampled_from(("rate", "limit", "quota", "bad", "request", "server", "busy", "模型",
                                    "错误", "🙂", "\"x\"", "\\", "\n", "")), max_size=6).map(" ".join)
-
-
-@pytest.fixture
-def scripted(loop_thread: LoopThread, make_proxy) -> Iterator[tuple[Any, ScriptedUpstream]]:
-    upstream = ScriptedUpstream()
-    loop_thread.run(upstream.start())
-    yield make_proxy(upstream.url), upstream
-    loop_thread.run(upstream.stop())
 
 
 def _split(data: bytes, sizes: list[int]) -> tuple[bytes, ...]:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from proxy.core.private import GEMINI_STAND_IN
 from proxy.core.sanitize import Policy, sanitize
-from tests.factories import entries_of
+from tests.factories import entries_of, without_gemini_signature
 from tests.strategies_more import richer
 
 PRIVATE_KEYS = {"reasoning_content", "reasoning", "reasoning_details", "thinking_blocks",
@@ -32,20 +32,6 @@ cases = st.sampled_from(("chat", "responses")).flatmap(lambda api: st.tuples(
     st.none() | st.integers(0, 40), st.booleans()))
 
 
-def _unsigned(holder: Any) -> Any:
-    """`holder` without a Gemini signature (or its stand-in), and without the dicts that
-    held nothing else."""
-    if not isinstance(holder, dict):
-        return holder
-    extra = holder.get("extra_content")
-    google = extra.get("google") if isinstance(extra, dict) else None
-    if not isinstance(google, dict) or "thought_signature" not in google:
-        return holder
-    rest = {k: v for k, v in google.items() if k != "thought_signature"}
-    outer = {k: v for k, v in extra.items() if k != "google"} | ({"google": rest} if rest else {})
-    return {k: v for k, v in holder.items() if k != "extra_content"} | ({"extra_content": outer} if outer else {})
-
-
 def _only_thinking(content: Any) -> bool:
     return isinstance(content, list) and bool(content) and all(
         isinstance(p, dict) and p.get("type") in THINKING for p in content)
@@ -54,7 +40,7 @@ def _only_thinking(content: Any) -> bool:
 def _said(message: dict[str, Any], emptied: bool) -> dict[str, Any]:
     """What a chat message says: everything but its private state. `emptied`: its content
     held only thinking parts, so it says nothing there, however the empty content is written."""
-    out = _unsigned({k: v for k, v in message.items() if k not in PRIVATE_KEYS})
+    out = without_gemini_signature({k: v for k, v in message.items() if k not in PRIVATE_KEYS})
     content = out.get("content")
     if emptied:
         assert content in (None, "", []) or _only_thinking(content), content
@@ -62,7 +48,7 @@ def _said(message: dict[str, Any], emptied: bool) -> dict[str, Any]:
     elif isinstance(content, list):
         out["content"] = [p for p in content if not (isinstance(p, dict) and p.get("type") in THINKING)]
     if isinstance(out.get("tool_calls"), list):
-        out["tool_calls"] = [_unsigned(c) for c in out["tool_calls"]]
+        out["tool_calls"] = [without_gemini_signature(c) for c in out["tool_calls"]]
     return out
 
 
