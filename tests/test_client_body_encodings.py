@@ -130,6 +130,20 @@ def test_a_body_that_is_not_its_coding_is_a_400(proxy, fake, path, encoding) -> 
     assert fake.requests == []
 
 
+@pytest.mark.parametrize("path", ROUTES)
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "br"])
+def test_a_body_cut_short_inside_its_coding_is_a_400(proxy, fake, path, encoding) -> None:
+    # The HTTP framing is whole (its Content-Length is what was sent); the coding's own end
+    # never came. Inflated as far as it goes it would be a shorter body: a pass-through route
+    # would send it upstream as if it were the client's.
+    cut = compress(PLAIN * 20, encoding)[:-12]
+    status, answer, _ = post(proxy.base_url + path, cut, {"Content-Encoding": encoding})
+    assert status == 400
+    assert answer["error"]["code"] == "invalid_body_encoding"
+    assert "cut short" in answer["error"]["message"] and encoding in answer["error"]["message"]
+    assert fake.requests == []
+
+
 @pytest.mark.parametrize("encoding", ["gzip", "deflate", "br", "zstd"])
 def test_a_body_over_the_limit_once_inflated_is_a_413(make_proxy, fake, encoding) -> None:
     proxy = make_proxy(fake, server={"max_body_mb": 1})

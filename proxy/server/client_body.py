@@ -80,12 +80,18 @@ def _inflated(body: bytes, coding: str, max_body_mb: float, max_bytes: int) -> b
     inflate = inflater(coding, max_bytes)
     assert inflate is not None  # `readable` said so
     try:
-        return inflate(body)
+        plain = inflate(body)
     except AnswerTooLarge:
         raise _too_large(max_body_mb) from None
     except ClientPayloadError:
         raise BadRequest(f"The request body could not be read: it is not the {coding} its "
                          f"Content-Encoding says.", code="invalid_body_encoding") from None
+    # Its framing whole but its coding cut short: inflated as far as it goes, it would pass
+    # for the client's whole body. (zstd's reader cannot tell: such a body goes short.)
+    if inflate.ended is False:
+        raise BadRequest(f"The request body could not be read: its {coding} data is cut short.",
+                         code="invalid_body_encoding")
+    return plain
 
 
 def streamed_upload(request: web.Request, server: ServerSettings) -> int | None:

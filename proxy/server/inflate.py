@@ -20,7 +20,8 @@ memory stays bounded however the bytes are cut and whatever one read says; past 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from typing import Protocol
 
 import aiohttp
 import brotli
@@ -28,7 +29,16 @@ import zstandard
 
 from proxy.server.relay import StreamTap
 
-Inflate = Callable[[bytes], bytes]
+
+class Inflate(Protocol):
+    """Inflates a body read by read; `ended`: whether what it was fed ended where the coding
+    says its data ends (None: not known)."""
+
+    def __call__(self, chunk: bytes) -> bytes: ...
+
+    @property
+    def ended(self) -> bool | None: ...
+
 
 # No model answer comes near it (the largest are megabytes of text). Fixed, not a multiple of
 # `server.max_body_mb`: what clients may send says nothing of what an answer holds.
@@ -152,6 +162,11 @@ class _Unbrotli:
         except brotli.error:
             raise _not_as_said("br") from None
 
+    @property
+    def ended(self) -> bool | None:
+        """Whether what it was fed ended where the coding says its data ends."""
+        return self._brotli.is_finished()
+
 
 class _Unzstd:
     """zstd's decompressobj takes no output bound: its stream writer hands the output over in
@@ -177,6 +192,9 @@ class _Unzstd:
         data, self._pieces = b"".join(self._pieces), []
         return data
 
+    # Not known: the stream writer says nothing of where a frame stands.
+    ended: bool | None = None
+
 
 class _Inflater:
     def __init__(self, encoding: str, limit: int) -> None:
@@ -184,6 +202,7 @@ class _Inflater:
         self._bound = _Bound(encoding, limit)
         self._zlib: zlib._Decompress | None = None  # made once the first byte tells the format
         self._gzip = False
+        self._between = False  # a gzip member ended and the next was given nothing yet
 
     def __call__(self, chunk: bytes) -> bytes:
         if self._zlib is None:
@@ -198,6 +217,7 @@ class _Inflater:
             while self._gzip and self._zlib.eof:
                 rest = self._zlib.unused_data
                 self._zlib = zlib.decompressobj(_GZIP_BITS)
+                self._between = not rest
                 if not rest:
                     break
                 data += self._inflate(rest)
@@ -205,8 +225,16 @@ class _Inflater:
         except zlib.error:
             raise _not_as_said(self._encoding) from None
 
+    @property
+    def ended(self) -> bool | None:
+        """Whether what it was fed ended where the coding says its data ends (for gzip, at the
+        end of a member)."""
+        return self._zlib is not None and (self._zlib.eof or self._between)
+
     def _inflate(self, chunk: bytes) -> bytes:
         assert self._zlib is not None
+        if chunk:
+            self._between = False
         pieces = []
         while True:
             asked = self._bound.piece()
