@@ -67,7 +67,10 @@ _READABLE = frozenset({"gzip", "x-gzip", "deflate", "br", "zstd"})
 def content_codings(headers: CIMultiDictProxy[str]) -> tuple[str, ...]:
     """The codings applied to the body, in the order they were applied, lower case; `identity`
     (no coding) left out. Several header lines are one list (RFC 9110 §5.3)."""
-    return tuple(name for line in headers.getall(hdrs.CONTENT_ENCODING, ())
+    lines = headers.getall(hdrs.CONTENT_ENCODING, ())
+    if not lines:  # nearly every request: no generators built for it
+        return ()
+    return tuple(name for line in lines
                  for name in (item.strip().lower() for item in line.split(","))
                  if name and name != "identity")
 
