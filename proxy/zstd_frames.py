@@ -5,8 +5,15 @@ where the input stopped: a body cut inside a frame inflates as far as it goes, w
 error. This walk reads only the frame structure of RFC 8878 §3.1 (magic numbers, frame header
 sizes, the 3-byte block headers, the optional checksum, skippable frames) and jumps over the
 block contents, so its cost is a few steps a block (a block holds up to 128 KiB), not a byte.
-It checks nothing the decoder checks; it is fed the same bytes and tells whether they stopped
-at a frame's end.
+It checks only what it needs to find its way (a magic number, a block type), the rest is the
+decoder's; it is fed the same bytes and tells whether they stopped at a frame's end.
+
+A step costs far more here than in the decoder, and a stream may be nothing but empty blocks
+or frames (3 to 9 bytes each: millions in a body). The walk takes at most one step for each
+`_BYTES_PER_STEP` bytes it was fed (and a few to begin with), then gives up and says nothing
+(None), as the stream writer alone did. No encoder writes blocks that small but for a flush
+every few bytes, and the check is for a body cut short on its way, not a guard against its
+sender (who can always send a shorter body whole).
 """
 
 from __future__ import annotations
@@ -18,6 +25,11 @@ _DICTIONARY_ID_SIZE = (0, 1, 2, 4)
 _CONTENT_SIZE_SIZE = (0, 2, 4, 8)  # flag 0 of a single-segment frame: 1 byte
 _RLE = 1
 _RESERVED = 3
+# Real streams take a step for every few kilobytes (a body compressed whole: a block for up to
+# 128 KiB of it); a small body takes two or three.
+_BYTES_PER_STEP = 256
+_FIRST_STEPS = 64
+_GAVE_UP = -1
 
 
 class NotZstd(ValueError):
@@ -25,34 +37,48 @@ class NotZstd(ValueError):
 
 
 class FrameWalk:
-    """Fed a zstd stream piece by piece; `at_frame_end`: whether what it was fed so far stops
-    exactly where a frame ends (a stream is one or more frames, RFC 8878 §3.1)."""
+    """Fed a zstd stream piece by piece; `ended`: whether what it was fed so far stops exactly
+    where a frame ends (a stream is one or more frames, RFC 8878 §3.1), None once it gave up."""
 
-    def __init__(self) -> None:
+    def __init__(self, bytes_per_step: int = _BYTES_PER_STEP) -> None:
+        self._bytes_per_step = bytes_per_step
         self._skip = 0  # bytes of the current part (block, header field, payload) still to come
         self._held = b""  # the start of a header that the end of a piece cut
         self._in_frame = False  # what comes next: a block header, else a frame's magic number
         self._checksum = 0  # the size of the current frame's checksum, after its last block
         self._begun = False
+        self._steps_left = _FIRST_STEPS
+        self._fed_over = 0  # bytes fed since the last step granted
 
     @property
-    def at_frame_end(self) -> bool:
+    def ended(self) -> bool | None:
+        if self._steps_left == _GAVE_UP:
+            return None
         return self._begun and not (self._in_frame or self._skip or self._held)
 
     def feed(self, data: bytes) -> None:
         """Follows `data`, the bytes after all fed before; raises `NotZstd` for a frame or
         block type that no decoder reads (so its size is unknown)."""
+        if self._steps_left == _GAVE_UP:
+            return
+        granted, self._fed_over = divmod(self._fed_over + len(data),
+                                          self._bytes_per_step)
+        steps_left = self._steps_left + granted
         if self._held:
             data, self._held = self._held + data, b""
         end = len(data)
         at = self._skip
         while at < end:
+            if not steps_left:
+                self._steps_left = _GAVE_UP
+                return
+            steps_left -= 1
             if not self._in_frame:
                 at = self._frame_header(data, at)
                 continue
             if end - at < 3:
-                self._hold(data, at)
-                return
+                at = self._hold(data, at)
+                continue
             header = data[at] | data[at + 1] << 8 | data[at + 2] << 16
             kind = header >> 1 & 3
             if kind == _RESERVED:
@@ -63,6 +89,7 @@ class FrameWalk:
                 at += self._checksum
                 self._in_frame = False
         self._skip = at - end
+        self._steps_left = steps_left
 
     def _frame_header(self, data: bytes, at: int) -> int:
         """Where the frame that begins at `at` has its first block (a skippable frame: where
@@ -82,7 +109,6 @@ class FrameWalk:
 
     def _hold(self, data: bytes, at: int) -> int:
         self._held = bytes(data[at:])
-        self._skip = 0
         return len(data)
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import random
 import struct
+import time
+from collections.abc import Callable
 
 import aiohttp
 import pytest
@@ -25,12 +27,13 @@ def skippable(payload: bytes, nibble: int = 0) -> bytes:
 
 
 def ends_at_every_byte(stream: bytes) -> list[bool]:
-    """`at_frame_end` after each byte, fed a byte at a time (every header cut every way)."""
-    walk = FrameWalk()
+    """`ended` after each byte, fed a byte at a time (every header cut every way); with a
+    step for each byte, so that it follows any stream to its end."""
+    walk = FrameWalk(bytes_per_step=1)
     ended = []
     for i in range(len(stream)):
         walk.feed(stream[i:i + 1])
-        ended.append(walk.at_frame_end)
+        ended.append(walk.ended)
     return ended
 
 
@@ -76,7 +79,7 @@ def test_nothing_fed_is_no_stream() -> None:
     # A zstd stream is one or more frames: no bytes are none.
     walk = FrameWalk()
     walk.feed(b"")
-    assert not walk.at_frame_end
+    assert walk.ended is False
 
 
 @pytest.mark.parametrize("stream", [
@@ -104,10 +107,10 @@ CONTENTS = st.one_of(
 
 
 @st.composite
-def frames(draw: st.DrawFn) -> tuple[bytes, bytes]:
+def frames(draw: st.DrawFn, least_flushed: int = 1) -> tuple[bytes, bytes]:
     """The compressed bytes of a frame and its content: a skippable frame, or zstandard's at a
     random level, with or without checksum and content size, written whole or as a stream
-    flushed block by block."""
+    flushed block by block (every `least_flushed` bytes or more)."""
     if draw(st.integers(0, 5)) == 0:
         return skippable(draw(st.binary(max_size=300)), draw(st.integers(0, 15))), b""
     content = draw(CONTENTS)
@@ -117,7 +120,7 @@ def frames(draw: st.DrawFn) -> tuple[bytes, bytes]:
     if draw(st.booleans()):
         return packer.compress(content), content
     stream = packer.compressobj()
-    step = draw(st.integers(1, 200_000))
+    step = draw(st.integers(least_flushed, max(least_flushed, 200_000)))
     parts = []
     for i in range(0, len(content), step):
         parts.append(stream.compress(content[i:i + step]))
@@ -126,21 +129,32 @@ def frames(draw: st.DrawFn) -> tuple[bytes, bytes]:
     return b"".join([*parts, stream.flush()]), content
 
 
-def fed(stream: bytes, splits: list[int]) -> tuple[bytes, bool]:
+def pieces(stream: bytes, splits: list[int]) -> list[bytes]:
+    edges = [0, *sorted(cut for cut in splits if cut < len(stream)), len(stream)]
+    return [stream[a:b] for a, b in zip(edges, edges[1:])]
+
+
+def frame_ends(parts: list[tuple[bytes, bytes]]) -> list[int]:
+    return [sum(len(coded) for coded, _ in parts[:i + 1]) for i in range(len(parts))]
+
+
+def fed(stream: bytes, splits: list[int]) -> tuple[bytes, bool | None]:
     """`stream` inflated read by read, cut at `splits`; what came out and whether it ended."""
     inflate = inflater("zstd")
     assert inflate is not None
-    edges = [0, *sorted(cut for cut in splits if cut < len(stream)), len(stream)]
-    out = b"".join(inflate(stream[a:b]) for a, b in zip(edges, edges[1:]))
+    out = b"".join(inflate(piece) for piece in pieces(stream, splits))
     return out, inflate.ended
 
 
-@given(st.lists(frames(), min_size=1, max_size=3), st.data())
+# Flushed no more often than every 64 KiB: a few dozen blocks at most, which the walk always
+# follows (its free steps); streams of smaller blocks are the walk's alone, below.
+@given(st.lists(frames(least_flushed=65_536), min_size=1, max_size=3), st.data())
 def test_a_stream_inflates_whole_and_ends_only_where_a_frame_does(parts, data) -> None:
     stream = b"".join(coded for coded, _ in parts)
+    content = b"".join(content for _, content in parts)
     splits = st.lists(st.integers(0, len(stream)), max_size=6)
-    ends = [sum(len(coded) for coded, _ in parts[:i + 1]) for i in range(len(parts))]
-    assert fed(stream, data.draw(splits)) == (b"".join(content for _, content in parts), True)
+    ends = frame_ends(parts)
+    assert fed(stream, data.draw(splits)) == (content, True)
     # Strict prefixes: a few anywhere, and each side of every frame's end.
     cuts = data.draw(st.lists(st.integers(0, len(stream) - 1), max_size=4))
     for cut in {*cuts, *(end + side for end in ends for side in (-1, 0, 1))}:
@@ -153,6 +167,51 @@ def test_a_stream_inflates_whole_and_ends_only_where_a_frame_does(parts, data) -
         # how many follow (only the HTTP framing could, and it is whole here).
         assert ended == (cut in ends)
         assert out.startswith(b"".join(whole))
-        assert b"".join(content for _, content in parts).startswith(out)
+        assert content.startswith(out)
+
+
+@given(st.lists(frames(), min_size=1, max_size=3), st.data())
+def test_the_walk_finds_every_frame_end_however_small_the_blocks(parts, data) -> None:
+    stream = b"".join(coded for coded, _ in parts)
+    ends = frame_ends(parts)
+    walk = FrameWalk(bytes_per_step=1)
+    seen = 0
+    for piece in pieces(stream, data.draw(st.lists(st.integers(0, len(stream)), max_size=20))):
+        walk.feed(piece)
+        seen += len(piece)
+        assert walk.ended == (seen in ends)
     if len(stream) <= 20_000:  # every prefix, a byte at a time
         assert [i + 1 for i, end in enumerate(ends_at_every_byte(stream)) if end] == ends
+
+
+MIB = 1024 * 1024
+EMPTY_FRAME = zstandard.ZstdCompressor().compress(b"")
+# Bodies of the smallest units a stream can hold, a few mebibytes of them: millions of steps.
+SWARMS = {
+    "empty blocks": ZSTD_MAGIC + bytes([0, 0]) + bytes(3) * (MIB // 3) + bytes([1, 0, 0]),
+    "empty frames": EMPTY_FRAME * (MIB // len(EMPTY_FRAME)),
+    "empty skippable frames": skippable(b"") * (MIB // 8),
+}
+
+
+@pytest.mark.parametrize("swarm", list(SWARMS))
+def test_the_walk_gives_up_on_a_swarm_of_tiny_units_at_a_bounded_cost(swarm: str) -> None:
+    stream = SWARMS[swarm] * 4
+    assert zstandard.ZstdDecompressor().decompressobj(read_across_frames=True).decompress(
+        stream) == b""
+    followed = FrameWalk(bytes_per_step=1)
+    spent_following = _seconds(lambda: followed.feed(stream))
+    assert followed.ended is True
+    walk = FrameWalk()
+    spent = _seconds(lambda: walk.feed(stream))
+    assert walk.ended is None
+    # It gives up after a step for every 256 bytes: some 16,000 steps, of 0.5 to 1.4 million.
+    assert spent < spent_following / 8, (spent, spent_following)
+    walk.feed(stream)  # and takes no more
+    assert walk.ended is None
+
+
+def _seconds(run: Callable[[], object]) -> float:
+    began = time.perf_counter()
+    run()
+    return time.perf_counter() - began

@@ -33,12 +33,12 @@ from proxy.zstd_frames import FrameWalk, NotZstd
 
 class Inflate(Protocol):
     """Inflates a body read by read; `ended`: whether what it was fed ended where the coding
-    says its data ends."""
+    says its data ends (None: not known)."""
 
     def __call__(self, chunk: bytes) -> bytes: ...
 
     @property
-    def ended(self) -> bool: ...
+    def ended(self) -> bool | None: ...
 
 
 # No model answer comes near it (the largest are megabytes of text). Fixed, not a multiple of
@@ -197,9 +197,10 @@ class _Unzstd:
         return data
 
     @property
-    def ended(self) -> bool:
-        """Whether what it was fed ended where a frame ends."""
-        return self._frames.at_frame_end
+    def ended(self) -> bool | None:
+        """Whether what it was fed ended where a frame ends (None: a stream of blocks or frames
+        too small to follow, see `FrameWalk`)."""
+        return self._frames.ended
 
 
 class _Inflater:
