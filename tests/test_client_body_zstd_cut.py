@@ -6,6 +6,7 @@ Real zstd bytes from zstandard, sent by aiohttp's client through the proxy to th
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import struct
@@ -178,3 +179,11 @@ def test_a_body_of_blocks_too_small_to_follow_is_read_as_it_was(proxy, fake, pat
     status, answer, _ = post(proxy.base_url + path, body, ZSTD)
     assert status == 200, answer
     assert fake.last(path).body == PLAIN
+
+
+@pytest.mark.parametrize("path", ROUTES)
+def test_a_zstd_body_cut_short_under_a_whole_gzip_is_a_400(proxy, fake, path) -> None:
+    # Codings undone in turn: the gzip around it is whole, the zstd inside it is not.
+    body = gzip.compress(CHECKED[:-1])
+    status, answer, _ = post(proxy.base_url + path, body, {"Content-Encoding": "zstd, gzip"})
+    assert_cut_short(status, answer, fake)
