@@ -9,12 +9,12 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import struct
 
 import pytest
 import zstandard
 
 from tests.test_client_body_encodings import CHAT, ROUTES, post
+from tests.test_zstd_frames import skippable
 
 # Some 650 kB of JSON that compresses to several blocks (a block says at most 128 KiB).
 WORDS = " ".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(10_000))
@@ -24,12 +24,6 @@ ZSTD = {"Content-Encoding": "zstd"}
 
 def frame(data: bytes, **options: object) -> bytes:
     return zstandard.ZstdCompressor(level=3, **options).compress(data)  # type: ignore[arg-type]
-
-
-def skippable(payload: bytes, nibble: int = 0xA) -> bytes:
-    """A skippable frame (RFC 8878 §3.1.2): a magic 0x184D2A5?, the payload's size, the
-    payload; decoders pass over it."""
-    return struct.pack("<II", 0x184D2A50 | nibble, len(payload)) + payload
 
 
 CHECKED = frame(PLAIN, write_checksum=True)

@@ -23,6 +23,8 @@ ZSTD_MAGIC = bytes.fromhex("28b52ffd")
 
 
 def skippable(payload: bytes, nibble: int = 0) -> bytes:
+    """A skippable frame (RFC 8878 §3.1.2): a magic number 0x184D2A5?, the payload's size, the
+    payload; decoders pass over it."""
     return struct.pack("<II", 0x184D2A50 | nibble, len(payload)) + payload
 
 
