@@ -90,7 +90,7 @@ def _inflated(body: bytes, coding: str, max_body_mb: float, max_bytes: int) -> b
         raise BadRequest(f"The request body could not be read: it is not the {coding} its "
                          f"Content-Encoding says.", code="invalid_body_encoding") from None
     # Its framing whole but its coding cut short: inflated as far as it goes, it would pass
-    # for the client's whole body. (zstd's reader cannot tell: such a body goes short.)
+    # for the client's whole body. (Not known only for a zstd body of absurdly small blocks.)
     if inflate.ended is False:
         raise BadRequest(f"The request body could not be read: its {coding} data is cut short.",
                          code="invalid_body_encoding")

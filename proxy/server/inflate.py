@@ -28,6 +28,7 @@ import brotli
 import zstandard
 
 from proxy.server.relay import StreamTap
+from proxy.zstd_frames import FrameWalk, NotZstd
 
 
 class Inflate(Protocol):
@@ -163,14 +164,15 @@ class _Unbrotli:
             raise _not_as_said("br") from None
 
     @property
-    def ended(self) -> bool | None:
+    def ended(self) -> bool:
         """Whether what it was fed ended where the coding says its data ends."""
         return self._brotli.is_finished()
 
 
 class _Unzstd:
     """zstd's decompressobj takes no output bound: its stream writer hands the output over in
-    pieces of `_PIECE`, and the bound stops it at the first piece too many."""
+    pieces of `_PIECE`, and the bound stops it at the first piece too many. The writer does not
+    say where the input stopped: a walk over the frames does."""
 
     def __init__(self, limit: int) -> None:
         self._bound = _Bound("zstd", limit)
@@ -179,6 +181,7 @@ class _Unzstd:
         # (RFC 8878 §3.1).
         self._zstd = zstandard.ZstdDecompressor().stream_writer(
             self, write_size=_PIECE, write_return_read=True, closefd=False)
+        self._frames = FrameWalk()
 
     def write(self, piece: bytes) -> int:
         self._pieces.append(self._bound.take(bytes(piece)))
@@ -186,14 +189,18 @@ class _Unzstd:
 
     def __call__(self, chunk: bytes) -> bytes:
         try:
+            self._frames.feed(chunk)
             self._zstd.write(chunk)
-        except zstandard.ZstdError:
+        except (zstandard.ZstdError, NotZstd):
             raise _not_as_said("zstd") from None
         data, self._pieces = b"".join(self._pieces), []
         return data
 
-    # Not known: the stream writer says nothing of where a frame stands.
-    ended: bool | None = None
+    @property
+    def ended(self) -> bool | None:
+        """Whether what it was fed ended where a frame ends (None: a stream of blocks or frames
+        too small to follow, see `FrameWalk`)."""
+        return self._frames.ended
 
 
 class _Inflater:
@@ -226,7 +233,7 @@ class _Inflater:
             raise _not_as_said(self._encoding) from None
 
     @property
-    def ended(self) -> bool | None:
+    def ended(self) -> bool:
         """Whether what it was fed ended where the coding says its data ends (for gzip, at the
         end of a member)."""
         return self._zlib is not None and (self._zlib.eof or self._between)
