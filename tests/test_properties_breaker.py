@@ -15,16 +15,27 @@ The clock may also step back: the breaker then neither fails nor lets a second t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
 
+import httpx
 import pytest
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, initialize, invariant,
                                  multiple, rule)
+from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.compaction import breaker
 from proxy.server import breakers as breakers_module
 from proxy.server.breakers import SummarizerBreakers
 from proxy.settings_compaction import BreakerSettings
+from proxy.testing.reference_tokens import chat_prompt_tokens
+from proxy.testing.replies import Reply
+from proxy.testing.summarizer import FakeSummarizer
+from tests.compaction_session import LIMIT, planted_session
+from tests.test_compaction_failure_paths import post
+from tests.test_compaction_failures import MODELS, _main_requests
 
 KEY = breaker.breaker_key("summarizer", "upstream")
 TRIAL_TIMEOUT_S = 300.0  # the pure breaker's default, which the server uses
@@ -200,20 +211,22 @@ TestBreakerMachine = BreakerMachine.TestCase
 # Found by the machine above: a failure that was not the trial's, reported while the trial ran,
 # was taken for the trial's: the breaker opened again with the cooldown doubled and forgot the
 # trial, so a second trial could start beside the first, whose own failure was then ignored.
-
-def _late_failure_during_the_trial(monkeypatch: pytest.MonkeyPatch, forced: bool) -> None:
+def test_a_failure_not_the_trials_while_the_trial_runs_changes_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     now = [0.0]
     monkeypatch.setattr(breakers_module, "clock", lambda: now[0])
     breakers = SummarizerBreakers(BreakerSettings(failures=1, base_cooldown_s=60,
                                                   max_cooldown_s=600))
-    early = None if forced else breakers.claim(KEY)[1]  # begun while it was closed
+    _, early = breakers.claim(KEY)  # begun while it was closed
     breakers.settle(KEY, breakers.claim(KEY)[1], healthy=False)  # opens it at 0
     now[0] = 60
     blocked, trial = breakers.claim(KEY)
     assert blocked is None and trial == 60
     now[0] = 61
-    breakers.settle(KEY, early, healthy=False)  # the late (or the overflow's) failure
-    for now[0] in (61, 181, 359):
+    breakers.settle(KEY, early, healthy=False)  # late
+    breakers.settle(KEY, None, healthy=False)  # an overflow's compaction, never claimed
+    for moment in (61, 181, 359):
+        now[0] = moment
         blocked = breakers.blocked(KEY)
         assert blocked is not None and "trial summary is running" in blocked.reason
         assert breakers.claim(KEY)[0] is not None, "a second trial beside the running one"
@@ -223,11 +236,100 @@ def _late_failure_during_the_trial(monkeypatch: pytest.MonkeyPatch, forced: bool
     assert blocked is not None and blocked.wait_s == 120
 
 
-def test_a_late_failure_while_the_trial_runs_is_not_the_trials(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    _late_failure_during_the_trial(monkeypatch, forced=False)
+# The server's side: requests of every size through a real proxy while a fake summarizer fails
+# or works as drawn, the breakers' clock moved by the test. A coding session's tool results the
+# cheap stages shrink (its requests over the limit come under it); plain text they leave alone.
+# `small-liar`'s profile is the others' (`small-*`), but upstream it takes only `LIAR_LIMIT`:
+# its requests over that come back as an overflow, which buys a compaction past the breaker.
+# One summarizer model for all: one breaker.
+LIAR_LIMIT = 9_000
+SIZES = {"under the trigger": (4_000, 9_000), "between trigger and limit": (12_600, 14_500),
+         "over the limit": (int(LIMIT * 1.05), LIMIT * 2),
+         "overflowing upstream": (LIAR_LIMIT + 300, 11_300)}
+KINDS = [("text", size) for size in SIZES] + [("tools", "over the limit")]
+CLEAR_ERRORS = {"compaction_unavailable", "context_compaction_insufficient"}
+SERVER_BREAKER = {"failures": 2, "base_cooldown_s": 10, "max_cooldown_s": 40}
 
 
-def test_an_overflow_compactions_failure_while_the_trial_runs_is_not_the_trials(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    _late_failure_during_the_trial(monkeypatch, forced=True)
+def _text_session(turns: int) -> list[dict[str, Any]]:
+    words = "the build passes on linux but the windows runner times out in the linker step "
+    return [{"role": "system", "content": "You are a helpful assistant."}] + [
+        {"role": "user" if i % 2 == 0 else "assistant",
+         "content": f"message {i}: " + words * 25} for i in range(turns)]
+
+
+@lru_cache(maxsize=1)
+def _requests_by_kind() -> dict[tuple[str, str], list[list[dict[str, Any]]]]:
+    """Request-shaped prefixes (ending before an assistant turn) of each session, by size."""
+    found: dict[tuple[str, str], list[list[dict[str, Any]]]] = {kind: [] for kind in KINDS}
+    for name, messages in (("tools", planted_session(200)[0]), ("text", _text_session(200))):
+        for k in range(1, len(messages)):
+            if messages[k]["role"] != "assistant":
+                continue
+            tokens = chat_prompt_tokens({"messages": messages[:k]})
+            for size, (low, high) in SIZES.items():
+                if (name, size) in found and low <= tokens <= high:
+                    found[name, size].append(messages[:k])
+    assert all(found.values()), {kind: len(found[kind]) for kind in found}
+    return found
+
+
+# Mostly failures, mostly no time between requests: the breaker opens, and stays open a while.
+steps = st.lists(st.tuples(st.sampled_from(KINDS), st.integers(0, 10**6),
+                           st.sampled_from([True, True, True, False]),
+                           st.sampled_from([0.0, 0.0, 5.0, 11.0, 50.0])), min_size=2, max_size=8)
+
+
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(script=steps)
+def test_an_open_breaker_never_forwards_an_over_long_request_nor_asks_the_summarizer(
+        make_fake: Any, make_proxy: Any, monkeypatch: pytest.MonkeyPatch,
+        script: list[tuple[tuple[str, str], int, bool, float]]) -> None:
+    now = [1_000.0]
+    monkeypatch.setattr(breakers_module, "clock", lambda: now[0])
+    fake = make_fake(limits={"small-liar": LIAR_LIMIT, "small-*": LIMIT})
+    summarizer = FakeSummarizer.install(fake)
+    proxy = make_proxy(fake, models=MODELS, compaction={
+        "breaker": SERVER_BREAKER, "summarizer": {"model": "small-summarizer"}})
+    for n, (kind, pick, fails, seconds) in enumerate(script):
+        choices = _requests_by_kind()[kind]
+        request = choices[pick % len(choices)]
+        overflowing = kind[1] == "overflowing upstream"
+        was_open = _breaker_open(proxy)
+        asked, forwarded = summarizer.calls, len(_main_requests(fake))
+        forced = _forced_compactions(proxy)
+        summarizer.fail = 10**6 if fails else 0
+        fake.script(Reply.text("ok"), Reply.text("ok"))
+        answer = post(proxy, request, f"step-{n}",
+                      model="small-liar" if overflowing else "small-coder")
+        sent = _main_requests(fake)[forwarded:]
+        line = proxy.requests()[-1]
+        event(f"{'open' if was_open else 'not open'}, {kind}: {answer.status_code}")
+        assert all(chat_prompt_tokens(r.json) <= LIMIT for r in sent), \
+            f"an over-long request went upstream ({kind})"
+        if answer.status_code != 200 and overflowing:  # the upstream's own error, relayed
+            assert answer.json()["error"]["code"] in {*CLEAR_ERRORS, "context_length_exceeded"}
+        elif answer.status_code != 200:
+            assert answer.json()["error"]["code"] in CLEAR_ERRORS, answer.text
+            assert not sent and int(answer.headers.get("retry-after", "1")) >= 1
+        bypassed = line.get("retried") == "context_overflow"
+        # An overflow buys one compaction past the breaker and one retry, no more.
+        assert len(sent) <= (2 if bypassed else 1)
+        assert _forced_compactions(proxy) - forced == (1 if bypassed and summarizer.calls > asked
+                                                       else 0)
+        if was_open:
+            assert summarizer.calls == asked or bypassed, \
+                "the summarizer was asked while the breaker was open"
+        now[0] += seconds
+
+
+def _forced_compactions(proxy: Any) -> int:
+    return sum(1 for e in proxy.logs.events("compaction_started") if e.get("forced"))
+
+
+def _breaker_open(proxy: Any) -> bool:
+    text = httpx.get(f"{proxy.url}/metrics", timeout=10).text
+    return any(sample.name == "proxy_summarizer_breakers" and sample.value == 1
+               and sample.labels.get("state") == "open"
+               for family in text_string_to_metric_families(text) for sample in family.samples)
