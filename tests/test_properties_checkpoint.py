@@ -82,8 +82,8 @@ def plans(draw: st.DrawFn) -> tuple[list[ThreadKey], Plan]:
         st.builds(MarkWrite, key, marks),
         st.just(Flush()))
     writes = draw(st.lists(write, min_size=1, max_size=10).map(tuple))
-    # A crash at the very end (1.0) is no crash: the writes all commit.
-    share = draw(st.floats(0, 1) | st.just(1.0))
+    # A crash at the very end (1.0, about one example in ten) is no crash: the writes all commit.
+    share = draw(st.floats(0, 1.1).map(lambda drawn: min(drawn, 1.0)))
     within, tear = draw(st.integers(0, 200)), draw(st.floats(0, 1))
     return keys, Plan("", writes, share, within, tear)  # the root: the example's own directory
 
@@ -121,7 +121,10 @@ def expected(key: ThreadKey, writes: tuple[Write, ...], root: Path) -> Seen:
                 estimates[-1] if estimates else None)
 
 
-async def stored(root: Path, keys: list[ThreadKey]) -> dict[ThreadKey, tuple[Seen, list[CompactionEvent]]]:
+Found = dict[ThreadKey, tuple[Seen, list[CompactionEvent]]]
+
+
+async def stored(root: Path, keys: list[ThreadKey]) -> Found:
     """Each thread's state in the reopened store (which runs `quick_check` as it opens)."""
     store = SqliteStore(root)
     await store.open()
@@ -168,9 +171,10 @@ def check_history(root: Path, key: ThreadKey, writes: tuple[Write, ...],
         if write.offload_fails:
             assert event.history_end == end
             continue
-        part = parse_lines(data[end:event.history_end])
-        assert part.damaged_lines == () and data[end:event.history_end].count(b"\n") == len(
-            write.records) and data[end:event.history_end].endswith(b"\n" if write.records else b"")
+        lines_of_it = data[end:event.history_end]
+        part = parse_lines(lines_of_it)
+        assert part.damaged_lines == () and lines_of_it.count(b"\n") == len(write.records)
+        assert lines_of_it.endswith(b"\n") or not write.records
         assert [r["record"] for r in part.records] == list(write.records)
         assert all(r["at"] == write.event.created_at for r in part.records)
         lines += part.records
