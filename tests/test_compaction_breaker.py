@@ -12,7 +12,8 @@ SETTINGS = BreakerSettings(failures=3, base_cooldown_s=60.0, max_cooldown_s=200.
 
 
 def fail(state: BreakerState, now: float) -> BreakerState:
-    return record_failure(state, now, SETTINGS)
+    """The failure of the running trial, if one runs (of an attempt begun while closed if not)."""
+    return record_failure(state, now, SETTINGS, trial_started_at=state.trial_started_at)
 
 
 def test_opens_after_consecutive_failures() -> None:

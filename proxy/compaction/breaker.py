@@ -2,7 +2,9 @@
 
 closed --`failures` consecutive failures--> open (cooldown = base * 2**(trips - 1), capped)
 open --cooldown elapsed, `allow`--> half-open: exactly one trial summary may run
-half-open --success--> closed (counters reset) | --failure--> open, the cooldown doubled
+half-open --success--> closed (counters reset) | --the trial's failure--> open, the cooldown
+doubled (any other failure while open, reported late or by an attempt that bypassed the
+breaker, changes nothing)
 
 `now` is passed in (seconds, any monotonic clock). Every trial is settled: a success, a failure,
 or `abandon` (its request was cancelled, or it ended before asking the summarizer), after which
@@ -110,11 +112,15 @@ def record_success(state: BreakerState) -> BreakerState:
     return CLOSED
 
 
-def record_failure(state: BreakerState, now: float, settings: BreakerSettings) -> BreakerState:
+def record_failure(state: BreakerState, now: float, settings: BreakerSettings, *,
+                   trial_started_at: float | None) -> BreakerState:
+    """A failed attempt; `trial_started_at`: its stamp from `allow` when it was the trial, else
+    None."""
     if state.opened_at is not None:
-        # Without a trial running, this is a late report from an attempt begun before the
-        # breaker opened: it says nothing new about the summarizer.
-        if state.trial_started_at is None:
+        # Only the running trial's failure is news. Any other is a late report from an attempt
+        # begun before the breaker opened, or from one that bypassed it (an upstream overflow):
+        # taken for the trial's, it would free the trial's slot while the trial still runs.
+        if state.trial_started_at is None or trial_started_at != state.trial_started_at:
             return state
         return _open(state.trips + 1, now, settings)
     failures = state.failures + 1

@@ -51,7 +51,8 @@ class SummarizerBreakers:
         elif healthy:
             state = breaker.record_success(state)
         else:
-            state = breaker.record_failure(state, clock(), self.settings)
+            state = breaker.record_failure(state, clock(), self.settings,
+                                           trial_started_at=trial)
         self._keep(key, state)
 
     def _keep(self, key: breaker.BreakerKey, state: breaker.BreakerState) -> None:
