@@ -15,7 +15,8 @@ Whatever the fake's own rules say of the first body decides what must follow:
   item at most without its server `id`, which named a dropped reasoning item); what the
   refusal was about is gone or stood in; the request's log line and an `upstream_retry` event
   say so;
-- the retry accepted: the client gets its answer, nothing of the refusal; the retry refused in
+- the retry accepted: the client gets its answer, nothing of the refusal, and the thread's next
+  request goes up with the same fix at once (a retry lesson, README); the retry refused in
   turn: that refusal is relayed as the fake sent it, and no third request goes up.
 """
 
@@ -114,6 +115,9 @@ def spoiled(draw: st.DrawFn, how: str | None, api: str,
         places = []
     if not places:
         return out
+    if how == "drop_signature":  # mostly where Gemini checks: the current loop
+        latest = max((i for i, e in enumerate(out) if e.get("role") == "user"), default=-1)
+        places = draw(st.sampled_from([[i for i in places if i > latest] or places, places]))
     i = draw(st.sampled_from(places))
     m = out[i]
     if how == "forge_encrypted":
@@ -282,6 +286,18 @@ def _line(proxy: RunningProxy, thread: str) -> dict[str, Any]:
     return next(line for line in reversed(proxy.requests()) if line.get("thread") == thread)
 
 
+def check_lesson(rig: Any, case: dict[str, Any], thread: str, fixed: bytes, reason: str) -> None:
+    """The thread's next request (here the same one again: a client's own retry) goes up with
+    the fix at once, as the retry sent it, and is not refused."""
+    fake, proxy, http = rig
+    before = len(fake.requests)
+    again = _post(http, proxy, case, thread)
+    sent = fake.requests[before:]
+    assert again.status_code == 200, again.text
+    assert [r.body for r in sent] == [fixed], "the lesson's request is not the retry's"
+    assert _line(proxy, thread).get("retry_lesson") == reason
+
+
 @given(case=cases())
 def test_a_rejection_of_private_state_gets_one_retry_without_it(rig: Any, case: dict[str, Any]) -> None:
     fake, proxy, http = rig
@@ -310,6 +326,7 @@ def test_a_rejection_of_private_state_gets_one_retry_without_it(rig: Any, case: 
     second = refusal(fake, case["api"], sent[1].json)
     if second is None:
         _check_answer(case, answer, first)
+        check_lesson(rig, case, thread, sent[1].body, line["retried"])
         return
     event("the retry refused too: relayed")
     assert (answer.status_code, answer.content) == (second.status, second.to_bytes())
