@@ -10,7 +10,8 @@ Each `/compact` turn: no request reaches the main model (only the summarizer's, 
 something to summarize); the answer is a well-formed chat completion or response, or an SSE
 stream of one, as asked, whose text says what happened; a checkpoint is written if and only if
 the answer says something was compacted (`x-compaction: compacted`), and the focus goes to the
-summarizer; a `/compact` repeated with nothing new writes nothing and says so.
+summarizer; a `/compact` repeated with nothing new writes nothing and says so; every answer
+has an id of its own.
 
 The next normal turn: the upstream gets neither the command nor the answer, and what it gets is
 what the rules keep of the client's list without them: the leading system messages as sent,
@@ -23,6 +24,7 @@ that change old messages are off, so the kept tail must be the client's bytes ex
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -114,6 +116,7 @@ class Client:
         self.history: list[dict[str, Any]] = []
         self.exchange: list[bool] = []  # for each history element: a `/compact` exchange's
         self.key: ThreadKey | None = None
+        self.answer_ids: list[str] = []  # of the proxy's answers to `/compact`, in order
 
     def add(self, elements: list[dict[str, Any]], exchange: bool = False) -> None:
         self.history += elements
@@ -246,11 +249,14 @@ def compact_turn(client: Client, focus_text: str | None, repeated: bool) -> None
     assert answer.status_code == 200, answer.text
     said, message_id = answer_text(client.api, stream, client.case["include_usage"], answer)
     assert said.startswith(MARKER)
+    assert message_id not in client.answer_ids, "two answers, one id"
+    client.answer_ids.append(message_id)
     compacted = answer.headers["x-compaction"] == "compacted"
     assert compacted == said.startswith(f"{MARKER} Compacted")
     assert len(made) == (1 if compacted else 0), "a checkpoint is written iff the answer says so"
     if compacted:
         event("/compact: compacted" + (" again" if before else ""))
+        check_counts(client, said, made[0])
         assert not repeated, "a repeated /compact with nothing new compacted"
         assert sent, "compacted without asking the summarizer"
         wanted = (focus_text or "").strip()
@@ -264,6 +270,22 @@ def compact_turn(client: Client, focus_text: str | None, repeated: bool) -> None
     client.add([command, client.echo(said, message_id)], exchange=True)
 
 
+def check_counts(client: Client, said: str, made: CompactionEvent) -> None:
+    """The answer's numbers are the checkpoint's: messages summarized and kept, tokens."""
+    found = re.search(r"Compacted (\d+) earlier message\(s\).*from about ([\d,]+) to ([\d,]+) "
+                      r"tokens\.(?: The latest (\d+) message)?", said)
+    assert found, said
+    summarized, before, after, kept = found.groups()
+    own = [e for e, x in zip(client.history, client.exchange, strict=True) if not x]
+    lead = next((i for i, e in enumerate(own) if e.get("role") not in ("system", "developer")),
+                len(own))
+    assert int(summarized) == made.cutoff_index - lead
+    assert int(kept or 0) == len(own) - made.cutoff_index
+    assert (int(before.replace(",", "")), int(after.replace(",", ""))) == \
+        (made.tokens_before, made.tokens_after)
+    assert made.tokens_after < made.tokens_before
+
+
 # ---------------------------------------------------------------- the next normal turn
 
 def normal_turn(client: Client) -> None:
@@ -275,6 +297,8 @@ def normal_turn(client: Client) -> None:
         return
     assert answer.status_code == 200, answer.text
     assert len(main) == 1
+    # The exchanges left out change the body at least.
+    assert answer.headers["x-compaction"] in ("applied", "compacted")
     body = main[0].body
     assert MARKER.encode() not in body, "the proxy's /compact answer reached the model"
     assert not any(MARKER.encode() in r.body for r in sent), "an earlier answer was summarized"
