@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 from proxy.core.private import GEMINI_STAND_IN
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.rejections import Rejection
+from proxy.testing.replies import Reply
 from proxy.testing.rules import check_chat, check_responses
 from tests.conftest import API_KEY
 from tests.factories import without_gemini_signature
@@ -330,3 +331,84 @@ def test_a_rejection_of_private_state_gets_one_retry_without_it(rig: Any, case: 
         return
     event("the retry refused too: relayed")
     assert (answer.status_code, answer.content) == (second.status, second.to_bytes())
+
+
+# ---------------------------------------------------------------- a refusal inside a stream
+
+class _Unchecked:
+    """The fake's signer, except that the endpoint's own check of encrypted content passes:
+    the responder refuses a forged blob instead, inside the 200 stream."""
+
+    def __init__(self, signer: Any) -> None:
+        self._signer = signer
+
+    def encrypted_valid(self, item: Any, preceding: Any) -> bool:
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._signer, name)
+
+
+def _refused_in_stream(signer: Any, recorded: Any) -> Reply | None:
+    """OpenAI's refusal of a foreign blob as it comes in a stream: an `error` event right after
+    the lifecycle events (PROTOCOL.md §6.3, the nested form observed on the wire)."""
+    items = (recorded.json or {}).get("input") or []
+    for k, item in enumerate(items):
+        if item.get("type") == "reasoning" and not signer.encrypted_valid(item, items[:k]):
+            message = f"The encrypted content for item {item.get('id')} could not be verified."
+            return Reply.stream_error(after=2, error={
+                "type": "invalid_request_error", "code": "invalid_encrypted_content",
+                "message": message, "param": None})
+    return None
+
+
+@pytest.fixture(scope="module")
+def stream_rig(loop_thread: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    fake = FakeUpstream()
+    signer = fake.signer
+    fake.signer = _Unchecked(signer)  # type: ignore[assignment]
+    fake.responder = lambda recorded: _refused_in_stream(signer, recorded)
+    loop_thread.run(fake.start())
+    state = str(tmp_path_factory.mktemp("private-retry-stream"))
+    proxy = loop_thread.run(start_proxy(proxy_settings(fake.url, state)))
+    http = httpx.Client(timeout=30)
+    yield fake, proxy, http, signer
+    http.close()
+    loop_thread.run(stop_proxy(proxy))
+    loop_thread.run(fake.stop())
+
+
+@st.composite
+def forged_streams(draw: st.DrawFn) -> dict[str, Any]:
+    elements = draw(conversations("responses", max_turns=3))
+    points = request_points(elements) or [len(elements)]
+    sent = elements[:draw(st.sampled_from(points) | st.just(points[-1]))]
+    if draw(st.integers(0, 4)) > 0:
+        sent = draw(spoiled("forge_encrypted", "responses", sent))
+    return {"kind": "in-stream refusal", "api": "responses", "elements": sent, "stream": True,
+            "include_usage": False}
+
+
+@given(case=forged_streams())
+def test_a_refusal_inside_a_responses_stream_is_retried_before_a_byte_is_relayed(
+        stream_rig: Any, case: dict[str, Any]) -> None:
+    fake, proxy, http, signer = stream_rig
+    thread = f"private-retry-stream-{next(_threads)}"
+    before = len(fake.requests)
+    answer = _post(http, proxy, case, thread)
+    sent = fake.requests[before:]
+    assert answer.status_code == 200, answer.text
+    frames = [line[6:] for line in answer.content.split(b"\n") if line.startswith(b"data: ")]
+    events = [orjson.loads(f) for f in frames]
+    assert [e["type"] for e in events].count("response.created") == 1
+    assert events[-1]["type"] == "response.completed" and "error" not in [e["type"] for e in events]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    if _refused_in_stream(signer, sent[0]) is None:
+        event("accepted: no retry")
+        assert len(sent) == 1
+        return
+    event("refused in the stream: retried")
+    assert len(sent) == 2 and _refused_in_stream(signer, sent[1]) is None
+    assert b"invalid_encrypted_content" not in answer.content
+    check_responses_retry(sent[0].body, sent[1].body)
+    assert _line(proxy, thread)["retried"] == "encrypted reasoning rejected"
