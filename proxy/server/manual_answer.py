@@ -11,6 +11,8 @@ from proxy import jsonio
 from proxy.compaction import manual
 from proxy.conversation import Api
 from proxy.inbound import Inbound
+from proxy.server.prepared import Prepared
+from proxy.server.request_line import RequestLine
 
 
 def answer(inbound: Inbound, text: str, seed: str, headers: dict[str, str]) -> web.Response:
@@ -34,6 +36,15 @@ def answer(inbound: Inbound, text: str, seed: str, headers: dict[str, str]) -> w
                                            doc=inbound.doc), headers)
     doc = manual.response_object(text, model=model, created=created, ids=ids, doc=inbound.doc)
     return _json(jsonio.dumps(doc), headers)
+
+
+def stateless(prepared: Prepared, line: RequestLine, text: str, note: str) -> Prepared:
+    """`prepared` answered with `text`: a `/compact` with no thread state to compact."""
+    seed = f"{prepared.identity.tenant}\0\0{len(prepared.inbound.entries or ())}"
+    prepared.answer = answer(prepared.inbound, text, seed, {"x-compaction": "none"})
+    line.set(manual_compact=True, compaction="none", note=note)
+    prepared.response_headers = {"x-compaction": "none"}
+    return prepared
 
 
 def _json(body: bytes, headers: dict[str, str]) -> web.Response:
