@@ -20,8 +20,8 @@ def answer(inbound: Inbound, text: str, seed: str, headers: dict[str, str]) -> w
     # The request's bytes too: the same request sent again (a client's retry) is answered with
     # the same ids, any other one (a repeated `/compact`, which the seed alone cannot tell from
     # the first: the exchanges are left out of the thread's list) with ids of its own.
-    body = hashlib.blake2b(inbound.body, digest_size=12).hexdigest()
-    ids = manual.synthetic_ids(f"{seed}\0{body}")
+    request = hashlib.blake2b(inbound.body, digest_size=12).hexdigest()
+    ids = manual.synthetic_ids(f"{seed}\0{request}")
     model = inbound.model
     if inbound.api is Api.CHAT and inbound.stream:
         body = manual.chat_stream(text, model=model, created=created, completion_id=ids.completion,
