@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import event, given
+from hypothesis import assume, event, given
 from hypothesis import strategies as st
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseStreamEvent
@@ -44,7 +44,7 @@ from proxy.testing.summarizer import is_summarizer_request
 from tests.conftest import API_KEY
 from tests.harness import LoopThread
 from tests.session_rig import MODEL, Rig, body_elements
-from tests.strategies import conversations, short_text
+from tests.strategies import conversations, short_text, sign_encrypted
 
 LIMIT = 16_000
 COMMAND = "/compact"
@@ -96,6 +96,9 @@ def sessions(draw: st.DrawFn) -> dict[str, Any]:
     # and the sanitizer then change the tail, and only what holds for any tail is checked.
     loose = draw(st.sampled_from((None, None, None, "private", "messy", "idle")))
     drawn = draw(conversations(api, max_turns=5, messy=loose == "messy"))
+    # Hypothesis also draws the code's own strings: a user message of the conversation that
+    # is the command would be one, and text that quotes it would look like one in a body.
+    assume(COMMAND.encode() not in orjson.dumps(drawn))
     elements = drawn if loose in ("private", "messy") else \
         [p for p in (_plain(api, e) for e in drawn) if p is not None]
     # The user's turns: before each later user message, and at the end.
@@ -105,6 +108,9 @@ def sessions(draw: st.DrawFn) -> dict[str, Any]:
     return {"api": api, "elements": elements, "commands": commands, "loose": loose,
             "stream": draw(st.booleans()), "include_usage": draw(st.sampled_from((None, False, True))),
             "command_form": draw(st.sampled_from(("text", "parts", "easy"))),
+            # How the thread is named (SPEC §2): a header, Codex's body field, or no name at all
+            # (the fingerprint of the leading system message and the first user message).
+            "naming": draw(st.sampled_from(("header", "prompt_cache_key", "fingerprint"))),
             "echo_form": draw(st.sampled_from(("minimal", "parts", "as answered", "easy")))}
 
 
@@ -119,6 +125,16 @@ class Client:
         self.thread = f"manual-{next(_threads)}"
         self.history: list[dict[str, Any]] = []
         self.exchange: list[bool] = []  # for each history element: a `/compact` exchange's
+        self.elements = case["elements"]
+        if case["naming"] == "fingerprint":  # a system message of its own: a thread of its own
+            text = f"You work on {self.thread}."
+            if self.api == "chat":
+                self.add([{"role": "system", "content": text}])
+            else:  # encrypted reasoning is bound to the items before it: signed again after it
+                lead = {"type": "message", "role": "system",
+                        "content": [{"type": "input_text", "text": text}]}
+                self.add([lead])
+                self.elements = sign_encrypted([lead, *self.elements])[1:]
         self.key: ThreadKey | None = None
         self.answer_ids: list[str] = []  # of the proxy's answers to `/compact`, in order
 
@@ -129,6 +145,10 @@ class Client:
     def post(self, elements: list[dict[str, Any]], stream: bool = False) -> tuple[Any, list[Any]]:
         body: dict[str, Any] = {"model": MODEL}
         body["messages" if self.api == "chat" else "input"] = elements
+        naming = self.case["naming"]
+        if naming == "prompt_cache_key":
+            body["prompt_cache_key"] = self.thread
+        named = {"x-thread-id": self.thread} if naming == "header" else {}
         if stream:
             body["stream"] = True
             if self.api == "chat" and self.case["include_usage"] is not None:
@@ -136,13 +156,12 @@ class Client:
         path = "chat/completions" if self.api == "chat" else "responses"
         before = len(self.rig.fake.requests)
         answer = self.rig.http.post(f"{self.rig.proxy.base_url}/{path}", content=orjson.dumps(body),
-                                    headers={"authorization": f"Bearer {API_KEY}",
-                                             "x-thread-id": self.thread,
+                                    headers={"authorization": f"Bearer {API_KEY}", **named,
                                              "content-type": "application/json"})
         self.rig.proxy.logs.settle()
-        if self.key is None:
-            line = next(li for li in reversed(self.rig.proxy.requests())
-                        if li.get("thread") == self.thread)
+        if self.key is None:  # the request's own line: the last one, requests come one by one
+            line = self.rig.proxy.requests()[-1]
+            assert line.get("thread") and (naming == "fingerprint" or line["thread"] == self.thread)
             self.key = ThreadKey(line["tenant"], line["thread"])
         return answer, self.rig.fake.requests[before:]
 
@@ -364,7 +383,7 @@ def check_rebuilt(api: str, client_list: list[bytes], sent: list[bytes],
 def test_compact_is_a_turn_of_its_own_and_leaves_no_trace_in_later_context(
         rig: Rig, case: dict[str, Any]) -> None:
     client = Client(rig, case)
-    elements, done = case["elements"], 0
+    elements, done = client.elements, 0
     for k, focuses in case["commands"]:
         client.add(elements[done:k])
         done = k
