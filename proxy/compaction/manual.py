@@ -48,6 +48,11 @@ def parse_command(text: str, command: str) -> ManualCommand | None:
     return None
 
 
+def is_command(text: object, command: str) -> bool:
+    """Whether `text` (a string input, say) is the command, with focus or not."""
+    return isinstance(text, str) and parse_command(text, command) is not None
+
+
 def detect(entries: Sequence[Entry], command: str) -> ManualCommand | None:
     """The command when the latest entry is one (a command followed by anything is history)."""
     if not entries or entries[-1].kind is not USER:
@@ -119,6 +124,11 @@ def nothing_text(tokens: int, *, compacted_before: bool = True) -> str:
                 f"verbatim as its recent messages (about {tokens:,} tokens now).")
     return (f"{MARKER} Nothing new to compact: the conversation has not grown enough since the "
             f"last compaction (about {tokens:,} tokens now).")
+
+
+def lone_command_text() -> str:
+    return (f"{MARKER} Nothing to compact: this request holds the command alone, with no "
+            "conversation before it.")
 
 
 def no_thread_text(headers: tuple[str, ...]) -> str:

@@ -128,14 +128,19 @@ class Pipeline:
         prepared = Prepared(inbound, identity, upstream, client_headers, inbound.body, attempt,
                             key, context, estimator)
         if inbound.entries is None or inbound.stateful_upstream:
+            if self._lone_command(inbound):  # its one user message is the command (SPEC §8)
+                return manual_answer.stateless(prepared, line, manual.lone_command_text(),
+                                               "the command alone: nothing to compact")
             return self._pass_through(prepared, line)
         known = known_of(inbound) if key is not None else None
         if known is not None:
             self._recent.put(key, known)
         mentioned = self._mentioned_command(inbound)
         command = None if mentioned is None else manual.detect(inbound.entries, mentioned)
-        if command is not None and key is None:
-            return self._no_thread_command(prepared, line)
+        if command is not None and key is None:  # no state to compact, no message for the model
+            return manual_answer.stateless(prepared, line,
+                                           manual.no_thread_text(self.settings.threads.headers),
+                                           "no thread: nothing to compact")
         state = self.store.cached(key) if key else None
         if state is None and key:
             state = await self.store.load(key)
@@ -214,6 +219,13 @@ class Pipeline:
                                  thread=loggable(prepared.identity.thread),
                                  tenant=prepared.identity.tenant, **describe(error))
 
+    def _lone_command(self, inbound: Inbound) -> bool:
+        """A Responses request whose string `input` is the command; not one whose state (and
+        history) is upstream."""
+        config = self.settings.compaction
+        return (inbound.api is Api.RESPONSES and config.enabled and not inbound.stateful_upstream
+                and manual.is_command(inbound.doc.get("input"), config.manual_command))
+
     def _mentioned_command(self, inbound: Inbound) -> str | None:
         """The manual command when compaction is on and some user message begins with it
         (`manual.mentioned`); None on most requests. Only then can the latest message be the
@@ -223,16 +235,6 @@ class Pipeline:
             return None
         command = config.manual_command
         return command if manual.mentioned(inbound.entries, command) else None
-
-    def _no_thread_command(self, prepared: Prepared, line: RequestLine) -> Prepared:
-        """`/compact` on a request without a thread: answered, not sent to the model (the
-        command is no message for it, and there is no state to compact)."""
-        text = manual.no_thread_text(self.settings.threads.headers)
-        seed = f"{prepared.identity.tenant}\0\0{len(prepared.inbound.entries or ())}"
-        prepared.answer = manual_answer.answer(prepared.inbound, text, seed, {"x-compaction": "none"})
-        line.set(manual_compact=True, compaction="none", note="no thread: nothing to compact")
-        prepared.response_headers = {"x-compaction": "none"}
-        return prepared
 
     # ---------------------------------------------------------------- one retry
 
