@@ -209,3 +209,21 @@ def test_thinking_stripped_by_compaction_is_restored_for_anthropic_via_openroute
     line = proxy.requests()[-1]
     assert line["retried"] == "Anthropic requires the loop's thinking blocks"
     assert line["first_status"] == 400
+
+
+def test_a_gemini_signature_a_strict_upstream_rejects_is_dropped_and_retried(
+        make_fake, make_proxy) -> None:
+    # A thread begun on Gemini's OpenAI-compatible endpoint, routed on to an OpenAI-style
+    # server that checks keys: the signature its calls carry is refused as an unexpected key.
+    fake = make_fake(dialect="openai-strict")
+    proxy = make_proxy(fake)
+    signed = {**CALL, "extra_content": {"google": {"thought_signature": "c2lnbmVk"}}}
+    messages = [{"role": "user", "content": "read a.py"},
+                {"role": "assistant", "content": None, "tool_calls": [signed]},
+                {"role": "tool", "tool_call_id": "call_abc", "content": "print(1)"}]
+    answer = _chat(proxy, messages)
+    assert answer.status_code == 200, answer.text
+    first, second = _main(fake)
+    assert first.json["messages"][1]["tool_calls"] == [signed]
+    assert second.json["messages"][1] == {"role": "assistant", "content": None, "tool_calls": [CALL]}
+    assert proxy.requests()[-1]["retried"] == "reasoning fields not accepted"

@@ -199,12 +199,15 @@ _PRIVATE_RULES: tuple[tuple[tuple[str, ...], RetryAction, str], ...] = (
 )
 
 
-# The message fields clients replay that hold private reasoning state (PROTOCOL.md §4.1, §4.7,
-# §4.8): plain text, the lists, and LiteLLM's bag of provider extras. A strict upstream names
-# the ones it rejects: OpenAI's schema check lists every unexpected key, one or several (§2.1),
-# Cerebras names one field path (§4.1).
+# The message fields clients replay that hold private reasoning state (PROTOCOL.md §4.1, §4.6,
+# §4.7, §4.8): plain text, the lists, LiteLLM's bag of provider extras, and the holder of
+# Gemini's thought signatures on a message or a tool call (a thread begun on Gemini's
+# OpenAI-compatible endpoint and routed on). A strict upstream names the ones it rejects:
+# OpenAI's schema check lists every unexpected key, one or several (§2.1), Cerebras names one
+# field path (§4.1).
 _PRIVATE_FIELDS = frozenset({"reasoning_content", "reasoning", "reasoning_details",
-                             "thinking_blocks", "reasoning_items", "provider_specific_fields"})
+                             "thinking_blocks", "reasoning_items", "provider_specific_fields",
+                             "extra_content"})
 _UNEXPECTED = re.compile(r"additional properties are not allowed \((.*?) (?:was|were) unexpected\)")
 _QUOTED = re.compile(r"'([^']*)'")
 _UNSUPPORTED = re.compile(r"property '[^']*?\.([a-z_]+)' is unsupported")
