@@ -60,3 +60,51 @@ def test_an_overflow_of_an_unprofiled_model_is_summarized_within_its_window(make
         "the user's current request is restored whole"
     assert [e["forced"] for e in proxy.logs.events("compaction_started")] == [True]
     assert proxy.logs.events("compaction_completed")
+
+
+def test_an_overflow_the_fallback_tail_cannot_fix_says_to_set_a_profile(make_fake,
+                                                                        make_proxy) -> None:
+    # The last 6 messages alone are over the model's real window: the forced compaction makes
+    # its summary, the retry is refused all the same, and the operator is told what would help.
+    window = 3_000
+    fake = make_fake(limits={"unprofiled-*": window})
+    FakeSummarizer.install(fake)
+    proxy = make_proxy(fake)
+    words = " ".join(f"word{i}" for i in range(700))
+    request = [{"role": "system", "content": "You are terse."}]
+    for turn in range(5):
+        request += [{"role": "user", "content": f"question {turn}: {words}"},
+                    {"role": "assistant", "content": f"answer {turn}: {words}"}]
+    request.append({"role": "user", "content": "and now?"})
+    assert chat_prompt_tokens({"messages": request[-6:]}) > window
+    answer = httpx.post(f"{proxy.base_url}/chat/completions", timeout=60,
+                        content=orjson.dumps({"model": "unprofiled-model", "messages": request}),
+                        headers={"content-type": "application/json", "x-thread-id": "tail",
+                                 "authorization": f"Bearer {API_KEY}"})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["code"] == "context_length_exceeded", "the upstream's own"
+    failed = [e for e in proxy.logs.events("compaction_failed") if e["stage"] == "overflow_retry"]
+    assert len(failed) == 1 and failed[0]["cause"] == "refused_again"
+    assert proxy.logs.events("compaction_completed"), "the summary itself was made"
+    assert proxy.requests()[-1]["compaction_failed"] == "overflow_retry"
+    hint = failed[0]["hint"]
+    assert "'unprofiled-model' has no profile" in hint and "last 6 messages" in hint
+    assert "100,000 tokens" in hint and "max_input_tokens" in hint
+
+
+def test_a_profile_larger_than_the_models_window_is_named_when_the_retry_is_refused(make_fake, make_proxy) -> None:
+    fake = make_fake(limits={"small-*": 3_000})
+    FakeSummarizer.install(fake)
+    proxy = make_proxy(fake, models={"small-*": {"max_input_tokens": 100_000}})
+    words = " ".join(f"word{i}" for i in range(700))
+    request = [{"role": "user", "content": f"q{turn}: {words}"} if turn % 2 == 0 else
+               {"role": "assistant", "content": f"a{turn}: {words}"} for turn in range(11)]
+    answer = httpx.post(f"{proxy.base_url}/chat/completions", timeout=60,
+                        content=orjson.dumps({"model": "small-model", "messages": request}),
+                        headers={"content-type": "application/json", "x-thread-id": "profiled",
+                                 "authorization": f"Bearer {API_KEY}"})
+    assert answer.status_code == 400
+    failed = proxy.logs.events("compaction_failed")
+    assert [e["cause"] for e in failed] == ["refused_again"]
+    assert "below the 100,000 tokens models.small-*.max_input_tokens allows" in failed[0]["hint"]
+    assert "has no profile" not in failed[0]["hint"]

@@ -24,6 +24,7 @@ from typing import Any
 
 from proxy.compaction import manual, postcheck
 from proxy.compaction.breaker import Blocked
+from proxy.compaction.overflow import is_context_overflow
 from proxy.compaction.postcheck import Verdict
 from proxy.compaction.trigger import Action, Thresholds, decide
 from proxy.conversation import leading_instructions
@@ -37,6 +38,7 @@ from proxy.server.compactor import (BreakerOpen, ClientLeft, CompactionCut, Comp
 from proxy.server.prepared import Prepared
 from proxy.server.request_line import RequestLine
 from proxy.server.turns import POST_CHECK, Meanwhile, SharedFailure
+from proxy.server.window_hints import window_hint
 from proxy.settings import Settings
 from proxy.store import StateStore
 from proxy.threads import loggable
@@ -111,8 +113,8 @@ class CompactionFlow:
         except NothingToCompact:
             if fits:
                 return built
-            over = ("the model rejected it as too long"
-                    + self._profile_too_large(prepared, built, th)
+            hint = window_hint(self.settings, prepared.inbound.model, built.tokens, th.limit)
+            over = ("the model rejected it as too long" + (f" ({hint})" if hint else "")
                     if prepared.attempt.forced else "they are over the model's input limit")
             reason = (f"nothing more can be compacted: the system prompt and the recent "
                       f"messages kept verbatim remain, and {over}")
@@ -128,17 +130,6 @@ class CompactionFlow:
                                  owned=_owned_error(failed, built))
         line.set(compacted=True)
         return build(view, event, situation)
-
-    def _profile_too_large(self, prepared: Prepared, built: Built, th: Thresholds) -> str:
-        """An overflow below the profile's limit means the profile is wrong, not the thread:
-        the operator can fix that, so the refusal says which key."""
-        profile = self.settings.profile(prepared.inbound.model)
-        if profile is None or not th.limit or built.tokens >= th.limit:
-            return ""
-        key = "max_input_tokens" if profile.max_input_tokens else "context_window"
-        return (f" at about {built.tokens:,} tokens, below the {th.limit:,} tokens "
-                f"models.{profile.pattern}.{key} allows: the model's real input window is "
-                f"smaller; set the profile to it")
 
     def _job(self, prepared: Prepared, view: View, situation: Situation, built: Built, *,
              strategy: str, focus: str | None = None) -> Job:
@@ -217,8 +208,22 @@ class CompactionFlow:
         """The compaction an upstream overflow bought did not help: the client gets the
         upstream's own error, and the log says why (`cause`: the stage that failed)."""
         cause = line.fields.get("compaction_failed")
+        hint = window_hint(self.settings, prepared.inbound.model, None)
         self._failed_line(line, prepared, "overflow_retry", error.message,
-                          self.settings.compaction.strategy, degraded=False, cause=cause)
+                          self.settings.compaction.strategy, degraded=False, cause=cause,
+                          **({"hint": hint} if hint else {}))
+
+    def forced_retry_refused(self, prepared: Prepared, line: RequestLine, status: int,
+                             body: Any) -> None:
+        """The retry an upstream overflow bought went up compacted and was refused as too long
+        again: the client gets that refusal, and the log says the compaction did not help."""
+        if not is_context_overflow(status, body):
+            return
+        hint = window_hint(self.settings, prepared.inbound.model,
+                           line.fields.get("tokens_estimate"))
+        self._failed_line(line, prepared, "overflow_retry", "the compacted retry was refused as "
+                          "too long as well", self.settings.compaction.strategy, degraded=False,
+                          cause="refused_again", **({"hint": hint} if hint else {}))
 
     def _stateless(self, built: Built, th: Thresholds, line: RequestLine) -> Built:
         line.set(compaction_skipped="no thread id")

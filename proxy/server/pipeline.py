@@ -243,6 +243,8 @@ class Pipeline:
         """A second attempt after an upstream rejection, when one can help; else None."""
         inbound, first = prepared.inbound, prepared.attempt
         if first.retry or inbound.entries is None or status < 400:
+            if first.forced:  # the compaction the overflow bought made it, and it was refused
+                self.flow.forced_retry_refused(prepared, line, status, body)
             return None
         if inbound.stateful_upstream:
             return None  # passed through, and would be again: the same body, the same answer
