@@ -9,9 +9,10 @@
   pairs by `call_id` anywhere later, so a later output still answers its call. An
   `item_reference` before an output may stand for its call (stored upstream, unseen here):
   such an output is not provably orphaned and stays.
-- A second result for the same call is dropped. A call id may come back in a later turn
-  (servers that number calls per response): a Responses output answers the calls with its id
-  made since the last output with that id, and a call after that output needs its own.
+- A second result for the same call is dropped. A call id may come back in a later step
+  (servers that number calls per response): a Responses output answers the step of the latest
+  call with its id. An earlier step's call left open there gets its own cancelled result, the
+  one it got before its id came back, so the bytes sent before stay in front (caches).
 - The parallel calls of one assistant message (of one step, in Responses) are one unit.
 - Chat's deprecated single call (`function_call`, `legacy_calls`) is such a unit too, and the
   `function` message of its name right after it its result: the form has no ids, so the
@@ -255,11 +256,13 @@ def _valid_responses_from(entries: Entries, start: int, referenced: bool = False
     A valid list answers each of its client calls itself, and ends in no reasoning item; what
     it leaves to the entries after it is where it last made and answered each call id, read
     from it (in C) only when an output follows. An output answers the calls open before it
-    (`_kept_outputs`): made since the last output with their id."""
+    (`_kept_outputs`): made since the last output with their id, in the latest step that made
+    it; a client call whose id a later step makes again before an output came has none."""
     made: set[str] = set()  # call ids made in entries[start:]
     open_ids: set[str] = set()
     answered: set[str] = set()
-    pending: set[str] = set()  # client calls no output has followed yet
+    pending: dict[str, int] = {}  # client calls no output has followed yet: where the latest is
+    step = start  # where the latest run of call items (one step's parallel calls) begins
     earlier: tuple[dict[str, int], dict[str, int]] | None = None
     for i in range(start, len(entries)):
         entry = entries[i]
@@ -269,11 +272,15 @@ def _valid_responses_from(entries: Entries, start: int, referenced: bool = False
                 return None
         elif kind is CALL:
             call_id = entry.calls[0].id
+            if i == start or entries[i - 1].kind is not CALL:
+                step = i
+            if pending.get(call_id, step) < step:
+                return None  # made again in a later step: the earlier call has no output
             made.add(call_id)
             open_ids.add(call_id)
             type_ = entry.raw.get("type")
             if type_ in _ANSWERED_BY_CLIENT or type_ == _SCREENSHOT_CALL:
-                pending.add(call_id)
+                pending[call_id] = i
         elif kind is RESULT:
             if earlier is None:
                 earlier = _last_calls_and_outputs(entries[:start])
@@ -282,7 +289,7 @@ def _valid_responses_from(entries: Entries, start: int, referenced: bool = False
                 return None
             open_ids.discard(answer)
             answered.add(answer)
-            pending.discard(answer)
+            pending.pop(answer, None)
         elif entry.raw.get("type") == "item_reference":
             referenced = True
     return None if pending else referenced
@@ -316,36 +323,43 @@ _KIND, _CALLS, _ANSWERS, _ID = (attrgetter("kind"), attrgetter("calls"), attrget
 _FIRST = itemgetter(0)
 
 
-def _kept_outputs(entries: Entries) -> tuple[list[bool], dict[str, int]]:
-    """Which outputs answer a call still open before them, and per call id where its last kept
-    output is. A call opens its id again: a server that numbers its calls per response
-    (`call_0` in every turn) sends valid lists, where the later output is no duplicate."""
+def _kept_outputs(entries: Entries) -> tuple[list[bool], set[int]]:
+    """Which outputs answer a call still open before them, and which calls a kept output
+    answers. A call in a later step opens its id again: a server that numbers its calls per
+    response (`call_0` in every turn) sends valid lists, where the later output is no
+    duplicate, and answers that step's call only; parallel calls of one step that share an
+    id (a client's slip) share the output."""
     seen: set[str] = set()
-    open_ids: set[str] = set()
-    last_answer: dict[str, int] = {}
+    open_calls: dict[str, list[int]] = {}  # per id, its calls in the latest step that made it
+    answered: set[int] = set()
+    kept_ids: set[str] = set()
     referenced = False  # an item_reference came first: a call never seen may be behind it
     keep = [True] * len(entries)
+    step = 0  # where the latest run of call items (one step's parallel calls) begins
     for i, entry in enumerate(entries):
+        if entry.kind is Kind.CALL and (i == 0 or entries[i - 1].kind is not Kind.CALL):
+            step = i
         for call in entry.calls:
             seen.add(call.id)
-            open_ids.add(call.id)
+            earlier = open_calls.get(call.id, ())
+            open_calls[call.id] = [*earlier, i] if earlier and earlier[-1] >= step else [i]
         referenced = referenced or entry.raw.get("type") == "item_reference"
         if entry.kind is Kind.RESULT:
             answer: str = entry.answers  # type: ignore[assignment]
-            keep[i] = answer in open_ids or (referenced and answer not in seen
-                                             and answer not in last_answer)
+            keep[i] = answer in open_calls or (referenced and answer not in seen
+                                               and answer not in kept_ids)
             if keep[i]:
-                open_ids.discard(answer)
-                last_answer[answer] = i
-    return keep, last_answer
+                answered.update(open_calls.pop(answer, ()))
+                kept_ids.add(answer)
+    return keep, answered
 
 
 def _pair_responses(entries: Entries) -> tuple[list[Entry], list[int | None], int, int, list[int]]:
     """The entries with outputs paired, and (the last list) where in them a note stands for
     an unanswered computer call: at the end of its step, where a cancelled output would go,
     so the reasoning item before the step stays followed by any other item of it."""
-    keep, last_answer = _kept_outputs(entries)
-    screens = _unanswered_screens(entries, last_answer)
+    keep, answered = _kept_outputs(entries)
+    screens = _unanswered_screens(entries, answered)
     out: list[Entry] = []
     origins: list[int | None] = []
     replaced: list[int] = []
@@ -355,7 +369,7 @@ def _pair_responses(entries: Entries) -> tuple[list[Entry], list[int | None], in
     for i, entry in enumerate(entries):
         extends = entry.kind is Kind.RESULT or (entry.kind is Kind.CALL and previous is Kind.CALL)
         if not extends:
-            cancelled += _close_group(entries, group, last_answer, out, origins)
+            cancelled += _close_group(entries, group, answered, out, origins)
             replaced += _note_screens(entries, group, screens, out, origins)
             group.clear()
         if entry.kind is Kind.CALL:
@@ -364,19 +378,19 @@ def _pair_responses(entries: Entries) -> tuple[list[Entry], list[int | None], in
             out.append(entry)
             origins.append(i)
         previous = entry.kind
-    cancelled += _close_group(entries, group, last_answer, out, origins)
+    cancelled += _close_group(entries, group, answered, out, origins)
     replaced += _note_screens(entries, group, screens, out, origins)
     return out, origins, cancelled, keep.count(False), replaced
 
 
-def _unanswered_screens(entries: Entries, last_answer: dict[str, int]) -> set[int]:
+def _unanswered_screens(entries: Entries, answered: set[int]) -> set[int]:
     """The computer calls no kept output follows. One an `item_reference` comes after stays:
     the stored screenshot it names may answer it, unseen here."""
     last_reference = max((i for i, e in enumerate(entries)
                           if e.raw.get("type") == "item_reference"), default=-1)
     return {i for i, e in enumerate(entries)
             if e.kind is Kind.CALL and e.raw.get("type") == _SCREENSHOT_CALL
-            and last_answer.get(e.calls[0].id, -1) < i and last_reference < i}
+            and i not in answered and last_reference < i}
 
 
 def _note_screens(entries: Entries, group: list[int], screens: set[int], out: list[Entry],
@@ -391,14 +405,14 @@ def _note_screens(entries: Entries, group: list[int], screens: set[int], out: li
     return at
 
 
-def _close_group(entries: Entries, group: list[int], last_answer: dict[str, int],
+def _close_group(entries: Entries, group: list[int], answered: set[int],
                  out: list[Entry], origins: list[int | None]) -> int:
-    """Cancelled results for the group's client calls that no kept output follows (one per
-    id: an output answers every open call with its id)."""
+    """Cancelled results for the group's client calls no kept output answers (one per id:
+    an output answers every call of the step with its id)."""
     made: set[str] = set()
     for i in group:
         call = entries[i].calls[0]
-        if entries[i].raw.get("type") in _ANSWERED_BY_CLIENT and last_answer.get(call.id, -1) < i \
+        if entries[i].raw.get("type") in _ANSWERED_BY_CLIENT and i not in answered \
                 and call.id not in made:
             out.append(make_result(Api.RESPONSES, call, CANCELLED_TEXT, entries[i].raw.get("type")))
             origins.append(None)
