@@ -81,3 +81,13 @@ def test_a_list_valid_up_to_a_reused_id_is_checked_again_from_there() -> None:
     out = repair(responses(*head, r_call("grep", "call_1"), r_user("c"), r_call("grep", "call_1"),
                            r_output("call_1"), r_user("d")))
     assert out.cancelled == 1 and out.origins.index(None) == 5
+
+
+def test_an_id_made_again_as_a_later_call_of_a_later_step_leaves_the_earlier_unanswered() -> None:
+    """The later step's run of calls starts before the reused id: it is still another step."""
+    items = [r_user("a"), r_call("grep", "call_0"), r_call("grep", "call_2"), r_output("call_0"),
+             r_call("grep", "call_1"), r_call("grep", "call_2"), r_output("call_1"), r_output("call_2"),
+             r_user("b")]
+    out = repair(responses(*items))
+    assert out.cancelled == 1 and out.origins == (0, 1, 2, 3, None, 4, 5, 6, 7, 8)
+    assert wire(out.entries)[4]["call_id"] == "call_2"
