@@ -116,9 +116,7 @@ def _step(draw: st.DrawFn, ids: _Ids, nonce: str, fates: tuple[str, ...]) -> tup
     kinds = draw(st.lists(st.sampled_from(CLIENT_KINDS), min_size=0 if produced else 1, max_size=3))
     calls = [call_item(kind, ids.next(), f"{nonce}{k}", k) for k, kind in enumerate(kinds)]
     if len(calls) > 1 and draw(st.integers(0, 5)) == 0:  # two calls of the step given one id
-        # Of one kind: calls of two kinds sharing an id share one output, which goes when the
-        # one whose id the API requires goes with its reasoning item (see the report).
-        calls[1] = {**call_item(calls[0]["type"], calls[0]["call_id"], f"{nonce}1", 1)}
+        calls[1] = {**calls[1], "call_id": calls[0]["call_id"]}
     produced += calls
     if server_ids:
         for k, item in enumerate(produced):

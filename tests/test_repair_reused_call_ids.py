@@ -91,3 +91,38 @@ def test_an_id_made_again_as_a_later_call_of_a_later_step_leaves_the_earlier_una
     out = repair(responses(*items))
     assert out.cancelled == 1 and out.origins == (0, 1, 2, 3, None, 4, 5, 6, 7, 8)
     assert wire(out.entries)[4]["call_id"] == "call_2"
+
+
+def test_a_call_sharing_its_id_with_a_local_shell_call_that_goes_gets_its_own_output() -> None:
+    """Two steps with nothing between them are one run of calls: with ids numbered per step,
+    `call_0` of the first (unanswered) and of the second (a local shell call, answered) share
+    the second's output. The local shell call goes with the reasoning item before it (its id
+    is required), and its output with it: the function call then has none, so it gets its
+    own cancelled one, in its kind, or upstream refuses the list."""
+    shell = call_item("local_shell_call", "call_0", "b", 1)
+    items = [r_user("a"), r_call("grep", "call_9"), r_reasoning("rs_1"), r_output("call_9"),
+             r_call("grep", "call_0"), shell,
+             {"type": "local_shell_call_output", "call_id": "call_0", "output": "a.py"}, r_user("b")]
+    out = repair(responses(*items))
+    sent = wire(out.entries)
+    assert check_responses({"model": "m", "input": sent}) is None
+    assert out.origins == (0, 1, 3, 4, None, 7)
+    assert sent[4]["type"] == "function_call_output" and content_text(out.entries[4]) == CANCELLED_TEXT
+    assert (out.cancelled, out.dropped_reasoning, out.dropped_items) == (1, 1, 2)
+
+
+@pytest.mark.xfail(strict=True, reason="the sanitizer drops a reasoning item's local shell call and its "
+                   "output, which another call of the step with the same id also needed; it makes no "
+                   "cancelled output for that call (proxy/core/sanitize.py, left to its owner)")
+def test_the_sanitizer_leaves_no_call_of_a_shared_id_without_an_output() -> None:
+    from proxy.core.cascade import CascadeContext, run_cascade
+    from proxy.settings import CompactionSettings
+    from tests.factories import measure, r_assistant
+
+    items = [r_user("a"), r_reasoning("rs_1"), r_assistant("x"), r_call("read_file", "call_0"),
+             call_item("local_shell_call", "call_0", "b", 1),
+             {"type": "local_shell_call_output", "call_id": "call_0", "output": "a"}, r_user("b")]
+    assert check_responses({"model": "m", "input": items}) is None
+    context = CascadeContext(CompactionSettings(), measure=measure, keep_messages=1, compacted=True)
+    sent = wire(run_cascade(responses(*items), context).entries)
+    assert check_responses({"model": "m", "input": sent}) is None

@@ -137,8 +137,26 @@ def _finish(original: Entries, out: list[Entry], origins: list[int | None], canc
     # when its reasoning item goes (a note answers nothing: it never goes). The counts are of
     # what goes upstream and of what of the input was left out.
     made_gone = origins.count(None) - lost.origins.count(None)
-    return Repaired(lost.entries, lost.origins, cancelled - made_gone, dropped, lost.reasoning,
+    done = Repaired(lost.entries, lost.origins, cancelled - made_gone, dropped, lost.reasoning,
                     lost.ids_removed, lost.items_dropped - made_gone, notes, dropped_calls)
+    # An output gone with its call answered another call of its step too (one id): that one
+    # is open again. Each pass only takes items out or answers calls, so this ends.
+    return _then(done, repair(lost.entries)) if lost.items_dropped else done
+
+
+def _then(first: Repaired, second: Repaired) -> Repaired:
+    """`second` (a repair of `first.entries`) counted against the input of `first`."""
+    if not second.changed:
+        return first
+    origins = tuple(None if o is None else first.origins[o] for o in second.origins)
+    made_gone = first.origins.count(None) - sum(1 for o in second.origins
+                                                if o is not None and first.origins[o] is None)
+    return Repaired(second.entries, origins, first.cancelled + second.cancelled - made_gone,
+                    first.dropped_results + second.dropped_results,
+                    first.dropped_reasoning + second.dropped_reasoning,
+                    first.ids_removed + second.ids_removed,
+                    first.dropped_items + second.dropped_items - made_gone,
+                    first.notes + second.notes, first.dropped_calls + second.dropped_calls)
 
 
 def _valid_chat(entries: Entries) -> bool:
