@@ -139,7 +139,8 @@ _MESSY = ("answered", "answered", "answered", "missing", "twice", "late")
 
 
 @st.composite
-def _turns(draw: st.DrawFn, ids: _Ids, nonces: Any, max_turns: int, fates: tuple[str, ...]) -> tuple[list[Wire], list[tuple[int, Wire]]]:
+def _turns(draw: st.DrawFn, ids: _Ids, nonces: Any, max_turns: int,
+           fates: tuple[str, ...]) -> tuple[list[Wire], list[tuple[int, Wire]]]:
     """The turns' items, and the outputs to put in later, each with the first place it may go."""
     out: list[Wire] = []
     later: list[tuple[int, Wire]] = []

@@ -87,6 +87,11 @@ def _made(out: Repaired) -> list[int]:
     return [p for p, o in enumerate(out.origins) if o is None]
 
 
+def _kept(out: Repaired, kind: Kind) -> set[int]:
+    """The input indexes of the client's entries of `kind` that went upstream."""
+    return {o for o, e in zip(out.origins, out.entries, strict=True) if o is not None and e.kind is kind}
+
+
 def _check_pairing_of_sent(sent: list[Wire]) -> None:
     """Each unit has exactly one output per call id after it, and each output answers one."""
     slot_of, calls, first = _pairing(sent)
@@ -113,13 +118,13 @@ def test_every_unit_of_every_kind_is_answered_once_by_its_own_output(drawn: tupl
     _check_pairing_of_sent(sent)
 
     slot_of, calls, first = _pairing(elements)
-    kept_calls = {o for o, e in zip(out.origins, out.entries, strict=True) if o is not None and e.kind is Kind.CALL}
+    kept_calls = _kept(out, Kind.CALL)
     # Only calls whose id the API requires may go (with their reasoning item; a computer call
     # no screenshot answers, for a note): the others all stay.
     assert all(elements[j]["type"] in ("local_shell_call", "computer_call")
                for j in set(slot_of) - kept_calls)
     live = {s for s, js in calls.items() if set(js) & kept_calls}
-    kept_outputs = {o for o, e in zip(out.origins, out.entries, strict=True) if o is not None and e.kind is Kind.RESULT}
+    kept_outputs = _kept(out, Kind.RESULT)
     # An output may go with a call that goes when another call of its step shares its id:
     # that one is then answered by a made output.
     whole = {s for s in live if s in first and set(calls[s]) <= kept_calls}

@@ -48,26 +48,20 @@ from operator import attrgetter, is_, itemgetter
 from proxy.conversation import (Api, Entries, Entry, Kind, ToolCall, content_text, make_assistant,
                                 make_result)
 from proxy.core.checked import CheckedLists
-from proxy.core.computer_calls import NOTE_OPENING, interrupted_computer_note
+from proxy.core.computer_calls import NOTE_OPENING
 from proxy.core.kinds import CALL, REASONING, RESULT
 from proxy.core.legacy_calls import (answers_legacy_call, is_chat_result, legacy_answer,
                                      legacy_call, make_legacy_result, step_calls)
 from proxy.core.memo import memoized
 from proxy.core.reasoning_items import drop_reasoning, is_produced, unfollowed_reasoning
+from proxy.core.responses_pairing import ANSWERED_BY_CLIENT, CANCELLED_TEXT, SCREENSHOT_CALL
+from proxy.core.responses_pairing import pair_responses as _pair_responses
 
-CANCELLED_TEXT = ("[Tool call cancelled: the call was interrupted before it returned a result. "
-                  "No output was recorded for it.]")
 _CANCELLED = ("repair.cancelled",)
 _CANCELLED_SHELL_OUTPUT = make_result(Api.RESPONSES, ToolCall("", "shell_call", ""), CANCELLED_TEXT,
                                       "shell_call").raw["output"]
 INTERRUPTED_NOTE = (NOTE_OPENING + "the tool call(s) above marked cancelled were interrupted "
                     "before returning a result; the outcome is unknown.]")
-# Responses call types the client answers with an output item, and repair can answer for it;
-# others run on the server. A `computer_call` is the client's too, but its output must be a
-# screenshot: nothing repair could make, so an unanswered one goes (`_SCREENSHOT_CALL`).
-_ANSWERED_BY_CLIENT = ("function_call", "custom_tool_call", "local_shell_call", "shell_call",
-                       "apply_patch_call")
-_SCREENSHOT_CALL = "computer_call"
 # Lists found valid: a steady thread's check walks only what its last request did not have.
 # What a valid chat list leaves open: nothing. A Responses one: whether an item_reference came.
 _VALID_CHAT: CheckedLists[tuple[()]] = CheckedLists(4096, ())
@@ -274,7 +268,7 @@ def _valid_responses_from(entries: Entries, start: int, referenced: bool = False
     A valid list answers each of its client calls itself, and ends in no reasoning item; what
     it leaves to the entries after it is where it last made and answered each call id, read
     from it (in C) only when an output follows. An output answers the calls open before it
-    (`_kept_outputs`): made since the last output with their id, in the latest step that made
+    (`responses_pairing`): made since the last output with their id, in the latest step that made
     it; a client call whose id a later step makes again before an output came has none."""
     made: set[str] = set()  # call ids made in entries[start:]
     open_ids: set[str] = set()
@@ -297,7 +291,7 @@ def _valid_responses_from(entries: Entries, start: int, referenced: bool = False
             made.add(call_id)
             open_ids.add(call_id)
             type_ = entry.raw.get("type")
-            if type_ in _ANSWERED_BY_CLIENT or type_ == _SCREENSHOT_CALL:
+            if type_ in ANSWERED_BY_CLIENT or type_ == SCREENSHOT_CALL:
                 pending[call_id] = i
         elif kind is RESULT:
             if earlier is None:
@@ -339,100 +333,3 @@ def _last_calls_and_outputs(entries: Entries) -> tuple[dict[str, int], dict[str,
 _KIND, _CALLS, _ANSWERS, _ID = (attrgetter("kind"), attrgetter("calls"), attrgetter("answers"),
                                 attrgetter("id"))
 _FIRST = itemgetter(0)
-
-
-def _kept_outputs(entries: Entries) -> tuple[list[bool], set[int]]:
-    """Which outputs answer a call still open before them, and which calls a kept output
-    answers. A call in a later step opens its id again: a server that numbers its calls per
-    response (`call_0` in every turn) sends valid lists, where the later output is no
-    duplicate, and answers that step's call only; parallel calls of one step that share an
-    id (a client's slip) share the output."""
-    seen: set[str] = set()
-    open_calls: dict[str, list[int]] = {}  # per id, its calls in the latest step that made it
-    answered: set[int] = set()
-    kept_ids: set[str] = set()
-    referenced = False  # an item_reference came first: a call never seen may be behind it
-    keep = [True] * len(entries)
-    step = 0  # where the latest run of call items (one step's parallel calls) begins
-    for i, entry in enumerate(entries):
-        if entry.kind is Kind.CALL and (i == 0 or entries[i - 1].kind is not Kind.CALL):
-            step = i
-        for call in entry.calls:
-            seen.add(call.id)
-            earlier = open_calls.get(call.id, ())
-            open_calls[call.id] = [*earlier, i] if earlier and earlier[-1] >= step else [i]
-        referenced = referenced or entry.raw.get("type") == "item_reference"
-        if entry.kind is Kind.RESULT:
-            answer: str = entry.answers  # type: ignore[assignment]
-            keep[i] = answer in open_calls or (referenced and answer not in seen
-                                               and answer not in kept_ids)
-            if keep[i]:
-                answered.update(open_calls.pop(answer, ()))
-                kept_ids.add(answer)
-    return keep, answered
-
-
-def _pair_responses(entries: Entries) -> tuple[list[Entry], list[int | None], int, int, list[int]]:
-    """The entries with outputs paired, and (the last list) where in them a note stands for
-    an unanswered computer call: at the end of its step, where a cancelled output would go,
-    so the reasoning item before the step stays followed by any other item of it."""
-    keep, answered = _kept_outputs(entries)
-    screens = _unanswered_screens(entries, answered)
-    out: list[Entry] = []
-    origins: list[int | None] = []
-    replaced: list[int] = []
-    cancelled = 0
-    group: list[int] = []  # the call items of the current step, open until its outputs end
-    previous: Kind | None = None
-    for i, entry in enumerate(entries):
-        extends = entry.kind is Kind.RESULT or (entry.kind is Kind.CALL and previous is Kind.CALL)
-        if not extends:
-            cancelled += _close_group(entries, group, answered, out, origins)
-            replaced += _note_screens(entries, group, screens, out, origins)
-            group.clear()
-        if entry.kind is Kind.CALL:
-            group.append(i)
-        if keep[i] and i not in screens:
-            out.append(entry)
-            origins.append(i)
-        previous = entry.kind
-    cancelled += _close_group(entries, group, answered, out, origins)
-    replaced += _note_screens(entries, group, screens, out, origins)
-    return out, origins, cancelled, keep.count(False), replaced
-
-
-def _unanswered_screens(entries: Entries, answered: set[int]) -> set[int]:
-    """The computer calls no kept output follows. One an `item_reference` comes after stays:
-    the stored screenshot it names may answer it, unseen here."""
-    last_reference = max((i for i, e in enumerate(entries)
-                          if e.raw.get("type") == "item_reference"), default=-1)
-    return {i for i, e in enumerate(entries)
-            if e.kind is Kind.CALL and e.raw.get("type") == _SCREENSHOT_CALL
-            and i not in answered and last_reference < i}
-
-
-def _note_screens(entries: Entries, group: list[int], screens: set[int], out: list[Entry],
-                  origins: list[int | None]) -> list[int]:
-    """A note for each of the group's unanswered computer calls; where they went."""
-    at = []
-    for i in group:
-        if i in screens:
-            at.append(len(out))
-            out.append(make_assistant(Api.RESPONSES, interrupted_computer_note(entries[i].raw)))
-            origins.append(None)
-    return at
-
-
-def _close_group(entries: Entries, group: list[int], answered: set[int],
-                 out: list[Entry], origins: list[int | None]) -> int:
-    """Cancelled results for the group's client calls no kept output answers (one per id:
-    an output answers every call of the step with its id)."""
-    made: set[str] = set()
-    for i in group:
-        call = entries[i].calls[0]
-        if entries[i].raw.get("type") in _ANSWERED_BY_CLIENT and i not in answered \
-                and call.id not in made:
-            out.append(make_result(Api.RESPONSES, call, CANCELLED_TEXT, entries[i].raw.get("type")))
-            origins.append(None)
-            made.add(call.id)
-    return len(made)
