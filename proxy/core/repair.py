@@ -33,7 +33,8 @@
   produced the call) goes too.
 - Responses: a reasoning item left without the item it produced is dropped, and the server
   ids of items that followed it are removed, or the items themselves when their id is required
-  (`reasoning_items`), with their outputs, a cancelled one made here too.
+  (`reasoning_items`), with their outputs, a cancelled one made here too. A call that shared
+  such an output (one id in one step) is answered again, by a cancelled output of its own kind.
 A conversation that is already valid comes out as the same tuple of the same entries.
 """
 
