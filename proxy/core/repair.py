@@ -274,8 +274,9 @@ def _valid_responses_from(entries: Entries, start: int, referenced: bool = False
     made: set[str] = set()  # call ids made in entries[start:]
     open_ids: set[str] = set()
     answered: set[str] = set()
-    pending: dict[str, int] = {}  # client calls no output has followed yet: where the latest is
-    step = start  # where the latest run of call items (one step's parallel calls) begins
+    pending: set[str] = set()  # client calls no output has followed yet
+    step: set[str] = set()  # those of them the latest run of call items (one step) made
+    last = None  # the kind of the entry before
     earlier: tuple[dict[str, int], dict[str, int]] | None = None
     for i in range(start, len(entries)):
         entry = entries[i]
@@ -285,15 +286,16 @@ def _valid_responses_from(entries: Entries, start: int, referenced: bool = False
                 return None
         elif kind is CALL:
             call_id = entry.calls[0].id
-            if i == start or entries[i - 1].kind is not CALL:
-                step = i
-            if pending.get(call_id, step) < step:
+            if last is not CALL:
+                step = set()
+            if call_id in pending and call_id not in step:
                 return None  # made again in a later step: the earlier call has no output
             made.add(call_id)
             open_ids.add(call_id)
             type_ = entry.raw.get("type")
             if type_ in ANSWERED_BY_CLIENT or type_ == SCREENSHOT_CALL:
-                pending[call_id] = i
+                pending.add(call_id)
+                step.add(call_id)
         elif kind is RESULT:
             if earlier is None:
                 earlier = _last_calls_and_outputs(entries[:start])
@@ -302,9 +304,10 @@ def _valid_responses_from(entries: Entries, start: int, referenced: bool = False
                 return None
             open_ids.discard(answer)
             answered.add(answer)
-            pending.pop(answer, None)
+            pending.discard(answer)
         elif entry.raw.get("type") == "item_reference":
             referenced = True
+        last = kind
     return None if pending else referenced
 
 
