@@ -94,7 +94,7 @@ def _kept(out: Repaired, kind: Kind) -> set[int]:
 
 def _check_pairing_of_sent(sent: list[Wire]) -> None:
     """Each unit has exactly one output per call id after it, and each output answers one."""
-    slot_of, calls, first = _pairing(sent)
+    slot_of, calls, _ = _pairing(sent)
     answered: list[Slot] = []
     latest: dict[str, Slot] = {}
     for j, item in enumerate(sent):
@@ -295,6 +295,6 @@ def test_the_whole_cascade_sends_a_list_upstream_accepts(drawn: tuple[str, tuple
 
 def _shares_an_id_with_a_required_id_call(elements: list[Wire]) -> bool:
     """A run of calls where a local shell or computer call shares its id with another call."""
-    slot_of, calls, _ = _pairing(elements)
+    _, calls, _ = _pairing(elements)
     return any(len(js) > 1 and any(elements[j]["type"] in ("local_shell_call", "computer_call") for j in js)
                for js in calls.values())
