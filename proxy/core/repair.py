@@ -9,9 +9,10 @@
   pairs by `call_id` anywhere later, so a later output still answers its call. An
   `item_reference` before an output may stand for its call (stored upstream, unseen here):
   such an output is not provably orphaned and stays.
-- A second result for the same call is dropped. A call id may come back in a later turn
-  (servers that number calls per response): a Responses output answers the calls with its id
-  made since the last output with that id, and a call after that output needs its own.
+- A second result for the same call is dropped. A call id may come back in a later step
+  (servers that number calls per response): a Responses output answers the step of the latest
+  call with its id. An earlier step's call left open there gets its own cancelled result, the
+  one it got before its id came back, so the bytes sent before stay in front (caches).
 - The parallel calls of one assistant message (of one step, in Responses) are one unit.
 - Chat's deprecated single call (`function_call`, `legacy_calls`) is such a unit too, and the
   `function` message of its name right after it its result: the form has no ids, so the
@@ -32,7 +33,8 @@
   produced the call) goes too.
 - Responses: a reasoning item left without the item it produced is dropped, and the server
   ids of items that followed it are removed, or the items themselves when their id is required
-  (`reasoning_items`), with their outputs, a cancelled one made here too.
+  (`reasoning_items`), with their outputs, a cancelled one made here too. A call that shared
+  such an output (one id in one step) is answered again, by a cancelled output of its own kind.
 A conversation that is already valid comes out as the same tuple of the same entries.
 """
 
@@ -47,26 +49,20 @@ from operator import attrgetter, is_, itemgetter
 from proxy.conversation import (Api, Entries, Entry, Kind, ToolCall, content_text, make_assistant,
                                 make_result)
 from proxy.core.checked import CheckedLists
-from proxy.core.computer_calls import NOTE_OPENING, interrupted_computer_note
+from proxy.core.computer_calls import NOTE_OPENING
 from proxy.core.kinds import CALL, REASONING, RESULT
 from proxy.core.legacy_calls import (answers_legacy_call, is_chat_result, legacy_answer,
                                      legacy_call, make_legacy_result, step_calls)
 from proxy.core.memo import memoized
 from proxy.core.reasoning_items import drop_reasoning, is_produced, unfollowed_reasoning
+from proxy.core.responses_pairing import ANSWERED_BY_CLIENT, CANCELLED_TEXT, SCREENSHOT_CALL
+from proxy.core.responses_pairing import pair_responses as _pair_responses
 
-CANCELLED_TEXT = ("[Tool call cancelled: the call was interrupted before it returned a result. "
-                  "No output was recorded for it.]")
 _CANCELLED = ("repair.cancelled",)
 _CANCELLED_SHELL_OUTPUT = make_result(Api.RESPONSES, ToolCall("", "shell_call", ""), CANCELLED_TEXT,
                                       "shell_call").raw["output"]
 INTERRUPTED_NOTE = (NOTE_OPENING + "the tool call(s) above marked cancelled were interrupted "
                     "before returning a result; the outcome is unknown.]")
-# Responses call types the client answers with an output item, and repair can answer for it;
-# others run on the server. A `computer_call` is the client's too, but its output must be a
-# screenshot: nothing repair could make, so an unanswered one goes (`_SCREENSHOT_CALL`).
-_ANSWERED_BY_CLIENT = ("function_call", "custom_tool_call", "local_shell_call", "shell_call",
-                       "apply_patch_call")
-_SCREENSHOT_CALL = "computer_call"
 # Lists found valid: a steady thread's check walks only what its last request did not have.
 # What a valid chat list leaves open: nothing. A Responses one: whether an item_reference came.
 _VALID_CHAT: CheckedLists[tuple[()]] = CheckedLists(4096, ())
@@ -136,8 +132,26 @@ def _finish(original: Entries, out: list[Entry], origins: list[int | None], canc
     # when its reasoning item goes (a note answers nothing: it never goes). The counts are of
     # what goes upstream and of what of the input was left out.
     made_gone = origins.count(None) - lost.origins.count(None)
-    return Repaired(lost.entries, lost.origins, cancelled - made_gone, dropped, lost.reasoning,
+    done = Repaired(lost.entries, lost.origins, cancelled - made_gone, dropped, lost.reasoning,
                     lost.ids_removed, lost.items_dropped - made_gone, notes, dropped_calls)
+    # An output gone with its call answered another call of its step too (one id): that one
+    # is open again. Each pass only takes items out or answers calls, so this ends.
+    return _then(done, repair(lost.entries)) if lost.items_dropped else done
+
+
+def _then(first: Repaired, second: Repaired) -> Repaired:
+    """`second` (a repair of `first.entries`) counted against the input of `first`."""
+    if not second.changed:
+        return first
+    origins = tuple(None if o is None else first.origins[o] for o in second.origins)
+    made_gone = first.origins.count(None) - sum(1 for o in second.origins
+                                                if o is not None and first.origins[o] is None)
+    return Repaired(second.entries, origins, first.cancelled + second.cancelled - made_gone,
+                    first.dropped_results + second.dropped_results,
+                    first.dropped_reasoning + second.dropped_reasoning,
+                    first.ids_removed + second.ids_removed,
+                    first.dropped_items + second.dropped_items - made_gone,
+                    first.notes + second.notes, first.dropped_calls + second.dropped_calls)
 
 
 def _valid_chat(entries: Entries) -> bool:
@@ -255,11 +269,14 @@ def _valid_responses_from(entries: Entries, start: int, referenced: bool = False
     A valid list answers each of its client calls itself, and ends in no reasoning item; what
     it leaves to the entries after it is where it last made and answered each call id, read
     from it (in C) only when an output follows. An output answers the calls open before it
-    (`_kept_outputs`): made since the last output with their id."""
+    (`responses_pairing`): made since the last output with their id, in the latest step that made
+    it; a client call whose id a later step makes again before an output came has none."""
     made: set[str] = set()  # call ids made in entries[start:]
     open_ids: set[str] = set()
     answered: set[str] = set()
     pending: set[str] = set()  # client calls no output has followed yet
+    step: set[str] = set()  # those of them the latest run of call items (one step) made
+    last = None  # the kind of the entry before
     earlier: tuple[dict[str, int], dict[str, int]] | None = None
     for i in range(start, len(entries)):
         entry = entries[i]
@@ -269,11 +286,16 @@ def _valid_responses_from(entries: Entries, start: int, referenced: bool = False
                 return None
         elif kind is CALL:
             call_id = entry.calls[0].id
+            if last is not CALL:
+                step = set()
+            if call_id in pending and call_id not in step:
+                return None  # made again in a later step: the earlier call has no output
             made.add(call_id)
             open_ids.add(call_id)
             type_ = entry.raw.get("type")
-            if type_ in _ANSWERED_BY_CLIENT or type_ == _SCREENSHOT_CALL:
+            if type_ in ANSWERED_BY_CLIENT or type_ == SCREENSHOT_CALL:
                 pending.add(call_id)
+                step.add(call_id)
         elif kind is RESULT:
             if earlier is None:
                 earlier = _last_calls_and_outputs(entries[:start])
@@ -285,6 +307,7 @@ def _valid_responses_from(entries: Entries, start: int, referenced: bool = False
             pending.discard(answer)
         elif entry.raw.get("type") == "item_reference":
             referenced = True
+        last = kind
     return None if pending else referenced
 
 
@@ -314,93 +337,3 @@ def _last_calls_and_outputs(entries: Entries) -> tuple[dict[str, int], dict[str,
 _KIND, _CALLS, _ANSWERS, _ID = (attrgetter("kind"), attrgetter("calls"), attrgetter("answers"),
                                 attrgetter("id"))
 _FIRST = itemgetter(0)
-
-
-def _kept_outputs(entries: Entries) -> tuple[list[bool], dict[str, int]]:
-    """Which outputs answer a call still open before them, and per call id where its last kept
-    output is. A call opens its id again: a server that numbers its calls per response
-    (`call_0` in every turn) sends valid lists, where the later output is no duplicate."""
-    seen: set[str] = set()
-    open_ids: set[str] = set()
-    last_answer: dict[str, int] = {}
-    referenced = False  # an item_reference came first: a call never seen may be behind it
-    keep = [True] * len(entries)
-    for i, entry in enumerate(entries):
-        for call in entry.calls:
-            seen.add(call.id)
-            open_ids.add(call.id)
-        referenced = referenced or entry.raw.get("type") == "item_reference"
-        if entry.kind is Kind.RESULT:
-            answer: str = entry.answers  # type: ignore[assignment]
-            keep[i] = answer in open_ids or (referenced and answer not in seen
-                                             and answer not in last_answer)
-            if keep[i]:
-                open_ids.discard(answer)
-                last_answer[answer] = i
-    return keep, last_answer
-
-
-def _pair_responses(entries: Entries) -> tuple[list[Entry], list[int | None], int, int, list[int]]:
-    """The entries with outputs paired, and (the last list) where in them a note stands for
-    an unanswered computer call: at the end of its step, where a cancelled output would go,
-    so the reasoning item before the step stays followed by any other item of it."""
-    keep, last_answer = _kept_outputs(entries)
-    screens = _unanswered_screens(entries, last_answer)
-    out: list[Entry] = []
-    origins: list[int | None] = []
-    replaced: list[int] = []
-    cancelled = 0
-    group: list[int] = []  # the call items of the current step, open until its outputs end
-    previous: Kind | None = None
-    for i, entry in enumerate(entries):
-        extends = entry.kind is Kind.RESULT or (entry.kind is Kind.CALL and previous is Kind.CALL)
-        if not extends:
-            cancelled += _close_group(entries, group, last_answer, out, origins)
-            replaced += _note_screens(entries, group, screens, out, origins)
-            group.clear()
-        if entry.kind is Kind.CALL:
-            group.append(i)
-        if keep[i] and i not in screens:
-            out.append(entry)
-            origins.append(i)
-        previous = entry.kind
-    cancelled += _close_group(entries, group, last_answer, out, origins)
-    replaced += _note_screens(entries, group, screens, out, origins)
-    return out, origins, cancelled, keep.count(False), replaced
-
-
-def _unanswered_screens(entries: Entries, last_answer: dict[str, int]) -> set[int]:
-    """The computer calls no kept output follows. One an `item_reference` comes after stays:
-    the stored screenshot it names may answer it, unseen here."""
-    last_reference = max((i for i, e in enumerate(entries)
-                          if e.raw.get("type") == "item_reference"), default=-1)
-    return {i for i, e in enumerate(entries)
-            if e.kind is Kind.CALL and e.raw.get("type") == _SCREENSHOT_CALL
-            and last_answer.get(e.calls[0].id, -1) < i and last_reference < i}
-
-
-def _note_screens(entries: Entries, group: list[int], screens: set[int], out: list[Entry],
-                  origins: list[int | None]) -> list[int]:
-    """A note for each of the group's unanswered computer calls; where they went."""
-    at = []
-    for i in group:
-        if i in screens:
-            at.append(len(out))
-            out.append(make_assistant(Api.RESPONSES, interrupted_computer_note(entries[i].raw)))
-            origins.append(None)
-    return at
-
-
-def _close_group(entries: Entries, group: list[int], last_answer: dict[str, int],
-                 out: list[Entry], origins: list[int | None]) -> int:
-    """Cancelled results for the group's client calls that no kept output follows (one per
-    id: an output answers every open call with its id)."""
-    made: set[str] = set()
-    for i in group:
-        call = entries[i].calls[0]
-        if entries[i].raw.get("type") in _ANSWERED_BY_CLIENT and last_answer.get(call.id, -1) < i \
-                and call.id not in made:
-            out.append(make_result(Api.RESPONSES, call, CANCELLED_TEXT, entries[i].raw.get("type")))
-            origins.append(None)
-            made.add(call.id)
-    return len(made)

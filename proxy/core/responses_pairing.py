@@ -1,0 +1,118 @@
+"""Responses repair's pairing (SPEC §5): which outputs answer a call, and the cancelled
+outputs and computer-call notes for the calls none answers, each at the end of its step.
+
+An output answers the step (the run of parallel call items) of the latest call with its id
+before it, once; parallel calls that share an id share it. `repair` drops what is left of the
+reasoning items and counts.
+"""
+
+from __future__ import annotations
+
+from proxy.conversation import Api, Entries, Entry, Kind, make_assistant, make_result
+from proxy.core.computer_calls import interrupted_computer_note
+
+CANCELLED_TEXT = ("[Tool call cancelled: the call was interrupted before it returned a result. "
+                  "No output was recorded for it.]")
+# Responses call types the client answers with an output item, and repair can answer for it;
+# others run on the server. A `computer_call` is the client's too, but its output must be a
+# screenshot: nothing repair could make, so an unanswered one goes (`SCREENSHOT_CALL`).
+ANSWERED_BY_CLIENT = ("function_call", "custom_tool_call", "local_shell_call", "shell_call",
+                      "apply_patch_call")
+SCREENSHOT_CALL = "computer_call"
+
+
+def _kept_outputs(entries: Entries) -> tuple[list[bool], set[int]]:
+    """Which outputs answer a call still open before them, and which calls a kept output
+    answers. A call in a later step opens its id again: a server that numbers its calls per
+    response (`call_0` in every turn) sends valid lists, where the later output is no
+    duplicate, and answers that step's call only; parallel calls of one step that share an
+    id (a client's slip) share the output."""
+    seen: set[str] = set()
+    open_calls: dict[str, list[int]] = {}  # per id, its calls in the latest step that made it
+    answered: set[int] = set()
+    kept_ids: set[str] = set()
+    referenced = False  # an item_reference came first: a call never seen may be behind it
+    keep = [True] * len(entries)
+    step = 0  # where the latest run of call items (one step's parallel calls) begins
+    for i, entry in enumerate(entries):
+        if entry.kind is Kind.CALL and (i == 0 or entries[i - 1].kind is not Kind.CALL):
+            step = i
+        for call in entry.calls:
+            seen.add(call.id)
+            earlier = open_calls.get(call.id, ())
+            open_calls[call.id] = [*earlier, i] if earlier and earlier[-1] >= step else [i]
+        referenced = referenced or entry.raw.get("type") == "item_reference"
+        if entry.kind is Kind.RESULT:
+            answer: str = entry.answers  # type: ignore[assignment]
+            keep[i] = answer in open_calls or (referenced and answer not in seen
+                                               and answer not in kept_ids)
+            if keep[i]:
+                answered.update(open_calls.pop(answer, ()))
+                kept_ids.add(answer)
+    return keep, answered
+
+
+def pair_responses(entries: Entries) -> tuple[list[Entry], list[int | None], int, int, list[int]]:
+    """The entries with outputs paired, and (the last list) where in them a note stands for
+    an unanswered computer call: at the end of its step, where a cancelled output would go,
+    so the reasoning item before the step stays followed by any other item of it."""
+    keep, answered = _kept_outputs(entries)
+    screens = _unanswered_screens(entries, answered)
+    out: list[Entry] = []
+    origins: list[int | None] = []
+    replaced: list[int] = []
+    cancelled = 0
+    group: list[int] = []  # the call items of the current step, open until its outputs end
+    previous: Kind | None = None
+    for i, entry in enumerate(entries):
+        extends = entry.kind is Kind.RESULT or (entry.kind is Kind.CALL and previous is Kind.CALL)
+        if not extends:
+            cancelled += _close_group(entries, group, answered, out, origins)
+            replaced += _note_screens(entries, group, screens, out, origins)
+            group.clear()
+        if entry.kind is Kind.CALL:
+            group.append(i)
+        if keep[i] and i not in screens:
+            out.append(entry)
+            origins.append(i)
+        previous = entry.kind
+    cancelled += _close_group(entries, group, answered, out, origins)
+    replaced += _note_screens(entries, group, screens, out, origins)
+    return out, origins, cancelled, keep.count(False), replaced
+
+
+def _unanswered_screens(entries: Entries, answered: set[int]) -> set[int]:
+    """The computer calls no kept output follows. One an `item_reference` comes after stays:
+    the stored screenshot it names may answer it, unseen here."""
+    last_reference = max((i for i, e in enumerate(entries)
+                          if e.raw.get("type") == "item_reference"), default=-1)
+    return {i for i, e in enumerate(entries)
+            if e.kind is Kind.CALL and e.raw.get("type") == SCREENSHOT_CALL
+            and i not in answered and last_reference < i}
+
+
+def _note_screens(entries: Entries, group: list[int], screens: set[int], out: list[Entry],
+                  origins: list[int | None]) -> list[int]:
+    """A note for each of the group's unanswered computer calls; where they went."""
+    at = []
+    for i in group:
+        if i in screens:
+            at.append(len(out))
+            out.append(make_assistant(Api.RESPONSES, interrupted_computer_note(entries[i].raw)))
+            origins.append(None)
+    return at
+
+
+def _close_group(entries: Entries, group: list[int], answered: set[int],
+                 out: list[Entry], origins: list[int | None]) -> int:
+    """Cancelled results for the group's client calls no kept output answers (one per id:
+    an output answers every call of the step with its id)."""
+    made: set[str] = set()
+    for i in group:
+        call = entries[i].calls[0]
+        if entries[i].raw.get("type") in ANSWERED_BY_CLIENT and i not in answered \
+                and call.id not in made:
+            out.append(make_result(Api.RESPONSES, call, CANCELLED_TEXT, entries[i].raw.get("type")))
+            origins.append(None)
+            made.add(call.id)
+    return len(made)
