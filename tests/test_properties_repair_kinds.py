@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypothesis import assume, example, given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from proxy.conversation import Entries, Entry, Kind, content_text
@@ -280,8 +280,6 @@ def test_the_whole_cascade_sends_a_list_upstream_accepts(drawn: tuple[str, tuple
     every call kind and reused ids: the projection passes the fake upstream's rules, and a
     stage that reports no change gave back what it took."""
     api, (elements, _) = drawn
-    # Left out: the sanitizer's gap (`test_repair_reused_call_ids`, the xfail at its end).
-    assume(api == "chat" or not _shares_an_id_with_a_required_id_call(elements))
     entries = entries_of(api, elements)
     context = data.draw(cascade_contexts(len(elements), compaction=data.draw(st.booleans())))
     result = run_cascade(entries, context)
@@ -292,9 +290,3 @@ def test_the_whole_cascade_sends_a_list_upstream_accepts(drawn: tuple[str, tuple
     repaired = [r.changed for r in result.reports if r.name == "repair"]
     assert sum(repaired) == repair(entries).changed  # none ran: the list was inert, valid
 
-
-def _shares_an_id_with_a_required_id_call(elements: list[Wire]) -> bool:
-    """A run of calls where a local shell or computer call shares its id with another call."""
-    _, calls, _ = _pairing(elements)
-    return any(len(js) > 1 and any(elements[j]["type"] in ("local_shell_call", "computer_call") for j in js)
-               for js in calls.values())

@@ -111,9 +111,6 @@ def test_a_call_sharing_its_id_with_a_local_shell_call_that_goes_gets_its_own_ou
     assert (out.cancelled, out.dropped_reasoning, out.dropped_items) == (1, 1, 2)
 
 
-@pytest.mark.xfail(strict=True, reason="the sanitizer drops a reasoning item's local shell call and its "
-                   "output, which another call of the step with the same id also needed; it makes no "
-                   "cancelled output for that call (proxy/core/sanitize.py, left to its owner)")
 def test_the_sanitizer_leaves_no_call_of_a_shared_id_without_an_output() -> None:
     from proxy.core.cascade import CascadeContext, run_cascade
     from proxy.settings import CompactionSettings

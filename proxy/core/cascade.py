@@ -3,8 +3,10 @@
 Repair makes the tool structure valid over the whole list (the window included: an invalid
 list fails upstream wherever the fault is). The protected window is then measured on the
 repaired list, once, and the cheap stages run outside it; each is switchable in settings.
-Last, the sanitizer applies the policy that fits what happened (`policy_for`). Entries no stage
-changed come out as the very same objects, so they go upstream as the client's bytes.
+Last, the sanitizer applies the policy that fits what happened (`policy_for`); a call that
+shared its output with a server item the sanitizer took out gets a cancelled one
+(`shared_outputs`), counted in its report. Entries no stage changed come out as the very same
+objects, so they go upstream as the client's bytes.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from proxy.core.collapse import collapse, settled_start
 from proxy.core.microcompact import microcompact
 from proxy.core.repair import repair
 from proxy.core.sanitize import Policy, Sanitized, counts, policy_for, sanitize
+from proxy.core.shared_outputs import answer_left_calls
 from proxy.core.stage import (Derived, Measure, Origins, StageContext, StageReport, StageResult,
                               with_key)
 from proxy.core.truncate import truncate
@@ -174,17 +177,26 @@ def _sanitized(frame: _Frame, client: Entries, context: CascadeContext, memo: _M
     policy = context.policy or policy_for(compacted=context.compacted, changed=changed,
                                           keep_loop=context.keep_loop)
     clean = sanitize(frame.entries, policy, changed_at=first_difference(client, frame.entries))
-    tokens = replaced_tokens(memo.measure, frame.entries, clean.entries)
-    report = StageReport("sanitize", clean.changed, tokens)
+    if clean.items_dropped:  # a call may have shared an output that went with a server item
+        entries, placed, made = answer_left_calls(frame.entries, clean.entries, clean.kept)
+    else:
+        entries, placed, made = clean.entries, clean.kept, 0
+    tokens = replaced_tokens(memo.measure, frame.entries, entries)
+    report = StageReport("sanitize", clean.changed + made, tokens)
     protected_from = len(frame.entries) - (frame.tail or 0)
-    start = bisect_left(clean.kept, protected_from)  # `kept` is increasing
-    entries = clean.entries
-    origins = (frame.origins if len(clean.kept) == len(frame.entries)  # nothing dropped
-               else tuple(frame.origins[i] for i in clean.kept))
+    if made:
+        # A made output ends its step, which the window never splits: it is on its step's side.
+        start = next((p for p, i in enumerate(placed) if i is not None and i >= protected_from),
+                     len(placed))
+        origins = tuple(None if i is None else frame.origins[i] for i in placed)
+    else:
+        start = bisect_left(clean.kept, protected_from)  # `kept` is increasing
+        origins = (frame.origins if len(clean.kept) == len(frame.entries)  # nothing dropped
+                   else tuple(frame.origins[i] for i in clean.kept))
     if None in map(_KEY, entries):
         entries = tuple(memo.keyed(e) for e in entries)
     return CascadeResult(entries, origins, (*reports, report), clean, mark, start,
-                         changed or clean.changed > 0)
+                         changed or report.changed > 0)
 
 
 def _stage_context(frame: _Frame, context: CascadeContext, measure: Measure,

@@ -10,7 +10,9 @@ Server-side items (`web_search_call`, `mcp_call`, `computer_call`, ...) are diff
 without its reasoning item, one is refused ("Item 'ws_…' of type 'web_search_call' was provided
 without its required 'reasoning' item", seen live by several clients). Such an item therefore
 goes with the reasoning item it follows, and so do the outputs that answer it. Shared by repair
-(reasoning left without its item) and the sanitizer (reasoning dropped by policy).
+(reasoning left without its item) and the sanitizer (reasoning dropped by policy). Another call
+of the step under the same id, which shared such an output, is then left without one: repair
+answers it in a second pass, the cascade after the sanitizer (`shared_outputs`).
 """
 
 from __future__ import annotations
