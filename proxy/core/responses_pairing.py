@@ -21,6 +21,12 @@ ANSWERED_BY_CLIENT = ("function_call", "custom_tool_call", "local_shell_call", "
 SCREENSHOT_CALL = "computer_call"
 
 
+def cancelled_output(call: Entry) -> Entry:
+    """The output repair makes for a Responses call item none answers: cancelled, in the
+    call's own output kind, claiming no outcome."""
+    return make_result(Api.RESPONSES, call.calls[0], CANCELLED_TEXT, call.raw.get("type"))
+
+
 def _kept_outputs(entries: Entries) -> tuple[list[bool], set[int]]:
     """Which outputs answer a call still open before them, and which calls a kept output
     answers. A call in a later step opens its id again: a server that numbers its calls per
@@ -112,7 +118,7 @@ def _close_group(entries: Entries, group: list[int], answered: set[int],
         call = entries[i].calls[0]
         if entries[i].raw.get("type") in ANSWERED_BY_CLIENT and i not in answered \
                 and call.id not in made:
-            out.append(make_result(Api.RESPONSES, call, CANCELLED_TEXT, entries[i].raw.get("type")))
+            out.append(cancelled_output(entries[i]))
             origins.append(None)
             made.add(call.id)
     return len(made)

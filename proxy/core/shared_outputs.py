@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from proxy.conversation import Api, Entries, Entry, make_result
+from proxy.conversation import Api, Entries, Entry
 from proxy.core.kinds import CALL, RESULT
-from proxy.core.responses_pairing import ANSWERED_BY_CLIENT, CANCELLED_TEXT
+from proxy.core.responses_pairing import ANSWERED_BY_CLIENT, cancelled_output
 
 Slot = tuple[int, str]  # (where a run of call items, one step, begins; a call id)
 
@@ -59,9 +59,7 @@ def _made_outputs(before: Entries, kept: set[int]) -> dict[int, list[Entry]]:
     for start, call_id in sorted(lost - answered):
         left = _left_call(before, kept, start, call_id)
         if left is not None:
-            call = before[left]
-            made.setdefault(_group_end(before, start), []).append(
-                make_result(Api.RESPONSES, call.calls[0], CANCELLED_TEXT, call.raw.get("type")))
+            made.setdefault(_group_end(before, start), []).append(cancelled_output(before[left]))
     return made
 
 
