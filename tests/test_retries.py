@@ -56,6 +56,9 @@ def test_rejected_encrypted_reasoning_is_stripped_and_retried(make_fake, make_pr
     assert not any(i.get("type") == "reasoning" for i in sent[1].json["input"])
     line = proxy.requests()[-1]
     assert line["retried"] == "encrypted reasoning rejected" and line["first_status"] == 400
+    # Each call's wait apart: the refused one's is not lost under the retry's.
+    assert isinstance(line["first_upstream_ms"], float) and isinstance(line["upstream_ms"], float)
+    assert line["first_upstream_ms"] + line["upstream_ms"] <= line["duration_ms"]
     assert proxy.logs.events("upstream_retry")
 
 

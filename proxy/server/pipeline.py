@@ -261,7 +261,9 @@ class Pipeline:
                           tenant=prepared.identity.tenant, reason=attempt.reason, status=status)
         if self.metrics is not None:
             self.metrics.retries.labels(attempt.reason or "").inc()
-        line.set(retried=attempt.reason, first_status=status)
+        # The retry's call sets `upstream_ms` again: the refused call's wait is kept apart.
+        line.set(retried=attempt.reason, first_status=status,
+                 first_upstream_ms=line.fields.get("upstream_ms"))
         try:
             return await self.prepare(prepared.inbound, prepared.identity, prepared.upstream,
                                       line, prepared.client_headers, attempt)
