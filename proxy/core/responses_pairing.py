@@ -2,14 +2,16 @@
 outputs and computer-call notes for the calls none answers, each at the end of its step.
 
 An output answers the step (the run of parallel call items) of the latest call with its id
-before it, once; parallel calls that share an id share it. `repair` drops what is left of the
-reasoning items and counts.
+before it, once; parallel calls that share an id share it. `call_slots` states that rule, for
+repair here and for the sanitizer's answers (`shared_outputs`). `repair` drops what is left of
+the reasoning items and counts.
 """
 
 from __future__ import annotations
 
 from proxy.conversation import Api, Entries, Entry, Kind, make_assistant, make_result
 from proxy.core.computer_calls import interrupted_computer_note
+from proxy.core.kinds import CALL, RESULT
 
 CANCELLED_TEXT = ("[Tool call cancelled: the call was interrupted before it returned a result. "
                   "No output was recorded for it.]")
@@ -19,6 +21,7 @@ CANCELLED_TEXT = ("[Tool call cancelled: the call was interrupted before it retu
 ANSWERED_BY_CLIENT = ("function_call", "custom_tool_call", "local_shell_call", "shell_call",
                       "apply_patch_call")
 SCREENSHOT_CALL = "computer_call"
+Slot = tuple[int, str]  # (where a step, a run of call items, begins; a call id)
 
 
 def cancelled_output(call: Entry) -> Entry:
@@ -27,35 +30,55 @@ def cancelled_output(call: Entry) -> Entry:
     return make_result(Api.RESPONSES, call.calls[0], CANCELLED_TEXT, call.raw.get("type"))
 
 
-def _kept_outputs(entries: Entries) -> tuple[list[bool], set[int]]:
-    """Which outputs answer a call still open before them, and which calls a kept output
-    answers. A call in a later step opens its id again: a server that numbers its calls per
-    response (`call_0` in every turn) sends valid lists, where the later output is no
-    duplicate, and answers that step's call only; parallel calls of one step that share an
-    id (a client's slip) share the output."""
-    seen: set[str] = set()
-    open_calls: dict[str, list[int]] = {}  # per id, its calls in the latest step that made it
-    answered: set[int] = set()
-    kept_ids: set[str] = set()
-    referenced = False  # an item_reference came first: a call never seen may be behind it
-    keep = [True] * len(entries)
-    step = 0  # where the latest run of call items (one step's parallel calls) begins
+def call_slots(entries: Entries) -> tuple[dict[int, Slot], dict[int, Slot | None]]:
+    """The one statement of the pairing rule: per call item (by index, in order), its slot; per
+    output, the slot it answers, that of the latest call with its id before it (None: no call
+    before it made the id). Whether an output is the first for its slot, or one behind an
+    `item_reference`, is the reader's to decide."""
+    calls: dict[int, Slot] = {}
+    outputs: dict[int, Slot | None] = {}
+    latest: dict[str, int] = {}  # per call id, where the step of its latest call begins
+    step = 0
+    previous: Kind | None = None
     for i, entry in enumerate(entries):
-        if entry.kind is Kind.CALL and (i == 0 or entries[i - 1].kind is not Kind.CALL):
-            step = i
-        for call in entry.calls:
-            seen.add(call.id)
-            earlier = open_calls.get(call.id, ())
-            open_calls[call.id] = [*earlier, i] if earlier and earlier[-1] >= step else [i]
-        referenced = referenced or entry.raw.get("type") == "item_reference"
-        if entry.kind is Kind.RESULT:
+        kind = entry.kind
+        if kind is CALL:
+            if previous is not CALL:
+                step = i
+            call_id = entry.calls[0].id  # a Responses call item carries one call
+            latest[call_id] = step
+            calls[i] = (step, call_id)
+        elif kind is RESULT:
             answer: str = entry.answers  # type: ignore[assignment]
-            keep[i] = answer in open_calls or (referenced and answer not in seen
-                                               and answer not in kept_ids)
+            start = latest.get(answer)
+            outputs[i] = None if start is None else (start, answer)
+        previous = kind
+    return calls, outputs
+
+
+def _kept_outputs(entries: Entries) -> tuple[list[bool], set[int]]:
+    """Which outputs answer a slot still open before them (`call_slots`), and which calls a
+    kept output answers. A call in a later step opens its id again: a server that numbers its
+    calls per response (`call_0` in every turn) sends valid lists, where the later output is no
+    duplicate, and answers that step's call only; parallel calls of one step that share an id
+    (a client's slip) share the output. An output no call before it made stays after an
+    `item_reference` (its call may be stored upstream), once per id."""
+    calls, outputs = call_slots(entries)
+    referenced_from = next((i for i, e in enumerate(entries)
+                            if e.raw.get("type") == "item_reference"), len(entries))
+    keep = [True] * len(entries)
+    answered: set[Slot] = set()
+    unseen_kept: set[str] = set()  # ids of outputs kept behind an item_reference
+    for i, slot in outputs.items():
+        if slot is not None:
+            keep[i] = slot not in answered
+            answered.add(slot)
+        else:
+            answer: str = entries[i].answers  # type: ignore[assignment]
+            keep[i] = i > referenced_from and answer not in unseen_kept
             if keep[i]:
-                answered.update(open_calls.pop(answer, ()))
-                kept_ids.add(answer)
-    return keep, answered
+                unseen_kept.add(answer)
+    return keep, {i for i, slot in calls.items() if slot in answered}
 
 
 def pair_responses(entries: Entries) -> tuple[list[Entry], list[int | None], int, int, list[int]]:

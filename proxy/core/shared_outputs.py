@@ -19,9 +19,7 @@ from collections.abc import Sequence
 
 from proxy.conversation import Api, Entries, Entry
 from proxy.core.kinds import CALL, RESULT
-from proxy.core.responses_pairing import ANSWERED_BY_CLIENT, cancelled_output
-
-Slot = tuple[int, str]  # (where a run of call items, one step, begins; a call id)
+from proxy.core.responses_pairing import ANSWERED_BY_CLIENT, Slot, call_slots, cancelled_output
 
 
 def answer_left_calls(before: Entries, after: Entries, kept: Sequence[int]
@@ -64,20 +62,13 @@ def _made_outputs(before: Entries, kept: set[int]) -> dict[int, list[Entry]]:
 
 
 def _lost_slots(before: Entries, kept: set[int]) -> tuple[set[Slot], set[Slot]]:
-    """The slots an output that went answered, and those a kept output answers. An output
-    answers the step of the latest call with its id before it (`responses_pairing`)."""
-    latest: dict[str, int] = {}
+    """The slots an output that went answered, and those a kept output answers
+    (`responses_pairing.call_slots`)."""
     lost: set[Slot] = set()
     answered: set[Slot] = set()
-    start = 0
-    for i, entry in enumerate(before):
-        if entry.kind is CALL:
-            if i == 0 or before[i - 1].kind is not CALL:
-                start = i
-            latest[entry.calls[0].id] = start
-        elif entry.kind is RESULT and entry.answers in latest:
-            slot = (latest[entry.answers], entry.answers)  # type: ignore[index]
-            (answered if i in kept else lost).add(slot)  # type: ignore[arg-type]
+    for i, slot in call_slots(before)[1].items():
+        if slot is not None:
+            (answered if i in kept else lost).add(slot)
     return lost, answered
 
 
