@@ -62,6 +62,10 @@ def served(handler: Handler, drain: Drain) -> Handler:
         except Exception:
             request.app[SERVICES].log.exception("unhandled_error", path=request.path,
                                                 method=request.method)
+            if request.writer.output_size > 0:
+                # An answer under way cannot be replaced: a second one would land inside its
+                # body. Raised on, the connection closes and the client sees it broken off.
+                raise
             return render_error(unhandled_error())
 
     return serve
