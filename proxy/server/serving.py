@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.web_urldispatcher import _default_expect_handler
 
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError, ShuttingDown
 from proxy.server.drain import CUT_MESSAGE, Drain, is_cut, resume_after_cut
@@ -22,6 +23,7 @@ from proxy.server.services import SERVICES
 from proxy.threads import tenant_digest
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+ExpectHandler = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
 
 
 def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> web.Response:
@@ -71,6 +73,27 @@ def served(handler: Handler, drain: Drain) -> Handler:
     return serve
 
 
+def expecting(kind: str, expect: ExpectHandler = _default_expect_handler) -> ExpectHandler:
+    """`expect`, the step aiohttp runs for a request's `Expect` header before any handler, with
+    its refusal (an expectation other than 100-continue: 417) answered as the handlers'
+    errors are. aiohttp's own is plain text quoting the header, and no line would tell of it."""
+
+    async def check(request: web.Request) -> web.StreamResponse | None:
+        try:
+            return await expect(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            services = request.app[SERVICES]
+            error = _from_http_exception(request, exc)
+            with RequestLine(services.log, services.metrics, kind, path=request.path,
+                             method=request.method, tenant=tenant_digest(request.headers)) as line:
+                line.set(status=error.status, error=error.code or error.type)
+            return render_error(error)
+
+    return check
+
+
 class Unserved(web.PlainResource):
     """The last resource, which takes every request the others do not (`OPTIONS *` and a path
     with an encoded newline, which no route pattern matches, included): the proxy answers it,
@@ -79,7 +102,7 @@ class Unserved(web.PlainResource):
 
     def __init__(self) -> None:
         super().__init__("/")
-        self.add_route("*", self._answer)
+        self.add_route("*", self._answer, expect_handler=expecting("other"))
 
     def _match(self, path: str) -> dict[str, str] | None:
         return {}  # aiohttp's test of a path against the resource: any path matches
@@ -104,9 +127,19 @@ class Unserved(web.PlainResource):
 def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ProxyError:
     if exc.status in (404, 405):
         return _not_served(request, exc.status)
+    if exc.status == 417:
+        return _expectation_failed()
     error = ProxyError(exc.reason or "Request failed.")
     error.status = exc.status
     error.type = "invalid_request_error"
+    return error
+
+
+def _expectation_failed() -> ProxyError:
+    # Not the header's value: a client's header is never quoted back or logged.
+    error = ProxyError("The proxy meets only the expectation 100-continue: send the request "
+                       "without this Expect header.", code="expectation_failed")
+    error.status, error.type = 417, "invalid_request_error"
     return error
 
 
