@@ -183,5 +183,8 @@ def test_a_fault_outside_the_handler_is_a_500_proxy_error_logged_as_unhandled_er
         "type": "server_error", "param": None, "code": "proxy_error"}}
     crash = _assert_one_crash_without_the_secret(broken, "a bug in the Expect step")
     assert (crash["path"], crash["method"]) == ("/v1/chat/completions", "POST")
+    # No handler ran, so no request line counted it: the connection does, as `other`.
+    metrics = httpx.get(f"{broken.url}/metrics", timeout=10).text
+    assert 'proxy_requests_total{kind="other",status="500"} 1.0' in metrics
     monkeypatch.undo()
     _assert_healthy(broken)
