@@ -18,6 +18,7 @@ import httpx
 import openai
 import pytest
 
+from proxy.errors import UpstreamUnavailable
 from proxy.server import client_body
 from proxy.server.services import SERVICES
 from proxy.testing.fake_upstream import FakeUpstream
@@ -118,36 +119,38 @@ def test_a_fault_after_a_stream_went_out_breaks_it_off_without_a_second_answer(
 
 
 class TapThatBreaks:
-    """A stream's tap with a bug met at its third chunk, the answer half relayed."""
+    """A stream's tap that raises `fault` at its third chunk, the answer half relayed."""
 
-    def __init__(self, tap: Any) -> None:
-        self._tap, self._fed = tap, 0
+    def __init__(self, tap: Any, fault: Exception) -> None:
+        self._tap, self._fault, self._fed = tap, fault, 0
 
     def feed(self, chunk: bytes) -> bytes:
         self._fed += 1
         if self._fed == 3:
-            raise RuntimeError("a bug in the middle of a stream")
+            raise self._fault
         return self._tap.feed(chunk)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._tap, name)
 
 
-def test_a_fault_in_the_middle_of_a_stream_is_an_error_for_the_sdk_not_a_short_answer(
-        make_proxy: Callable[..., RunningProxy], make_fake: Callable[..., FakeUpstream]) -> None:
-    fake = make_fake(chunk_delay=0.02)  # an event a chunk
-    fake.script(Reply.text("one two three four five six seven eight nine ten"))
-    proxy = make_proxy(fake)
+def _breaking_streams(proxy: RunningProxy, fault: Exception) -> Callable[[], None]:
+    """Every stream's tap of `proxy` raises `fault` midway; returns the undo."""
     pipeline = proxy.app[SERVICES].pipeline
     prepare = pipeline.prepare
 
     async def prepare_breaking(*args: Any, **kwargs: Any) -> Any:
         prepared = await prepare(*args, **kwargs)
         made = prepared.stream_tap
-        prepared.stream_tap = lambda: TapThatBreaks(made())
+        prepared.stream_tap = lambda: TapThatBreaks(made(), fault)
         return prepared
 
     pipeline.prepare = prepare_breaking
+    return lambda: setattr(pipeline, "prepare", prepare)
+
+
+def _stream_broken_off(proxy: RunningProxy) -> str:
+    """Streams a chat answer with the SDK, which must raise; returns the text it got."""
     client = openai.OpenAI(base_url=proxy.base_url, api_key=SECRET, max_retries=0, timeout=10)
     got: list[str] = []
     with client, pytest.raises(openai.APIConnectionError) as failed:
@@ -156,9 +159,28 @@ def test_a_fault_in_the_middle_of_a_stream_is_an_error_for_the_sdk_not_a_short_a
     # Broken off where the fault was, as an upstream that broke off: not an error answer
     # written inside the stream's body ("illegal chunk header: HTTP/1.1 500 ...").
     assert "incomplete chunked read" in str(failed.value.__cause__)
-    assert "ten" not in "".join(got)
-    _assert_one_crash_without_the_secret(proxy, "a bug in the middle of a stream")
-    pipeline.prepare = prepare
+    return "".join(got)
+
+
+@pytest.mark.parametrize("fault", [RuntimeError("a bug in the middle of a stream"),
+                                   UpstreamUnavailable("an error of the proxy's own, late")],
+                         ids=["bug", "proxy error"])
+def test_a_fault_in_the_middle_of_a_stream_breaks_it_off_for_the_sdk(
+        make_proxy: Callable[..., RunningProxy], make_fake: Callable[..., FakeUpstream],
+        fault: Exception) -> None:
+    fake = make_fake(chunk_delay=0.02)  # an event a chunk
+    fake.script(Reply.text("one two three four five six seven eight nine ten"))
+    proxy = make_proxy(fake)
+    undo = _breaking_streams(proxy, fault)
+    assert "ten" not in _stream_broken_off(proxy)
+    [line] = proxy.requests()
+    if isinstance(fault, RuntimeError):
+        _assert_one_crash_without_the_secret(proxy, str(fault))
+        assert (line["status"], line["error"]) == (200, "RuntimeError")
+    else:
+        assert not proxy.logs.events("unhandled_error")
+        assert line["error"] == "upstream_unreachable"
+    undo()
     _assert_healthy(proxy)
 
 

@@ -51,6 +51,8 @@ def served(handler: Handler, drain: Drain) -> Handler:
         try:
             return await handler(request)
         except ProxyError as error:
+            if request.writer.output_size > 0:
+                raise  # as below: no error answer can follow an answer under way
             return render_error(error)
         except asyncio.CancelledError as exc:
             if not is_cut(exc) or request.writer.output_size > 0:
