@@ -51,9 +51,7 @@ def served(handler: Handler, drain: Drain) -> Handler:
         try:
             return await handler(request)
         except ProxyError as error:
-            if request.writer.output_size > 0:
-                raise  # as below: no error answer can follow an answer under way
-            return render_error(error)
+            return _instead(request, error)
         except asyncio.CancelledError as exc:
             if not is_cut(exc) or request.writer.output_size > 0:
                 raise  # a client that left, or a cut answer that is already under way
@@ -62,17 +60,22 @@ def served(handler: Handler, drain: Drain) -> Handler:
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
-            return render_error(_from_http_exception(request, exc))
+            return _instead(request, _from_http_exception(request, exc))
         except Exception:
             request.app[SERVICES].log.exception("unhandled_error", path=request.path,
                                                 method=request.method)
-            if request.writer.output_size > 0:
-                # An answer under way cannot be replaced: a second one would land inside its
-                # body. Raised on, the connection closes and the client sees it broken off.
-                raise
-            return render_error(unhandled_error())
+            return _instead(request, unhandled_error())
 
     return serve
+
+
+def _instead(request: web.Request, error: ProxyError) -> web.Response:
+    """The error's answer, instead of the handler's. Once that one is under way nothing can
+    replace it (a second answer would land inside its body): the connection closes instead,
+    and the client sees the answer broken off."""
+    if request.writer.output_size > 0:
+        raise ConnectionResetError("the answer was under way: no error answer can follow it")
+    return render_error(error)
 
 
 def expecting(kind: str, expect: ExpectHandler = _default_expect_handler) -> ExpectHandler:
