@@ -61,3 +61,16 @@ def test_a_state_another_running_proxy_owns_is_startup_failed_naming_its_pid(
     assert failed["error"].startswith(f"cannot open the state in {state}: ")
     assert f"another proxy process (pid {pid}) holds {state / 'state.lock'}" in failed["error"]
     assert stderr_line == f"compaction-proxy: {failed['error']} (state.path in {config})"
+
+
+def test_a_host_name_the_resolver_cannot_encode_is_startup_failed_not_a_traceback(
+        tmp_path: Path) -> None:
+    # An empty label (a doubled dot) or one over 63 characters: Python's IDNA codec refuses it
+    # before any lookup, with a UnicodeError, not the OSError of a name that is not found.
+    config = write_config(tmp_path / "p.yaml", UPSTREAM, tmp_path / "state")
+    for host in ("proxy..internal", "h" * 64):
+        stderr_line, failed = _refused_start("--config", str(config), "--host", host)
+        problem = f"cannot listen on {host}:0: not a valid host name (label "
+        assert failed["error"].startswith(problem), failed
+        assert stderr_line == (f"compaction-proxy: {failed['error']} "
+                               f"(server.host/server.port in {config}, or --host/--port)")
