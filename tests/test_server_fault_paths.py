@@ -9,7 +9,6 @@ between the client and it is the real server.
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -116,6 +115,20 @@ def test_a_fault_after_a_stream_went_out_breaks_it_off_without_a_second_answer(
     _assert_one_crash_without_the_secret(broken, "a bug after the stream was relayed")
     assert broken.requests()[0]["status"] == 200
     _assert_healthy(broken)
+
+
+def test_a_fault_after_a_whole_answer_went_out_leaves_the_answer_standing(
+        broken: RunningProxy) -> None:
+    client = openai.OpenAI(base_url=broken.base_url, api_key=SECRET, max_retries=0, timeout=10)
+    with client:  # one connection kept alive: each fault closes it, the next turn reconnects
+        for _ in range(2):
+            answer = client.chat.completions.create(model="gpt-4o", messages=USER)
+            assert answer.choices[0].message.content
+    crashes = broken.logs.events("unhandled_error")
+    assert len(crashes) == 2
+    assert all("a bug after the answer was sent" in crash["exception"] for crash in crashes)
+    assert [line["status"] for line in broken.requests()] == [200, 200]
+    assert SECRET not in broken.logs.text
 
 
 class TapThatBreaks:
