@@ -247,13 +247,11 @@ async def _listen(runner: web.AppRunner, settings: Settings, log: object) -> Non
     site = web.TCPSite(runner, settings.server.host, settings.server.port)
     try:
         await site.start()
-    except OSError as exc:
+    except (OSError, UnicodeError) as exc:
         await runner.cleanup()
-        # asyncio's bind error repeats the address as a tuple: the errno's own words will do.
-        problem = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else _described(exc)
         raise StartupFailed(f"cannot listen on "
                             f"{host_port(settings.server.host, settings.server.port)}: "
-                            f"{problem}", listening=True) from None
+                            f"{_bind_problem(exc)}", listening=True) from None
     # What startup built (modules, settings, tokenizers) lives as long as the process: kept out
     # of the collector's scans, the garbage each request makes costs it far less to collect.
     gc.freeze()
@@ -262,6 +260,15 @@ async def _listen(runner: web.AppRunner, settings: Settings, log: object) -> Non
     upstreams = {name: redacted_url(u.base_url) for name, u in sorted(settings.upstreams.items())}
     log.info("listening", addresses=addresses, upstreams=upstreams,  # type: ignore[attr-defined]
              state_path=settings.state.path)
+
+
+def _bind_problem(exc: OSError | UnicodeError) -> str:
+    if isinstance(exc, UnicodeError):
+        # The IDNA codec refused the name before any lookup (an empty label, one over 63
+        # characters); its own words name the codec, not the host.
+        return f"not a valid host name ({exc.__cause__ or exc})"
+    # asyncio's bind error repeats the address as a tuple: the errno's own words will do.
+    return os.strerror(exc.errno) if exc.errno and exc.errno > 0 else _described(exc)
 
 
 def _described(exc: BaseException) -> str:

@@ -15,7 +15,7 @@ from proxy.server.logs import get_logger
 from proxy.server.metrics import Metrics
 from proxy.server.origins import origins_for
 from proxy.server.pipeline import Pipeline
-from proxy.server.serving import Unserved, json_response, served
+from proxy.server.serving import Unserved, expecting, json_response, served
 from proxy.server.services import SERVICES, Services
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import Settings
@@ -39,14 +39,15 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> web.Ap
     app.on_shutdown.append(services.drain.on_shutdown)
     app.cleanup_ctx.append(_lifecycle)
     drain = services.drain
-    app.router.add_get("/healthz", served(healthz, drain))
-    app.router.add_get("/metrics", served(services.metrics.handler, drain))
-    expect = client_body.expect_continue
+    unknown = expecting("other")  # an `Expect` other than 100-continue, answered as ours
+    app.router.add_get("/healthz", served(healthz, drain), expect_handler=unknown)
+    app.router.add_get("/metrics", served(services.metrics.handler, drain),
+                       expect_handler=unknown)
     for path, api in (("/v1/chat/completions", Api.CHAT), ("/v1/responses", Api.RESPONSES)):
         app.router.add_post(path, served(completions.handler(services, api), drain),
-                            expect_handler=expect)
+                            expect_handler=expecting(str(api), client_body.expect_continue))
     app.router.add_route("*", "/v1/{tail:.*}", served(passthrough.passthrough, drain),
-                         expect_handler=client_body.expect_upload)
+                         expect_handler=expecting("passthrough", client_body.expect_upload))
     app.router.register_resource(Unserved())  # last: it takes whatever the others do not
     return app
 

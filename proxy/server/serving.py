@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.web_urldispatcher import _default_expect_handler
 
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError, ShuttingDown
 from proxy.server.drain import CUT_MESSAGE, Drain, is_cut, resume_after_cut
@@ -22,6 +23,7 @@ from proxy.server.services import SERVICES
 from proxy.threads import tenant_digest
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+ExpectHandler = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
 
 
 def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> web.Response:
@@ -49,7 +51,7 @@ def served(handler: Handler, drain: Drain) -> Handler:
         try:
             return await handler(request)
         except ProxyError as error:
-            return render_error(error)
+            return _instead(request, error)
         except asyncio.CancelledError as exc:
             if not is_cut(exc) or request.writer.output_size > 0:
                 raise  # a client that left, or a cut answer that is already under way
@@ -58,13 +60,43 @@ def served(handler: Handler, drain: Drain) -> Handler:
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
-            return render_error(_from_http_exception(request, exc))
+            return _instead(request, _from_http_exception(request, exc))
         except Exception:
             request.app[SERVICES].log.exception("unhandled_error", path=request.path,
                                                 method=request.method)
-            return render_error(unhandled_error())
+            return _instead(request, unhandled_error())
 
     return serve
+
+
+def _instead(request: web.Request, error: ProxyError) -> web.Response:
+    """The error's answer, instead of the handler's. Once that one is under way nothing can
+    replace it (a second answer would land inside its body): the connection closes instead,
+    and the client sees the answer broken off."""
+    if request.writer.output_size > 0:
+        raise ConnectionResetError("the answer was under way: no error answer can follow it")
+    return render_error(error)
+
+
+def expecting(kind: str, expect: ExpectHandler = _default_expect_handler) -> ExpectHandler:
+    """`expect`, the step aiohttp runs for a request's `Expect` header before any handler, with
+    its refusal (an expectation other than 100-continue: 417) answered as the handlers'
+    errors are. aiohttp's own is plain text quoting the header, and no line would tell of it."""
+
+    async def check(request: web.Request) -> web.StreamResponse | None:
+        try:
+            return await expect(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            services = request.app[SERVICES]
+            error = _from_http_exception(request, exc)
+            with RequestLine(services.log, services.metrics, kind, path=request.path,
+                             method=request.method, tenant=tenant_digest(request.headers)) as line:
+                line.set(status=error.status, error=error.code or error.type)
+            return render_error(error)
+
+    return check
 
 
 class Unserved(web.PlainResource):
@@ -75,7 +107,7 @@ class Unserved(web.PlainResource):
 
     def __init__(self) -> None:
         super().__init__("/")
-        self.add_route("*", self._answer)
+        self.add_route("*", self._answer, expect_handler=expecting("other"))
 
     def _match(self, path: str) -> dict[str, str] | None:
         return {}  # aiohttp's test of a path against the resource: any path matches
@@ -100,9 +132,19 @@ class Unserved(web.PlainResource):
 def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ProxyError:
     if exc.status in (404, 405):
         return _not_served(request, exc.status)
+    if exc.status == 417:
+        return _expectation_failed()
     error = ProxyError(exc.reason or "Request failed.")
     error.status = exc.status
     error.type = "invalid_request_error"
+    return error
+
+
+def _expectation_failed() -> ProxyError:
+    # Not the header's value: a client's header is never quoted back or logged.
+    error = ProxyError("The proxy meets only the expectation 100-continue: send the request "
+                       "without this Expect header.", code="expectation_failed")
+    error.status, error.type = 417, "invalid_request_error"
     return error
 
 
