@@ -64,11 +64,18 @@ def parse_state(r: Reader, env: Mapping[str, str]) -> StateSettings:
                       "an empty path is the working directory; write . to mean that")
     s = StateSettings(
         backend=r.string("backend", StateSettings.backend, choices=("sqlite",)),
-        path=_home_expanded(r, path, env.get("HOME", "")),
+        path=_home_expanded(r, _no_nul(r, path), env.get("HOME", "")),
         check_on_start=r.boolean("check_on_start", StateSettings.check_on_start),
     )
     r.finish()
     return s
+
+
+def _no_nul(r: Reader, path: str) -> str:
+    # YAML's "\0" escape makes one; no file system takes it, and opening the state would fail.
+    if "\0" in path:
+        r.problem("path", f"{shown(path)} holds a NUL character, which no path may hold")
+    return path
 
 
 def _home_expanded(r: Reader, path: str, home: str) -> str:

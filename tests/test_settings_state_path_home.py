@@ -36,3 +36,13 @@ def test_a_tilde_that_cannot_be_expanded_is_refused(written: str, env: dict[str,
         state_path(written, env)
     [problem] = error.value.problems
     assert problem.startswith("state.path: ") and "write the full path" in problem
+
+
+@pytest.mark.parametrize("written", ["da\\0ta", "\\0", "~/da\\0ta"])
+def test_a_path_with_a_nul_is_refused_at_check(written: str) -> None:
+    # YAML's "\0" escape: no file system takes the character, and `serve` died on it opening
+    # the state (`embedded null byte`) after `check-config` had passed it.
+    with pytest.raises(ConfigError) as error:
+        parse_settings(yaml.safe_load(BASE + f'state:\n  path: "{written}"\n'), {"HOME": "/h"})
+    [problem] = error.value.problems
+    assert problem.startswith("state.path: ") and "NUL" in problem
