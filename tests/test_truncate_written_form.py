@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from proxy.core.truncate import MARKER, cut_arguments
+from proxy.core.truncate import MARKER, cut_arguments, truncate
+from tests.factories import assistant_calls, call, chat, stage_context, tool_result, user
 
 LONG, CUT = "x" * 3000, "x" * 10 + MARKER.format(n=2990)
 
@@ -61,3 +62,15 @@ def test_arguments_without_a_repeated_key_are_written_as_before() -> None:
     lone = '{"u": "\\ud800 ü", "s": "%s"}'
     assert cut_arguments(lone % LONG, 10) == '{"u":"\\ud800 \\u00fc","s":"%s"}' % CUT.replace(
         "…", "\\u2026")
+
+
+def test_arguments_nested_deeper_than_python_walks_are_left_as_sent() -> None:
+    # Valid JSON orjson reads (up to 1,024 levels) but Python's walk cannot: the old call must
+    # not fail every request of its thread; as sent it is still what the client wrote.
+    for depth in (990, 1020, 5000):
+        deep = "[" * depth + '"%s"' % LONG + "]" * depth
+        assert cut_arguments(deep, 10) == deep
+    entries = chat(user("a"), assistant_calls(call("write_file", "c1", deep)), tool_result("c1"),
+                   user("b"))
+    out = truncate(entries, stage_context(entries, tail=1))
+    assert out.entries[1].raw["tool_calls"][0]["function"]["arguments"] == deep

@@ -70,7 +70,18 @@ def _legacy_call(entry: Entry) -> dict[str, Any] | None:
 
 
 def cut_arguments(arguments: str, keep: int, *, free_form: bool = False) -> str:
-    parsed = NOT_PARSED if free_form else loads(arguments)
+    if free_form:
+        return cut_text(arguments, keep)
+    try:
+        return _cut_json(arguments, keep)
+    except RecursionError:
+        # Nested deeper than Python walks from here: as sent it stays JSON, and the old call
+        # must not fail every request of its thread.
+        return arguments
+
+
+def _cut_json(arguments: str, keep: int) -> str:
+    parsed = loads(arguments)
     if parsed is NOT_PARSED:
         return cut_text(arguments, keep)
     cut = _cut_strings(parsed, keep)
