@@ -15,8 +15,9 @@ line; an `event:` line and a `data:` line) taking the shortest way; anything els
 ends, an oversized event, the end of the stream) goes the general line-by-line way. Both give
 the same events. Data stays bytes until asked for as text: orjson parses bytes. A large event
 that came in many reads is copied once when it ends, its data a view of those bytes: held at
-most about twice its size, not four times (`_held_then_rest`). The per-event byte searches use
-`find`, not `in`: `sub in data` first tries `sub` as an integer, formatting and clearing a
+most about twice its size, not four times (`_held_then_rest`; the general way notes where the
+data lines are and takes them from the event's bytes at its end). The per-event byte searches
+use `find`, not `in`: `sub in data` first tries `sub` as an integer, formatting and clearing a
 TypeError, which costs about as much again as the search itself.
 """
 
@@ -109,6 +110,32 @@ def _field(line: bytes) -> tuple[bytes, bytes]:
     return name, value
 
 
+def _field_at(buf: bytes | bytearray, start: int, end: int) -> tuple[bytes | bytearray, int]:
+    """`_field` of the line `buf[start:end]`, read in place: its name, and where its value
+    starts. A name longer than any field read is b"", not copied: the line may be a large one."""
+    colon = buf.find(b":", start, end)
+    name_end = end if colon < 0 else colon
+    name = buf[start:name_end] if name_end - start <= 5 else b""
+    return name, end if colon < 0 else colon + 1 + buf.startswith(b" ", colon + 1, end)
+
+
+def _head(buf: bytearray, end: int) -> bytes:
+    """`bytes(buf[:end])`, for a large event in one copy, not two (the slice, then the bytes)."""
+    if end < _VIEW_FROM:
+        return bytes(buf[:end])
+    with memoryview(buf) as view:
+        return bytes(view[:end])
+
+
+def _data_of(raw: bytes, spans: list[tuple[int, int]]) -> bytes | memoryview:
+    """The data lines at `spans` of `raw` joined; a large single line is a view, not a copy."""
+    if len(spans) == 1:
+        start, end = spans[0]
+        return memoryview(raw)[start:end] if end - start >= _VIEW_FROM else raw[start:end]
+    view = memoryview(raw)
+    return b"\n".join([view[start:end] for start, end in spans])
+
+
 class SseDecoder:
     def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         self._max = max(max_event_bytes, 16)
@@ -125,7 +152,7 @@ class SseDecoder:
         self._reset()
 
     def _reset(self) -> None:
-        self._data: list[bytes] = []
+        self._data: list[tuple[int, int]] = []  # where in `_buf` the data lines are
         self._has_data = False
         self._event: str | None = None
         self._id: str | None = None
@@ -202,7 +229,7 @@ class SseDecoder:
         events = self._drain(final=True)
         if self._buf:
             if self._scan < len(self._buf) and not self._oversize:
-                self._line(bytes(self._buf[self._scan:]))
+                self._line(self._scan, len(self._buf))
             events.append(self._dispatch(len(self._buf)))
         self._plain = not self._buf and not self._oversize
         return events
@@ -229,11 +256,7 @@ class SseDecoder:
         while start <= end:
             stop = raw.find(b"\n", start, end)
             stop = end if stop < 0 else stop
-            colon = raw.find(b":", start, stop)
-            name_end = stop if colon < 0 else colon
-            # A longer name is none that is read: not copied, the line may be the large one.
-            name = raw[start:name_end] if name_end - start <= 5 else b""
-            value = stop if colon < 0 else colon + 1 + raw.startswith(b" ", colon + 1, stop)
+            name, value = _field_at(raw, start, stop)
             if name == b"data":
                 data.append(view[value:stop])
             elif name == b"event":
@@ -282,38 +305,40 @@ class SseDecoder:
             if match.group() == b"\r" and match.end() == len(self._buf) and not final:
                 self._searched = match.start()
                 return events  # a CR at the very end may be the first half of a CRLF
-            line = bytes(self._buf[self._scan:match.start()])
-            if not line and not self._in_line:
+            if match.start() == self._scan and not self._in_line:  # a blank line
                 events.append(self._dispatch(match.end()))
                 continue
             if not self._oversize:
-                self._line(line)
+                self._line(self._scan, match.start())
             self._in_line = False
             self._scan = match.end()
         self._searched = len(self._buf)
         return events
 
-    def _line(self, line: bytes) -> None:
+    def _line(self, start: int, end: int) -> None:
+        """Read the line `_buf[start:end]` in place: a data line is only noted, its bytes are
+        taken once the event ends, from the event's own (no copy of a large line held twice)."""
+        buf = self._buf
         if self._first_line:
             self._first_line = False
-            line = line.removeprefix(_BOM)
-        name, value = _field(line)
+            start += 3 if buf.startswith(_BOM, start, end) else 0
+        name, value = _field_at(buf, start, end)
         if name == b"data":
-            self._data.append(value)
+            self._data.append((value, end))
             self._has_data = True
         elif name == b"event":
-            self._event = _text(value)
-        elif name == b"id" and b"\0" not in value:
-            self._id = _text(value)
+            self._event = _text(buf[value:end])
+        elif name == b"id" and buf.find(b"\0", value, end) < 0:
+            self._id = _text(buf[value:end])
 
     def _dispatch(self, end: int) -> SseEvent:
-        raw = bytes(self._buf[:end])
+        raw = _head(self._buf, end)
         del self._buf[:end]
         self._scan = self._searched = 0
         if self._oversize:
             event = SseEvent(raw, complete=False)
         else:
-            data = b"\n".join(self._data) if self._has_data else None
+            data = _data_of(raw, self._data) if self._has_data else None
             event = SseEvent(raw, data, self._event, self._id)
         self._oversize = self._in_line = False
         self._reset()
