@@ -2,12 +2,13 @@
 strings is the only change.
 
 orjson reads and writes the common arguments, fast, as it always did: that written form is in
-every thread's cached prompt prefix, so it must not move. orjson keeps only the last value of
-a key written twice, reads a number past a float as infinity (and writes it as `null`), and
-refuses an integer past 64 bits or a lone-surrogate escape. Those arguments are read again by
-the standard library with hooks: an object that names a key twice becomes `Members` (its pairs
-in order) and a number no float or int can hold becomes `Number` (its text, written back as
-it came). Anything else reads as it always did and is written as it always was.
+every thread's cached prompt prefix, so it must not move. But orjson keeps only the last value
+of a key written twice, reads an integer past 64 bits as a float, and refuses a number past a
+float's range and a lone-surrogate escape. Those arguments are read again by the standard
+library with hooks: an object that names a key twice becomes `Members` (its pairs in order),
+and a number no float or int holds (past a float's range, which the standard library reads as
+infinity, or of more digits than Python reads) becomes `Number`, its text written back as it
+came. Anything else reads as it always did and is written as it always was.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def loads(text: str) -> Any:
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
-        return _loads_exact(text)  # a lone-surrogate escape, a number past what orjson reads
+        return _loads_exact(text)  # a lone-surrogate escape, a number past a float's range
     # orjson reads integers beyond 64 bits as floats; the standard parser keeps them exact.
     if _has_huge_float(value) or _repeats_a_key(text, value):
         return _loads_exact(text)
