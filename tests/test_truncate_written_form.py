@@ -42,7 +42,10 @@ def test_a_key_written_twice_with_an_escaped_colon_elsewhere_is_kept() -> None:
 def test_a_number_beyond_a_float_stays_the_number_written() -> None:
     text = '{"big": 1E400, "neg": -2.5e999, "s": "%s"}' % LONG
     cut = cut_arguments(text, 10)
-    assert cut == '{"big":1E400,"neg":-2.5e999,"s":"%s"}' % CUT
+    assert cut == '{"big":1E400,"neg":-2.5e999,"s":"%s"}' % CUT  # was null, null
+    beside_a_huge_int = '{"big": 1e400, "n": 123456789012345678901234567890, "s": "%s"}' % LONG
+    cut = cut_arguments(beside_a_huge_int, 10)  # was Infinity: not JSON
+    assert cut == '{"big":1e400,"n":123456789012345678901234567890,"s":"%s"}' % CUT
 
 
 def test_an_integer_too_long_to_read_keeps_the_arguments_json() -> None:
