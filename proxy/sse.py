@@ -13,9 +13,12 @@ The decoder runs once per streamed token, so it has two paths: while the stream 
 (the usual case) each chunk is split at its blank lines in C, the usual events (a lone `data:`
 line; an `event:` line and a `data:` line) taking the shortest way; anything else (CR line
 ends, an oversized event, the end of the stream) goes the general line-by-line way. Both give
-the same events. Data stays bytes until asked for as text: orjson parses bytes. The per-event
-byte searches use `find`, not `in`: `sub in data` first tries `sub` as an integer, formatting
-and clearing a TypeError, which costs about as much again as the search itself.
+the same events. Data stays bytes until asked for as text: orjson parses bytes. A large event
+that came in many reads is copied once when it ends, its data a view of those bytes: held at
+most about twice its size, not four times (`_held_then_rest`; the general way notes where the
+data lines are and takes them from the event's bytes at its end). The per-event byte searches
+use `find`, not `in`: `sub in data` first tries `sub` as an integer, formatting and clearing a
+TypeError, which costs about as much again as the search itself.
 """
 
 from __future__ import annotations
@@ -33,17 +36,21 @@ _BOM = b"\xef\xbb\xbf"
 # answer (the largest output limit) with 190 KB of instructions and 100 tools, measured through
 # the fake upstream; a generated image adds a few MB. Past it an event is passed on unread.
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
+# A held event at least this large has its data as a view of its raw bytes, not a copy.
+_VIEW_FROM = 64 * 1024
 
 
-def _text(value: bytes) -> str:
-    return value.decode("utf-8", "replace")
+def _text(value: bytes | memoryview) -> str:
+    return str(value, "utf-8", "replace")
 
 
 # A tuple rather than a frozen dataclass: one is made per streamed token, and a tuple is built
 # without a Python-level `__init__` storing each field through `object.__setattr__`.
 class SseEvent(NamedTuple):
     raw: bytes
-    data_bytes: bytes | None = None  # data lines joined with b"\n"; None when the block had none
+    # The data lines joined with b"\n"; None when the block had none. A view of `raw` for a
+    # large event that came in many reads (`_VIEW_FROM`): the event's size is not held twice.
+    data_bytes: bytes | memoryview | None = None
     event: str | None = None
     id: str | None = None
     complete: bool = True  # False: a piece of an oversized event, forwarded unread
@@ -58,6 +65,8 @@ class SseEvent(NamedTuple):
         # The byte search settles nearly every event; the text's strip() decides the rest as
         # before, since it also strips the non-ASCII whitespace that bytes.strip() keeps.
         body = self.data_bytes
+        if body.__class__ is memoryview:
+            return _text(body).strip() == "[DONE]"
         return body is not None and b"[DONE]" in body and _text(body).strip() == "[DONE]"
 
     def json(self) -> Any:
@@ -67,7 +76,7 @@ class SseEvent(NamedTuple):
         try:
             return orjson.loads(self.data_bytes)
         except orjson.JSONDecodeError:
-            if self.data_bytes.isascii():
+            if self.data_bytes.__class__ is bytes and self.data_bytes.isascii():
                 return None
         # orjson refuses invalid UTF-8, which the text form has replaced: that may still parse.
         try:
@@ -101,6 +110,32 @@ def _field(line: bytes) -> tuple[bytes, bytes]:
     return name, value
 
 
+def _field_at(buf: bytes | bytearray, start: int, end: int) -> tuple[bytes | bytearray, int]:
+    """`_field` of the line `buf[start:end]`, read in place: its name, and where its value
+    starts. A name longer than any field read is b"", not copied: the line may be a large one."""
+    colon = buf.find(b":", start, end)
+    name_end = end if colon < 0 else colon
+    name = buf[start:name_end] if name_end - start <= 5 else b""
+    return name, end if colon < 0 else colon + 1 + buf.startswith(b" ", colon + 1, end)
+
+
+def _head(buf: bytearray, end: int) -> bytes:
+    """`bytes(buf[:end])`, for a large event in one copy, not two (the slice, then the bytes)."""
+    if end < _VIEW_FROM:
+        return bytes(buf[:end])
+    with memoryview(buf) as view:
+        return bytes(view[:end])
+
+
+def _data_of(raw: bytes, spans: list[tuple[int, int]]) -> bytes | memoryview:
+    """The data lines at `spans` of `raw` joined; a large single line is a view, not a copy."""
+    if len(spans) == 1:
+        start, end = spans[0]
+        return memoryview(raw)[start:end] if end - start >= _VIEW_FROM else raw[start:end]
+    view = memoryview(raw)
+    return b"\n".join([view[start:end] for start, end in spans])
+
+
 class SseDecoder:
     def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         self._max = max(max_event_bytes, 16)
@@ -117,7 +152,7 @@ class SseDecoder:
         self._reset()
 
     def _reset(self) -> None:
-        self._data: list[bytes] = []
+        self._data: list[tuple[int, int]] = []  # where in `_buf` the data lines are
         self._has_data = False
         self._event: str | None = None
         self._id: str | None = None
@@ -143,8 +178,11 @@ class SseDecoder:
             if chunk.find(b"\n\n") < 0 and (buf[-1] != 10 or not chunk.startswith(b"\n")):
                 buf += chunk  # no copy of what is held: a big event may come in many reads
                 return self._feed_general(b"") if len(buf) > self._max else []
-            chunk = bytes(buf) + chunk
+            buf += chunk
+            chunk = bytes(buf)  # one copy of the held event (`bytes(buf) + chunk` made two)
             buf.clear()
+            if chunk.find(b"\n\n") >= _VIEW_FROM:
+                return self._held_then_rest(chunk)
         # Split at the blank lines: what comes before each is a block of lines (or nothing,
         # for a second blank line), at most one LF to its head being a blank line of its own.
         *blocks, tail = chunk.split(b"\n\n")
@@ -191,10 +229,43 @@ class SseDecoder:
         events = self._drain(final=True)
         if self._buf:
             if self._scan < len(self._buf) and not self._oversize:
-                self._line(bytes(self._buf[self._scan:]))
+                self._line(self._scan, len(self._buf))
             events.append(self._dispatch(len(self._buf)))
         self._plain = not self._buf and not self._oversize
         return events
+
+    def _held_then_rest(self, chunk: bytes) -> list[SseEvent]:
+        """The events of `chunk`, whose first is a large event that was held: not copied into a
+        block, then into its raw bytes and its data, each as large (four times its size held in
+        all), but read in place, its data a view of its bytes; what follows goes the usual way."""
+        end = chunk.find(b"\n\n")
+        # `raw` is `chunk` itself when the event ends the read, as a large one mostly does.
+        raw, rest = chunk[:end + 2], chunk[end + 2:]
+        events = [self._viewed_block(raw, end)]
+        return events + self.feed(rest) if rest else events
+
+    def _viewed_block(self, raw: bytes, end: int) -> SseEvent:
+        """`_block` of `raw[:end]`, its data lines read as views of `raw` (one line: no copy)."""
+        view = memoryview(raw)
+        data: list[memoryview] = []
+        event = id_ = None
+        start = 0
+        if self._first_line:
+            self._first_line = False
+            start = 3 if raw.startswith(_BOM) else 0
+        while start <= end:
+            stop = raw.find(b"\n", start, end)
+            stop = end if stop < 0 else stop
+            name, value = _field_at(raw, start, stop)
+            if name == b"data":
+                data.append(view[value:stop])
+            elif name == b"event":
+                event = _text(raw[value:stop])
+            elif name == b"id" and raw.find(b"\0", value, stop) < 0:
+                id_ = _text(raw[value:stop])
+            start = stop + 1
+        joined = None if not data else data[0] if len(data) == 1 else b"\n".join(data)
+        return SseEvent(raw, joined, event, id_)
 
     def _block(self, block: bytes) -> SseEvent:
         """The event of a block of lines, each ended by LF, followed by a blank line."""
@@ -234,38 +305,40 @@ class SseDecoder:
             if match.group() == b"\r" and match.end() == len(self._buf) and not final:
                 self._searched = match.start()
                 return events  # a CR at the very end may be the first half of a CRLF
-            line = bytes(self._buf[self._scan:match.start()])
-            if not line and not self._in_line:
+            if match.start() == self._scan and not self._in_line:  # a blank line
                 events.append(self._dispatch(match.end()))
                 continue
             if not self._oversize:
-                self._line(line)
+                self._line(self._scan, match.start())
             self._in_line = False
             self._scan = match.end()
         self._searched = len(self._buf)
         return events
 
-    def _line(self, line: bytes) -> None:
+    def _line(self, start: int, end: int) -> None:
+        """Read the line `_buf[start:end]` in place: a data line is only noted, its bytes are
+        taken once the event ends, from the event's own (no copy of a large line held twice)."""
+        buf = self._buf
         if self._first_line:
             self._first_line = False
-            line = line.removeprefix(_BOM)
-        name, value = _field(line)
+            start += 3 if buf.startswith(_BOM, start, end) else 0
+        name, value = _field_at(buf, start, end)
         if name == b"data":
-            self._data.append(value)
+            self._data.append((value, end))
             self._has_data = True
         elif name == b"event":
-            self._event = _text(value)
-        elif name == b"id" and b"\0" not in value:
-            self._id = _text(value)
+            self._event = _text(buf[value:end])
+        elif name == b"id" and buf.find(b"\0", value, end) < 0:
+            self._id = _text(buf[value:end])
 
     def _dispatch(self, end: int) -> SseEvent:
-        raw = bytes(self._buf[:end])
+        raw = _head(self._buf, end)
         del self._buf[:end]
         self._scan = self._searched = 0
         if self._oversize:
             event = SseEvent(raw, complete=False)
         else:
-            data = b"\n".join(self._data) if self._has_data else None
+            data = _data_of(raw, self._data) if self._has_data else None
             event = SseEvent(raw, data, self._event, self._id)
         self._oversize = self._in_line = False
         self._reset()

@@ -3,20 +3,19 @@
 A call outside the protected window whose arguments exceed `max_arg_chars` keeps the first
 `keep_chars` characters of each long string value, followed by a marker saying how many
 characters were cut. The arguments are parsed and re-serialized, so they stay valid JSON with
-every key, number and short string intact (paths above all). Free-form input (custom tools,
+every key (a key written twice too, in its place), number and short string intact (paths above
+all); `arguments_json` keeps that written form stable. Free-form input (custom tools,
 or arguments that were not JSON to begin with) is cut as text with the same marker.
 A string is cut only when that saves more than the marker costs, so cutting twice = once.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
-
 from proxy.conversation import Api, Entry, Kind, replaced, with_call_arguments
+from proxy.core.arguments_json import NOT_PARSED, Members, dumps, loads
 from proxy.core.memo import memoized
 from proxy.core.stage import StageContext, StageResult, replace_at, with_key
 from proxy.settings import TruncateSettings
@@ -24,8 +23,6 @@ from proxy.settings import TruncateSettings
 NAME = "truncate"
 MARKER = "…[{n} chars cut by compaction-proxy]"
 _MARKER_ROOM = 64  # longer than any rendered MARKER
-_NOT_PARSED = object()
-_INT64 = 2.0**63
 
 
 def truncate(entries: Sequence[Entry], ctx: StageContext) -> StageResult:
@@ -73,13 +70,24 @@ def _legacy_call(entry: Entry) -> dict[str, Any] | None:
 
 
 def cut_arguments(arguments: str, keep: int, *, free_form: bool = False) -> str:
-    parsed = _NOT_PARSED if free_form else _loads(arguments)
-    if parsed is _NOT_PARSED:
+    if free_form:
+        return cut_text(arguments, keep)
+    try:
+        return _cut_json(arguments, keep)
+    except RecursionError:
+        # Nested deeper than Python walks from here: as sent it stays JSON, and the old call
+        # must not fail every request of its thread.
+        return arguments
+
+
+def _cut_json(arguments: str, keep: int) -> str:
+    parsed = loads(arguments)
+    if parsed is NOT_PARSED:
         return cut_text(arguments, keep)
     cut = _cut_strings(parsed, keep)
     if cut == parsed:
         return arguments
-    return _dumps(cut)
+    return dumps(cut)
 
 
 def cut_text(text: str, keep: int) -> str:
@@ -91,48 +99,10 @@ def cut_text(text: str, keep: int) -> str:
 def _cut_strings(value: Any, keep: int) -> Any:
     if isinstance(value, str):
         return cut_text(value, keep)
+    if isinstance(value, Members):  # a key written twice stays twice, keys never cut
+        return Members((k, _cut_strings(v, keep)) for k, v in value)
     if isinstance(value, list):
         return [_cut_strings(v, keep) for v in value]
     if isinstance(value, dict):
         return {k: _cut_strings(v, keep) for k, v in value.items()}
     return value
-
-
-def _loads(text: str) -> Any:
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        # orjson refuses valid JSON with a lone-surrogate escape ("\ud800"); cut as text it
-        # would lose its closing quote. NaN and Infinity are not JSON: those stay text.
-        try:
-            return json.loads(text, parse_constant=_not_json)
-        except ValueError:
-            return _NOT_PARSED
-    # orjson reads integers beyond 64 bits as floats; the standard parser keeps them exact.
-    return json.loads(text) if _has_huge_float(value) else value
-
-
-def _not_json(constant: str) -> Any:
-    raise ValueError(f"{constant} is not JSON")
-
-
-def _has_huge_float(value: Any) -> bool:
-    if isinstance(value, float):
-        return abs(value) >= _INT64
-    if isinstance(value, list):
-        return any(_has_huge_float(v) for v in value)
-    if isinstance(value, dict):
-        return any(_has_huge_float(v) for v in value.values())
-    return False
-
-
-def _dumps(value: Any) -> str:
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:  # integers beyond 64 bits, lone surrogates
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate goes back as the escape the client sent
-            return json.dumps(value, separators=(",", ":"))
-        return text

@@ -195,7 +195,7 @@ _JSON_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\],:]')
 def _without_usage(event: SseEvent) -> bytes:
     """A chunk that carries usage beside its choices (some servers put it on the last chunk,
     or on every one), without its `usage` member; every other byte as sent."""
-    data = event.data_bytes or b""
+    data = bytes(event.data_bytes or b"")  # a large event's view, made bytes (bytes: itself)
     cut = _usage_member(data)
     if cut is None:
         return event.raw
