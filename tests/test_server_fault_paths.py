@@ -99,36 +99,67 @@ def _post(path: str, body: bytes, *extra: str) -> bytes:
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
 
-def test_a_fault_after_a_stream_went_out_breaks_it_off_without_a_second_answer(
+def test_a_fault_noting_a_relayed_stream_leaves_it_whole_without_a_second_answer(
         broken: RunningProxy) -> None:
     body = b'{"model": "gpt-4o", "stream": true, "messages": [{"role": "user", "content": "Hi"}]}'
     received = _raw_exchange(broken.port, _post("/v1/chat/completions", body,
                                                 "Connection: close"))
 
-    # The stream went out whole, as relayed; then the connection closed, its last chunk
-    # missing: the client sees the answer broken off. An error answer written after it would
-    # land inside the chunked body, where a client takes it for garbage.
+    # The bookkeeping after the relay failed: the stream still ends as relayed, its last
+    # chunk included. An error answer written after it would land inside the chunked body,
+    # where a client takes it for garbage.
     assert received.startswith(b"HTTP/1.1 200 OK\r\n")
     assert received.count(b"HTTP/1.1") == 1, received[-300:]
     assert b"data: [DONE]" in received
-    assert not received.endswith(b"0\r\n\r\n")
-    _assert_one_crash_without_the_secret(broken, "a bug after the stream was relayed")
+    assert received.endswith(b"0\r\n\r\n")
+    crash = _assert_one_crash_without_the_secret(broken, "a bug after the stream was relayed")
+    assert crash["after_answer"] is True
     assert broken.requests()[0]["status"] == 200
     _assert_healthy(broken)
 
 
 def test_a_fault_after_a_whole_answer_went_out_leaves_the_answer_standing(
         broken: RunningProxy) -> None:
+    # One connection, kept alive: were it closed after each answer, the next request, sent on
+    # it meanwhile, would fail (no retries here to hide it).
     client = openai.OpenAI(base_url=broken.base_url, api_key=SECRET, max_retries=0, timeout=10)
-    with client:  # one connection kept alive: each fault closes it, the next turn reconnects
-        for _ in range(2):
+    with client:
+        for _ in range(3):
             answer = client.chat.completions.create(model="gpt-4o", messages=USER)
             assert answer.choices[0].message.content
     crashes = broken.logs.events("unhandled_error")
-    assert len(crashes) == 2
-    assert all("a bug after the answer was sent" in crash["exception"] for crash in crashes)
-    assert [line["status"] for line in broken.requests()] == [200, 200]
+    assert len(crashes) == 3
+    assert all("a bug after the answer was sent" in crash["exception"]
+               and crash["after_answer"] is True for crash in crashes)
+    assert [line["status"] for line in broken.requests()] == [200, 200, 200]
     assert SECRET not in broken.logs.text
+
+
+def _answer_on(connection: socket.socket) -> bytes:
+    """One whole answer with a Content-Length, read off a kept-alive connection."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = connection.recv(65536)
+        assert chunk, "the proxy closed the connection"
+        received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:")))
+    while len(body) < length:
+        chunk = connection.recv(65536)
+        assert chunk, "the proxy closed the connection mid-answer"
+        body += chunk
+    assert len(body) == length and head.startswith(b"HTTP/1.1 200 OK"), head
+    return body
+
+
+def test_a_fault_noting_a_whole_answer_keeps_its_connection(broken: RunningProxy) -> None:
+    body = b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "Hi"}]}'
+    with socket.create_connection(("127.0.0.1", broken.port), timeout=10) as connection:
+        for _ in range(2):  # the second on the same connection: it was not closed
+            connection.sendall(_post("/v1/chat/completions", body))
+            assert b'"choices"' in _answer_on(connection)
+    assert len(broken.logs.events("unhandled_error")) == 2
 
 
 class TapThatBreaks:
