@@ -56,14 +56,7 @@ def dumps(value: Any) -> str:
     try:
         return orjson.dumps(value, option=_PLAIN_ONLY).decode()
     except TypeError:  # integers beyond 64 bits, lone surrogates, and the written forms
-        if _holds_written_forms(value):
-            return _written(value)
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate goes back as the escape the client sent
-            return json.dumps(value, separators=(",", ":"))
-        return text
+        return _written(value)
 
 
 def _loads_exact(text: str) -> Any:
@@ -118,19 +111,11 @@ def _repeats_a_key(text: str, value: Any) -> bool:
     return text.count(":") != written.count(b":")
 
 
-def _holds_written_forms(value: Any) -> bool:
-    if isinstance(value, (Members, Number)):
-        return True
-    if isinstance(value, list):
-        return any(_holds_written_forms(v) for v in value)
-    if isinstance(value, dict):
-        return any(_holds_written_forms(v) for v in value.values())
-    return False
-
-
 def _written(value: Any) -> str:
-    """`dumps` for a value holding `Members` or `Number`: written piece by piece, each piece as
-    `dumps` writes it, so the text is what `dumps` would give had it kept every member."""
+    """`dumps` for what orjson refuses, written piece by piece: every scalar as orjson writes
+    it, or, when one is past orjson (an integer beyond 64 bits, a lone surrogate), every one as
+    the standard library does (escaped, if a lone surrogate cannot go out as UTF-8); `Members`
+    with every member, `Number` as it came."""
     try:
         return _write(value, _orjson_text)
     except TypeError:

@@ -31,6 +31,7 @@ from proxy.server.prepared import Prepared
 from proxy.server.relay import (PlainTap, RelayOutcome, StreamTap, is_event_stream, relay_stream,
                                 whole_response)
 from proxy.server.request_line import RequestLine, clipped
+from proxy.server.serving import log_unhandled
 from proxy.server.services import Services
 from proxy.server.taps import left_after_end
 from proxy.server.upstream import answer_failed, reading_answer, upstream_path
@@ -137,7 +138,7 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
                           response.status)
             finally:
                 if services.origins is not None:
-                    await _noted(request, services, services.origins.stream_made(prepared, tap))
+                    await _noted(request, services.origins.stream_made(prepared, tap))
             return outcome.response
         try:  # `read_body`, inline: a coroutine less for every answer
             data = await response.read()
@@ -167,19 +168,18 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
         _recorded(services, line, services.pipeline.finish_body, prepared, readable,
                   response.status)
         if services.origins is not None and response.status == 200:
-            await _noted(request, services, services.origins.answer_made(prepared, readable))
+            await _noted(request, services.origins.answer_made(prepared, readable))
         return out
 
 
-async def _noted(request: web.Request, services: Services, noting: Awaitable[None]) -> None:
+async def _noted(request: web.Request, noting: Awaitable[None]) -> None:
     """Which upstream made the answer, noted once the client has it (or its stream so far). A
     fault here is a proxy bug, logged; the answer stands, its connection kept: closing one
     whose answer went out whole would fail the client's next request sent on it meanwhile."""
     try:
         await noting
     except Exception:  # noqa: BLE001 - see above
-        services.log.exception("unhandled_error", path=request.path, method=request.method,
-                               after_answer=True)
+        log_unhandled(request, after_answer=True)
 
 
 def _inflated_body(services: Services, line: RequestLine, data: bytes,

@@ -43,6 +43,13 @@ def unhandled_error() -> ProxyError:
     return ProxyError("The proxy failed to handle this request; see its log.", code="proxy_error")
 
 
+def log_unhandled(request: web.Request, **facts: Any) -> None:
+    """A proxy bug met serving `request`, with the traceback of the exception being handled:
+    one event name finds every one, answered or not."""
+    request.app[SERVICES].log.exception("unhandled_error", path=request.path,
+                                        method=request.method, **facts)
+
+
 def served(handler: Handler, drain: Drain) -> Handler:
     """`handler`, its task tracked by `drain`, and its failures answered as the client's errors."""
 
@@ -62,8 +69,7 @@ def served(handler: Handler, drain: Drain) -> Handler:
                 raise
             return _instead(request, _from_http_exception(request, exc))
         except Exception:
-            request.app[SERVICES].log.exception("unhandled_error", path=request.path,
-                                                method=request.method)
+            log_unhandled(request)
             return _instead(request, unhandled_error())
 
     return serve
