@@ -35,6 +35,16 @@ def test_cut_keeps_a_responses_message_with_the_calls_of_its_step() -> None:
     assert safe_cuts(entries)[2:5] == [False, False, False]
 
 
+def test_an_output_astray_after_a_reasoning_item_does_not_part_it_from_what_it_produced() -> None:
+    # A messy client's duplicate output between a reasoning item and its message (found by the
+    # /compact property): a cut after the output summarized the reasoning away and kept the
+    # message's id, which names it; upstream refused the next turn.
+    entries = responses(r_user(), r_call("grep", "a"), r_output("a"), r_user("next"),
+                        r_reasoning("rs_1"), r_output("a"), r_output("a"),
+                        r_assistant("Done.", id="msg_1"), r_user("more"))
+    assert safe_cuts(entries)[6:9] == [False, False, True]  # 6: the call still answered
+
+
 def test_cut_is_unsafe_while_a_call_waits_for_a_later_output() -> None:
     entries = responses(r_user(), r_call("grep", "a"), r_user("meanwhile"), r_output("a"))
     assert safe_cuts(entries)[2:4] == [False, False]
@@ -104,7 +114,12 @@ def test_stepped_window_starts_at_the_last_anchor_before_it() -> None:
 def _safe_cuts_one_by_one(entries: Entries) -> list[bool]:
     """The rules of `safe_cuts`, entry by entry (what it computes with `map`)."""
     safe = [not span for span in _open_call_spans(entries)]
+    reasoning_before = False  # a reasoning item, then only outputs
     for b, here in enumerate(entries):
+        if here.kind is Kind.RESULT and reasoning_before:
+            safe[b + 1] = False  # an output astray does not part the reasoning from its item
+        reasoning_before = here.kind is Kind.REASONING or (
+            here.kind is Kind.RESULT and reasoning_before)
         if here.kind is Kind.RESULT or (here.role == "function" and here.api is Api.CHAT):
             safe[b] = False  # a tool result, or the deprecated `function` one
         elif here.kind is Kind.REASONING:

@@ -60,7 +60,7 @@ def _step_item(entry: Entry) -> bool:
 
 
 def _expected_safe(entries: Entries) -> list[bool]:
-    """`safe[b]` by the four rules, walked naively over every cut."""
+    """`safe[b]` by the five rules, walked naively over every cut."""
     n = len(entries)
     safe = [True] * (n + 1)
     for b in range(n + 1):
@@ -70,6 +70,11 @@ def _expected_safe(entries: Entries) -> list[bool]:
             safe[b] = False  # a reasoning item would lose what it produced
         if 0 < b < n and _step_item(entries[b - 1]) and _step_item(entries[b]):
             safe[b] = False  # one Responses step's items stay on one side
+        a = b - 1
+        while a >= 0 and entries[a].kind is Kind.RESULT:
+            a -= 1
+        if a < b - 1 and a >= 0 and entries[a].kind is Kind.REASONING:
+            safe[b] = False  # outputs astray after a reasoning item do not part it from its item
     for j, result in enumerate(entries):
         if result.kind is not Kind.RESULT:
             continue

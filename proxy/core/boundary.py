@@ -5,7 +5,8 @@ nothing the providers pair up:
 - `entries[b]` is not a tool result (the kept part never starts with one), nor a chat
   `role: "function"` message, the deprecated form of one (it answers the `function_call` of
   the assistant message right before it);
-- `entries[b-1]` is not a Responses `reasoning` item (it stays directly before what it produced);
+- `entries[b-1]` is not a Responses `reasoning` item (it stays directly before what it produced),
+  nor an output that follows one with only outputs between (a messy client's, astray);
 - no call made before `b` is answered at or after `b`;
 - the consecutive items one Responses step produced (its message and parallel calls) stay on
   one side: their server ids name the reasoning item before the first of them. An
@@ -37,6 +38,9 @@ def safe_cuts(entries: Sequence[Entry]) -> list[bool]:
     no_reasoning = chain((True,), map(is_not, kinds, repeat(REASONING)))  # what it produced
     closed = map(not_, _open_call_spans(entries))
     safe = list(map(and_, map(and_, closed, no_result), no_reasoning))
+    if REASONING in kinds:
+        for b in _after_reasoning_and_outputs(kinds):
+            safe[b] = False
     apis = list(map(_API, entries))
     if any(map(is_, apis, repeat(RESPONSES))):
         produced = _produced(entries, kinds, apis)
@@ -46,6 +50,21 @@ def safe_cuts(entries: Sequence[Entry]) -> list[bool]:
 
 
 _KIND, _API = attrgetter("kind"), attrgetter("api")
+
+
+def _after_reasoning_and_outputs(kinds: list[Kind]) -> list[int]:
+    """The cuts right after outputs that follow a reasoning item: a messy client's output
+    astray there (repair drops it) does not part the reasoning from the item it produced, whose
+    id names it. Only the outputs are walked, each run of them once."""
+    cuts: list[int] = []
+    after_reasoning, previous = False, -2
+    for i in compress(count(), map(is_, kinds, repeat(RESULT))):
+        if i != previous + 1:  # a run of outputs begins: what stands before it?
+            after_reasoning = i > 0 and kinds[i - 1] is REASONING
+        previous = i
+        if after_reasoning:
+            cuts.append(i + 1)
+    return cuts
 
 
 def _produced(entries: Sequence[Entry], kinds: list[Kind], apis: list[Api]) -> list[bool]:
