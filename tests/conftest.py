@@ -11,6 +11,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from tests.harness import LoopThread, RunningProxy, proxy_settings, start_proxy, stop_proxy
+# The real Redis server's fixtures, for the Redis state backend's tests.
+from tests.redis_server import redis_prefix, redis_server, redis_url  # noqa: F401
 
 settings.register_profile("default", max_examples=60, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
