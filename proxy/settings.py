@@ -23,14 +23,16 @@ from proxy.settings_compaction import (DEFAULT_EXPLORATION_TOOLS, DEFAULT_FILE_T
 from proxy.settings_masked import masked, redacted_url
 from proxy.settings_reader import (ConfigError, Reader, environment, interpolate, not_empty,
                                    shown)
-from proxy.settings_sections import (LoggingSettings, StateSettings, ThreadSettings, TokenSettings,
-                                     parse_logging, parse_state, parse_threads, parse_tokens)
+from proxy.settings_sections import (LoggingSettings, RedisSettings, StateSettings, ThreadSettings,
+                                     TokenSettings, parse_logging, parse_state, parse_threads,
+                                     parse_tokens)
 from proxy.settings_yaml import read_yaml
 
 __all__ = ["DEFAULT_EXPLORATION_TOOLS", "DEFAULT_FILE_TOOLS", "DEFAULT_PLAN_TOOLS",
            "DEFAULT_SHELL_TOOLS",
            "BreakerSettings", "CollapseSettings", "CompactionSettings", "ConfigError",
-           "LoggingSettings", "MicrocompactSettings", "RestoreSettings", "Settings", "StateSettings",
+           "LoggingSettings", "MicrocompactSettings", "RedisSettings", "RestoreSettings", "Settings",
+           "StateSettings",
            "SummarizerSettings", "ThreadSettings", "TokenSettings", "TruncateSettings",
            "host_port", "listen_host", "load_settings", "load_state_settings", "masked",
            "parse_settings",

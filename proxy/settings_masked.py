@@ -30,6 +30,7 @@ def masked(settings: Settings) -> dict[str, Any]:
         if upstream.get("api_key"):
             key = upstream["api_key"]
             upstream["api_key"] = f"{key[:3]}***" if len(key) > 12 else "***"
+    data["state"]["redis"]["url"] = redacted_url(data["state"]["redis"]["url"])
     data["routes"] = [asdict(r) for r in settings.routes]
     data["models"] = {p.pattern: {k: v for k, v in asdict(p).items() if k != "pattern"}
                       for p in settings.models}

@@ -9,9 +9,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from proxy.redaction import redacted_url
 from proxy.settings_reader import Reader, home_expanded, not_empty, shown
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_REDIS_URL = re.compile(r"(?i)(rediss?://[^/?#\s]+|unix://[^\s]*/[^\s]+)")
 
 
 @dataclass(frozen=True)
@@ -23,10 +25,21 @@ class ThreadSettings:
 
 
 @dataclass(frozen=True)
+class RedisSettings:
+    """`state.redis`: the server that `state.backend: redis` keeps every instance's state on."""
+
+    url: str = "redis://127.0.0.1:6379/0"  # redis://, rediss:// (TLS) or unix://
+    prefix: str = "compaction-proxy:"  # every key the proxy writes starts with it
+    timeout_s: float = 5.0  # connect and each command
+    lease_s: float = 30.0  # a thread's compaction lease, renewed while it runs
+
+
+@dataclass(frozen=True)
 class StateSettings:
     backend: str = "sqlite"
     path: str = "./data"
     check_on_start: bool = True  # PRAGMA quick_check before serving (proxy/store/damage.py)
+    redis: RedisSettings = RedisSettings()
 
 
 @dataclass(frozen=True)
@@ -63,12 +76,33 @@ def parse_state(r: Reader, env: Mapping[str, str]) -> StateSettings:
     path = not_empty(r, "path", StateSettings.path,
                       "an empty path is the working directory; write . to mean that")
     s = StateSettings(
-        backend=r.string("backend", StateSettings.backend, choices=("sqlite",)),
+        backend=r.string("backend", StateSettings.backend, choices=("sqlite", "redis")),
         path=_home_expanded(r, _no_nul(r, path), env.get("HOME", "")),
         check_on_start=r.boolean("check_on_start", StateSettings.check_on_start),
+        redis=parse_redis(r.mapping("redis")),
     )
     r.finish()
     return s
+
+
+def parse_redis(r: Reader) -> RedisSettings:
+    d = RedisSettings()
+    s = RedisSettings(
+        url=_redis_url(r, r.string("url", d.url)),
+        # Empty, the proxy's keys would mix with whatever else the server holds.
+        prefix=not_empty(r, "prefix", d.prefix, "keys without a prefix mix with other data"),
+        timeout_s=r.number("timeout_s", d.timeout_s, minimum=0.05),
+        lease_s=r.number("lease_s", d.lease_s, minimum=1.0),
+    )
+    r.finish()
+    return s
+
+
+def _redis_url(r: Reader, url: str) -> str:
+    if not _REDIS_URL.match(url):
+        # Shown masked: the URL may carry the server's password.
+        r.problem("url", f"{shown(redacted_url(url))} is not a redis://, rediss:// or unix:// URL")
+    return url
 
 
 def _no_nul(r: Reader, path: str) -> str:
