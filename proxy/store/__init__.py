@@ -1,7 +1,9 @@
 """State persistence: the store interface, its SQLite implementation, the history files.
 
 The composition root calls `create_store(settings.state)` (then `await store.open()`) and
-`create_history(settings.state)`; everything above sees only `StateStore` and `HistoryFiles`.
+`create_history(settings.state)` (then `await history.open()`); everything above sees only
+`StateStore` and `History` (history files, or a Redis list per thread for `state.backend:
+redis`, `proxy.store.redis_history`, imported only then: the redis package is an extra).
 The read-only CLI opens the database with `open_read_only(path)` instead: a `StateDb` to read.
 """
 
@@ -10,13 +12,13 @@ from __future__ import annotations
 from proxy.settings import StateSettings
 from proxy.store.base import ANCHORS_KEPT, StateStore, StoreError, ThreadSummary
 from proxy.store.failures import NO_HOOKS, FailureHooks
-from proxy.store.history import HistoryContents, HistoryFiles
+from proxy.store.history import History, HistoryContents, HistoryFiles
 from proxy.store.keys import thread_key_text
 from proxy.store.reader import open_read_only
 from proxy.store.sqlite import SqliteStore
 from proxy.store.sqlite_db import StateDb
 
-__all__ = ["ANCHORS_KEPT", "NO_HOOKS", "FailureHooks", "HistoryContents", "HistoryFiles",
+__all__ = ["ANCHORS_KEPT", "NO_HOOKS", "FailureHooks", "History", "HistoryContents", "HistoryFiles",
            "SqliteStore", "StateDb", "StateStore", "StoreError", "ThreadSummary",
            "create_history", "create_store", "open_read_only", "thread_key_text"]
 
@@ -29,5 +31,9 @@ def create_store(settings: StateSettings, hooks: FailureHooks = NO_HOOKS) -> Sta
                        hooks=hooks)
 
 
-def create_history(settings: StateSettings) -> HistoryFiles:
+def create_history(settings: StateSettings) -> History:
+    """The configured history, not yet open."""
+    if settings.backend == "redis":
+        from proxy.store.redis_history import RedisHistory
+        return RedisHistory(settings.redis)  # its `open` says so when redis is not installed
     return HistoryFiles.under(settings.path)
