@@ -17,7 +17,6 @@ the files' own, so the compactor records a failed offload and goes on (SPEC §5)
 
 from __future__ import annotations
 
-import hashlib
 import re
 import time
 from collections.abc import Awaitable, Iterable
@@ -28,7 +27,7 @@ from proxy.redaction import redacted_url
 from proxy.settings import RedisSettings
 from proxy.store import jsoncodec
 from proxy.store.history import Appended, Discarded, HistoryContents, parse_values
-from proxy.store.keys import storable_key
+from proxy.store.redis_keys import RedisKeys, thread_digest
 
 T = TypeVar("T")
 SCHEME = "redis:"
@@ -77,18 +76,13 @@ class RedisHistoryError(OSError):
     refused command); the message names the server by its redacted URL."""
 
 
-def thread_digest(key: ThreadKey) -> str:
-    # The same digest `HistoryFiles.path_for` names a thread's file by.
-    stored = storable_key(key)
-    return hashlib.sha256(jsoncodec.dumps([stored.tenant, stored.thread])).hexdigest()
-
-
 class RedisHistory:
     def __init__(self, settings: RedisSettings) -> None:
         self.settings = settings
         self.shown_url = redacted_url(settings.url)
         self._client: Any = None  # redis.asyncio.Redis once open
         self._scripts: dict[str, Any] = {}
+        self._keys = RedisKeys(settings.prefix)
 
     async def open(self) -> None:
         """Connect and PING, so that a wrong URL stops the start, not the first compaction."""
@@ -118,7 +112,7 @@ class RedisHistory:
             await client.aclose()
 
     def list_for(self, key: ThreadKey) -> str:
-        return f"{self.settings.prefix}h:{thread_digest(key)}"
+        return self._keys.history(thread_digest(key))
 
     def path_for(self, key: ThreadKey) -> str:
         """What `history_file` says of the thread's list."""
@@ -163,7 +157,7 @@ class RedisHistory:
     def _list_of(self, path: str) -> str:
         """The list a `history_file` names; only a history list under our prefix is read."""
         text = str(path)
-        head = SCHEME + self.settings.prefix + "h:"
+        head = SCHEME + self._keys.history("")
         if not text.startswith(head) or not _DIGEST.fullmatch(text[len(head):]):
             raise ValueError(f"not a history list under {self.settings.prefix!r}: {text!r}")
         return text[len(SCHEME):]
