@@ -30,7 +30,7 @@ from proxy.store import (StateDb, StateStore, StoreError, ThreadSummary, create_
                          create_store, open_read_only, thread_key_text)
 from proxy.store.damage import REMEDY, damaged_message, is_damage
 from proxy.store.db_file import DB_FILE
-from proxy.store.redis_persistence import server_persistence
+from proxy.store.redis_probe import Probe, probe
 
 T = TypeVar("T")
 _PROBLEMS_SHOWN = 100
@@ -42,7 +42,7 @@ def list_threads(settings: Settings, limit: int) -> int:
     # SQLite's LIMIT is a 64-bit integer; any larger limit already means every thread.
     limit = min(limit, _SQLITE_MAX_INT)
     summaries = _read_either(settings, lambda db: db.list_threads(limit),
-                             lambda store: store.list_threads(limit))
+                             lambda store: store.list_threads(limit), [])
     if summaries is None:
         return 1
     if not summaries:
@@ -68,7 +68,8 @@ def threads_table(summaries: list[ThreadSummary]) -> list[str]:
 def inspect_thread(settings: Settings, thread_id: str) -> int:
     """Prints a JSON list, one state per tenant that has the id (most often one)."""
     wanted = thread_key_text(thread_id)
-    states = _read_either(settings, lambda db: db.find(wanted), lambda store: store.find(wanted))
+    states = _read_either(settings, lambda db: db.find(wanted), lambda store: store.find(wanted),
+                          [])
     if states is None:
         return 1
     if not states:
@@ -108,15 +109,11 @@ def _check_redis(settings: Settings) -> int:
     and the history's read methods; a warning when the server would lose checkpoints on a
     restart. Exit 0 when all decode, 1 when anything is damaged or unreadable."""
     started = time.monotonic()
-    try:
-        persistence = asyncio.run(server_persistence(settings.state.redis))
-    except StoreError as error:
-        _error(str(error))
-        return 1
-    found = read_redis(settings, partial(_every_thread_read, settings))
+    found = _read_redis(settings, partial(_every_thread_read, settings), ([], 0, 0))
     if found is None:
         return 1
-    problems, threads, lines = found
+    probed, (problems, threads, lines) = found
+    persistence = probed.persistence
     warning = persistence.warning()
     if warning:
         _error(f"warning: {warning}")
@@ -136,23 +133,24 @@ def _check_redis(settings: Settings) -> int:
 async def _every_thread_read(settings: Settings, store: StateStore) -> tuple[list[str], int, int]:
     """(the problems found, the threads read, the history lines decoded). A record that does
     not decode is a problem; the server failing is not damage: it ends the check."""
-    from redis.exceptions import RedisError
+    from proxy.store.redis_records import StateUnreadable
     history = create_history(settings.state)
     await history.open()
     try:
         problems: list[str] = []
         lines = 0
-        summaries = await store.list_threads(_SQLITE_MAX_INT)
+        try:
+            summaries = await store.list_threads(_SQLITE_MAX_INT)
+        except StateUnreadable as error:  # one thread's line: none can be listed
+            return [f"the thread list: {error}"], 0, 0
         for summary in summaries:
             where = f"thread {summary.thread!r} (tenant {summary.tenant[:12]})"
             try:
                 key = ThreadKey(summary.tenant, summary.thread)
                 await store.load(key)
                 events = await store.events(key)
-            except (RedisError, OSError):
-                raise
-            except Exception as error:  # noqa: BLE001 - whatever a damaged record raises
-                problems.append(f"{where}: {type(error).__name__}: {error}")
+            except StateUnreadable as error:  # the server failing is no damage: it goes on up
+                problems.append(f"{where}: {error}")
                 continue
             for path in sorted({e.history_file for e in events if e.history_file}):
                 try:
@@ -182,29 +180,36 @@ def state_as_data(state: ThreadState) -> dict[str, Any]:
 
 
 def _read_either(settings: Settings, on_sqlite: Callable[[StateDb], T],
-                 on_redis: Callable[[StateStore], Awaitable[T]]) -> T | None:
-    if settings.state.backend == "redis":
-        return read_redis(settings, on_redis)
-    return _read(settings, on_sqlite)
+                 on_redis: Callable[[StateStore], Awaitable[T]], empty: T) -> T | None:
+    if settings.state.backend != "redis":
+        return _read(settings, on_sqlite)
+    read = _read_redis(settings, on_redis, empty)
+    return None if read is None else read[1]
 
 
-def read_redis(settings: Settings, action: Callable[[StateStore], Awaitable[T]]) -> T | None:
-    """The action's result over an open store, or None after reporting why it could not be
-    read (the server named by its redacted URL)."""
+def _read_redis(settings: Settings, action: Callable[[StateStore], Awaitable[T]],
+                empty: T) -> tuple[Probe, T] | None:
+    """What the server said of itself and the action's result over an open store (`empty`
+    where no proxy wrote under the prefix), or None after reporting why it could not be read
+    (the server named by its redacted URL)."""
     try:
-        return asyncio.run(_with_store(settings, action))
-    except (StoreError, OSError) as error:
-        _error(f"cannot read the state on {_where(settings)}: {error}")
+        return asyncio.run(_with_store(settings, action, empty))
+    except StoreError as error:
+        _error(str(error))
     except Exception as error:  # noqa: BLE001 - the client library's errors, one line each
         _error(f"cannot read the state on {_where(settings)}: {type(error).__name__}: {error}")
     return None
 
 
-async def _with_store(settings: Settings, action: Callable[[StateStore], Awaitable[T]]) -> T:
+async def _with_store(settings: Settings, action: Callable[[StateStore], Awaitable[T]],
+                      empty: T) -> tuple[Probe, T]:
+    probed = await probe(settings.state.redis)
+    if not probed.has_state:  # opening the store would write its layout version there
+        return probed, empty
     store = create_store(settings.state)
     await store.open()
     try:
-        return await action(store)
+        return probed, await action(store)
     finally:
         await store.close()
 

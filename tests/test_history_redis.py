@@ -110,6 +110,7 @@ def test_create_history_picks_the_backend(tmp_path: Path) -> None:
 async def test_without_the_redis_package_open_says_what_to_install(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "redis.asyncio", None)
+    monkeypatch.setitem(sys.modules, "proxy.store.redis_connection", None)
     history = RedisHistory(RedisSettings())
     with pytest.raises(RedisHistoryError, match=re.escape("pip install 'compaction-proxy[redis]'")):
         await history.open()

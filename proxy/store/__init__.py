@@ -1,9 +1,10 @@
-"""State persistence: the store interface, its SQLite implementation, the history files.
+"""State persistence: the store interface, its SQLite and Redis implementations, the history files.
 
 The composition root calls `create_store(settings.state)` (then `await store.open()`) and
 `create_history(settings.state)` (then `await history.open()`); everything above sees only
-`StateStore` and `History` (history files, or a Redis list per thread for `state.backend:
-redis`, `proxy.store.redis_history`, imported only then: the redis package is an extra).
+`StateStore` and `History` (history files, or a Redis list per thread: `redis_history.py`).
+The Redis store (`proxy/store/redis_store.py`) and history are imported only when configured:
+the default install has no `redis` package.
 The read-only CLI opens the database with `open_read_only(path)` instead: a `StateDb` to read.
 """
 
@@ -25,10 +26,25 @@ __all__ = ["ANCHORS_KEPT", "NO_HOOKS", "FailureHooks", "History", "HistoryConten
 
 def create_store(settings: StateSettings, hooks: FailureHooks = NO_HOOKS) -> StateStore:
     """The configured store, not yet open; `hooks` hear of its failures (the metrics)."""
+    if settings.backend == "redis":
+        return _redis_store(settings, hooks)
     if settings.backend != "sqlite":
         raise StoreError(f"state.backend {settings.backend!r} is not supported")
     return SqliteStore(settings.path, check_on_open=settings.check_on_start,
                        hooks=hooks)
+
+
+def _redis_store(settings: StateSettings, hooks: FailureHooks) -> StateStore:
+    try:
+        from proxy.store.redis_store import RedisStore
+    except ImportError as error:
+        if (error.name or "").split(".")[0] != "redis":
+            raise
+        raise StoreError("state.backend redis needs the redis package: "
+                         "pip install 'compaction-proxy[redis]'") from None
+    redis = settings.redis
+    return RedisStore(redis.url, prefix=redis.prefix, timeout_s=redis.timeout_s,
+                      lease_s=redis.lease_s, hooks=hooks)
 
 
 def create_history(settings: StateSettings) -> History:

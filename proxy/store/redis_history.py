@@ -89,13 +89,13 @@ class RedisHistory:
         if self._client is not None:
             return
         try:
-            import redis.asyncio as aioredis
+            # The store's client: no command is retried on its own (an offload run twice
+            # would push its lines twice), and no error text holds the password.
+            from proxy.store.redis_connection import connect
         except ImportError as exc:
             raise RedisHistoryError("state.backend redis needs the redis package: "
                                     "pip install 'compaction-proxy[redis]'") from exc
-        timeout = self.settings.timeout_s
-        client = aioredis.Redis.from_url(self.settings.url, socket_timeout=timeout,
-                                         socket_connect_timeout=timeout)
+        client = connect(self.settings.url, self.settings.timeout_s)
         try:
             await self._guarded("PING", client.ping())
         except BaseException:
@@ -172,9 +172,9 @@ class RedisHistory:
         return self._client
 
     async def _guarded(self, what: str, call: Awaitable[T]) -> T:
-        from redis.exceptions import RedisError
+        from proxy.store.redis_connection import SERVER_ERRORS, described
         try:
             return await call
-        except RedisError as exc:
-            raise RedisHistoryError(f"history {what} on {self.shown_url} failed: "
-                                    f"{type(exc).__name__}: {exc}") from exc
+        except SERVER_ERRORS as exc:
+            raise RedisHistoryError(f"history {what} failed: "
+                                    f"{described(exc, self.settings.url)}") from exc

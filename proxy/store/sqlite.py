@@ -19,6 +19,7 @@ import asyncio
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -48,6 +49,8 @@ DAMAGE_REPORT_INTERVAL_S = 60.0
 
 
 class SqliteStore:
+    shared = False  # one process owns the directory (`proxy.store.lock`)
+
     def __init__(self, root: str | Path, *, anchors_kept: int = ANCHORS_KEPT,
                  write_delay_s: float = WRITE_DELAY_S, log: Any = None,
                  check_on_open: bool = True, hooks: FailureHooks = NO_HOOKS) -> None:
@@ -136,6 +139,9 @@ class SqliteStore:
 
     async def events(self, key: ThreadKey) -> list[CompactionEvent]:
         return await self._run(self._require_db().events, storable_key(key))
+
+    def compaction_lease(self, key: ThreadKey) -> AbstractAsyncContextManager[None]:
+        return nullcontext()  # the one owner's per-thread lock keeps compactions apart
 
     async def integrity_check(self) -> str:
         """`PRAGMA integrity_check`: "ok" for a sound database."""

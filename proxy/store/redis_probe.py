@@ -1,5 +1,8 @@
-"""Whether the Redis server behind `state.backend: redis` answers, and what it keeps across a
-restart of its own, for `compaction-proxy check-state`.
+"""What the state commands ask the Redis server behind `state.backend: redis` before they read:
+whether it answers, whether any state lies under the prefix, what it keeps across a restart.
+
+The store's `open` writes the layout's version when there is none; the CLI never writes, so
+it opens the store only where a proxy has already written that key.
 
 Checkpoints are worth a summarizer's tokens each, so a server that keeps them only in memory
 (or in snapshots taken every few minutes) loses work when it restarts: that earns a warning.
@@ -12,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.redaction import redacted_url
 from proxy.settings import RedisSettings
 from proxy.store.base import StoreError
+from proxy.store.redis_keys import RedisKeys
 
 INSTALL = "pip install 'compaction-proxy[redis]'"
 
@@ -45,36 +48,37 @@ class Persistence:
         return f"appendonly {aof}, save {save}"
 
 
-def connect(settings: RedisSettings) -> Any:
-    """A client for `settings` (not yet connected); a missing package is a StoreError."""
+@dataclass(frozen=True)
+class Probe:
+    has_state: bool  # the prefix's layout version is there: a proxy has written under it
+    persistence: Persistence
+
+
+async def probe(settings: RedisSettings) -> Probe:
+    """PING, then look; an unreachable server is a StoreError naming its redacted URL."""
     try:
-        import redis.asyncio as aioredis
+        from proxy.store.redis_connection import SERVER_ERRORS, connect, unreachable
     except ImportError:
         raise StoreError(f"state.backend redis needs the redis package: {INSTALL}") from None
-    return aioredis.Redis.from_url(settings.url, socket_timeout=settings.timeout_s,
-                                   socket_connect_timeout=settings.timeout_s)
-
-
-async def server_persistence(settings: RedisSettings) -> Persistence:
-    """PING the server, then read its persistence; an unreachable server is a StoreError that
-    names it by its redacted URL."""
-    from redis.exceptions import RedisError, ResponseError
-    client = connect(settings)
+    client = connect(settings.url, settings.timeout_s)
     try:
         await client.ping()
-        try:
-            return await _from_config(client)
-        except ResponseError:
-            pass
-        try:
-            return await _from_info(client)
-        except ResponseError:
-            return Persistence(None, None)
-    except RedisError as exc:
-        raise StoreError(f"cannot reach the Redis server at {redacted_url(settings.url)}: "
-                         f"{type(exc).__name__}: {exc}") from exc
+        found = bool(await client.exists(RedisKeys(settings.prefix).version))
+        return Probe(found, await _persistence(client))
+    except SERVER_ERRORS as error:
+        raise unreachable(error, settings.url) from None
     finally:
         await client.aclose()
+
+
+async def _persistence(client: Any) -> Persistence:
+    from redis.exceptions import ResponseError
+    for read in (_from_config, _from_info):  # CONFIG may be refused (ACLs, managed services)
+        try:
+            return await read(client)
+        except ResponseError:
+            continue
+    return Persistence(None, None)
 
 
 async def _from_config(client: Any) -> Persistence:
