@@ -3,6 +3,7 @@ lines, its failures as `OSError`s the compactor records, and a compaction that o
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sys
 from collections.abc import AsyncIterator
@@ -14,8 +15,9 @@ import redis.asyncio as aioredis
 
 from proxy.records import CompactionEvent, ThreadKey
 from proxy.server.compactor import Compactor
+from proxy.server.pipeline import Pipeline
 from proxy.settings import RedisSettings, StateSettings
-from proxy.store import HistoryFiles, create_history, jsoncodec
+from proxy.store import HistoryFiles, SqliteStore, create_history, jsoncodec
 from proxy.store.redis_history import RedisHistory, RedisHistoryError
 from tests.redis_server import start_redis_server, stop_redis_server
 from tests.test_history_both import HOSTILE_IDS, message
@@ -152,7 +154,8 @@ CHAT = [{"role": "system", "content": "Be brief."}] + [
 
 
 async def _compacted(history: RedisHistory, store: _Store) -> CompactionEvent:
-    compactor = Compactor(SETTINGS, _Summarizer(), store, history, _Log(), None)  # type: ignore[arg-type]
+    compactor = Compactor(SETTINGS, _Summarizer(), store,  # type: ignore[arg-type]
+                          history, _Log(), None)
     return await compactor.compact(_job("chat", CHAT, "partial", 2, None))
 
 
@@ -196,3 +199,64 @@ async def test_an_offload_the_server_refuses_is_recorded_and_the_summary_kept() 
         await history.close()
     assert event.history_file is None and event.history_end == 0
     assert event.offload_error and "RedisHistoryError" in event.offload_error
+
+
+# ------------------------------------------------------------------ lifecycle and timeouts
+
+
+async def test_the_pipeline_opens_and_closes_the_history(tmp_path: Path, redis_url: str,
+                                                         redis_prefix: str) -> None:
+    settings = RedisSettings(url=redis_url, prefix=redis_prefix)
+    history = RedisHistory(settings)
+    pipeline = Pipeline(SETTINGS, store=SqliteStore(tmp_path / "state"), history=history)
+    await pipeline.start()
+    try:
+        await history.offload_async(KEY, [message(1)])
+    finally:
+        await pipeline.stop()
+    with pytest.raises(OSError, match="not open"):
+        await history.offload_async(KEY, [message(2)])
+
+
+async def test_a_history_that_cannot_open_stops_the_start_and_closes_the_store(
+        tmp_path: Path) -> None:
+    server = start_redis_server()
+    stop_redis_server(server)
+    history = RedisHistory(RedisSettings(url=server.url, timeout_s=1.0))
+    pipeline = Pipeline(SETTINGS, store=SqliteStore(tmp_path / "state"), history=history)
+    with pytest.raises(OSError):
+        await pipeline.start()
+    again = SqliteStore(tmp_path / "state")  # the first one let go of the directory
+    await again.open()
+    await again.close()
+
+
+# Holds the server for `ARGV[1]` seconds: every command sent meanwhile waits behind it.
+_BUSY = """
+local start = redis.call('TIME')
+local now = start
+while (now[1] - start[1]) * 1e6 + (now[2] - start[2]) < tonumber(ARGV[1]) * 1e6 do
+  now = redis.call('TIME')
+end
+return 1
+"""
+
+
+async def test_an_offload_that_times_out_is_never_sent_again() -> None:
+    server = start_redis_server()
+    other = aioredis.Redis.from_url(server.url)
+    history = RedisHistory(RedisSettings(url=server.url, timeout_s=0.3))
+    try:
+        await history.open()
+        busy = asyncio.create_task(other.eval(_BUSY, 0, 1.0))
+        await asyncio.sleep(0.1)
+        with pytest.raises(OSError, match="Timeout"):  # the server runs it once it is free
+            await history.offload_async(KEY, [message(1), message(2)])
+        await busy
+        await asyncio.sleep(0.5)
+        name = history.list_for(KEY)
+        assert await other.llen(name) == 2, "an offload whose answer was lost ran twice"
+    finally:
+        await history.close()
+        await other.aclose()
+        stop_redis_server(server)

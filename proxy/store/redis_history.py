@@ -96,15 +96,16 @@ class RedisHistory:
             raise RedisHistoryError("state.backend redis needs the redis package: "
                                     "pip install 'compaction-proxy[redis]'") from exc
         client = connect(self.settings.url, self.settings.timeout_s)
+        scripts = {name: client.register_script(text) for name, text in
+                   (("offload", _OFFLOAD), ("retract", _RETRACT), ("discard_tail", _DISCARD_TAIL))}
         try:
             await self._guarded("PING", client.ping())
+            for script in scripts.values():  # a script's first run is then one command
+                await self._guarded("SCRIPT LOAD", client.script_load(script.script))
         except BaseException:
             await client.aclose()
             raise
-        self._client = client
-        self._scripts = {name: client.register_script(text) for name, text in
-                         (("offload", _OFFLOAD), ("retract", _RETRACT),
-                          ("discard_tail", _DISCARD_TAIL))}
+        self._client, self._scripts = client, scripts
 
     async def close(self) -> None:
         client, self._client = self._client, None
