@@ -93,7 +93,7 @@ async def test_a_damaged_line_is_reported_not_raised(history: RedisHistory,
 
 
 async def test_a_long_offload_is_one_whole_append(history: RedisHistory) -> None:
-    records = [message(n) for n in range(2500)]  # past the script's push chunk and the read's
+    records = [message(n) for n in range(2500)]  # past the script's push chunk of 1,000
     appended = await history.offload_async(KEY, records, at=1.0)
     assert (appended.start, appended.end) == (0, 2500)
     contents = await history.read_async(appended.path)

@@ -32,7 +32,6 @@ from proxy.store.redis_keys import RedisKeys, thread_digest
 T = TypeVar("T")
 SCHEME = "redis:"
 _DIGEST = re.compile(r"[0-9a-f]{64}")
-_READ_CHUNK = 1000  # elements per LRANGE: a long history does not come back in one reply
 
 # ARGV: at (JSON), then each record (JSON). The lines are built here so that their `seq`
 # follows the length the push itself finds; RPUSH goes in chunks, as `unpack` has a limit.
@@ -145,15 +144,10 @@ class RedisHistory:
         return Discarded(int(size), int(size_bytes), int(lines))
 
     async def read_async(self, path: str) -> HistoryContents:
-        """Every line of the list; one that is not a JSON object is reported as damaged."""
+        """Every line of the list; one that is not a JSON object is reported as damaged. One
+        LRANGE: the lines as they stood at one moment, never half an offload."""
         name = self._list_of(path)
-        values: list[bytes] = []
-        while True:
-            chunk = await self._guarded("read", self._connected().lrange(
-                name, len(values), len(values) + _READ_CHUNK - 1))
-            values += chunk
-            if len(chunk) < _READ_CHUNK:
-                return parse_values(values)
+        return parse_values(await self._guarded("read", self._connected().lrange(name, 0, -1)))
 
     def _list_of(self, path: str) -> str:
         """The list a `history_file` names; only a history list under our prefix is read."""
