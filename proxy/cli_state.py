@@ -26,8 +26,8 @@ from proxy import jsonio
 from proxy.records import ThreadKey, ThreadState
 from proxy.redaction import redacted_url
 from proxy.settings import Settings
-from proxy.store import (StateDb, StateStore, StoreError, ThreadSummary, create_history,
-                         create_store, open_read_only, thread_key_text)
+from proxy.store import (History, StateDb, StateStore, StoreError, ThreadSummary,
+                         create_history, create_store, open_read_only, thread_key_text)
 from proxy.store.damage import REMEDY, damaged_message, is_damage
 from proxy.store.db_file import DB_FILE
 from proxy.store.redis_probe import Probe, probe
@@ -152,20 +152,27 @@ async def _every_thread_read(settings: Settings, store: StateStore) -> tuple[lis
             except StateUnreadable as error:  # the server failing is no damage: it goes on up
                 problems.append(f"{where}: {error}")
                 continue
-            for path in sorted({e.history_file for e in events if e.history_file}):
-                try:
-                    contents = await history.read_async(path)
-                except ValueError as error:  # not a history list of this prefix
-                    problems.append(f"{where}: {error}")
-                    continue
-                lines += len(contents.records)
-                if contents.torn:
-                    shown = ", ".join(map(str, contents.damaged_lines[:10]))
-                    problems.append(f"{where}: {len(contents.damaged_lines)} history lines do "
-                                    f"not decode (lines {shown}) in {path}")
+            paths = sorted({e.history_file for e in events if e.history_file})
+            for path in paths:
+                read, problem = await _history_read(history, path)
+                lines += read
+                problems += [f"{where}: {problem}"] if problem else []
         return problems, len(summaries), lines
     finally:
         await history.close()
+
+
+async def _history_read(history: History, path: str) -> tuple[int, str | None]:
+    """(the lines that decode, what is wrong with the others or with `path`, if anything)."""
+    try:
+        contents = await history.read_async(path)
+    except ValueError as error:  # not a history list under this prefix
+        return 0, str(error)
+    if not contents.torn:
+        return len(contents.records), None
+    shown = ", ".join(map(str, contents.damaged_lines[:10]))
+    return len(contents.records), (f"{len(contents.damaged_lines)} history line(s) do not "
+                                   f"decode (lines {shown}) in {path}")
 
 
 # The records' field names, as the README and the `threads` table call them.

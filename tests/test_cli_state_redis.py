@@ -121,7 +121,7 @@ async def test_check_state_decodes_every_record_and_history_line(
 
     await raw.rpush(appended.path.removeprefix("redis:"), b'{"seq": 4, "at"')
     torn = cli("check-state", "--config", config)
-    assert torn.returncode == 1 and "history lines do not decode (lines 4)" in torn.stdout
+    assert torn.returncode == 1 and "history line(s) do not decode (lines 4)" in torn.stdout
 
     await raw.rpush(RedisKeys(redis_prefix).events(thread_digest(key)), b"{not json")
     damaged = cli("check-state", "--config", config)
