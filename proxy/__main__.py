@@ -97,8 +97,8 @@ def _parser() -> argparse.ArgumentParser:
     inspect.set_defaults(run=_inspect)
 
     check_state = commands.add_parser(
-        "check-state", help="check the whole state database for damage (read-only; "
-                            "it may run beside the proxy)")
+        "check-state", help="check the whole state for damage (read-only; it may run "
+                            "beside the proxy)")
     check_state.set_defaults(run=_check_state)
 
     for command in (serve, check, threads, inspect, check_state):

@@ -9,7 +9,8 @@ compaction does not offload the same messages twice. A kill between an append an
 checkpoint leaves lines no checkpoint accounts for: each checkpoint records the file's size
 with its lines in (`history_end`), and `discard_tail` cuts the file back to that before the
 next append. The methods block: from the event loop use the `*_async` wrappers, which run them
-on a worker thread.
+on a worker thread. `History` is what the compactor and the CLI use of them, which the Redis
+history (`proxy/store/redis_history.py`) gives too.
 """
 
 from __future__ import annotations
