@@ -149,3 +149,24 @@ def test_check_state_is_quiet_about_an_append_only_server(tmp_path: Path) -> Non
         stop_redis_server(server)
     assert result.returncode == 0, result.stderr
     assert result.stderr == "" and "appendonly yes" in result.stdout
+
+
+@pytest.mark.parametrize("refused", [["-config"], ["-config", "-info"]])
+def test_check_state_reads_what_persistence_it_may(tmp_path: Path, refused: list[str]) -> None:
+    # A managed server's user often may not run CONFIG; INFO then says whether AOF is on.
+    server = start_redis_server()
+    try:
+        subprocess.run(["redis-cli", "-p", str(server.port), "acl", "setuser", "reader", "on",
+                        ">pw-x9", "~*", "+@all", *refused], check=True, capture_output=True)
+        url = f"redis://reader:pw-x9@127.0.0.1:{server.port}/0"
+        result = cli("check-state", "--config", redis_config(tmp_path, url, "p:"))
+    finally:
+        stop_redis_server(server)
+    assert result.returncode == 0, result.stderr
+    if refused == ["-config"]:
+        assert "runs with appendonly no" in result.stderr
+        assert "appendonly no, save unknown" in result.stdout
+    else:
+        assert "persistence could not be read" in result.stderr
+        assert "appendonly unknown, save unknown" in result.stdout
+    assert "pw-x9" not in result.stdout + result.stderr

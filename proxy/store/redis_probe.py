@@ -38,9 +38,13 @@ class Persistence:
             return ("the Redis server keeps nothing on disk (appendonly no, no save schedule): "
                     "every checkpoint and history line is lost when it restarts; set "
                     "appendonly yes")
-        schedule = f" (save {self.save})" if self.save else ""
-        return (f"the Redis server keeps snapshots only{schedule}: checkpoints written since "
-                "the last one are lost when it restarts; appendonly yes keeps each one")
+        if self.save is None:  # INFO says whether AOF is on, not when snapshots are taken
+            return ("the Redis server runs with appendonly no: checkpoints written since its "
+                    "last snapshot, if it takes any, are lost when it restarts; appendonly yes "
+                    "keeps each one")
+        return (f"the Redis server keeps snapshots only (save {self.save}): checkpoints "
+                "written since the last one are lost when it restarts; appendonly yes keeps "
+                "each one")
 
     def describe(self) -> str:
         aof = {True: "yes", False: "no", None: "unknown"}[self.appendonly]
