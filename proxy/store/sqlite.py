@@ -16,6 +16,7 @@ and unthrottled, to the `FailureHooks` the store was given (the metrics).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -31,7 +32,7 @@ from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, 
 from proxy.store.base import ANCHORS_KEPT, StoreError, ThreadSummary, Touch
 from proxy.store.damage import REMEDY, StateDamaged, is_damage
 from proxy.store.failures import NO_HOOKS, FailureHooks, WriteFailures
-from proxy.store.keys import storable_key, thread_key_text
+from proxy.store.keys import DIGEST_PREFIX, storable_key, thread_key_text
 from proxy.store.lock import StateLock
 from proxy.store.db_file import DB_FILE, make_state_dir
 from proxy.store.sqlite_db import AnchorWrite, StateDb
@@ -118,10 +119,10 @@ class SqliteStore:
         self._enqueue(_NEW_TUPLE(AnchorWrite, (self._require_db(), storable_key(key), anchor)))
 
     async def add_origin(self, made_id: str, upstream: str, at: float) -> None:
-        self._enqueue(partial(self._require_db().add_origin, made_id, upstream, at))
+        self._enqueue(partial(self._require_db().add_origin, _storable_id(made_id), upstream, at))
 
     async def origin(self, made_id: str) -> str | None:
-        return await self._run(self._require_db().origin, made_id)
+        return await self._run(self._require_db().origin, _storable_id(made_id))
 
     async def add_event(self, key: ThreadKey, event: CompactionEvent) -> CompactionEvent:
         db = self._require_db()
@@ -243,3 +244,13 @@ class SqliteStore:
         if self._db is None:
             raise StoreError("state store is not open")
         return self._db
+
+
+def _storable_id(made_id: str) -> str:
+    """An answer's id as SQLite text can hold it: one with a lone surrogate (a client's JSON
+    may send one) by its digest instead, which no upstream's id looks like."""
+    try:
+        made_id.encode("utf-8")
+    except UnicodeEncodeError:
+        return DIGEST_PREFIX + hashlib.sha256(made_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return made_id
