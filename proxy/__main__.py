@@ -97,8 +97,8 @@ def _parser() -> argparse.ArgumentParser:
     inspect.set_defaults(run=_inspect)
 
     check_state = commands.add_parser(
-        "check-state", help="check the whole state database for damage (read-only; "
-                            "it may run beside the proxy)")
+        "check-state", help="check the whole state for damage (read-only; it may run "
+                            "beside the proxy)")
     check_state.set_defaults(run=_check_state)
 
     for command in (serve, check, threads, inspect, check_state):
@@ -168,14 +168,15 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
         # Loading the serving modules takes a while: a Ctrl-C then is a quiet stop as well.
         from proxy.server.app import build_app
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-            runner.run(_run(build_app(settings), settings, log))
+            runner.run(_run(_built_app(build_app, settings), settings, log))
     except KeyboardInterrupt:
         pass
     except StartupFailed as failed:
         log.error("startup_failed", error=str(failed))
         # The line names what to change: the key (and the file it is in), or the flags.
+        state_keys = "state.redis" if settings.state.backend == "redis" else "state.path"
         where = (f"server.host/server.port in {args.config}, or --host/--port"
-                 if failed.listening else f"state.path in {args.config}")
+                 if failed.listening else f"{state_keys} in {args.config}")
         print(f"compaction-proxy: {failed} ({where})", file=sys.stderr)
         return 1
     return 0
@@ -234,13 +235,32 @@ def _stop_soon(loop: asyncio.AbstractEventLoop, stop: asyncio.Event, signum: int
     stop.set()
 
 
+def _built_app(build_app: Callable[[Settings], web.Application],
+               settings: Settings) -> web.Application:
+    try:
+        return build_app(settings)
+    except StoreError as exc:  # the configured store cannot be made (redis not installed)
+        raise StartupFailed(_state_problem(settings, exc), listening=False) from None
+
+
 async def _open_state(runner: web.AppRunner, settings: Settings) -> None:
     try:
         await runner.setup()  # opens the state store
     except (OSError, sqlite3.Error, StoreError) as exc:
         await runner.cleanup()
-        raise StartupFailed(f"cannot open the state in {settings.state.path}: "
-                            f"{_described(exc)}", listening=False) from None
+        raise StartupFailed(_state_problem(settings, exc), listening=False) from None
+
+
+def _state_problem(settings: Settings, exc: BaseException) -> str:
+    """"cannot open the state in <where>: <why>"; a Redis server by its URL, masked (the
+    Redis store's own errors name it already: not twice)."""
+    problem = _described(exc)
+    if settings.state.backend != "redis":
+        return f"cannot open the state in {settings.state.path}: {problem}"
+    where = f"Redis at {redacted_url(settings.state.redis.url)}"
+    if where in problem:
+        return f"cannot open the state: {problem}"
+    return f"cannot open the state in {where}: {problem}"
 
 
 async def _listen(runner: web.AppRunner, settings: Settings, log: object) -> None:
@@ -258,8 +278,10 @@ async def _listen(runner: web.AppRunner, settings: Settings, log: object) -> Non
     addresses = [host_port(a[0], a[1]) for a in runner.addresses]
     # Where each upstream is, credentials in a base_url masked: what a new user checks first.
     upstreams = {name: redacted_url(u.base_url) for name, u in sorted(settings.upstreams.items())}
+    state = ({"state_redis": redacted_url(settings.state.redis.url)}
+             if settings.state.backend == "redis" else {"state_path": settings.state.path})
     log.info("listening", addresses=addresses, upstreams=upstreams,  # type: ignore[attr-defined]
-             state_path=settings.state.path)
+             **state)
 
 
 def _bind_problem(exc: OSError | UnicodeError) -> str:

@@ -3,25 +3,34 @@
 All three open the state database read-only (`proxy.store.open_read_only`): they create nothing,
 never write, and read alongside a running proxy. A problem is one line on stderr and exit 1.
 `threads` prints every id whole, as stored, so any id it lists can be given to `inspect`.
+
+With `state.backend: redis` they read through the `StateStore` interface (its read methods
+only: no write, no lease) and print the same; `check-state` decodes every thread's records
+and history lines there, and warns when the server would lose checkpoints on a restart.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import closing
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 from proxy import jsonio
-from proxy.records import ThreadState
+from proxy.records import ThreadKey, ThreadState
+from proxy.redaction import redacted_url
 from proxy.settings import Settings
-from proxy.store import StateDb, StoreError, ThreadSummary, open_read_only, thread_key_text
+from proxy.store import (History, StateDb, StateStore, StoreError, ThreadSummary,
+                         create_history, create_store, open_read_only, thread_key_text)
 from proxy.store.damage import REMEDY, damaged_message, is_damage
 from proxy.store.db_file import DB_FILE
+from proxy.store.redis_probe import Probe, probe
 
 T = TypeVar("T")
 _PROBLEMS_SHOWN = 100
@@ -31,11 +40,13 @@ HEADER = ("LAST ACTIVITY", "CHECKPOINTS", "LAST ESTIMATE", "TENANT", "THREAD")
 
 def list_threads(settings: Settings, limit: int) -> int:
     # SQLite's LIMIT is a 64-bit integer; any larger limit already means every thread.
-    summaries = _read(settings, lambda db: db.list_threads(min(limit, _SQLITE_MAX_INT)))
+    limit = min(limit, _SQLITE_MAX_INT)
+    summaries = _read_either(settings, lambda db: db.list_threads(limit),
+                             lambda store: store.list_threads(limit), [])
     if summaries is None:
         return 1
     if not summaries:
-        print(f"no threads in {settings.state.path}")
+        print(f"no threads in {_where(settings)}")
         return 0
     for line in threads_table(summaries):
         print(line)
@@ -56,11 +67,13 @@ def threads_table(summaries: list[ThreadSummary]) -> list[str]:
 
 def inspect_thread(settings: Settings, thread_id: str) -> int:
     """Prints a JSON list, one state per tenant that has the id (most often one)."""
-    states = _read(settings, lambda db: db.find(thread_key_text(thread_id)))
+    wanted = thread_key_text(thread_id)
+    states = _read_either(settings, lambda db: db.find(wanted), lambda store: store.find(wanted),
+                          [])
     if states is None:
         return 1
     if not states:
-        _error(f"no thread {thread_id!r} in {settings.state.path}")
+        _error(f"no thread {thread_id!r} in {_where(settings)}")
         return 1
     # A stored text may hold a lone surrogate (see `proxy/store/jsoncodec.py`).
     out = [state_as_data(state) for state in states]
@@ -71,6 +84,8 @@ def inspect_thread(settings: Settings, thread_id: str) -> int:
 def check_state(settings: Settings) -> int:
     """`PRAGMA integrity_check` over the whole database (every page, index and constraint),
     read-only: it can run beside the serving proxy. Exit 0 when sound, 1 when damaged."""
+    if settings.state.backend == "redis":
+        return _check_redis(settings)
     path = Path(settings.state.path) / DB_FILE
     started = time.monotonic()
     verdict = _read(settings, lambda db: db.integrity_check())
@@ -89,6 +104,77 @@ def check_state(settings: Settings) -> int:
     return 1
 
 
+def _check_redis(settings: Settings) -> int:
+    """PING, then read and decode every thread's records and history lines through the store's
+    and the history's read methods; a warning when the server would lose checkpoints on a
+    restart. Exit 0 when all decode, 1 when anything is damaged or unreadable."""
+    started = time.monotonic()
+    found = _read_redis(settings, partial(_every_thread_read, settings), ([], 0, 0))
+    if found is None:
+        return 1
+    probed, (problems, threads, lines) = found
+    persistence = probed.persistence
+    warning = persistence.warning()
+    if warning:
+        _error(f"warning: {warning}")
+    took = f"{time.monotonic() - started:.1f} s"
+    for problem in problems[:_PROBLEMS_SHOWN]:
+        print(problem)
+    if len(problems) > _PROBLEMS_SHOWN:
+        print(f"... and {len(problems) - _PROBLEMS_SHOWN} more")
+    if problems:
+        _error(f"{_where(settings)} holds damaged records ({len(problems)} problems, {took})")
+        return 1
+    print(f"ok: {_where(settings)} ({threads} threads, {lines} history lines decoded, "
+          f"{persistence.describe()}, {took})")
+    return 0
+
+
+async def _every_thread_read(settings: Settings, store: StateStore) -> tuple[list[str], int, int]:
+    """(the problems found, the threads read, the history lines decoded). A record that does
+    not decode is a problem; the server failing is not damage: it ends the check."""
+    from proxy.store.redis_records import StateUnreadable
+    history = create_history(settings.state)
+    await history.open()
+    try:
+        problems: list[str] = []
+        lines = 0
+        try:
+            summaries = await store.list_threads(_SQLITE_MAX_INT)
+        except StateUnreadable as error:  # one thread's line: none can be listed
+            return [f"the thread list: {error}"], 0, 0
+        for summary in summaries:
+            where = f"thread {summary.thread!r} (tenant {summary.tenant[:12]})"
+            try:
+                key = ThreadKey(summary.tenant, summary.thread)
+                await store.load(key)
+                events = await store.events(key)
+            except StateUnreadable as error:  # the server failing is no damage: it goes on up
+                problems.append(f"{where}: {error}")
+                continue
+            paths = sorted({e.history_file for e in events if e.history_file})
+            for path in paths:
+                read, problem = await _history_read(history, path)
+                lines += read
+                problems += [f"{where}: {problem}"] if problem else []
+        return problems, len(summaries), lines
+    finally:
+        await history.close()
+
+
+async def _history_read(history: History, path: str) -> tuple[int, str | None]:
+    """(the lines that decode, what is wrong with the others or with `path`, if anything)."""
+    try:
+        contents = await history.read_async(path)
+    except ValueError as error:  # not a history list under this prefix
+        return 0, str(error)
+    if not contents.torn:
+        return len(contents.records), None
+    shown = ", ".join(map(str, contents.damaged_lines[:10]))
+    return len(contents.records), (f"{len(contents.damaged_lines)} history line(s) do not "
+                                   f"decode (lines {shown}) in {path}")
+
+
 # The records' field names, as the README and the `threads` table call them.
 _SHOWN_AS = {"event": "checkpoint", "event_count": "checkpoints"}
 
@@ -98,6 +184,48 @@ def state_as_data(state: ThreadState) -> dict[str, Any]:
     data["key"] = {"tenant": state.key.tenant, "thread": state.key.thread}
     data.pop("extra", None)
     return {_SHOWN_AS.get(name, name): value for name, value in data.items()}
+
+
+def _read_either(settings: Settings, on_sqlite: Callable[[StateDb], T],
+                 on_redis: Callable[[StateStore], Awaitable[T]], empty: T) -> T | None:
+    if settings.state.backend != "redis":
+        return _read(settings, on_sqlite)
+    read = _read_redis(settings, on_redis, empty)
+    return None if read is None else read[1]
+
+
+def _read_redis(settings: Settings, action: Callable[[StateStore], Awaitable[T]],
+                empty: T) -> tuple[Probe, T] | None:
+    """What the server said of itself and the action's result over an open store (`empty`
+    where no proxy wrote under the prefix), or None after reporting why it could not be read
+    (the server named by its redacted URL)."""
+    try:
+        return asyncio.run(_with_store(settings, action, empty))
+    except StoreError as error:
+        _error(str(error))
+    except Exception as error:  # noqa: BLE001 - the client library's errors, one line each
+        _error(f"cannot read the state on {_where(settings)}: {type(error).__name__}: {error}")
+    return None
+
+
+async def _with_store(settings: Settings, action: Callable[[StateStore], Awaitable[T]],
+                      empty: T) -> tuple[Probe, T]:
+    probed = await probe(settings.state.redis)
+    if not probed.has_state:  # opening the store would write its layout version there
+        return probed, empty
+    store = create_store(settings.state)
+    await store.open()
+    try:
+        return probed, await action(store)
+    finally:
+        await store.close()
+
+
+def _where(settings: Settings) -> str:
+    state = settings.state
+    if state.backend == "redis":
+        return f"redis {redacted_url(state.redis.url)} (prefix {state.redis.prefix!r})"
+    return state.path
 
 
 def _read(settings: Settings, action: Callable[[StateDb], T]) -> T | None:

@@ -68,6 +68,8 @@ async def test_the_next_request_after_the_interval_writes_the_held_estimate_too(
 class CountingStore:
     """Records `record_request` calls; enough of a store for the activity path."""
 
+    shared = False
+
     def __init__(self) -> None:
         self.touches: list[tuple[ThreadKey, float, int | None]] = []
 

@@ -44,7 +44,7 @@ from proxy.server.summarizer_client import SummaryOutcome, run_replanning, too_m
 from proxy.server.turns import SharedFailure, ThreadTurns
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import RestoreSettings, Settings, UpstreamSettings
-from proxy.store import HistoryFiles, StateStore
+from proxy.store import History, StateStore
 from proxy.store.history import Appended
 
 T = TypeVar("T")
@@ -52,7 +52,7 @@ T = TypeVar("T")
 
 class Compactor:
     def __init__(self, settings: Settings, client: UpstreamClient, store: StateStore,
-                 history: HistoryFiles, log: Any, metrics: Any,
+                 history: History, log: Any, metrics: Any,
                  clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
         self.client = client

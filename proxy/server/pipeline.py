@@ -43,7 +43,7 @@ from proxy.server.retry_lessons import RetryLessons
 from proxy.server.taps import ChatTap, ResponsesTap
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import Settings, UpstreamSettings
-from proxy.store import (NO_HOOKS, HistoryFiles, StateStore, create_history, create_store,
+from proxy.store import (NO_HOOKS, History, StateStore, create_history, create_store,
                          thread_key_text)
 from proxy.store.cached import CachedStore
 from proxy.store.failures import describe
@@ -57,7 +57,7 @@ from proxy.usage import Usage, normalize, plausible_usage, usage_ceiling
 
 class Pipeline:
     def __init__(self, settings: Settings, *, client: UpstreamClient | None = None,
-                 store: StateStore | None = None, history: HistoryFiles | None = None,
+                 store: StateStore | None = None, history: History | None = None,
                  log: Any = None, metrics: Any = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
@@ -84,11 +84,19 @@ class Pipeline:
 
     async def start(self) -> None:
         await self.store.open()
+        try:
+            await self.history.open()
+        except BaseException:
+            await self.store.close()  # the history did not open: nothing else will close it
+            raise
         if self.log is not None:
             self.log.info("tokenizers", **self.estimators.in_use())
 
     async def stop(self) -> None:
-        await self.store.close()
+        try:
+            await self.store.close()
+        finally:
+            await self.history.close()
 
     # ---------------------------------------------------------------- before the upstream call
 

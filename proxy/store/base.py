@@ -12,11 +12,18 @@ Write guarantees every implementation gives:
   `flush` and `close` wait for them. `record_request` and `add_anchor` are plain calls, not
   coroutines: every request makes them, and a coroutine that never waits costs its creation
   and its await for nothing.
+
+A store is `shared` when other processes write the same state (Redis: several proxy
+instances); then nothing may be cached across requests, and a thread is compacted under its
+`compaction_lease`, which one holder at a time has across all of them. A store that is not
+shared (SQLite: one process owns the directory) hands out a lease that does nothing: the
+server's own per-thread lock already keeps its compactions apart.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -44,6 +51,8 @@ class ThreadSummary:
 
 
 class StateStore(Protocol):
+    shared: bool  # other processes write this state too: cache nothing across requests
+
     async def open(self) -> None:
         """Create or migrate the storage; must be awaited before any other call."""
 
@@ -87,3 +96,8 @@ class StateStore(Protocol):
 
     async def events(self, key: ThreadKey) -> list[CompactionEvent]:
         """All checkpoints of a thread, oldest first."""
+
+    def compaction_lease(self, key: ThreadKey) -> AbstractAsyncContextManager[None]:
+        """Held while the thread is compacted: entering waits while another holder (another
+        instance, for a shared store) has it. It outlives a holder that died by a bounded time
+        only (`state.redis.lease_s`)."""

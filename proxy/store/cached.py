@@ -3,9 +3,11 @@
 Loading a thread's state on every request would cost a round trip to the store's worker
 thread; with this cache a known thread costs a dictionary lookup. Every write goes to the
 store as before (queued or awaited, with the same guarantees) and updates the cached state in
-the same step, so what the proxy reads next is what it wrote. It assumes, as the SQLite backend
-does (and enforces), that one proxy process owns the state; `list_threads`, `find` and `events`
-go to the store itself.
+the same step, so what the proxy reads next is what it wrote. That holds while one proxy process
+owns the state, as the SQLite backend enforces. Over a `shared` store (Redis: other instances
+write the same threads) it keeps no state across requests: `cached` finds nothing and `load`
+reads the store every time, writes go through as they do here. `list_threads`, `find` and
+`events` go to the store itself.
 
 Activity is the exception to write-through: a thread's touch (last activity and estimate) is
 persisted at most every `TOUCH_INTERVAL_S`. The latest touch held back is written with the
@@ -13,14 +15,17 @@ thread's next request once the interval has passed; every `TOUCH_INTERVAL_S` a t
 open cache writes all the touches held back in one awaited transaction, so an idle thread's
 last touch is on disk within that time (and a failed write keeps them held for the next);
 `flush` and `close` write every held-back touch, so a clean stop leaves each thread's real
-last activity and estimate on disk.
+last activity and estimate on disk. A state read from the store carries the touches not yet
+written (held back, or in the task's write in flight), so it is as recent as a cached one.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
+from typing import Any
 
 from proxy.lru import LRU
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
@@ -40,9 +45,11 @@ class CachedStore:
     def __init__(self, store: StateStore, max_threads: int = DEFAULT_THREADS,
                  write_held_every_s: float = TOUCH_INTERVAL_S) -> None:
         self.store = store
+        self.shared: bool = store.shared
         # A write updates the thread's state here only when it is cached
         # (`self._states.update`); an uncached one is read whole from the store when needed.
-        self._states: LRU[ThreadKey, ThreadState] = LRU(max_threads)
+        self._states: LRU[ThreadKey, ThreadState] | _NothingKept = (
+            _NothingKept() if self.shared else LRU(max_threads))
         self._touched: LRU[ThreadKey, float] = LRU(max_threads)  # when activity was persisted
         # The latest touch of each thread that the interval held back, oldest first; bounded:
         # past `max_threads` the oldest is written out, never dropped (one of a thread in the
@@ -88,9 +95,12 @@ class CachedStore:
     async def load(self, key: ThreadKey) -> ThreadState:
         found = self._states.get(key)
         if found is None:
-            found = await self.store.load(key)
+            found = self._with_unwritten_touches(key, await self.store.load(key))
             self._states.put(key, found)
         return found
+
+    def compaction_lease(self, key: ThreadKey) -> AbstractAsyncContextManager[None]:
+        return self.store.compaction_lease(key)
 
     def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
         held = self._held.pop(key, None)
@@ -137,6 +147,15 @@ class CachedStore:
 
     async def events(self, key: ThreadKey) -> list[CompactionEvent]:
         return await self.store.events(key)
+
+    def _with_unwritten_touches(self, key: ThreadKey, state: ThreadState) -> ThreadState:
+        """`state` with this thread's touches that the store does not have yet, oldest first
+        (a thread pushed out of the cache may still have one held back)."""
+        for touches in (self._in_flight, self._after_flight, self._held):
+            touch = touches.get(key)
+            if touch is not None:
+                state = _touched(state, *touch)
+        return state
 
     def _persist(self, key: ThreadKey, at: float, estimate: int | None) -> None:
         self.store.record_request(key, at, estimate)
@@ -204,6 +223,20 @@ class CachedStore:
                     touch = _merged(touch, *later)
             self._held[key] = touch
         self._held.update(newer)
+
+
+class _NothingKept:
+    """The cache of a shared store: another instance may write a thread at any time, so a
+    state read for one request is not kept for the next."""
+
+    def get(self, key: ThreadKey) -> None:
+        return None
+
+    def put(self, key: ThreadKey, state: ThreadState) -> None:
+        return None
+
+    def update(self, key: ThreadKey, change: Any, *args: object) -> None:
+        return None
 
 
 def _merged(held: HeldTouch | None, at: float, estimate: int | None) -> HeldTouch:

@@ -9,7 +9,8 @@ compaction does not offload the same messages twice. A kill between an append an
 checkpoint leaves lines no checkpoint accounts for: each checkpoint records the file's size
 with its lines in (`history_end`), and `discard_tail` cuts the file back to that before the
 next append. The methods block: from the event loop use the `*_async` wrappers, which run them
-on a worker thread.
+on a worker thread. `History` is what the compactor and the CLI use of them, which the Redis
+history (`proxy/store/redis_history.py`) gives too.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from proxy.lru import LRU
 from proxy.records import ThreadKey
@@ -60,6 +61,33 @@ class Discarded:
     size: int  # 0 for a missing file
     bytes: int = 0
     lines: int = 0  # a torn last line counts as one
+
+
+class History(Protocol):
+    """What the compactor and the CLI use of a thread's history, on files or on Redis.
+
+    `Appended.start/end`, `Discarded.size` and a checkpoint's `history_end` are positions in
+    the implementation's unit: bytes for `HistoryFiles`, lines for `RedisHistory`. Failures
+    are `OSError`s; `read_async` refuses (ValueError) a path that is not one of its own."""
+
+    async def open(self) -> None:
+        """Connect, when there is anything to connect to; before any other call."""
+
+    async def close(self) -> None:
+        """Release what `open` took. Idempotent."""
+
+    async def offload_async(self, key: ThreadKey, records: Iterable[dict[str, Any]],
+                            at: float | None = None) -> Appended:
+        """Append all the records as lines, or none of them; returns where they went."""
+
+    async def retract_async(self, appended: Appended) -> bool:
+        """Take `appended` back if nothing came after it; returns whether it did."""
+
+    async def discard_tail_async(self, key: ThreadKey, end: int) -> Discarded:
+        """Cut the thread's history back to `end` when it is longer."""
+
+    async def read_async(self, path: str) -> HistoryContents:
+        """Every line at `path` (a `history_file`); damaged lines reported, not raised."""
 
 
 # A tail entry no file size matches: the next append scans the file again.
@@ -148,6 +176,12 @@ class HistoryFiles:
         """Read a history file; a torn line (a crash mid-append) is skipped and reported."""
         return parse_lines(self._inside(Path(path)).read_bytes())
 
+    async def open(self) -> None:
+        """Nothing to connect: the directory is made by the first append."""
+
+    async def close(self) -> None:
+        """Nothing to release: every call opens and closes its file."""
+
     async def offload_async(self, key: ThreadKey, records: Iterable[dict[str, Any]],
                             at: float | None = None) -> Appended:
         return await asyncio.to_thread(self.offload, key, list(records), at)
@@ -176,11 +210,19 @@ class HistoryFiles:
 
 
 def parse_lines(data: bytes) -> HistoryContents:
+    # Empty lines are the split's, around a torn line's own line end: not lines of ours.
+    return _parsed((n, line) for n, line in enumerate(data.split(b"\n"), start=1) if line)
+
+
+def parse_values(values: Iterable[bytes]) -> HistoryContents:
+    """The lines of a store that keeps each line whole (a Redis list): every value counts."""
+    return _parsed(enumerate(values, start=1))
+
+
+def _parsed(lines: Iterable[tuple[int, bytes]]) -> HistoryContents:
     records: list[dict[str, Any]] = []
     damaged: list[int] = []
-    for number, line in enumerate(data.split(b"\n"), start=1):
-        if not line:
-            continue
+    for number, line in lines:
         try:
             record = jsoncodec.loads(line)
         except ValueError:

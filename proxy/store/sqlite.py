@@ -16,9 +16,11 @@ and unthrottled, to the `FailureHooks` the store was given (the metrics).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -30,7 +32,7 @@ from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, 
 from proxy.store.base import ANCHORS_KEPT, StoreError, ThreadSummary, Touch
 from proxy.store.damage import REMEDY, StateDamaged, is_damage
 from proxy.store.failures import NO_HOOKS, FailureHooks, WriteFailures
-from proxy.store.keys import storable_key, thread_key_text
+from proxy.store.keys import DIGEST_PREFIX, storable_key, thread_key_text
 from proxy.store.lock import StateLock
 from proxy.store.db_file import DB_FILE, make_state_dir
 from proxy.store.sqlite_db import AnchorWrite, StateDb
@@ -48,6 +50,8 @@ DAMAGE_REPORT_INTERVAL_S = 60.0
 
 
 class SqliteStore:
+    shared = False  # one process owns the directory (`proxy.store.lock`)
+
     def __init__(self, root: str | Path, *, anchors_kept: int = ANCHORS_KEPT,
                  write_delay_s: float = WRITE_DELAY_S, log: Any = None,
                  check_on_open: bool = True, hooks: FailureHooks = NO_HOOKS) -> None:
@@ -115,10 +119,10 @@ class SqliteStore:
         self._enqueue(_NEW_TUPLE(AnchorWrite, (self._require_db(), storable_key(key), anchor)))
 
     async def add_origin(self, made_id: str, upstream: str, at: float) -> None:
-        self._enqueue(partial(self._require_db().add_origin, made_id, upstream, at))
+        self._enqueue(partial(self._require_db().add_origin, _storable_id(made_id), upstream, at))
 
     async def origin(self, made_id: str) -> str | None:
-        return await self._run(self._require_db().origin, made_id)
+        return await self._run(self._require_db().origin, _storable_id(made_id))
 
     async def add_event(self, key: ThreadKey, event: CompactionEvent) -> CompactionEvent:
         db = self._require_db()
@@ -136,6 +140,9 @@ class SqliteStore:
 
     async def events(self, key: ThreadKey) -> list[CompactionEvent]:
         return await self._run(self._require_db().events, storable_key(key))
+
+    def compaction_lease(self, key: ThreadKey) -> AbstractAsyncContextManager[None]:
+        return nullcontext()  # the one owner's per-thread lock keeps compactions apart
 
     async def integrity_check(self) -> str:
         """`PRAGMA integrity_check`: "ok" for a sound database."""
@@ -237,3 +244,13 @@ class SqliteStore:
         if self._db is None:
             raise StoreError("state store is not open")
         return self._db
+
+
+def _storable_id(made_id: str) -> str:
+    """An answer's id as SQLite text can hold it: one with a lone surrogate (a client's JSON
+    may send one) by its digest instead, which no upstream's id looks like."""
+    try:
+        made_id.encode("utf-8")
+    except UnicodeEncodeError:
+        return DIGEST_PREFIX + hashlib.sha256(made_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return made_id

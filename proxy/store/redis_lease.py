@@ -1,0 +1,84 @@
+"""A thread's compaction lease on Redis: one proxy instance at a time compacts a thread.
+
+Taken with `SET key token NX PX lease`, the token random to this holder; renewed every third
+of the lease while the holder runs, and released by a script that deletes the key only when
+it still holds this token (a holder that outlived its lease never frees another's). A holder
+whose process dies frees it when the lease runs out. A waiter polls, backing off from 20 ms
+to 200 ms: a compaction takes seconds, and a waiter wants to start soon after it ends.
+
+A renewal that finds the lease taken (the holder stalled longer than the lease) logs
+`compaction_lease_lost` and lets the holder finish: its checkpoint is still atomic, at worst
+a second one follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import redis.asyncio
+
+from proxy.store.redis_connection import SERVER_ERRORS
+from proxy.store.redis_scripts import RELEASE_LEASE, RENEW_LEASE
+
+FIRST_WAIT_S = 0.02
+LONGEST_WAIT_S = 0.2
+RunScript = Callable[..., Any]  # `RedisStore._script`: (script, keys, args) -> its answer
+
+
+@asynccontextmanager
+async def held_lease(client: redis.asyncio.Redis, name: str, lease_s: float,
+                     run_script: RunScript, log: Any,
+                     unavailable: Callable[[BaseException], Exception]) -> AsyncIterator[None]:
+    """Hold the lease `name` for the body; waits while another holds it. `unavailable` makes
+    the error raised when Redis cannot be asked."""
+    token = secrets.token_hex(16)
+    lease_ms = max(1, int(lease_s * 1000))
+    await _acquire(client, name, token, lease_ms, unavailable)
+    renewing = asyncio.get_running_loop().create_task(
+        _renew(name, token, lease_ms, run_script, log), name="compaction-lease")
+    try:
+        yield
+    finally:
+        renewing.cancel()
+        await asyncio.wait([renewing])
+        await _release(name, token, run_script, log)
+
+
+async def _acquire(client: redis.asyncio.Redis, name: str, token: str, lease_ms: int,
+                   unavailable: Callable[[BaseException], Exception]) -> None:
+    wait_s = FIRST_WAIT_S
+    while True:
+        try:
+            if await client.set(name, token, nx=True, px=lease_ms):
+                return
+        except SERVER_ERRORS as error:
+            raise unavailable(error) from None
+        await asyncio.sleep(wait_s)
+        wait_s = min(wait_s * 2, LONGEST_WAIT_S)
+
+
+async def _renew(name: str, token: str, lease_ms: int, run_script: RunScript,
+                 log: Any) -> None:
+    every_s = lease_ms / 3000
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            renewed = await run_script(RENEW_LEASE, (name,), (token, lease_ms))
+        except SERVER_ERRORS as error:  # tried again next time; the lease may still hold
+            log.warning("compaction_lease_renewal_failed", error=type(error).__name__)
+            continue
+        if not renewed:
+            log.warning("compaction_lease_lost", lease_s=lease_ms / 1000)
+            return
+
+
+async def _release(name: str, token: str, run_script: RunScript, log: Any) -> None:
+    try:
+        await run_script(RELEASE_LEASE, (name,), (token,))
+    except SERVER_ERRORS as error:  # it runs out by itself; the body's outcome stands
+        log.warning("compaction_lease_release_failed", error=type(error).__name__)
+

@@ -1,0 +1,110 @@
+"""The Lua scripts of the Redis store: each write to a thread is one script, so atomic.
+
+A script runs alone on the server: another instance's write to the same thread happens
+before it or after it, never in between. So a checkpoint's seq, the thread's count and its
+latest event move together, and `last_activity` keeps the later of two touches however they
+interleave. Scripts are loaded once (`SCRIPT LOAD`) and called by digest (`EVALSHA`); a server
+that forgot them (restarted, `SCRIPT FLUSH`) answers NOSCRIPT, and they are loaded again.
+
+Times travel as Python's `repr` of the float and are stored as the very text a caller sent:
+Lua would print a number back with 14 digits only. Lua only compares them (`tonumber`).
+The layout of the keys they touch is in `proxy/store/redis_keys.py`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+# Every thread-writing script gets KEYS[1..3] = the thread's hash, the threads' zset, the
+# thread id's tenant set, and ARGV[1..3] = digest, tenant, thread id.
+_THREAD_FUNCTIONS = """
+local function ensure(t, threads, tenants, digest, tenant, thread, at)
+  if redis.call('HSETNX', t, 'created_at', at) == 0 then return false end
+  redis.call('HSET', t, 'tenant', tenant, 'thread', thread, 'last_activity', at,
+             'event_count', 0)
+  redis.call('SADD', tenants, tenant)
+  redis.call('ZADD', threads, at, digest)
+  return true
+end
+local function rescore(t, threads, digest)
+  local touched, anchored = unpack(redis.call('HMGET', t, 'last_activity', 'anchor_at'))
+  if anchored and tonumber(anchored) > tonumber(touched) then touched = anchored end
+  redis.call('ZADD', threads, touched, digest)
+end
+"""
+
+# Touches, 3 keys and 5 arguments each (estimate '' for none): the later time stays.
+TOUCH = _THREAD_FUNCTIONS + """
+for i = 0, #KEYS / 3 - 1 do
+  local t, threads, tenants = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
+  local digest, tenant, thread, at, estimate = unpack(ARGV, 5 * i + 1, 5 * i + 5)
+  if not ensure(t, threads, tenants, digest, tenant, thread, at)
+      and tonumber(at) > tonumber(redis.call('HGET', t, 'last_activity')) then
+    redis.call('HSET', t, 'last_activity', at)
+    rescore(t, threads, digest)
+  end
+  if estimate ~= '' then redis.call('HSET', t, 'last_estimate', estimate) end
+end
+"""
+
+# KEYS[4] the anchors; ARGV[4..7] = created-at for a new thread, the anchor's time, its JSON,
+# how many are kept.
+ADD_ANCHOR = _THREAD_FUNCTIONS + """
+ensure(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+redis.call('LPUSH', KEYS[4], ARGV[6])
+redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[7]) - 1)
+redis.call('HSET', KEYS[1], 'anchor_at', ARGV[5])
+rescore(KEYS[1], KEYS[2], ARGV[1])
+"""
+
+# KEYS[4] the checkpoints; ARGV[4..5] = created-at for a new thread, the event's JSON object
+# without its seq, which goes in first. Returns the seq.
+ADD_EVENT = _THREAD_FUNCTIONS + """
+ensure(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+local seq = redis.call('LLEN', KEYS[4]) + 1
+redis.call('RPUSH', KEYS[4], '{"seq":' .. seq .. ',' .. string.sub(ARGV[5], 2))
+redis.call('HSET', KEYS[1], 'event_count', seq)
+return seq
+"""
+
+# ARGV[4..5] = created-at for a new thread, the mark's JSON.
+SET_MICROCOMPACT = _THREAD_FUNCTIONS + """
+ensure(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+redis.call('HSET', KEYS[1], 'microcompact', ARGV[5])
+"""
+
+# KEYS = the thread's hash, anchors, checkpoints; ARGV[1] = how many anchors. One snapshot:
+# {hash fields and values, anchors newest first, the latest checkpoint}; {} when unknown.
+LOAD = """
+local fields = redis.call('HGETALL', KEYS[1])
+if #fields == 0 then return {} end
+return {fields, redis.call('LRANGE', KEYS[2], 0, tonumber(ARGV[1]) - 1),
+        redis.call('LINDEX', KEYS[3], -1)}
+"""
+
+# The lease (KEYS[1]) changes only in the hands of the token (ARGV[1]) that holds it.
+RENEW_LEASE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+"""
+RELEASE_LEASE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+return redis.call('DEL', KEYS[1])
+"""
+
+ALL = (TOUCH, ADD_ANCHOR, ADD_EVENT, SET_MICROCOMPACT, LOAD, RENEW_LEASE, RELEASE_LEASE)
+
+
+def sha(script: str) -> str:
+    """The digest `EVALSHA` calls a script by (Redis's own: SHA-1 of its text)."""
+    return hashlib.sha1(script.encode("utf-8")).hexdigest()
+
+
+SHAS = {script: sha(script) for script in ALL}
+
+
+def evalsha_args(script: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
+    """The arguments of one `EVALSHA` command."""
+    return ("EVALSHA", SHAS[script], len(keys), *keys, *args)

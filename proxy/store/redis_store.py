@@ -1,0 +1,323 @@
+"""The Redis state store: `StateStore` on a Redis server that several proxy instances share.
+
+The guarantees are the SQLite store's (`proxy/store/base.py`); the key layout is in
+`proxy/store/redis_keys.py`, the scripts that write a thread atomically in
+`proxy/store/redis_scripts.py`. Queued writes (`record_request`, `add_anchor`, `add_origin`)
+go out at once, one pipeline per batch (`proxy/store/redis_writer.py`); this store's reads,
+`flush` and `close` wait for those queued before them. Another instance's writes are seen
+by the next read: `shared` is True, so the cache in front (`proxy/store/cached.py`) keeps
+nothing across requests, and a thread is compacted by one instance at a time
+(`compaction_lease`, `proxy/store/redis_lease.py`).
+
+Queued writes that fail are logged as `state_write_failed` (rate-limited,
+`proxy/store/failures.py`); reads and awaited writes that fail raise `StateUnavailable`,
+logged as `state_unavailable` (rate-limited too). Every lost write is told, unthrottled, to
+the `FailureHooks`. Origins expire `origins_kept_s` after they were made (a key's TTL).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
+from typing import Any
+
+import redis.asyncio
+import structlog
+from redis.exceptions import NoScriptError
+
+from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
+from proxy.redaction import redacted_url
+from proxy.store import jsoncodec
+from proxy.store.base import ANCHORS_KEPT, StoreError, ThreadSummary, Touch
+from proxy.store.failures import NO_HOOKS, FailureHooks, WriteFailures
+from proxy.store.keys import storable_key, thread_key_text
+from proxy.store.redis_connection import (SERVER_ERRORS, StateUnavailable, connect, described,
+                                          unreachable)
+from proxy.store.redis_keys import LAYOUT_VERSION, RedisKeys, thread_digest
+from proxy.store.redis_lease import held_lease
+from proxy.store.redis_records import SUMMARY_FIELDS, decoded, summary, thread_state
+from proxy.store.redis_scripts import (ADD_ANCHOR, ADD_EVENT, ALL, LOAD, SET_MICROCOMPACT, TOUCH,
+                                       evalsha_args)
+from proxy.store.redis_writer import Command, QueuedWrites
+from proxy.store.sqlite_db import ORIGINS_KEPT_S
+
+UNAVAILABLE_REPORT_INTERVAL_S = 10.0
+
+
+class RedisStore:
+    shared = True  # other instances write the same state
+
+    def __init__(self, url: str, *, prefix: str = "compaction-proxy:", timeout_s: float = 5.0,
+                 lease_s: float = 30.0, anchors_kept: int = ANCHORS_KEPT,
+                 origins_kept_s: float = ORIGINS_KEPT_S, log: Any = None,
+                 hooks: FailureHooks = NO_HOOKS) -> None:
+        self.url = url
+        self.keys = RedisKeys(prefix)
+        self._timeout_s = timeout_s
+        self._lease_s = lease_s
+        self._anchors_kept = anchors_kept
+        self._origins_kept_ms = int(origins_kept_s * 1000)
+        self._client: redis.asyncio.Redis | None = None
+        self._closing = False
+        self.writer = QueuedWrites(self._send_batch, self._write_failed)
+        self._log = log if log is not None else structlog.get_logger("proxy")
+        self._hooks = hooks
+        self._failures = WriteFailures()
+        self._unavailable = WriteFailures(UNAVAILABLE_REPORT_INTERVAL_S)
+
+    async def open(self) -> None:
+        if self._client is not None:
+            return
+        client = connect(self.url, self._timeout_s)
+        try:
+            await client.ping()
+            await self._check_layout(client)
+            for script in ALL:
+                await client.script_load(script)
+        except SERVER_ERRORS as error:
+            await client.aclose()
+            raise unreachable(error, self.url) from None
+        except BaseException:
+            await client.aclose()
+            raise
+        self._client, self._closing = client, False
+
+    async def close(self) -> None:
+        client = self._client
+        if client is None or self._closing:
+            return
+        self._closing = True  # from here on, new calls fail instead of racing the close
+        try:
+            await self.writer.settled()
+            self._report(self._failures.take())
+        finally:
+            self._client = None
+            await client.aclose()
+
+    async def flush(self) -> None:
+        self._require_client()
+        await self.writer.settled()
+
+    async def load(self, key: ThreadKey) -> ThreadState:
+        self._require_client()
+        await self.writer.settled()
+        digest = thread_digest(key)
+        reply = await self._awaited(LOAD, (self.keys.thread(digest), self.keys.anchors(digest),
+                                           self.keys.events(digest)), (self._anchors_kept,))
+        return thread_state(key, reply)
+
+    def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
+        self._require_client()
+        keys, args = self._touch(key, at, estimate)
+        self.writer.put(evalsha_args(TOUCH, keys, args))
+
+    async def record_requests(self, touches: Sequence[Touch]) -> None:
+        self._require_client()
+        if not touches:
+            return
+        await self.writer.settled()
+        keys: list[str] = []
+        args: list[Any] = []
+        for key, at, estimate in touches:
+            more_keys, more_args = self._touch(key, at, estimate)
+            keys += more_keys
+            args += more_args
+        try:
+            await self._awaited(TOUCH, keys, args)  # one script: all or none
+        except StateUnavailable as error:
+            self._lost(len(touches), error)  # reported as the queued writes' are
+            raise
+
+    def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
+        self._require_client()
+        digest, keys, args = self._thread_args(key, anchor.created_at)
+        self.writer.put(evalsha_args(
+            ADD_ANCHOR, (*keys, self.keys.anchors(digest)),
+            (*args, anchor.created_at, jsoncodec.dumps(anchor.to_data()), self._anchors_kept)))
+
+    async def add_origin(self, made_id: str, upstream: str, at: float) -> None:
+        self._require_client()
+        expires_ms = int(at * 1000) + self._origins_kept_ms
+        self.writer.put(("SET", self.keys.origin(made_id), upstream, "PXAT", expires_ms))
+
+    async def origin(self, made_id: str) -> str | None:
+        client = self._require_client()
+        await self.writer.settled()
+        try:
+            found = await client.get(self.keys.origin(made_id))
+        except SERVER_ERRORS as error:
+            raise self._unavailable_error(error) from None
+        return found.decode("utf-8", "replace") if found is not None else None
+
+    async def add_event(self, key: ThreadKey, event: CompactionEvent) -> CompactionEvent:
+        self._require_client()
+        digest, keys, args = self._thread_args(key, event.created_at)
+        data = event.to_data()
+        del data["seq"]  # the script puts it first, counted on the server
+        seq = await self._awaited_write(ADD_EVENT, (*keys, self.keys.events(digest)),
+                                        (*args, jsoncodec.dumps(data)))
+        return replace(event, seq=int(seq))
+
+    async def set_microcompact(self, key: ThreadKey, mark: MicrocompactMark) -> None:
+        self._require_client()
+        _, keys, args = self._thread_args(key, mark.created_at)
+        await self._awaited_write(SET_MICROCOMPACT, keys,
+                                  (*args, jsoncodec.dumps(mark.to_data())))
+
+    async def list_threads(self, limit: int = 100) -> list[ThreadSummary]:
+        client = self._require_client()
+        await self.writer.settled()
+        if limit == 0:
+            return []
+        try:
+            ranked = await client.zrevrange(self.keys.threads, 0, limit - 1 if limit > 0 else -1,
+                                            withscores=True)
+            async with client.pipeline(transaction=False) as pipe:
+                for digest, _ in ranked:
+                    pipe.hmget(self.keys.thread(digest.decode("ascii")), SUMMARY_FIELDS)
+                rows = await pipe.execute()
+        except SERVER_ERRORS as error:
+            raise self._unavailable_error(error) from None
+        lines = (summary(values, active) for values, (_, active) in zip(rows, ranked))
+        return [line for line in lines if line is not None]
+
+    async def find(self, thread_id: str) -> list[ThreadState]:
+        client = self._require_client()
+        await self.writer.settled()
+        thread = thread_key_text(thread_id)
+        try:
+            tenants = await client.smembers(self.keys.tenants_of(thread))
+        except SERVER_ERRORS as error:
+            raise self._unavailable_error(error) from None
+        names = sorted(tenant.decode("utf-8", "replace") for tenant in tenants)
+        return [await self.load(ThreadKey(tenant, thread)) for tenant in names]
+
+    async def events(self, key: ThreadKey) -> list[CompactionEvent]:
+        client = self._require_client()
+        await self.writer.settled()
+        try:
+            texts = await client.lrange(self.keys.events(thread_digest(key)), 0, -1)
+        except SERVER_ERRORS as error:
+            raise self._unavailable_error(error) from None
+        return [decoded(CompactionEvent, "checkpoint", text) for text in texts]
+
+    def compaction_lease(self, key: ThreadKey) -> AbstractAsyncContextManager[None]:
+        """Held by one instance at a time per thread (see `proxy/store/redis_lease.py`)."""
+        client = self._require_client()
+        return held_lease(client, self.keys.lease(thread_digest(key)), self._lease_s,
+                          self._script, self._log, self._unavailable_error)
+
+    # -- commands -----------------------------------------------------------------------
+
+    def _thread_args(self, key: ThreadKey,
+                     at: float) -> tuple[str, tuple[str, str, str], tuple[Any, ...]]:
+        """A thread-writing script's digest, first keys and first arguments; `at`: the time
+        of a thread this write creates (now, for a record without one)."""
+        stored = storable_key(key)
+        digest = thread_digest(stored)
+        keys = (self.keys.thread(digest), self.keys.threads, self.keys.tenants_of(stored.thread))
+        return digest, keys, (digest, stored.tenant, stored.thread, float(at or time.time()))
+
+    def _touch(self, key: ThreadKey, at: float,
+               estimate: int | None) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+        stored = storable_key(key)
+        digest = thread_digest(stored)
+        keys = (self.keys.thread(digest), self.keys.threads, self.keys.tenants_of(stored.thread))
+        return keys, (digest, stored.tenant, stored.thread, float(at),
+                      "" if estimate is None else int(estimate))
+
+    async def _script(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run a script; loaded again when the server forgot it (a restart)."""
+        client = self._require_client()
+        try:
+            return await client.execute_command(*evalsha_args(script, keys, args))
+        except NoScriptError:
+            await client.script_load(script)
+            return await client.execute_command(*evalsha_args(script, keys, args))
+
+    async def _awaited(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return await self._script(script, keys, args)
+        except SERVER_ERRORS as error:
+            raise self._unavailable_error(error) from None
+
+    async def _awaited_write(self, script: str, keys: Sequence[str],
+                             args: Sequence[Any]) -> Any:
+        """A write whose caller waits for it and logs its failure itself: counted here."""
+        await self.writer.settled()  # in order after this store's queued writes
+        try:
+            return await self._awaited(script, keys, args)
+        except StateUnavailable:
+            self._hooks.writes_lost(1)
+            raise
+
+    async def _send_batch(self, batch: Sequence[Command]) -> tuple[int, BaseException | None]:
+        client = self._client
+        if client is None:
+            return len(batch), StoreError("state store is not open")
+        results = await _pipelined(client, batch)
+        forgotten = [command for command, result in zip(batch, results)
+                     if isinstance(result, NoScriptError)]
+        if forgotten:  # a restarted server: load the scripts, send those again, in order
+            for script in ALL:
+                await client.script_load(script)
+            results = [r for r in results if not isinstance(r, NoScriptError)]
+            results += await _pipelined(client, forgotten)
+        errors = [result for result in results if isinstance(result, Exception)]
+        return len(errors), errors[-1] if errors else None
+
+    # -- failures -----------------------------------------------------------------------
+
+    def _write_failed(self, count: int, error: BaseException) -> None:
+        self._lost(count, error)
+
+    def _lost(self, count: int, error: BaseException) -> None:
+        self._hooks.writes_lost(count)
+        self._report(self._failures.record(count, _as_exception(error), time.monotonic()))
+
+    def _report(self, fields: dict[str, Any] | None) -> None:
+        if fields is None:
+            return
+        try:
+            self._log.warning("state_write_failed", **fields, failed_total=self.writer.failed,
+                              redis=redacted_url(self.url))
+        except Exception:  # noqa: BLE001 - a line that cannot be written must not fail the
+            pass           # read or close that found the failure
+
+    def _unavailable_error(self, error: BaseException) -> StateUnavailable:
+        unavailable = StateUnavailable(described(error, self.url))
+        fields = self._unavailable.record(1, _as_exception(error), time.monotonic())
+        if fields is not None:
+            try:
+                self._log.warning("state_unavailable", **fields, detail=unavailable.detail)
+            except Exception:  # noqa: BLE001 - as in `_report`
+                pass
+        return unavailable
+
+    async def _check_layout(self, client: redis.asyncio.Redis) -> None:
+        await client.set(self.keys.version, LAYOUT_VERSION, nx=True)
+        found = await client.get(self.keys.version)
+        if found is None or not found.isdigit() or int(found) > LAYOUT_VERSION:
+            raise StoreError(
+                f"the state under prefix {self.keys.prefix!r} at {redacted_url(self.url)} was "
+                f"written by a newer proxy (layout {found!r}; this one knows "
+                f"{LAYOUT_VERSION}); use a proxy that knows it")
+
+    def _require_client(self) -> redis.asyncio.Redis:
+        if self._client is None or self._closing:
+            raise StoreError("state store is not open")
+        return self._client
+
+
+async def _pipelined(client: redis.asyncio.Redis, commands: Sequence[Command]) -> list[Any]:
+    """Each command's answer or error, in order (a lost connection fails them all)."""
+    async with client.pipeline(transaction=False) as pipe:
+        for command in commands:
+            pipe.execute_command(*command)
+        return await pipe.execute(raise_on_error=False)
+
+
+def _as_exception(error: BaseException) -> Exception:
+    return error if isinstance(error, Exception) else RuntimeError(type(error).__name__)

@@ -1,0 +1,138 @@
+"""The compaction lease across instances: exclusive, renewed while held, freed by a holder that
+died after `lease_s`, never released by one that lost it."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio
+
+from proxy.store.redis_keys import thread_digest
+from proxy.store.redis_store import RedisStore
+from tests.process import child_env
+from tests.store_backends import KEY, LogLines
+
+LEASE_S = 1.0
+
+
+@pytest.fixture
+async def two(redis_url: str, redis_prefix: str) -> AsyncIterator[tuple[RedisStore, RedisStore]]:
+    stores = (RedisStore(redis_url, prefix=redis_prefix, lease_s=LEASE_S),
+              RedisStore(redis_url, prefix=redis_prefix, lease_s=LEASE_S))
+    for store in stores:
+        await store.open()
+    yield stores
+    for store in stores:
+        await store.close()
+
+
+async def test_holders_never_overlap_across_instances(
+        two: tuple[RedisStore, RedisStore]) -> None:
+    inside, most, entered = 0, 0, 0
+
+    async def hold(store: RedisStore) -> None:
+        nonlocal inside, most, entered
+        async with store.compaction_lease(KEY):
+            inside += 1
+            entered += 1
+            most = max(most, inside)
+            await asyncio.sleep(0.005)
+            inside -= 1
+
+    await asyncio.gather(*(hold(two[n % 2]) for n in range(24)))
+    assert (entered, most) == (24, 1)
+
+
+async def test_a_long_holder_keeps_its_lease_by_renewing_it(
+        two: tuple[RedisStore, RedisStore]) -> None:
+    a, b = two
+    waiter_in = asyncio.Event()
+
+    async def wait_then_hold() -> float:
+        async with b.compaction_lease(KEY):
+            waiter_in.set()
+            return time.monotonic()
+
+    async with a.compaction_lease(KEY):
+        began = time.monotonic()
+        waiter = asyncio.create_task(wait_then_hold())
+        await asyncio.sleep(LEASE_S * 2.5)  # well past one lease: renewals keep it
+        assert not waiter_in.is_set()
+        released = time.monotonic()
+    entered = await asyncio.wait_for(waiter, 2)
+    assert entered >= released and entered - began >= LEASE_S * 2.5
+    assert entered - released < 0.5  # the waiter's backoff stays short
+
+
+async def test_a_lease_another_took_is_reported_lost_and_never_released_by_its_old_holder(
+        redis_url: str, redis_prefix: str) -> None:
+    log = LogLines()
+    store = RedisStore(redis_url, prefix=redis_prefix, lease_s=LEASE_S, log=log)
+    await store.open()
+    client = redis.asyncio.Redis.from_url(redis_url)
+    name = f"{redis_prefix}l:{thread_digest(KEY)}"
+    try:
+        async with store.compaction_lease(KEY):
+            await client.set(name, b"someone-else", px=5000)  # as if ours had run out
+            await asyncio.sleep(LEASE_S * 0.6)  # a renewal finds it
+            assert log.named("compaction_lease_lost") == [{"lease_s": LEASE_S}]
+        assert await client.get(name) == b"someone-else"
+    finally:
+        await client.aclose()
+        await store.close()
+
+
+async def test_a_body_that_fails_releases_the_lease(two: tuple[RedisStore, RedisStore]) -> None:
+    a, b = two
+    with pytest.raises(ZeroDivisionError):
+        async with a.compaction_lease(KEY):
+            1 / 0
+    began = time.monotonic()
+    async with b.compaction_lease(KEY):
+        assert time.monotonic() - began < 0.2
+
+
+HOLD_AND_WAIT = """
+import asyncio, sys
+from proxy.records import ThreadKey
+from proxy.store.redis_store import RedisStore
+
+async def main():
+    store = RedisStore(sys.argv[1], prefix=sys.argv[2], lease_s=float(sys.argv[3]))
+    await store.open()
+    async with store.compaction_lease(ThreadKey("tenant-a", "thread-1")):
+        print("held", flush=True)
+        await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_holder_killed_frees_the_lease_after_lease_s(
+        two: tuple[RedisStore, RedisStore], redis_url: str, redis_prefix: str) -> None:
+    child = subprocess.Popen([sys.executable, "-c", HOLD_AND_WAIT, redis_url, redis_prefix,
+                              str(LEASE_S)], stdout=subprocess.PIPE, env=child_env())
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == b"held\n"
+        await asyncio.sleep(LEASE_S * 1.2)  # renewed by the live child meanwhile
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.3):
+                async with two[0].compaction_lease(KEY):
+                    pass
+        child.kill()
+        killed = time.monotonic()
+        async with asyncio.timeout(LEASE_S * 3):
+            async with two[0].compaction_lease(KEY):
+                freed_after = time.monotonic() - killed
+    finally:
+        child.kill()
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+    assert freed_after <= LEASE_S + 0.5
