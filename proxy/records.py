@@ -89,9 +89,10 @@ class CompactionEvent:
     summary_message: dict[str, Any]  # the summary as it goes upstream (wire JSON)
     restore_messages: tuple[dict[str, Any], ...] = ()  # restored files, plan, user messages
     history_file: str | None = None
-    # The thread's history file size in bytes with this and every earlier checkpoint's lines
-    # in: a later offload first cuts the file back to it (lines past it are from an attempt
-    # killed before its checkpoint). None: unknown (stored before it was recorded).
+    # The thread's history size with this and every earlier checkpoint's lines in (bytes of
+    # a file; lines of a Redis list): a later offload first cuts the history back to it (lines
+    # past it are from an attempt killed before its checkpoint). None: unknown (stored before
+    # it was recorded).
     history_end: int | None = None
     strategy: str = "partial"  # partial | full | manual
     tokens_before: int = 0

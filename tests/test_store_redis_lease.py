@@ -13,9 +13,9 @@ import pytest
 import redis.asyncio
 
 from proxy.store.redis_keys import thread_digest
-from proxy.store.redis_store import RedisStore
+from proxy.store.redis_store import LeaseLost, RedisStore
 from tests.process import child_env
-from tests.store_backends import KEY, LogLines
+from tests.store_backends import KEY, LogLines, event
 
 LEASE_S = 1.0
 
@@ -100,7 +100,7 @@ async def test_a_body_that_fails_releases_the_lease(two: tuple[RedisStore, Redis
 HOLD_AND_WAIT = """
 import asyncio, sys
 from proxy.records import ThreadKey
-from proxy.store.redis_store import RedisStore
+from proxy.store.redis_store import LeaseLost, RedisStore
 
 async def main():
     store = RedisStore(sys.argv[1], prefix=sys.argv[2], lease_s=float(sys.argv[3]))
@@ -136,3 +136,28 @@ async def test_a_holder_killed_frees_the_lease_after_lease_s(
         if child.stdout is not None:
             child.stdout.close()
     assert freed_after <= LEASE_S + 0.5
+
+
+async def test_a_checkpoint_of_a_holder_that_lost_its_lease_is_refused(
+        two: tuple[RedisStore, RedisStore], redis_url: str, redis_prefix: str) -> None:
+    # The new holder may have cut the history back and offloaded its own lines: the stalled
+    # holder's checkpoint would count them in its `history_end`.
+    a, b = two
+    client = redis.asyncio.Redis.from_url(redis_url)
+    name = f"{redis_prefix}l:{thread_digest(KEY)}"
+    try:
+        async with a.compaction_lease(KEY):
+            first = await a.add_event(KEY, event(1))
+            await client.set(name, b"another-instance", px=5000)  # as if ours had run out
+            with pytest.raises(LeaseLost):
+                await a.add_event(KEY, event(2))
+            await client.delete(name)  # it ran out and nobody took it: nothing to protect
+            third = await a.add_event(KEY, event(3))
+        assert (first.seq, third.seq) == (1, 2)
+        assert [e.summary_message for e in await b.events(KEY)] == [
+            event(1).summary_message, event(3).summary_message]
+        # Without a lease of its own (no compaction), a write is not the lease's to refuse.
+        await client.set(name, b"another-instance", px=5000)
+        assert (await b.add_event(KEY, event(4))).seq == 3
+    finally:
+        await client.aclose()

@@ -19,6 +19,8 @@ the checkpoint); the request's line, a 499, says so (`compaction_detached`) once
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -30,7 +32,7 @@ from proxy.compaction.trigger import Action, Thresholds, decide
 from proxy.conversation import leading_instructions
 from proxy.errors import CompactionInsufficient, CompactionUnavailable, ProxyError
 from proxy.projection import Built, Situation, View, build, measure_projection
-from proxy.records import CompactionEvent, ThreadState
+from proxy.records import CompactionEvent, ThreadKey, ThreadState
 from proxy.server import manual_answer
 from proxy.server.client_owned import over_max_calls_error, refusal_error
 from proxy.server.compactor import (BreakerOpen, ClientLeft, CompactionCut, CompactionFailed,
@@ -74,9 +76,18 @@ class CompactionFlow:
             if blocked is not None:
                 return self._degrade(prepared, built, th.fits(built.tokens), "breaker_open",
                                      blocked.reason, line, blocked, config.strategy)
-        async with self.compactor.turns.of(prepared.key).take() as meanwhile:
+        async with self._turn(prepared.key) as meanwhile:
             return await self._compact_locked(prepared, view, situation, state, built, line,
                                               meanwhile)
+
+    @asynccontextmanager
+    async def _turn(self, key: ThreadKey) -> AsyncIterator[Meanwhile]:
+        """The thread's turn at compaction: this process's lock for it, then the store's lease,
+        which another proxy instance on a shared store (Redis) may hold for the same thread.
+        The state is read after both: a checkpoint the holder before wrote is then seen."""
+        async with self.compactor.turns.of(key).take() as meanwhile:
+            async with self.store.compaction_lease(key):
+                yield meanwhile
 
     async def _compact_locked(self, prepared: Prepared, view: View, situation: Situation,
                               state: ThreadState | None, built: Built, line: RequestLine,
@@ -254,7 +265,7 @@ class CompactionFlow:
                       line: RequestLine) -> Prepared:
         assert prepared.key is not None
         line.set(manual_compact=True)
-        async with self.compactor.turns.of(prepared.key).take() as meanwhile:
+        async with self._turn(prepared.key) as meanwhile:
             latest = await self.store.load(prepared.key)
             built = build(view, latest.event, replace(situation, anchors=latest.anchors))
             job = self._job(prepared, view, situation, built, strategy="manual",

@@ -319,7 +319,8 @@ class Compactor:
         discarded = await self.history.discard_tail_async(job.key, end)
         if discarded.bytes:
             self.log.warning("history_tail_discarded", **job.who,
-                             bytes=discarded.bytes, lines=discarded.lines, kept_bytes=end)
+                             bytes=discarded.bytes, lines=discarded.lines,
+                             **{f"kept_{self.history.unit}": end})
         return discarded.size
 
     def refused(self, job: Job, reason: str) -> None:

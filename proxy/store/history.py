@@ -70,6 +70,8 @@ class History(Protocol):
     the implementation's unit: bytes for `HistoryFiles`, lines for `RedisHistory`. Failures
     are `OSError`s; `read_async` refuses (ValueError) a path that is not one of its own."""
 
+    unit: str  # what a position counts: "bytes" or "lines"
+
     async def open(self) -> None:
         """Connect, when there is anything to connect to; before any other call."""
 
@@ -95,6 +97,8 @@ _UNKNOWN_TAIL = (-1, 0)
 
 
 class HistoryFiles:
+    unit = "bytes"
+
     def __init__(self, root: str | Path) -> None:
         """`root` is the directory the files go in (`<state.path>/history`)."""
         self.root = Path(root).resolve()

@@ -76,6 +76,8 @@ class RedisHistoryError(OSError):
 
 
 class RedisHistory:
+    unit = "lines"
+
     def __init__(self, settings: RedisSettings) -> None:
         self.settings = settings
         self.shown_url = redacted_url(settings.url)

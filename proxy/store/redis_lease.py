@@ -7,8 +7,9 @@ whose process dies frees it when the lease runs out. A waiter polls, backing off
 to 200 ms: a compaction takes seconds, and a waiter wants to start soon after it ends.
 
 A renewal that finds the lease taken (the holder stalled longer than the lease) logs
-`compaction_lease_lost` and lets the holder finish: its checkpoint is still atomic, at worst
-a second one follows.
+`compaction_lease_lost`; the holder's checkpoint is then refused (`LeaseLost`: the store's
+checkpoint script compares the holder's token with the lease's), since the new holder may have
+cut the history back and offloaded lines of its own meanwhile.
 """
 
 from __future__ import annotations
@@ -32,16 +33,16 @@ RunScript = Callable[..., Any]  # `RedisStore._script`: (script, keys, args) -> 
 @asynccontextmanager
 async def held_lease(client: redis.asyncio.Redis, name: str, lease_s: float,
                      run_script: RunScript, log: Any,
-                     unavailable: Callable[[BaseException], Exception]) -> AsyncIterator[None]:
-    """Hold the lease `name` for the body; waits while another holds it. `unavailable` makes
-    the error raised when Redis cannot be asked."""
+                     unavailable: Callable[[BaseException], Exception]) -> AsyncIterator[str]:
+    """Hold the lease `name` for the body, which gets the holder's token; waits while another
+    holds it. `unavailable` makes the error raised when Redis cannot be asked."""
     token = secrets.token_hex(16)
     lease_ms = max(1, int(lease_s * 1000))
     await _acquire(client, name, token, lease_ms, unavailable)
     renewing = asyncio.get_running_loop().create_task(
         _renew(name, token, lease_ms, run_script, log), name="compaction-lease")
     try:
-        yield
+        yield token
     finally:
         renewing.cancel()
         await asyncio.wait([renewing])

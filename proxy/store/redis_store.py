@@ -18,8 +18,8 @@ the `FailureHooks`. Origins expire `origins_kept_s` after they were made (a key'
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -46,6 +46,15 @@ from proxy.store.sqlite_db import ORIGINS_KEPT_S
 UNAVAILABLE_REPORT_INTERVAL_S = 10.0
 
 
+class LeaseLost(StoreError):
+    """A checkpoint refused: its compaction outlived the thread's lease, which another
+    instance holds now (see `ADD_EVENT` in `proxy/store/redis_scripts.py`)."""
+
+    def __init__(self) -> None:
+        super().__init__("the thread's compaction lease passed to another proxy instance "
+                         "before this checkpoint was written (state.redis.lease_s)")
+
+
 class RedisStore:
     shared = True  # other instances write the same state
 
@@ -57,6 +66,7 @@ class RedisStore:
         self.keys = RedisKeys(prefix)
         self._timeout_s = timeout_s
         self._lease_s = lease_s
+        self._lease_tokens: dict[str, str] = {}  # thread digest -> the token this store holds
         self._anchors_kept = anchors_kept
         self._origins_kept_ms = int(origins_kept_s * 1000)
         self._client: redis.asyncio.Redis | None = None
@@ -156,8 +166,11 @@ class RedisStore:
         digest, keys, args = self._thread_args(key, event.created_at)
         data = event.to_data()
         del data["seq"]  # the script puts it first, counted on the server
-        seq = await self._awaited_write(ADD_EVENT, (*keys, self.keys.events(digest)),
-                                        (*args, jsoncodec.dumps(data)))
+        seq = await self._awaited_write(
+            ADD_EVENT, (*keys, self.keys.events(digest), self.keys.lease(digest)),
+            (*args, jsoncodec.dumps(data), self._lease_tokens.get(digest, "")))
+        if int(seq) < 0:
+            raise LeaseLost()
         return replace(event, seq=int(seq))
 
     async def set_microcompact(self, key: ThreadKey, mark: MicrocompactMark) -> None:
@@ -203,11 +216,19 @@ class RedisStore:
             raise self._unavailable_error(error) from None
         return [decoded(CompactionEvent, "checkpoint", text) for text in texts]
 
-    def compaction_lease(self, key: ThreadKey) -> AbstractAsyncContextManager[None]:
-        """Held by one instance at a time per thread (see `proxy/store/redis_lease.py`)."""
+    @asynccontextmanager
+    async def compaction_lease(self, key: ThreadKey) -> AsyncIterator[None]:
+        """Held by one instance at a time per thread (see `proxy/store/redis_lease.py`); a
+        checkpoint written under it is refused once another holder has it (`LeaseLost`)."""
         client = self._require_client()
-        return held_lease(client, self.keys.lease(thread_digest(key)), self._lease_s,
-                          self._script, self._log, self._unavailable_error)
+        digest = thread_digest(key)
+        async with held_lease(client, self.keys.lease(digest), self._lease_s, self._script,
+                              self._log, self._unavailable_error) as token:
+            self._lease_tokens[digest] = token
+            try:
+                yield
+            finally:
+                del self._lease_tokens[digest]
 
     # -- commands -----------------------------------------------------------------------
 
