@@ -16,7 +16,10 @@ proxy/direct. CPU per request moves much less with the machine's load than req/s
 the two disagree, the CPU figure says what the code costs, req/s what this machine made of it.
 
     .venv/bin/python scripts/bench_overhead.py [--requests 400] [--rounds 3] [--upstream fake|canned]
-        [--baseline DIR] [--log-level info|warning]
+        [--baseline DIR] [--log-level info|warning] [--state sqlite|redis]
+
+`--state redis` puts the proxies' state on a Redis server the script starts (redis-server must
+be installed): what several instances sharing one state cost each request.
 
 The proxies log at `info` unless told otherwise, as the shipped config does: a line per request
 is part of what a user's proxy costs. (Figures before 2026-12-01 were taken at `warning`.)
@@ -226,7 +229,7 @@ def _wait_ready(url: str, timeout: float = 30) -> None:
 
 
 def start_servers(upstream_kind: str, state_dir: str, baseline: Path | None = None,
-                  log_level: str = "info") -> Servers:
+                  log_level: str = "info", redis_url: str | None = None) -> Servers:
     servers = Servers()
     up_port, raw_port, proxy_port = free_port(), free_port(), free_port()
     if upstream_kind == "canned":
@@ -236,7 +239,8 @@ def start_servers(upstream_kind: str, state_dir: str, baseline: Path | None = No
     upstream = f"http://127.0.0.1:{up_port}/v1"
     raw = _spawn([__file__, "--serve-raw", str(raw_port), upstream])
     servers.processes.append(raw)
-    proxy = _start_proxy(upstream, proxy_port, Path(state_dir) / "proxy", ROOT, log_level)
+    proxy = _start_proxy(upstream, proxy_port, Path(state_dir) / "proxy", ROOT, log_level,
+                         redis_url)
     servers.processes.append(proxy)
     servers.proxy_pid = proxy.pid
     servers.pids = {"raw": raw.pid, "proxy": proxy.pid}
@@ -244,7 +248,8 @@ def start_servers(upstream_kind: str, state_dir: str, baseline: Path | None = No
                     "proxy": f"http://127.0.0.1:{proxy_port}/v1"}
     if baseline is not None:
         base_port = free_port()
-        base = _start_proxy(upstream, base_port, Path(state_dir) / "base", baseline, log_level)
+        base = _start_proxy(upstream, base_port, Path(state_dir) / "base", baseline, log_level,
+                            redis_url)
         servers.processes.append(base)
         servers.pids["base"] = base.pid
         servers.urls["base"] = f"http://127.0.0.1:{base_port}/v1"
@@ -257,21 +262,26 @@ def start_servers(upstream_kind: str, state_dir: str, baseline: Path | None = No
 
 
 def _start_proxy(upstream: str, port: int, home: Path, root: Path,
-                 log_level: str) -> subprocess.Popen[bytes]:
+                 log_level: str, redis_url: str | None = None) -> subprocess.Popen[bytes]:
     home.mkdir(parents=True, exist_ok=True)
     config = home / "proxy.yaml"
-    config.write_text(proxy_config(upstream, port, home, log_level))
+    config.write_text(proxy_config(upstream, port, home, log_level, redis_url))
     return _spawn(["-m", "proxy", "serve", "--config", str(config)], root=root)
 
 
-def proxy_config(upstream: str, port: int, home: Path, log_level: str = "info") -> str:
-    """The benchmarks' proxy: one upstream, state under `home`; at `info` (the shipped default)
-    it writes its line per request, as a user's proxy does (to /dev/null here)."""
+def proxy_config(upstream: str, port: int, home: Path, log_level: str = "info",
+                 redis_url: str | None = None) -> str:
+    """The benchmarks' proxy: one upstream, state under `home` (or on the Redis server at
+    `redis_url`, under a prefix of its own); at `info` (the shipped default) it writes its line
+    per request, as a user's proxy does (to /dev/null here)."""
+    state: dict[str, Any] = {"path": str(home / "state")}
+    if redis_url is not None:
+        state.update(backend="redis", redis={"url": redis_url, "prefix": f"bench-{home.name}:"})
     return orjson.dumps({
         "server": {"host": "127.0.0.1", "port": port},
         "upstreams": {"up": {"base_url": upstream}},
         "models": {"bench*": {"max_input_tokens": 1_000_000}},
-        "state": {"path": str(home / "state")},
+        "state": state,
         "logging": {"level": log_level},
     }).decode()
 
@@ -406,6 +416,9 @@ def main() -> None:
     parser.add_argument("--log-level", default="info",
                         help="the proxies' logging.level: info (the default config's) writes a "
                              "line per request; warning leaves them out")
+    parser.add_argument("--state", choices=("sqlite", "redis"), default="sqlite",
+                        help="the proxies' state backend; redis starts a redis-server of its own "
+                             "(the program must be installed)")
     parser.add_argument("--serve-raw", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--serve-canned", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -413,17 +426,28 @@ def main() -> None:
         return raw_forwarder(int(args.serve_raw[0]), args.serve_raw[1])
     if args.serve_canned:
         return canned_upstream(int(args.serve_canned))
-    with tempfile.TemporaryDirectory() as state_dir:
-        servers = start_servers(args.upstream, state_dir, args.baseline, args.log_level)
-        try:
-            asyncio.run(run_all(servers, args))
-        finally:
-            servers.stop()
+    redis = None
+    if args.state == "redis":
+        from tests.redis_server import start_redis_server  # the tests' own: a throwaway server
+        redis = start_redis_server()
+    try:
+        with tempfile.TemporaryDirectory() as state_dir:
+            servers = start_servers(args.upstream, state_dir, args.baseline, args.log_level,
+                                    redis.url if redis else None)
+            try:
+                asyncio.run(run_all(servers, args))
+            finally:
+                servers.stop()
+    finally:
+        if redis is not None:
+            from tests.redis_server import stop_redis_server
+            stop_redis_server(redis)
 
 
 async def run_all(servers: Servers, args: argparse.Namespace) -> None:
     bodies = scenario_bodies()
-    print(f"upstream: {args.upstream}; {args.requests} requests x {args.rounds} rounds per cell; "
+    print(f"upstream: {args.upstream}; state: {args.state}; "
+          f"{args.requests} requests x {args.rounds} rounds per cell; "
           f"big body {len(bodies['big']) / 1024:.0f} KB; proxy log level {args.log_level}")
     header = (f"{'scenario':<8} {'conc':>4} {'target':<7} {'req/s':>8} {'p50 ms':>8} "
               f"{'p99 ms':>8} {'ttfb p50':>9} {'cpu ms/req':>10} {'errors':>6}")
