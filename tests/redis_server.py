@@ -87,14 +87,19 @@ def stop_redis_server(server: RedisServer, keep_directory: bool = False) -> None
         shutil.rmtree(server.directory, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
+def started_or_skipped() -> RedisServer:
+    """A fresh server; without the program, the test is skipped (failed under REQUIRE_ENV)."""
     try:
-        server = start_redis_server()
+        return start_redis_server()
     except FileNotFoundError:
         if os.environ.get(REQUIRE_ENV) == "1":
             pytest.fail(f"{REQUIRE_ENV}=1 but no redis-server on PATH")
         pytest.skip("no redis-server on PATH (install Redis to run these tests)")
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = started_or_skipped()
     yield server
     stop_redis_server(server)
 

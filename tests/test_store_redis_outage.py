@@ -12,7 +12,7 @@ import redis
 
 from proxy.store import FailureHooks, StoreError
 from proxy.store.redis_store import RedisStore
-from tests.redis_server import RedisServer, start_redis_server, stop_redis_server
+from tests.redis_server import RedisServer, started_or_skipped, stop_redis_server
 from tests.store_backends import KEY, LogLines, anchor, event
 
 PASSWORD = "s3cret-pass-word"
@@ -21,10 +21,7 @@ PASSWORD = "s3cret-pass-word"
 @pytest.fixture
 def own_server() -> Iterator[RedisServer]:
     """A server of this test alone (it will be stopped), its password set."""
-    try:
-        server = start_redis_server()
-    except FileNotFoundError:
-        pytest.skip("no redis-server on PATH")
+    server = started_or_skipped()
     admin = redis.Redis(port=server.port)
     admin.config_set("requirepass", PASSWORD)
     admin.close()
