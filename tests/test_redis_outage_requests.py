@@ -8,25 +8,13 @@ thread's turns have had. Once the server is back the proxy serves again, without
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import openai
 import pytest
-import redis
 
 from tests.conftest import API_KEY
-from tests.redis_server import RedisServer, started_or_skipped, stop_redis_server
-from tests.test_store_redis_outage import PASSWORD, restarted
-
-
-@pytest.fixture
-def own_server() -> Iterator[RedisServer]:
-    server = started_or_skipped()
-    admin = redis.Redis(port=server.port)
-    admin.config_set("requirepass", PASSWORD)
-    admin.close()
-    yield server
-    stop_redis_server(server)
+from tests.redis_server import RedisServer
+# `own_server`: a Redis server of this test alone, with a password, which the test stops.
+from tests.test_store_redis_outage import PASSWORD, own_server, restarted  # noqa: F401
 
 
 def ask(client: openai.OpenAI, thread: str) -> openai.types.chat.ChatCompletion:
