@@ -50,6 +50,8 @@ class LeaseLost(StoreError):
     """A checkpoint refused: its compaction outlived the thread's lease, which another
     instance holds now (see `ADD_EVENT` in `proxy/store/redis_scripts.py`)."""
 
+    keeps_history_lines = True  # the new holder has cut them off and may have offloaded its own
+
     def __init__(self) -> None:
         super().__init__("the thread's compaction lease passed to another proxy instance "
                          "before this checkpoint was written (state.redis.lease_s)")

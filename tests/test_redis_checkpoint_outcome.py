@@ -1,0 +1,137 @@
+"""A checkpoint whose write to Redis ended without a clear outcome keeps its history lines.
+
+Through real proxy processes on a real Redis, seen through a relay (`tests/redis_relay.py`)
+that stalls them at the checkpoint's write: an answer lost to the timeout (the server ran the
+write), or a proxy cut off from Redis past its lease while another instance takes the thread
+over. Either way every checkpoint committed must find its lines in the thread's history list:
+`history_end` lines, each once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import redis
+
+from proxy.records import ThreadKey
+from proxy.store.redis_keys import RedisKeys, thread_digest
+from proxy.store.redis_scripts import ADD_EVENT, SHAS
+from proxy.testing.replies import Reply
+from proxy.testing.summarizer import FakeSummarizer
+from tests.process import ProxyProcess, write_config
+from tests.redis_relay import RedisRelay
+from tests.redis_server import RedisServer
+from tests.test_compaction_detached import COMPACTION, GatedFake, gated, open_gate  # noqa: F401
+from tests.test_compaction_failure_paths import over_the_limit, post, wait_for
+from tests.test_compaction_failures import MODELS
+from tests.test_redis_instances import TENANT
+
+CHECKPOINT = SHAS[ADD_EVENT].encode()
+
+
+@pytest.fixture
+def relay(redis_server: RedisServer) -> Iterator[RedisRelay]:
+    relay = RedisRelay(redis_server.port)
+    yield relay
+    relay.close()
+
+
+@pytest.fixture
+def start(tmp_path: Path, gated: GatedFake, redis_prefix: str) -> Iterator[Any]:
+    started: list[ProxyProcess] = []
+
+    def start(url: str, **redis_options: Any) -> ProxyProcess:
+        n = len(started)
+        config = write_config(
+            tmp_path / f"instance{n}.yaml", gated.url, tmp_path / f"state{n}",
+            state={"backend": "redis",
+                   "redis": {"url": url, "prefix": redis_prefix, **redis_options}},
+            models=MODELS, compaction=COMPACTION)
+        started.append(ProxyProcess(config))
+        return started[-1]
+
+    yield start
+    for process in started:
+        process.kill()
+
+
+def checkpoints_and_lines(url: str, prefix: str, thread: str) -> tuple[list[dict[str, Any]],
+                                                                       list[dict[str, Any]]]:
+    keys = RedisKeys(prefix)
+    digest = thread_digest(ThreadKey(TENANT, thread))
+    with redis.Redis.from_url(url) as client:
+        events = [orjson.loads(e) for e in client.lrange(keys.events(digest), 0, -1)]
+        lines = [orjson.loads(e) for e in client.lrange(keys.history(digest), 0, -1)]
+    return events, lines
+
+
+def assert_lines_accounted_for(url: str, prefix: str, thread: str) -> list[dict[str, Any]]:
+    events, lines = checkpoints_and_lines(url, prefix, thread)
+    assert events, "no checkpoint was committed"
+    assert [line["seq"] for line in lines] == list(range(1, len(lines) + 1))
+    for event in events:
+        assert event["history_end"] <= len(lines), (event["seq"], event["history_end"],
+                                                    len(lines))
+    assert events[-1]["history_end"] == len(lines)
+    return events
+
+
+def test_a_checkpoint_whose_answer_timed_out_keeps_its_history_lines(
+        start: Any, gated: GatedFake, relay: RedisRelay, redis_server: RedisServer,
+        redis_prefix: str, loop_thread: Any) -> None:
+    FakeSummarizer.install(gated)
+    proxy = start(relay.url, timeout_s=1)
+    open_gate(loop_thread, gated)
+    gated.script(Reply.text("summary one"), Reply.text("answer"))
+    written = relay.hold_reply(CHECKPOINT, 2.5)  # the server runs it; its answer comes late
+    answer = post(proxy, over_the_limit(), "late-answer")
+    assert written.is_set()
+    assert answer.status_code in (200, 503), answer.text
+    time.sleep(2.0)  # the held answer goes by
+    [event] = assert_lines_accounted_for(redis_server.url, redis_prefix, "late-answer")
+    assert event["history_end"] > 0
+    retried = post(proxy, over_the_limit(), "late-answer")  # the checkpoint serves the retry
+    assert retried.status_code == 200, retried.text
+    assert retried.headers["x-compaction"] == "applied"
+
+
+def test_an_instance_cut_off_past_its_lease_leaves_the_new_holders_lines(
+        start: Any, gated: GatedFake, relay: RedisRelay, redis_server: RedisServer,
+        redis_prefix: str, loop_thread: Any) -> None:
+    FakeSummarizer.install(gated)
+    second_relay = RedisRelay(redis_server.port)
+    try:
+        a = start(relay.url, lease_s=2, timeout_s=10)
+        b = start(second_relay.url, lease_s=2, timeout_s=10)
+        over = over_the_limit()
+        gated.script(Reply.text("summary at a"), Reply.text("summary at b"),
+                     Reply.text("answer at b"))
+        cut_off = relay.stall(CHECKPOINT, 30)  # a's checkpoint and renewals go nowhere
+        b_writes = second_relay.hold_reply(CHECKPOINT, 1.5)
+        with ThreadPoolExecutor(2) as pool:
+            at_a = pool.submit(post, a, over, "handover")
+            wait_for(lambda: gated.summarizer_requests >= 1, timeout=20)
+            at_b = pool.submit(post, b, over, "handover")  # waits on a's lease
+            open_gate(loop_thread, gated)
+            assert cut_off.wait(20)
+            # a's lease runs out; b takes it, cuts a's lines off, offloads its own and writes
+            # its checkpoint, whose answer is late: b holds the lease when a's refused one
+            # arrives.
+            assert b_writes.wait(20)
+            relay.release()
+            answers = [at_a.result(60), at_b.result(60)]
+        assert answers[1].status_code == 200, answers[1].text
+        assert answers[1].headers["x-compaction"] == "compacted"
+        deadline = time.monotonic() + 10
+        while not a.events("request") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        [event] = assert_lines_accounted_for(redis_server.url, redis_prefix, "handover")
+        assert event["history_end"] > 0
+    finally:
+        second_relay.close()
