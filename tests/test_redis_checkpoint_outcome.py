@@ -135,3 +135,33 @@ def test_an_instance_cut_off_past_its_lease_leaves_the_new_holders_lines(
         assert event["history_end"] > 0
     finally:
         second_relay.close()
+
+
+def test_a_checkpoint_arriving_after_the_new_holder_finished_is_refused(
+        start: Any, gated: GatedFake, relay: RedisRelay, redis_server: RedisServer,
+        redis_prefix: str, loop_thread: Any) -> None:
+    """The lease ran out under a cut-off instance and the one that took it over has written its
+    checkpoint and let the lease go: the late checkpoint, built on the state before, must not
+    land on top of the new one."""
+    FakeSummarizer.install(gated)
+    a = start(relay.url, lease_s=2, timeout_s=10)
+    b = start(redis_server.url, lease_s=2, timeout_s=10)
+    over = over_the_limit()
+    cut_off = relay.stall(CHECKPOINT, 30)
+    with ThreadPoolExecutor(2) as pool:
+        at_a = pool.submit(post, a, over, "late")
+        wait_for(lambda: gated.summarizer_requests >= 1, timeout=20)
+        at_b = pool.submit(post, b, over, "late")  # waits on a's lease, then takes it over
+        open_gate(loop_thread, gated)
+        assert cut_off.wait(20)
+        answer_b = at_b.result(60)
+        assert answer_b.status_code == 200, answer_b.text
+        assert answer_b.headers["x-compaction"] == "compacted"
+        relay.release()
+        answer_a = at_a.result(60)
+    assert answer_a.status_code == 503, answer_a.text
+    [failed] = a.wait_for("compaction_failed")
+    assert failed["stage"] == "checkpoint" and "LeaseLost" in failed["error"]
+    [completed] = b.wait_for("compaction_completed")
+    [event] = assert_lines_accounted_for(redis_server.url, redis_prefix, "late")
+    assert event["seq"] == completed["seq"] == 1
