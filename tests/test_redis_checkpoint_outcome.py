@@ -165,3 +165,32 @@ def test_a_checkpoint_arriving_after_the_new_holder_finished_is_refused(
     [completed] = b.wait_for("compaction_completed")
     [event] = assert_lines_accounted_for(redis_server.url, redis_prefix, "late")
     assert event["seq"] == completed["seq"] == 1
+
+
+def test_a_manual_compact_and_an_automatic_one_at_two_instances_take_turns(
+        start: Any, gated: GatedFake, redis_server: RedisServer, redis_prefix: str,
+        loop_thread: Any) -> None:
+    FakeSummarizer.install(gated)
+    a = start(redis_server.url)
+    b = start(redis_server.url)
+    over = over_the_limit()
+    with ThreadPoolExecutor(2) as pool:
+        manual = pool.submit(post, a, [*over, {"role": "user", "content": "/compact"}], "both")
+        wait_for(lambda: gated.summarizer_requests >= 1, timeout=20)
+        automatic = pool.submit(post, b, over, "both")  # waits on a's lease
+        time.sleep(0.5)
+        assert not b.events("compaction_started")
+        open_gate(loop_thread, gated)
+        answers = [manual.result(60), automatic.result(60)]
+    assert [r.status_code for r in answers] == [200, 200], [r.text for r in answers]
+    assert answers[0].headers["x-compaction"] == "compacted"
+    events = assert_lines_accounted_for(redis_server.url, redis_prefix, "both")
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    _, lines = checkpoints_and_lines(redis_server.url, redis_prefix, "both")
+    ids = [line["record"]["id"] for line in lines]
+    assert len(ids) == len(set(ids))  # each message offloaded once
+    [line_b] = b.wait_for("request")
+    if answers[1].headers["x-compaction"] == "applied":
+        assert line_b["compaction_reused"] == 1 and len(events) == 1
+    else:  # compacted again, on top of a's checkpoint
+        assert len(events) == 2 and events[1]["history_end"] > events[0]["history_end"]
