@@ -81,7 +81,7 @@ class RedisRelay:
                 delay["until"] = time.monotonic() + reply.seconds
                 reply.seen.set()
             self._flowing.wait()
-            if not _sent(sink, data):
+            if self._closed or not _sent(sink, data):  # closed: what it held is lost
                 break
         _close(source, sink)
 

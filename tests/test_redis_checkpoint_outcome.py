@@ -24,7 +24,7 @@ from proxy.store.redis_keys import RedisKeys, thread_digest
 from proxy.store.redis_scripts import ADD_EVENT, SHAS
 from proxy.testing.replies import Reply
 from proxy.testing.summarizer import FakeSummarizer
-from tests.process import ProxyProcess, write_config
+from tests.process import ProxyProcess, cli, write_config
 from tests.redis_relay import RedisRelay
 from tests.redis_server import RedisServer
 from tests.test_compaction_detached import COMPACTION, GatedFake, gated, open_gate  # noqa: F401
@@ -194,3 +194,32 @@ def test_a_manual_compact_and_an_automatic_one_at_two_instances_take_turns(
         assert line_b["compaction_reused"] == 1 and len(events) == 1
     else:  # compacted again, on top of a's checkpoint
         assert len(events) == 2 and events[1]["history_end"] > events[0]["history_end"]
+
+
+def test_an_instance_killed_between_offload_and_checkpoint_leaves_a_sound_thread(
+        start: Any, gated: GatedFake, relay: RedisRelay, redis_server: RedisServer,
+        redis_prefix: str, loop_thread: Any, tmp_path: Path) -> None:
+    FakeSummarizer.install(gated)
+    a = start(relay.url, lease_s=2)
+    b = start(redis_server.url, lease_s=2)
+    open_gate(loop_thread, gated)
+    over = over_the_limit()
+    offloaded = relay.stall(CHECKPOINT, 30)
+    with ThreadPoolExecutor(1) as pool:
+        lost = pool.submit(post, a, over, "killed", timeout=30)
+        assert offloaded.wait(20)  # its lines are in the list; its checkpoint never arrives
+        a.kill()
+        lost.exception(30)
+    relay.close()
+    answer = post(b, over, "killed")  # once a's lease has run out
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-compaction"] == "compacted"
+    [discarded] = b.wait_for("history_tail_discarded")
+    assert discarded["kept_lines"] == 0 and discarded["lines"] > 0
+    [event] = assert_lines_accounted_for(redis_server.url, redis_prefix, "killed")
+    _, lines = checkpoints_and_lines(redis_server.url, redis_prefix, "killed")
+    assert event["history_end"] == discarded["lines"]  # a's copy gone, b's once
+    ids = [line["record"]["id"] for line in lines]
+    assert len(ids) == len(set(ids))
+    checked = cli("check-state", "--config", str(tmp_path / "instance1.yaml"))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
