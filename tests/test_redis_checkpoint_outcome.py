@@ -223,3 +223,31 @@ def test_an_instance_killed_between_offload_and_checkpoint_leaves_a_sound_thread
     assert len(ids) == len(set(ids))
     checked = cli("check-state", "--config", str(tmp_path / "instance1.yaml"))
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_a_compaction_whose_lease_renewal_is_in_flight_at_its_end_answers(
+        start: Any, gated: GatedFake, relay: RedisRelay, redis_server: RedisServer,
+        redis_prefix: str, loop_thread: Any) -> None:
+    """b's Redis stalls while it writes its checkpoint, its lease's renewals with it: the
+    cancelled renewal must end, not hold the request for ever (it hung, waiting for it)."""
+    FakeSummarizer.install(gated)
+    second_relay = RedisRelay(redis_server.port)
+    try:
+        a = start(relay.url, lease_s=2, timeout_s=10)
+        b = start(second_relay.url, lease_s=2, timeout_s=10)
+        over = over_the_limit()
+        cut_off = relay.stall(CHECKPOINT, 30)
+        b_stalled = second_relay.stall(CHECKPOINT, 1.5)
+        with ThreadPoolExecutor(2) as pool:
+            at_a = pool.submit(post, a, over, "renewing", timeout=40)
+            wait_for(lambda: gated.summarizer_requests >= 1, timeout=20)
+            at_b = pool.submit(post, b, over, "renewing", timeout=20)
+            open_gate(loop_thread, gated)
+            assert cut_off.wait(20) and b_stalled.wait(20)
+            relay.release()
+            answer = at_b.result(30)
+            at_a.result(30)
+        assert answer.status_code == 200, answer.text
+        assert answer.headers["x-compaction"] == "compacted"
+    finally:
+        second_relay.close()
