@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from proxy import jsonio
-from proxy.records import ThreadKey, ThreadState
+from proxy.records import CompactionEvent, ThreadKey, ThreadState
 from proxy.redaction import redacted_url
 from proxy.settings import Settings
 from proxy.store import (History, StateDb, StateStore, StoreError, ThreadSummary,
@@ -157,6 +157,8 @@ async def _every_thread_read(settings: Settings, store: StateStore) -> tuple[lis
                 read, problem = await _history_read(history, path)
                 lines += read
                 problems += [f"{where}: {problem}"] if problem else []
+                short = _lines_missing(events, path, read)
+                problems += [f"{where}: {short}"] if short else []
         return problems, len(summaries), lines
     finally:
         await history.close()
@@ -173,6 +175,16 @@ async def _history_read(history: History, path: str) -> tuple[int, str | None]:
     shown = ", ".join(map(str, contents.damaged_lines[:10]))
     return len(contents.records), (f"{len(contents.damaged_lines)} history line(s) do not "
                                    f"decode (lines {shown}) in {path}")
+
+
+def _lines_missing(events: list[CompactionEvent], path: str, held: int) -> str | None:
+    """A checkpoint that counts more lines of `path` than it holds: lines it accounts for were
+    cut (the list's lines are counted, not sized in bytes, on Redis only)."""
+    latest = next((e for e in reversed(events) if e.history_file == path), None)
+    if latest is None or latest.history_end is None or latest.history_end <= held:
+        return None
+    return (f"checkpoint {latest.seq} accounts for {latest.history_end} history lines, "
+            f"{path} holds {held}")
 
 
 # The records' field names, as the README and the `threads` table call them.

@@ -170,3 +170,25 @@ def test_check_state_reads_what_persistence_it_may(tmp_path: Path, refused: list
         assert "persistence could not be read" in result.stderr
         assert "appendonly unknown, save unknown" in result.stdout
     assert "pw-x9" not in result.stdout + result.stderr
+
+
+async def test_check_state_reports_checkpoint_lines_missing_from_the_history_list(
+        tmp_path: Path, redis_url: str, redis_prefix: str, raw: aioredis.Redis) -> None:
+    # What a retract after a checkpoint that did commit left (a lost answer, a lost lease).
+    store = RedisStore(redis_url, prefix=redis_prefix)
+    history = RedisHistory(RedisSettings(url=redis_url, prefix=redis_prefix))
+    await history.open()
+    key = ThreadKey("tenant-a", "t1")
+    appended = await history.offload_async(key, [{"role": "user", "content": "hello"}] * 3)
+    await history.close()
+    await store.open()
+    await store.add_event(key, CompactionEvent(3, "m3", "v1:d", {"role": "user", "content": "s"},
+                                               history_file=appended.path, history_end=3))
+    await store.close()
+    config = redis_config(tmp_path, redis_url, redis_prefix)
+    assert cli("check-state", "--config", config).returncode == 0
+
+    await raw.ltrim(appended.path.removeprefix("redis:"), 0, 0)
+    cut = cli("check-state", "--config", config)
+    assert cut.returncode == 1, cut.stdout
+    assert "checkpoint 1 accounts for 3 history lines" in cut.stdout and "holds 1" in cut.stdout

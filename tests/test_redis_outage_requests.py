@@ -8,8 +8,11 @@ thread's turns have had. Once the server is back the proxy serves again, without
 
 from __future__ import annotations
 
+import time
+
 import openai
 import pytest
+import redis as sync_redis
 
 from tests.conftest import API_KEY
 from tests.redis_server import RedisServer
@@ -54,4 +57,29 @@ def test_a_request_while_redis_is_down_is_a_503_and_the_next_one_after_it_is_ser
             back.terminate()
             back.wait(10)
     finally:
+        client.close()
+
+
+def test_a_request_while_redis_is_paused_past_the_timeout_is_a_503_then_served(
+        make_proxy, fake, redis_server: RedisServer, redis_prefix: str) -> None:
+    proxy = make_proxy(fake, state={"backend": "redis", "redis": {
+        "url": redis_server.url, "prefix": redis_prefix, "timeout_s": 1}})
+    client = openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)
+    admin = sync_redis.Redis.from_url(redis_server.url)
+    try:
+        assert ask(client, "paused").choices[0].message.content
+        sent = len(fake.requests)
+        admin.execute_command("CLIENT", "PAUSE", 3000, "ALL")
+        paused_at = time.monotonic()
+        with pytest.raises(openai.APIStatusError) as refused:
+            ask(client, "paused")
+        assert refused.value.status_code == 503
+        assert refused.value.response.json()["error"]["code"] == "state_unavailable"
+        assert time.monotonic() - paused_at < 2.9  # the timeout, not the pause, ended it
+        assert len(fake.requests) == sent
+        time.sleep(max(0.0, 3.2 - (time.monotonic() - paused_at)))
+        assert ask(client, "paused").choices[0].message.content
+        assert len(fake.requests) == sent + 1
+    finally:
+        admin.close()
         client.close()

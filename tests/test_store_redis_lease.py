@@ -161,3 +161,22 @@ async def test_a_checkpoint_of_a_holder_that_lost_its_lease_is_refused(
         assert (await b.add_event(KEY, event(4))).seq == 3
     finally:
         await client.aclose()
+
+
+async def test_a_checkpoint_of_a_holder_whose_lease_passed_and_ended_is_refused(
+        two: tuple[RedisStore, RedisStore], redis_url: str, redis_prefix: str) -> None:
+    # Its lease ran out, another instance took it, wrote its checkpoint and let it go: the lease
+    # is free again, yet the stalled holder's checkpoint was built on the state before.
+    a, b = two
+    client = redis.asyncio.Redis.from_url(redis_url)
+    name = f"{redis_prefix}l:{thread_digest(KEY)}"
+    try:
+        async with a.compaction_lease(KEY):
+            await client.delete(name)  # as if ours had run out
+            async with b.compaction_lease(KEY):
+                assert (await b.add_event(KEY, event(1))).seq == 1
+            with pytest.raises(LeaseLost):
+                await a.add_event(KEY, event(2))
+        assert [e.summary_message for e in await a.events(KEY)] == [event(1).summary_message]
+    finally:
+        await client.aclose()

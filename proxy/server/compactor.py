@@ -45,6 +45,7 @@ from proxy.server.turns import SharedFailure, ThreadTurns
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import RestoreSettings, Settings, UpstreamSettings
 from proxy.store import History, StateStore
+from proxy.store.base import StoreError
 from proxy.store.history import Appended
 
 T = TypeVar("T")
@@ -278,7 +279,9 @@ class Compactor:
             return await self.store.add_event(job.key, event)
         except Exception as exc:  # whatever the store raised, the summary is lost
             reason = f"the checkpoint could not be written: {_describe(exc)}"
-            if appended is not None:
+            if appended is not None and isinstance(exc, StoreError) and exc.keeps_history_lines:
+                reason += "; its history lines stay for the next compaction to account for"
+            elif appended is not None:
                 try:
                     await self.history.retract_async(appended)
                 except OSError as undo:

@@ -37,6 +37,11 @@ class StoreError(Exception):
     """The store cannot serve: not open, closed, its directory owned by another process, a
     database newer than this code, or a damaged one (`proxy.store.damage`)."""
 
+    # A checkpoint refused with it may have been written all the same (its answer lost), or
+    # its history lines may be another writer's by now: the compactor leaves them in the list
+    # for the next compaction to account for or cut off, never takes them back itself.
+    keeps_history_lines = False
+
 
 @dataclass(frozen=True)
 class ThreadSummary:

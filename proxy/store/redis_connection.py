@@ -32,6 +32,7 @@ class StateUnavailable(StoreError, ProxyError):
     status = 503
     type = "server_error"
     code = "state_unavailable"
+    keeps_history_lines = True  # a write whose answer was lost may have run
 
     def __init__(self, detail: str) -> None:
         super().__init__("The proxy's state store cannot be reached, so the request cannot be "

@@ -39,11 +39,15 @@ async def held_lease(client: redis.asyncio.Redis, name: str, lease_s: float,
     token = secrets.token_hex(16)
     lease_ms = max(1, int(lease_s * 1000))
     await _acquire(client, name, token, lease_ms, unavailable)
+    # Its cancel alone may not stop the renewal: one that lands while redis-py's command is
+    # in flight can come back as that command's error, which the loop outlives.
+    stopping = asyncio.Event()
     renewing = asyncio.get_running_loop().create_task(
-        _renew(name, token, lease_ms, run_script, log), name="compaction-lease")
+        _renew(name, token, lease_ms, run_script, log, stopping), name="compaction-lease")
     try:
         yield token
     finally:
+        stopping.set()
         renewing.cancel()
         await asyncio.wait([renewing])
         await _release(name, token, run_script, log)
@@ -63,14 +67,15 @@ async def _acquire(client: redis.asyncio.Redis, name: str, token: str, lease_ms:
 
 
 async def _renew(name: str, token: str, lease_ms: int, run_script: RunScript,
-                 log: Any) -> None:
+                 log: Any, stopping: asyncio.Event) -> None:
     every_s = lease_ms / 3000
-    while True:
+    while not stopping.is_set():
         await asyncio.sleep(every_s)
         try:
             renewed = await run_script(RENEW_LEASE, (name,), (token, lease_ms))
         except SERVER_ERRORS as error:  # tried again next time; the lease may still hold
-            log.warning("compaction_lease_renewal_failed", error=type(error).__name__)
+            if not stopping.is_set():
+                log.warning("compaction_lease_renewal_failed", error=type(error).__name__)
             continue
         if not renewed:
             log.warning("compaction_lease_lost", lease_s=lease_ms / 1000)

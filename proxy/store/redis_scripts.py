@@ -59,16 +59,19 @@ redis.call('HSET', KEYS[1], 'anchor_at', ARGV[5])
 rescore(KEYS[1], KEYS[2], ARGV[1])
 """
 
-# KEYS[4] the checkpoints, KEYS[5] the thread's lease; ARGV[4..6] = created-at for a new
-# thread, the event's JSON object without its seq (which goes in first), and the token of the
-# lease the writer holds ('' for none). Returns the seq, or -1 when another holder has the
-# lease: the writer outlived its own (stalled past `lease_s`), and the holder now may have cut
-# the history back and offloaded its own lines, which this checkpoint's `history_end` does not
-# count. A lease that ran out with nobody taking it stops nothing.
+# KEYS[4] the checkpoints, KEYS[5] the thread's lease; ARGV[4..7] = created-at for a new
+# thread, the event's JSON object without its seq (which goes in first), the token of the
+# lease the writer holds ('' for none) and how many checkpoints there were when it took the
+# lease. Returns the seq, or -1 when another holder has the lease or has written a checkpoint
+# since (and let the lease go): the writer outlived its own (stalled past `lease_s`), and the
+# other may have cut the history back and offloaded its own lines, which this checkpoint's
+# `history_end` does not count, and its checkpoint is newer than the state this one was built
+# on. A lease that ran out with nobody taking it stops nothing.
 ADD_EVENT = _THREAD_FUNCTIONS + """
 if ARGV[6] ~= '' then
   local holder = redis.call('GET', KEYS[5])
   if holder and holder ~= ARGV[6] then return -1 end
+  if redis.call('LLEN', KEYS[4]) ~= tonumber(ARGV[7]) then return -1 end
 end
 ensure(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 local seq = redis.call('LLEN', KEYS[4]) + 1

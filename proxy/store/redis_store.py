@@ -50,6 +50,8 @@ class LeaseLost(StoreError):
     """A checkpoint refused: its compaction outlived the thread's lease, which another
     instance holds now (see `ADD_EVENT` in `proxy/store/redis_scripts.py`)."""
 
+    keeps_history_lines = True  # the new holder has cut them off and may have offloaded its own
+
     def __init__(self) -> None:
         super().__init__("the thread's compaction lease passed to another proxy instance "
                          "before this checkpoint was written (state.redis.lease_s)")
@@ -66,7 +68,8 @@ class RedisStore:
         self.keys = RedisKeys(prefix)
         self._timeout_s = timeout_s
         self._lease_s = lease_s
-        self._lease_tokens: dict[str, str] = {}  # thread digest -> the token this store holds
+        # thread digest -> the token this store holds, and the checkpoints there were then
+        self._lease_tokens: dict[str, tuple[str, int]] = {}
         self._anchors_kept = anchors_kept
         self._origins_kept_ms = int(origins_kept_s * 1000)
         self._client: redis.asyncio.Redis | None = None
@@ -166,11 +169,15 @@ class RedisStore:
         digest, keys, args = self._thread_args(key, event.created_at)
         data = event.to_data()
         del data["seq"]  # the script puts it first, counted on the server
+        token, seen = self._lease_tokens.get(digest, ("", 0))
         seq = await self._awaited_write(
             ADD_EVENT, (*keys, self.keys.events(digest), self.keys.lease(digest)),
-            (*args, jsoncodec.dumps(data), self._lease_tokens.get(digest, "")))
+            (*args, jsoncodec.dumps(data), token, seen))
         if int(seq) < 0:
             raise LeaseLost()
+        if token and self._lease_tokens.get(digest, ("", 0))[0] == token:
+            # the holder's own checkpoint: its next one builds on it
+            self._lease_tokens[digest] = (token, int(seq))
         return replace(event, seq=int(seq))
 
     async def set_microcompact(self, key: ThreadKey, mark: MicrocompactMark) -> None:
@@ -219,12 +226,17 @@ class RedisStore:
     @asynccontextmanager
     async def compaction_lease(self, key: ThreadKey) -> AsyncIterator[None]:
         """Held by one instance at a time per thread (see `proxy/store/redis_lease.py`); a
-        checkpoint written under it is refused once another holder has it (`LeaseLost`)."""
+        checkpoint written under it is refused once another holder has it or has written one
+        since (`LeaseLost`)."""
         client = self._require_client()
         digest = thread_digest(key)
         async with held_lease(client, self.keys.lease(digest), self._lease_s, self._script,
                               self._log, self._unavailable_error) as token:
-            self._lease_tokens[digest] = token
+            try:  # read under the lease: only its holder adds a checkpoint until it lets go
+                seen = await client.llen(self.keys.events(digest))
+            except SERVER_ERRORS as error:
+                raise self._unavailable_error(error) from None
+            self._lease_tokens[digest] = (token, int(seen))
             try:
                 yield
             finally:
