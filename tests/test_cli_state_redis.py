@@ -100,8 +100,9 @@ def test_an_unreachable_server_is_one_line_naming_it_without_its_password(
         assert "s3cret-pw" not in result.stderr + result.stdout
 
 
-async def test_check_state_decodes_every_record_and_history_line(
-        tmp_path: Path, redis_url: str, redis_prefix: str, raw: aioredis.Redis) -> None:
+async def checkpointed_thread(redis_url: str, redis_prefix: str) -> str:
+    """A thread with 3 history lines and a checkpoint that accounts for them; its list's
+    `history_file`."""
     store = RedisStore(redis_url, prefix=redis_prefix)
     history = RedisHistory(RedisSettings(url=redis_url, prefix=redis_prefix))
     await history.open()
@@ -113,17 +114,24 @@ async def test_check_state_decodes_every_record_and_history_line(
     await store.add_event(key, CompactionEvent(3, "m3", "v1:d", {"role": "user", "content": "s"},
                                                history_file=appended.path, history_end=3))
     await store.close()
+    return appended.path
+
+
+async def test_check_state_decodes_every_record_and_history_line(
+        tmp_path: Path, redis_url: str, redis_prefix: str, raw: aioredis.Redis) -> None:
+    path = await checkpointed_thread(redis_url, redis_prefix)
     config = redis_config(tmp_path, redis_url, redis_prefix)
 
     sound = cli("check-state", "--config", config)
     assert sound.returncode == 0, sound.stderr
     assert sound.stdout.startswith("ok: redis ") and "1 threads, 3 history lines" in sound.stdout
 
-    await raw.rpush(appended.path.removeprefix("redis:"), b'{"seq": 4, "at"')
+    await raw.rpush(path.removeprefix("redis:"), b'{"seq": 4, "at"')
     torn = cli("check-state", "--config", config)
     assert torn.returncode == 1 and "history line(s) do not decode (lines 4)" in torn.stdout
 
-    await raw.rpush(RedisKeys(redis_prefix).events(thread_digest(key)), b"{not json")
+    events = RedisKeys(redis_prefix).events(thread_digest(ThreadKey("tenant-a", "t1")))
+    await raw.rpush(events, b"{not json")
     damaged = cli("check-state", "--config", config)
     assert damaged.returncode == 1, damaged.stdout
     assert "thread 't1'" in damaged.stdout and "checkpoint" in damaged.stdout
@@ -175,20 +183,11 @@ def test_check_state_reads_what_persistence_it_may(tmp_path: Path, refused: list
 async def test_check_state_reports_checkpoint_lines_missing_from_the_history_list(
         tmp_path: Path, redis_url: str, redis_prefix: str, raw: aioredis.Redis) -> None:
     # What a retract after a checkpoint that did commit left (a lost answer, a lost lease).
-    store = RedisStore(redis_url, prefix=redis_prefix)
-    history = RedisHistory(RedisSettings(url=redis_url, prefix=redis_prefix))
-    await history.open()
-    key = ThreadKey("tenant-a", "t1")
-    appended = await history.offload_async(key, [{"role": "user", "content": "hello"}] * 3)
-    await history.close()
-    await store.open()
-    await store.add_event(key, CompactionEvent(3, "m3", "v1:d", {"role": "user", "content": "s"},
-                                               history_file=appended.path, history_end=3))
-    await store.close()
+    path = await checkpointed_thread(redis_url, redis_prefix)
     config = redis_config(tmp_path, redis_url, redis_prefix)
     assert cli("check-state", "--config", config).returncode == 0
 
-    await raw.ltrim(appended.path.removeprefix("redis:"), 0, 0)
+    await raw.ltrim(path.removeprefix("redis:"), 0, 0)
     cut = cli("check-state", "--config", config)
     assert cut.returncode == 1, cut.stdout
     assert "checkpoint 1 accounts for 3 history lines" in cut.stdout and "holds 1" in cut.stdout

@@ -11,7 +11,7 @@ The read-only CLI opens the database with `open_read_only(path)` instead: a `Sta
 from __future__ import annotations
 
 from proxy.settings import StateSettings
-from proxy.store.base import ANCHORS_KEPT, StateStore, StoreError, ThreadSummary
+from proxy.store.base import ANCHORS_KEPT, REDIS_MISSING, StateStore, StoreError, ThreadSummary
 from proxy.store.failures import NO_HOOKS, FailureHooks
 from proxy.store.history import History, HistoryContents, HistoryFiles
 from proxy.store.keys import thread_key_text
@@ -40,8 +40,7 @@ def _redis_store(settings: StateSettings, hooks: FailureHooks) -> StateStore:
     except ImportError as error:
         if (error.name or "").split(".")[0] != "redis":
             raise
-        raise StoreError("state.backend redis needs the redis package: "
-                         "pip install 'compaction-proxy[redis]'") from None
+        raise StoreError(REDIS_MISSING) from None
     redis = settings.redis
     return RedisStore(redis.url, prefix=redis.prefix, timeout_s=redis.timeout_s,
                       lease_s=redis.lease_s, hooks=hooks)

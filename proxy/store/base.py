@@ -30,6 +30,8 @@ from typing import Protocol
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
 
 ANCHORS_KEPT = 16
+REDIS_MISSING = ("state.backend redis needs the redis package: "
+                 "pip install 'compaction-proxy[redis]'")
 Touch = tuple[ThreadKey, float, int | None]  # a `record_request`'s arguments
 
 

@@ -34,6 +34,13 @@ HISTORY_DIR = "history"
 _CHUNK = 1 << 20
 
 
+def thread_digest(key: ThreadKey) -> str:
+    """The hex sha256 naming a thread's history (its file, or its Redis list) and its Redis
+    keys: of the JSON array of its storable tenant and thread id."""
+    stored = storable_key(key)
+    return hashlib.sha256(jsoncodec.dumps([stored.tenant, stored.thread])).hexdigest()
+
+
 @dataclass(frozen=True)
 class HistoryContents:
     records: list[dict[str, Any]] = field(default_factory=list)
@@ -110,9 +117,7 @@ class HistoryFiles:
         return cls(Path(state_path) / HISTORY_DIR)
 
     def path_for(self, key: ThreadKey) -> Path:
-        stored = storable_key(key)
-        digest = hashlib.sha256(jsoncodec.dumps([stored.tenant, stored.thread])).hexdigest()
-        return self.root / f"{digest}.jsonl"
+        return self.root / f"{thread_digest(key)}.jsonl"
 
     def append(self, key: ThreadKey, records: Iterable[dict[str, Any]],
                at: float | None = None) -> str:

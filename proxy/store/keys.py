@@ -32,10 +32,15 @@ def storable_key(key: ThreadKey) -> ThreadKey:
     return _STORABLE_KEYS[key]
 
 
+def text_digest(text: str) -> str:
+    """The hex sha256 of any text, lone surrogates included."""
+    return hashlib.sha256(_bytes_of(text)).hexdigest()
+
+
 def _key_text(raw: str) -> str:
     if _DIGEST_FORM.fullmatch(raw) or _is_clean(raw):
         return raw
-    return DIGEST_PREFIX + hashlib.sha256(_bytes_of(raw)).hexdigest()
+    return DIGEST_PREFIX + text_digest(raw)
 
 
 def _storable_key(key: ThreadKey) -> ThreadKey:

@@ -26,6 +26,7 @@ from proxy.records import ThreadKey
 from proxy.redaction import redacted_url
 from proxy.settings import RedisSettings
 from proxy.store import jsoncodec
+from proxy.store.base import REDIS_MISSING
 from proxy.store.history import Appended, Discarded, HistoryContents, parse_values
 from proxy.store.redis_keys import RedisKeys, thread_digest
 
@@ -94,8 +95,7 @@ class RedisHistory:
             # would push its lines twice), and no error text holds the password.
             from proxy.store.redis_connection import connect
         except ImportError as exc:
-            raise RedisHistoryError("state.backend redis needs the redis package: "
-                                    "pip install 'compaction-proxy[redis]'") from exc
+            raise RedisHistoryError(REDIS_MISSING) from exc
         client = connect(self.settings.url, self.settings.timeout_s)
         scripts = {name: client.register_script(text) for name, text in
                    (("offload", _OFFLOAD), ("retract", _RETRACT), ("discard_tail", _DISCARD_TAIL))}

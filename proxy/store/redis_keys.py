@@ -22,25 +22,14 @@ side. The thread id and tenant themselves are values (in the thread's hash), for
 
 from __future__ import annotations
 
-import hashlib
+# Imported from here by the Redis modules as part of the layout: the thread's digest is its
+# history's (`proxy.store.history`), an id's that of its storable text (`proxy.store.keys`).
+from proxy.store.history import thread_digest
+from proxy.store.keys import text_digest
 
-from proxy.records import ThreadKey
-from proxy.store import jsoncodec
-from proxy.store.keys import storable_key
+__all__ = ["LAYOUT_VERSION", "RedisKeys", "text_digest", "thread_digest"]
 
 LAYOUT_VERSION = 1
-
-
-def thread_digest(key: ThreadKey) -> str:
-    """The hex sha256 naming a thread's keys (and its history file): of the JSON array of
-    its storable tenant and thread id."""
-    stored = storable_key(key)
-    return hashlib.sha256(jsoncodec.dumps([stored.tenant, stored.thread])).hexdigest()
-
-
-def text_digest(text: str) -> str:
-    """The hex sha256 of any text (lone surrogates included) for a key name."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class RedisKeys:

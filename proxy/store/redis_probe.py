@@ -16,10 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.settings import RedisSettings
-from proxy.store.base import StoreError
+from proxy.store.base import REDIS_MISSING, StoreError
 from proxy.store.redis_keys import RedisKeys
-
-INSTALL = "pip install 'compaction-proxy[redis]'"
 
 
 @dataclass(frozen=True)
@@ -63,7 +61,7 @@ async def probe(settings: RedisSettings) -> Probe:
     try:
         from proxy.store.redis_connection import SERVER_ERRORS, connect, unreachable
     except ImportError:
-        raise StoreError(f"state.backend redis needs the redis package: {INSTALL}") from None
+        raise StoreError(REDIS_MISSING) from None
     client = connect(settings.url, settings.timeout_s)
     try:
         await client.ping()

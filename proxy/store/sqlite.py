@@ -16,7 +16,6 @@ and unthrottled, to the `FailureHooks` the store was given (the metrics).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -32,7 +31,7 @@ from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, 
 from proxy.store.base import ANCHORS_KEPT, StoreError, ThreadSummary, Touch
 from proxy.store.damage import REMEDY, StateDamaged, is_damage
 from proxy.store.failures import NO_HOOKS, FailureHooks, WriteFailures
-from proxy.store.keys import DIGEST_PREFIX, storable_key, thread_key_text
+from proxy.store.keys import DIGEST_PREFIX, storable_key, text_digest, thread_key_text
 from proxy.store.lock import StateLock
 from proxy.store.db_file import DB_FILE, make_state_dir
 from proxy.store.sqlite_db import AnchorWrite, StateDb
@@ -252,5 +251,5 @@ def _storable_id(made_id: str) -> str:
     try:
         made_id.encode("utf-8")
     except UnicodeEncodeError:
-        return DIGEST_PREFIX + hashlib.sha256(made_id.encode("utf-8", "surrogatepass")).hexdigest()
+        return DIGEST_PREFIX + text_digest(made_id)
     return made_id
