@@ -16,8 +16,13 @@ response not made with `store: false`, a conversation; in memory, bounded (the o
 first). The ones a client asks for by id by design, background responses, stored chat
 completions and conversations, are also written to the state store (a queued write), so a
 restart does not lose them; the store keeps a row 30 days, a conversation's from its last use
-by a Responses request (OpenAI keeps conversations without the 30 days responses get). An id made by another instance, or pushed out of the memory (a
-plain stored response), goes by the route of model "" (or of the request's model) as before.
+by a Responses request (OpenAI keeps conversations without the 30 days responses get). A
+store shared by several instances (Redis) gets every kept answer, plain stored responses too:
+the next turn of a `previous_response_id` chain may reach another instance, which has only the
+store to ask (a key with a TTL each, written in the batch of the answer's other writes; SQLite,
+one process, keeps them in memory only, where a row each would grow the file for nothing). An
+id pushed out of the memory (a plain stored response, one instance), or made by an instance
+whose write has not landed yet, goes by the route of model "" (or of the request's model).
 """
 
 from __future__ import annotations
@@ -122,7 +127,7 @@ class Origins:
         if not isinstance(made_id, str) or not made_id:
             return
         self.remember(made_id, upstream)
-        if self._store is None or not stored:
+        if self._store is None or not (stored or self._store.shared):
             return
         try:
             await self._store.add_origin(made_id, upstream.name, self._clock())

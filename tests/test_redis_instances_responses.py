@@ -1,0 +1,74 @@
+"""State kept upstream, continued across instances on one Redis: a `previous_response_id`
+chain and a conversation, each turn at the other instance, with two upstreams routed by model.
+
+Each turn names a model routed to `fake` while the chain (or the conversation) lives on
+`other`: only the id's origin, which the instance that relayed the answer wrote to Redis, sends
+the turn where its state is. The fakes answer an id they do not hold as OpenAI does (400
+`previous_response_not_found`, 404 for a conversation), so a turn sent by its model fails.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.testing.replies import Reply
+from tests.redis_responses import MODEL, OTHER_MODEL, Rig, main_requests, rig  # noqa: F401
+
+
+def _turn(rig: Rig, at: int, stream: bool, **kwargs: Any) -> Any:
+    proxy = (rig.a, rig.b)[at % 2]
+    with rig.client(proxy) as client:
+        if not stream:
+            return client.responses.create(**kwargs)
+        with client.responses.stream(**kwargs) as events:
+            kinds = [event.type for event in events]
+            assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+            return events.get_final_response()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_response_chain_alternating_instances_stays_on_the_upstream_that_made_it(
+        rig: Any, stream: bool) -> None:  # noqa: F811
+    r = rig()
+    r.other.script(*(Reply.text(f"answer {n}") for n in range(6)))
+    first = _turn(r, 0, stream, model=OTHER_MODEL, input="Remember the number 7.")
+    previous = first
+    for n in range(1, 6):
+        answer = _turn(r, n, stream, model=MODEL, input=f"Step {n}: which number?",
+                       previous_response_id=previous.id)
+        assert answer.output_text == f"answer {n}"
+        sent = main_requests(r.other)[-1].json
+        assert sent["previous_response_id"] == previous.id and sent["model"] == MODEL
+        previous = answer
+    assert main_requests(r.fake) == []
+    assert len(main_requests(r.other)) == 6
+    lines = [line for proxy in (r.a, r.b) for line in proxy.events("request")]
+    continued = [line for line in lines if line.get("previous_response_id")]
+    assert len(continued) == 5
+    assert all(line["upstream"] == "other" and line["routed_by"] == "id" for line in continued)
+    # Either instance retrieves any answer of the chain from where it was made.
+    for proxy in (r.a, r.b):
+        with r.client(proxy) as client:
+            assert client.responses.retrieve(first.id).output_text == "answer 0"
+
+
+def test_a_conversation_made_at_one_instance_is_continued_at_the_other(rig: Any) -> None:  # noqa: F811
+    r = rig()
+    with r.client(r.a) as client:
+        made = client.conversations.create(items=[{"type": "message", "role": "user",
+                                                   "content": "Remember the number 7."}],
+                                           extra_query={"model": OTHER_MODEL})
+    r.other.script(Reply.text("Noted."), Reply.text("7"), Reply.text("Still 7."))
+    for n, text in enumerate(["Noted.", "7", "Still 7."]):
+        answer = _turn(r, n + 1, n == 1, model=MODEL, input=f"Turn {n}.", conversation=made.id)
+        assert answer.output_text == text and answer.conversation.id == made.id
+    with r.client(r.b) as client:
+        items = client.conversations.items.list(made.id, order="asc")
+        texts = [part.text for item in items.data if item.type == "message"
+                 for part in item.content]
+        assert texts == ["Remember the number 7.", "Turn 0.", "Noted.", "Turn 1.", "7",
+                         "Turn 2.", "Still 7."]
+        assert client.conversations.delete(made.id).deleted is True
+    assert main_requests(r.fake) == []
