@@ -44,14 +44,14 @@ def test_a_response_chain_alternating_instances_stays_on_the_upstream_that_made_
         previous = answer
     assert main_requests(r.fake) == []
     assert len(main_requests(r.other)) == 6
-    lines = [line for proxy in (r.a, r.b) for line in proxy.events("request")]
-    continued = [line for line in lines if line.get("previous_response_id")]
-    assert len(continued) == 5
-    assert all(line["upstream"] == "other" and line["routed_by"] == "id" for line in continued)
     # Either instance retrieves any answer of the chain from where it was made.
     for proxy in (r.a, r.b):
         with r.client(proxy) as client:
             assert client.responses.retrieve(first.id).output_text == "answer 0"
+    lines = [line for proxy in (r.a, r.b) for line in proxy.wait_for("request", 4)]
+    continued = [line for line in lines if line.get("previous_response_id")]
+    assert len(continued) == 5
+    assert all(line["upstream"] == "other" and line["routed_by"] == "id" for line in continued)
 
 
 def test_a_conversation_made_at_one_instance_is_continued_at_the_other(rig: Any) -> None:  # noqa: F811
