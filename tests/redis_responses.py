@@ -46,7 +46,8 @@ def rig(make_fake: Callable[..., FakeUpstream], tmp_path: Path, redis_url: str,
         redis_prefix: str) -> Iterator[Callable[..., Rig]]:
     started: list[ProxyProcess] = []
 
-    def start(compaction: dict[str, Any] | None = None, **fake_options: Any) -> Rig:
+    def start(compaction: dict[str, Any] | None = None, prelude: str | None = None,
+              **fake_options: Any) -> Rig:
         fake = make_fake(limits={"small-*": LIMIT}, **fake_options)
         other = make_fake(key=b"the other upstream's signing key", **fake_options)
         for n in range(2):
@@ -55,7 +56,7 @@ def rig(make_fake: Callable[..., FakeUpstream], tmp_path: Path, redis_url: str,
                 upstreams={"other": {"base_url": other.url, "timeout_s": 20}}, routes=ROUTES,
                 state={"backend": "redis", "redis": {"url": redis_url, "prefix": redis_prefix}},
                 models=MODELS, **({"compaction": compaction} if compaction else {}))
-            started.append(ProxyProcess(config))
+            started.append(ProxyProcess(config, prelude=prelude))
         return Rig(fake, other, started[-2], started[-1])
 
     yield start

@@ -72,3 +72,34 @@ def test_a_conversation_made_at_one_instance_is_continued_at_the_other(rig: Any)
                          "Turn 2.", "Still 7."]
         assert client.conversations.delete(made.id).deleted is True
     assert main_requests(r.fake) == []
+
+
+# In both instances, every batch of queued Redis writes that sets a key (an origin) is sent
+# 0.3 s late: a slow Redis, or an instance whose loop is busy.
+SLOW_ORIGINS = """
+import asyncio
+from proxy.store import redis_writer
+_send_one = redis_writer.QueuedWrites._send_one
+async def _late(self, batch):
+    if any(command and command[0] == "SET" for command in batch):
+        await asyncio.sleep(0.3)
+    await _send_one(self, batch)
+redis_writer.QueuedWrites._send_one = _late
+"""
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_next_turn_at_the_other_instance_finds_the_origin_however_late_it_is_written(
+        rig: Any, stream: bool) -> None:  # noqa: F811
+    """The answer's end reaches the client only once its origin is in Redis: a client whose
+    next turn is at the other instance at once must not find it missing."""
+    r = rig(prelude=SLOW_ORIGINS)
+    previous = _turn(r, 0, stream, model=OTHER_MODEL, input="Remember the number 7.")
+    for n in range(1, 4):
+        previous = _turn(r, n, stream, model=MODEL, input=f"Step {n}.",
+                         previous_response_id=previous.id)
+    with r.client(r.a) as client:
+        made = client.conversations.create(extra_query={"model": OTHER_MODEL})
+    assert _turn(r, 1, stream, model=MODEL, input="Hi.", conversation=made.id).conversation.id \
+        == made.id
+    assert main_requests(r.fake) == [] and len(main_requests(r.other)) == 5
