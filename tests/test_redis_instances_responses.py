@@ -9,12 +9,17 @@ the turn where its state is. The fakes answer an id they do not hold as OpenAI d
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+import openai
 import pytest
+import redis as sync_redis
 
 from proxy.testing.replies import Reply
-from tests.redis_responses import MODEL, OTHER_MODEL, Rig, main_requests, rig  # noqa: F401
+from tests.conftest import API_KEY
+from tests.redis_responses import (MODEL, OTHER_MODEL, ROUTES, Rig, main_requests,  # noqa: F401
+                                   rig)
 
 
 def _turn(rig: Rig, at: int, stream: bool, **kwargs: Any) -> Any:
@@ -103,3 +108,27 @@ def test_the_next_turn_at_the_other_instance_finds_the_origin_however_late_it_is
     assert _turn(r, 1, stream, model=MODEL, input="Hi.", conversation=made.id).conversation.id \
         == made.id
     assert main_requests(r.fake) == [] and len(main_requests(r.other)) == 5
+
+
+def test_a_redis_that_does_not_take_the_origin_holds_the_answer_a_second_at_most(
+        make_fake: Any, make_proxy: Any, redis_server: Any, redis_prefix: str) -> None:
+    main, other = make_fake(), make_fake()
+    proxy = make_proxy(main, upstreams={"other": {"base_url": other.url}}, routes=ROUTES,
+                       state={"backend": "redis",
+                              "redis": {"url": redis_server.url, "prefix": redis_prefix}})
+    admin = sync_redis.Redis.from_url(redis_server.url)
+    with openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0,
+                       timeout=20) as client:
+        first = client.responses.create(model=OTHER_MODEL, input="Remember the number 7.")
+        admin.execute_command("CLIENT", "PAUSE", 4000, "WRITE")
+        try:
+            began = time.monotonic()
+            second = client.responses.create(model=MODEL, input="Which number?",
+                                             previous_response_id=first.id)
+            waited = time.monotonic() - began
+        finally:
+            admin.execute_command("CLIENT", "UNPAUSE")
+            admin.close()
+    assert second.status == "completed" and 0.9 < waited < 2.5
+    assert [e["event"] for e in proxy.logs.events("origin_not_recorded")] == ["origin_not_recorded"]
+    assert main.requests == []
