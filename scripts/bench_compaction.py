@@ -196,12 +196,13 @@ def run(proxy, fake: FakeUpstream, args: argparse.Namespace) -> None:  # type: i
           "on average)")
 
 
-def replay(client: httpx.Client, base_urls: list[str], fake: FakeUpstream,
+def replay(client: httpx.Client, base_urls: str | list[str], fake: FakeUpstream,
            conversation: Conversation, mode: ClientMode) -> list[Replayed]:
     """At every point where the model speaks next, send the history so far (turn k to
-    `base_urls[k % len]`), scripting the recorded message as the model's answer; the history
-    then continues with the answer received (with the recorded message as the model would have
-    given it when the request failed, so the replay goes on)."""
+    `base_urls[k % len]`, one URL or several), scripting the recorded message as the model's
+    answer; the history then continues with the answer received (with the recorded message as
+    the model would have given it when the request failed, so the replay goes on)."""
+    base_urls = [base_urls] if isinstance(base_urls, str) else base_urls
     history: list[dict] = []
     out = []
     for message in conversation.messages:
