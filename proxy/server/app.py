@@ -19,6 +19,7 @@ from proxy.server.serving import Unserved, expecting, json_response, served
 from proxy.server.services import SERVICES, Configured, Services
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import Settings
+from proxy.settings_diff import digest
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -33,6 +34,7 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> web.Ap
                           getattr(pipeline, "clock", time.time), log)
     services = Services(Configured(settings, pipeline, origins), upstream, log,
                         Drain(settings.server.shutdown_grace_s, log), metrics)
+    metrics.config_loaded(digest(settings))
     app = web.Application(client_max_size=settings.server.max_body_bytes)
     app[SERVICES] = services
     app.on_shutdown.append(services.drain.on_shutdown)
