@@ -3,8 +3,9 @@
 The guarantees are the SQLite store's (`proxy/store/base.py`); the key layout is in
 `proxy/store/redis_keys.py`, the scripts that write a thread atomically in
 `proxy/store/redis_scripts.py`. Queued writes (`record_request`, `add_anchor`, `add_origin`)
-go out at once, one pipeline per batch (`proxy/store/redis_writer.py`); this store's reads,
-`flush` and `close` wait for those queued before them. Another instance's writes are seen
+go out at once, one pipeline per batch (`proxy/store/redis_writer.py`); a `load` waits for
+those of its thread queued before it, an `origin` for its id's, and listings, awaited writes,
+`flush` and `close` for all of them. Another instance's writes are seen
 by the next read: `shared` is True, so the cache in front (`proxy/store/cached.py`) keeps
 nothing across requests, and a thread is compacted by one instance at a time
 (`compaction_lease`, `proxy/store/redis_lease.py`).
@@ -115,16 +116,17 @@ class RedisStore:
 
     async def load(self, key: ThreadKey) -> ThreadState:
         self._require_client()
-        await self.writer.settled()
         digest = thread_digest(key)
-        reply = await self._awaited(LOAD, (self.keys.thread(digest), self.keys.anchors(digest),
+        thread = self.keys.thread(digest)
+        await self.writer.settled_for(thread)  # this thread's queued writes: see them
+        reply = await self._awaited(LOAD, (thread, self.keys.anchors(digest),
                                            self.keys.events(digest)), (self._anchors_kept,))
         return thread_state(key, reply)
 
     def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
         self._require_client()
         keys, args = self._touch(key, at, estimate)
-        self.writer.put(evalsha_args(TOUCH, keys, args))
+        self.writer.put(evalsha_args(TOUCH, keys, args), keys[0])
 
     async def record_requests(self, touches: Sequence[Touch]) -> None:
         self._require_client()
@@ -148,18 +150,21 @@ class RedisStore:
         digest, keys, args = self._thread_args(key, anchor.created_at)
         self.writer.put(evalsha_args(
             ADD_ANCHOR, (*keys, self.keys.anchors(digest)),
-            (*args, anchor.created_at, jsoncodec.dumps(anchor.to_data()), self._anchors_kept)))
+            (*args, anchor.created_at, jsoncodec.dumps(anchor.to_data()), self._anchors_kept)),
+            keys[0])
 
     async def add_origin(self, made_id: str, upstream: str, at: float) -> None:
         self._require_client()
         expires_ms = int(at * 1000) + self._origins_kept_ms
-        self.writer.put(("SET", self.keys.origin(made_id), upstream, "PXAT", expires_ms))
+        name = self.keys.origin(made_id)
+        self.writer.put(("SET", name, upstream, "PXAT", expires_ms), name)
 
     async def origin(self, made_id: str) -> str | None:
         client = self._require_client()
-        await self.writer.settled()
+        name = self.keys.origin(made_id)
+        await self.writer.settled_for(name)
         try:
-            found = await client.get(self.keys.origin(made_id))
+            found = await client.get(name)
         except SERVER_ERRORS as error:
             raise self._unavailable_error(error) from None
         return found.decode("utf-8", "replace") if found is not None else None
