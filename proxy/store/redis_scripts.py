@@ -3,7 +3,8 @@
 A script runs alone on the server: another instance's write to the same thread happens
 before it or after it, never in between. So a checkpoint's seq, the thread's count and its
 latest event move together, and `last_activity` keeps the later of two touches however they
-interleave. Scripts are loaded once (`SCRIPT LOAD`) and called by digest (`EVALSHA`); a server
+interleave, and `last_estimate` that of the later touch that gave one (`estimate_at`): an
+instance's touch held back and written late never replaces another's newer one. Scripts are loaded once (`SCRIPT LOAD`) and called by digest (`EVALSHA`); a server
 that forgot them (restarted, `SCRIPT FLUSH`) answers NOSCRIPT, and they are loaded again.
 
 Times travel as Python's `repr` of the float and are stored as the very text a caller sent:
@@ -35,7 +36,8 @@ local function rescore(t, threads, digest)
 end
 """
 
-# Touches, 3 keys and 5 arguments each (estimate '' for none): the later time stays.
+# Touches, 3 keys and 5 arguments each (estimate '' for none): the later time stays, for the
+# activity and the estimate alike (a hash without `estimate_at` takes any estimate).
 TOUCH = _THREAD_FUNCTIONS + """
 for i = 0, #KEYS / 3 - 1 do
   local t, threads, tenants = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
@@ -45,7 +47,12 @@ for i = 0, #KEYS / 3 - 1 do
     redis.call('HSET', t, 'last_activity', at)
     rescore(t, threads, digest)
   end
-  if estimate ~= '' then redis.call('HSET', t, 'last_estimate', estimate) end
+  if estimate ~= '' then
+    local dated = redis.call('HGET', t, 'estimate_at')
+    if not dated or tonumber(at) >= tonumber(dated) then
+      redis.call('HSET', t, 'last_estimate', estimate, 'estimate_at', at)
+    end
+  end
 end
 """
 
