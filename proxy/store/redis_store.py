@@ -26,7 +26,6 @@ from typing import Any
 
 import redis.asyncio
 import structlog
-from redis.exceptions import NoScriptError
 
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
 from proxy.redaction import redacted_url
@@ -39,8 +38,8 @@ from proxy.store.redis_connection import (SERVER_ERRORS, StateUnavailable, conne
 from proxy.store.redis_keys import LAYOUT_VERSION, RedisKeys, thread_digest
 from proxy.store.redis_lease import held_lease
 from proxy.store.redis_records import SUMMARY_FIELDS, decoded, summary, thread_state
-from proxy.store.redis_scripts import (ADD_ANCHOR, ADD_EVENT, ALL, LOAD, SET_MICROCOMPACT, TOUCH,
-                                       evalsha_args)
+from proxy.store.redis_eval import evalsha_args, load_scripts, run_pipelined, run_script
+from proxy.store.redis_scripts import ADD_ANCHOR, ADD_EVENT, ALL, LOAD, SET_MICROCOMPACT, TOUCH
 from proxy.store.redis_writer import Command, QueuedWrites
 from proxy.store.sqlite_db import ORIGINS_KEPT_S
 
@@ -88,8 +87,7 @@ class RedisStore:
         try:
             await client.ping()
             await self._check_layout(client)
-            for script in ALL:
-                await client.script_load(script)
+            await load_scripts(client, ALL)
         except SERVER_ERRORS as error:
             await client.aclose()
             raise unreachable(error, self.url) from None
@@ -267,13 +265,7 @@ class RedisStore:
                       "" if estimate is None else int(estimate))
 
     async def _script(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """Run a script; loaded again when the server forgot it (a restart)."""
-        client = self._require_client()
-        try:
-            return await client.execute_command(*evalsha_args(script, keys, args))
-        except NoScriptError:
-            await client.script_load(script)
-            return await client.execute_command(*evalsha_args(script, keys, args))
+        return await run_script(self._require_client(), script, keys, args)
 
     async def _awaited(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
@@ -295,14 +287,7 @@ class RedisStore:
         client = self._client
         if client is None:
             return len(batch), StoreError("state store is not open")
-        results = await _pipelined(client, batch)
-        forgotten = [command for command, result in zip(batch, results)
-                     if isinstance(result, NoScriptError)]
-        if forgotten:  # a restarted server: load the scripts, send those again, in order
-            for script in ALL:
-                await client.script_load(script)
-            results = [r for r in results if not isinstance(r, NoScriptError)]
-            results += await _pipelined(client, forgotten)
+        results = await run_pipelined(client, batch)
         errors = [result for result in results if isinstance(result, Exception)]
         return len(errors), errors[-1] if errors else None
 
@@ -347,14 +332,6 @@ class RedisStore:
         if self._client is None or self._closing:
             raise StoreError("state store is not open")
         return self._client
-
-
-async def _pipelined(client: redis.asyncio.Redis, commands: Sequence[Command]) -> list[Any]:
-    """Each command's answer or error, in order (a lost connection fails them all)."""
-    async with client.pipeline(transaction=False) as pipe:
-        for command in commands:
-            pipe.execute_command(*command)
-        return await pipe.execute(raise_on_error=False)
 
 
 def _as_exception(error: BaseException) -> Exception:
