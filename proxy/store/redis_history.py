@@ -9,11 +9,11 @@ with `seq` its position (1-based). Positions are LINES here, not bytes: `Appende
 `Discarded.size` and so the `history_end` a checkpoint records count elements of the list.
 
 Every change is one Lua script, run as the store runs its own (`proxy/store/redis_eval.py`),
-which Redis runs whole or not at all: an offload pushes all its
-lines or none (a client killed mid-command sent a command the server never ran), a retract
-cuts back only when the list still ends where its append left it, a `discard_tail` trims what
-lies past the committed end. Redis errors are raised as `RedisHistoryError`, an `OSError` like
-the files' own, so the compactor records a failed offload and goes on (SPEC §5).
+which Redis runs whole or not at all: an offload pushes all its lines or none (a client killed
+mid-command sent a command the server never ran), a retract cuts back only when the list still
+ends where its append left it, a `discard_tail` trims what lies past the committed end. Redis
+errors are raised as `RedisHistoryError`, an `OSError` like the files' own, so the compactor
+records a failed offload and goes on (SPEC §5).
 """
 
 from __future__ import annotations
