@@ -10,27 +10,29 @@ import signal
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 from aiohttp import web
 
 from proxy.settings import (DEFAULT_CONFIG_PATH, ConfigError, Settings, host_port, listen_host,
                             load_settings, load_state_settings, masked, redacted_url)
+from proxy.settings_diff import digest
 from proxy.settings_reader import shown
 from proxy.store.base import StoreError
 from proxy.tokens.encoding import KNOWN_ENCODINGS
 from proxy.tokens.images import RULES as IMAGE_RULES
 
+if TYPE_CHECKING:
+    from proxy.server.reload import Reloader
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.state_only:
-            settings = load_state_settings(args.config)
-        else:
-            settings = load_settings(args.config)
-            _check_token_rules(settings)
+        settings = _read_config(args)
     except ConfigError as error:
         print(f"compaction-proxy: invalid config {args.config}:", file=sys.stderr)
         for problem in error.problems:
@@ -46,6 +48,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(settings, args) or 0)
     except BrokenPipeError:
         return _reader_left()
+
+
+def _read_config(args: argparse.Namespace) -> Settings:
+    """The file's settings as the command reads them, checked as `check-config` checks them;
+    raises ConfigError. `serve` reads them again on SIGHUP (`_reread`)."""
+    if args.state_only:
+        return load_state_settings(args.config)
+    settings = load_settings(args.config)
+    _check_token_rules(settings)
+    return settings
+
+
+def _reread(args: argparse.Namespace) -> Settings:
+    """A config reload's settings: the file read anew (its `${VAR}`s from the environment the
+    process has), the command line's --host and --port over it, as at start."""
+    return _read_config(args).with_overrides(args.host, args.port)
 
 
 def _reader_left() -> int:
@@ -159,6 +177,7 @@ def _plain(value: object) -> object:
 
 
 def _serve(settings: Settings, args: argparse.Namespace) -> int:
+    hangups = _Hangups()  # first: a SIGHUP's own action would end the process
     from proxy.server.logs import configure_logging, get_logger
 
     settings = settings.with_overrides(args.host, args.port)
@@ -167,8 +186,12 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
     try:
         # Loading the serving modules takes a while: a Ctrl-C then is a quiet stop as well.
         from proxy.server.app import build_app
+        from proxy.server.reload import Reloader
+        from proxy.server.services import SERVICES
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-            runner.run(_run(_built_app(build_app, settings), settings, log))
+            app = _built_app(build_app, settings)
+            reloader = Reloader(app[SERVICES], partial(_reread, args), args.config)
+            runner.run(_run(app, settings, log, reloader, hangups))
     except KeyboardInterrupt:
         pass
     except StartupFailed as failed:
@@ -190,6 +213,22 @@ class StartupFailed(Exception):
         self.listening = listening  # else the state could not be opened
 
 
+class _Hangups:
+    """SIGHUP (not on Windows: no reload there) until the proxy serves: remembered, and the
+    config is reloaded once it serves (the file may have changed after it was read)."""
+
+    def __init__(self) -> None:
+        self.pending = False
+        if SIGHUP is not None:
+            signal.signal(SIGHUP, self.noted)
+
+    def noted(self, *_: object) -> None:
+        self.pending = True
+
+
+SIGHUP: signal.Signals | None = getattr(signal, "SIGHUP", None)
+
+
 def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop when it is installed (it roughly halves the event loop's own cost), else asyncio's."""
     try:
@@ -199,13 +238,16 @@ def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-async def _run(app: web.Application, settings: Settings, log: object) -> None:
+async def _run(app: web.Application, settings: Settings, log: object, reloader: Reloader,
+               hangups: _Hangups) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     # From the start: a signal while the state opens (a long quick_check, a migration) stops
     # the proxy once it is open, through the same clean stop, not half-way through opening it.
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, _stop_soon, loop, stop, signum)
+    if SIGHUP is not None:
+        loop.add_signal_handler(SIGHUP, hangups.noted)
     runner = make_runner(app)
     await _open_state(runner, settings)
     # Open: from here a signal only asks for the stop (two that come at once included); the
@@ -214,7 +256,12 @@ async def _run(app: web.Application, settings: Settings, log: object) -> None:
         loop.add_signal_handler(signum, stop.set)
     if not stop.is_set():
         await _listen(runner, settings, log)
+        if SIGHUP is not None:
+            loop.add_signal_handler(SIGHUP, reloader.requested)
+        if hangups.pending:
+            reloader.requested()
         await stop.wait()
+    await reloader.close()  # a reload under way ends first; a SIGHUP from now on is ignored
     log.info("shutting_down", grace_s=settings.server.shutdown_grace_s)  # type: ignore[attr-defined]
     # A second signal: the operator will not wait out the grace.
     from proxy.server.services import SERVICES
@@ -281,7 +328,7 @@ async def _listen(runner: web.AppRunner, settings: Settings, log: object) -> Non
     state = ({"state_redis": redacted_url(settings.state.redis.url)}
              if settings.state.backend == "redis" else {"state_path": settings.state.path})
     log.info("listening", addresses=addresses, upstreams=upstreams,  # type: ignore[attr-defined]
-             **state)
+             **state, config_digest=digest(settings))
 
 
 def _bind_problem(exc: OSError | UnicodeError) -> str:

@@ -195,6 +195,9 @@ def state_as_data(state: ThreadState) -> dict[str, Any]:
     data = asdict(state)
     data["key"] = {"tenant": state.key.tenant, "thread": state.key.thread}
     data.pop("extra", None)
+    # Only the Redis store keeps it (to order touches of several instances): both backends'
+    # output stays the same.
+    data.pop("estimate_at", None)
     return {_SHOWN_AS.get(name, name): value for name, value in data.items()}
 
 

@@ -141,6 +141,9 @@ class ThreadState:
     event_count: int = 0
     microcompact: MicrocompactMark | None = None
     last_estimate: int | None = None
+    # The time of the touch that gave `last_estimate`, where the store keeps it (Redis, whose
+    # instances' touches arrive out of order); None: unknown, any newer estimate replaces it.
+    estimate_at: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -10,7 +10,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "proxy"
 # Lowest first. A module may import its own layer and those below, never above.
 LAYERS: dict[str, int] = {
     "proxy": 0, "proxy.settings": 0, "proxy.settings_compaction": 0, "proxy.settings_reader": 0,
-    "proxy.settings_masked": 0, "proxy.settings_sections": 0, "proxy.settings_yaml": 0, "proxy.redaction": 0, "proxy.errors": 0,
+    "proxy.settings_masked": 0, "proxy.settings_sections": 0, "proxy.settings_diff": 0, "proxy.settings_yaml": 0, "proxy.redaction": 0, "proxy.errors": 0,
     "proxy.conversation": 0, "proxy.identity": 0, "proxy.jsonio": 0, "proxy.jsonspan": 0,
     "proxy.lru": 0, "proxy.records": 0,
     "proxy.core": 1, "proxy.tokens": 1, "proxy.compaction": 1, "proxy.anchors": 1,

@@ -21,7 +21,8 @@ import redis
 
 from proxy.records import ThreadKey
 from proxy.store.redis_keys import RedisKeys, thread_digest
-from proxy.store.redis_scripts import ADD_EVENT, SHAS
+from proxy.store.redis_eval import sha
+from proxy.store.redis_scripts import ADD_EVENT
 from proxy.testing.replies import Reply
 from proxy.testing.summarizer import FakeSummarizer
 from tests.process import ProxyProcess, cli, write_config
@@ -32,7 +33,7 @@ from tests.test_compaction_failure_paths import over_the_limit, post, wait_for
 from tests.test_compaction_failures import MODELS
 from tests.test_redis_instances import TENANT
 
-CHECKPOINT = SHAS[ADD_EVENT].encode()
+CHECKPOINT = sha(ADD_EVENT).encode()
 
 
 @pytest.fixture

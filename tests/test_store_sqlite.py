@@ -272,24 +272,27 @@ async def test_create_store_from_settings(tmp_path: Path) -> None:
     await store.close()
 
 
-@pytest.mark.parametrize("created_at,last_activity,last_estimate", [
-    (1.0, 2.0, 4), (None, None, None), (1.0, 9.0, None)])
-@pytest.mark.parametrize("at,estimate", [(5.0, 9), (3.0, None), (0.5, 7)])
+@pytest.mark.parametrize("created_at,last_activity,last_estimate,estimate_at", [
+    (1.0, 2.0, 4, None), (None, None, None, None), (1.0, 9.0, None, None), (1.0, 9.0, 4, 4.0)])
+@pytest.mark.parametrize("at,estimate", [(5.0, 9), (3.0, None), (0.5, 7), (4.0, 8)])
 def test_the_cached_states_quick_updates_equal_dataclasses_replace(
         created_at: float | None, last_activity: float | None, last_estimate: int | None,
-        at: float, estimate: int | None) -> None:
+        estimate_at: float | None, at: float, estimate: int | None) -> None:
     from proxy.records import ThreadState
     from proxy.store.base import ANCHORS_KEPT
     from proxy.store.cached import _anchored, _touched
     anchors = tuple(anchor(n) for n in range(ANCHORS_KEPT))
     state = ThreadState(KEY, created_at=created_at, last_activity=last_activity,
-                        last_estimate=last_estimate, event_count=3, extra={"a": 1},
-                        anchors=anchors)
+                        last_estimate=last_estimate, estimate_at=estimate_at, event_count=3,
+                        extra={"a": 1}, anchors=anchors)
     touched = _touched(state, at, estimate)
+    # The estimate of the newer touch by its time (an unknown time is older than any)
+    newer = estimate is not None and (estimate_at is None or at >= estimate_at)
     assert touched == replace(
         state, created_at=at if created_at is None else created_at,
         last_activity=max(at, last_activity or at),
-        last_estimate=last_estimate if estimate is None else estimate)
+        last_estimate=estimate if newer else last_estimate,
+        estimate_at=at if newer else estimate_at)
     newest = anchor(99)
     assert _anchored(state, newest) == replace(
         state, anchors=(newest, *anchors)[:ANCHORS_KEPT])

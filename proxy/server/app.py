@@ -16,9 +16,10 @@ from proxy.server.metrics import Metrics
 from proxy.server.origins import origins_for
 from proxy.server.pipeline import Pipeline
 from proxy.server.serving import Unserved, expecting, json_response, served
-from proxy.server.services import SERVICES, Services
+from proxy.server.services import SERVICES, Configured, Services
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import Settings
+from proxy.settings_diff import digest
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -27,13 +28,13 @@ async def healthz(request: web.Request) -> web.Response:
 
 def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> web.Application:
     log = get_logger("proxy")
-    services = Services(settings=settings, upstream=UpstreamClient(settings.server.upstream_pool_size),
-                        log=log, drain=Drain(settings.server.shutdown_grace_s, log))
-    services.metrics = Metrics()
-    services.pipeline = pipeline or Pipeline(settings, client=services.upstream, log=services.log,
-                                             metrics=services.metrics)
-    services.origins = origins_for(settings, getattr(services.pipeline, "store", None),
-                                   getattr(services.pipeline, "clock", time.time), log)
+    upstream, metrics = UpstreamClient(settings.server.upstream_pool_size), Metrics()
+    pipeline = pipeline or Pipeline(settings, client=upstream, log=log, metrics=metrics)
+    origins = origins_for(settings, getattr(pipeline, "store", None),
+                          getattr(pipeline, "clock", time.time), log)
+    services = Services(Configured(settings, pipeline, origins), upstream, log,
+                        Drain(settings.server.shutdown_grace_s, log), metrics)
+    metrics.config_loaded(digest(settings))
     app = web.Application(client_max_size=settings.server.max_body_bytes)
     app[SERVICES] = services
     app.on_shutdown.append(services.drain.on_shutdown)

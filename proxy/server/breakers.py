@@ -25,6 +25,14 @@ class SummarizerBreakers:
         self.settings = settings
         self._states: dict[breaker.BreakerKey, breaker.BreakerState] = {}
 
+    def reconfigured(self, settings: BreakerSettings) -> SummarizerBreakers:
+        """The same breakers' states under a reloaded config's `settings` (a failing summarizer
+        does not get a fresh start from a reload); this object keeps its own, for the
+        compactions under way."""
+        again = SummarizerBreakers(settings)
+        again._states = self._states
+        return again
+
     def blocked(self, key: breaker.BreakerKey) -> breaker.Blocked | None:
         """None when a summary may be tried now; else how long to wait, and why. Only looks."""
         return breaker.blocked(self._states.get(key, breaker.CLOSED), clock())

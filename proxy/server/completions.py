@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from functools import partial
+from typing import Any
 
 import aiohttp
 from aiohttp import hdrs, web
@@ -32,7 +33,7 @@ from proxy.server.relay import (PlainTap, RelayOutcome, StreamTap, is_event_stre
                                 whole_response)
 from proxy.server.request_line import RequestLine, clipped
 from proxy.server.serving import log_unhandled
-from proxy.server.services import Services
+from proxy.server.services import Configured, Services
 from proxy.server.taps import left_after_end
 from proxy.server.upstream import answer_failed, reading_answer, upstream_path
 from proxy.settings import UpstreamSettings
@@ -55,28 +56,30 @@ def handler(services: Services,
 
 
 async def _complete(services: Services, api: Api, request: web.Request) -> web.StreamResponse:
+    # The config in force now, for this request to its end (a reload replaces it whole).
+    conf = services.configured
     tenant = tenant_digest(request.headers)
     with RequestLine(services.log, services.metrics, str(api), path=request.path,
                      method=request.method, tenant=tenant) as line:
         path = upstream_path(request.raw_path)
-        body = await read_client_body(request, services.settings.server.max_body_mb)
+        body = await read_client_body(request, conf.settings.server.max_body_mb)
         line.set(bytes_in=len(body))
-        threads = services.settings.threads
+        threads = conf.settings.threads
         named = header_thread(request.headers, threads, tenant)
         guess = named or body_thread_hint(body, threads, tenant)
-        inbound = services.pipeline.parse(api, body, guess)
+        inbound = conf.pipeline.parse(api, body, guess)
         # Asked only with several upstreams, and of a request whose state lives upstream.
-        held = (await _holder(services.origins, inbound, line)
-                if services.origins is not None and inbound.stateful_upstream else None)
-        upstream = held or services.route(inbound.model)
+        held = (await _holder(conf.origins, inbound, line)
+                if conf.origins is not None and inbound.stateful_upstream else None)
+        upstream = held or conf.route(inbound.model)
         identity = named or resolve_thread(request.headers, inbound.doc, threads,
                                            lambda: leading_bytes(inbound), tenant)
         line.set(model=clipped(inbound.model), stream=inbound.stream, upstream=upstream.name,
                  thread=loggable(identity.thread), thread_source=identity.source)
-        prepared = await services.pipeline.prepare(inbound, identity, upstream, line,
-                                                   request.headers)
+        prepared = await conf.pipeline.prepare(inbound, identity, upstream, line,
+                                               request.headers)
         while prepared.answer is None:
-            outcome = await _forward(request, path, services, prepared, line)
+            outcome = await _forward(request, path, services, conf, prepared, line)
             # Tested as a Prepared (a plain class), not as a response: a response is a
             # MutableMapping, and `isinstance` against an ABC runs Python code.
             if not isinstance(outcome, Prepared):
@@ -100,10 +103,10 @@ async def _holder(origins: Origins, inbound: Inbound,
     return upstream
 
 
-async def _forward(request: web.Request, path: str, services: Services, prepared: Prepared,
-                   line: RequestLine) -> web.StreamResponse | Prepared:
+async def _forward(request: web.Request, path: str, services: Services, conf: Configured,
+                   prepared: Prepared, line: RequestLine) -> web.StreamResponse | Prepared:
     """Send the projection; the client's response, or the next attempt when a retry helps."""
-    settings = services.settings
+    settings, pipeline = conf.settings, conf.pipeline
     headers = upstream_request_headers(
         request.headers, api_key=prepared.upstream.api_key, identity_encoding=True,
         drop=() if settings.threads.forward_headers else settings.threads.headers)
@@ -121,22 +124,21 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
             peeked, error = await _peek(response, prepared.inbound, prepared.upstream, encoding)
             if error is not None:
                 # An error event in a 200 stream is a rejection all the same.
-                again = await services.pipeline.retry(prepared, 400, error, line)
+                again = await pipeline.retry(prepared, 400, error, line)
                 if again is not None:
                     return again
             out_headers = client_response_headers(response.headers, prepared.response_headers)
             tap = prepared.stream_tap()
             relayed = tap if encoding is None else _encoded_stream(tap, encoding, out_headers)
-            left = partial(_left, services, line, prepared, tap, response.status)
-            noted = _StreamNoted(request, services, prepared, tap)
+            left = partial(_left, services, pipeline, line, prepared, tap, response.status)
+            noted = _StreamNoted(request, conf.origins, prepared, tap)
             try:
                 outcome = await relay_stream(request, response, out_headers, relayed,
                                              line.started, peeked, left, noted.begun)
                 line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms,
                          upstream_error=outcome.upstream_error)
                 # Before the wait below: a client that leaves during it had its answer whole.
-                _recorded(services, line, services.pipeline.finish_stream, prepared, tap,
-                          response.status)
+                _recorded(services, line, pipeline.finish_stream, prepared, tap, response.status)
             finally:
                 await noted.ended()
             return outcome.response
@@ -147,7 +149,7 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
         plain = data if encoding is None else _inflated_body(services, line, data, encoding)
         readable = b"" if plain is None else plain  # b"": nothing to read, relayed as it came
         if response.status >= 400:
-            again = await services.pipeline.retry(prepared, response.status, readable, line)
+            again = await pipeline.retry(prepared, response.status, readable, line)
             if again is not None:
                 return again
         # Compressed against the proxy's wish: as it came to a client that accepts that
@@ -162,15 +164,14 @@ async def _forward(request: web.Request, path: str, services: Services, prepared
             out.headers.popall(hdrs.CONTENT_ENCODING)
         # Where the answer was made is noted before the client has it: on a shared store the
         # next turn may reach another instance at once, and must find it there.
-        if services.origins is not None and response.status == 200:
-            await _noted(request, services.origins.answer_made(prepared, readable))
+        if conf.origins is not None and response.status == 200:
+            await _noted(request, conf.origins.answer_made(prepared, readable))
         # The client has its answer before the proxy records what it reported. Nothing below
         # waits (the store queues its writes), so no other request runs in between: the next
         # turn, on any connection, still finds the anchor.
         await out.prepare(request)
         await out.write_eof()
-        _recorded(services, line, services.pipeline.finish_body, prepared, readable,
-                  response.status)
+        _recorded(services, line, pipeline.finish_body, prepared, readable, response.status)
         return out
 
 
@@ -179,10 +180,9 @@ class _StreamNoted:
     events a peek held back (a Responses stream's `response.created`), so it is in a shared
     store long before the answer ends; else (a chat stream) once the relay ended, however."""
 
-    def __init__(self, request: web.Request, services: Services, prepared: Prepared,
+    def __init__(self, request: web.Request, origins: Origins | None, prepared: Prepared,
                  tap: StreamTap) -> None:
-        self.request, self.origins, self.prepared, self.tap = (
-            request, services.origins, prepared, tap)
+        self.request, self.origins, self.prepared, self.tap = request, origins, prepared, tap
         self.done = self.origins is None
 
     async def begun(self) -> None:
@@ -219,8 +219,8 @@ def _inflated_body(services: Services, line: RequestLine, data: bytes,
                                   code=exc.error_code) from None
 
 
-def _left(services: Services, line: RequestLine, prepared: Prepared, tap: StreamTap, status: int,
-          outcome: RelayOutcome) -> None:
+def _left(services: Services, pipeline: Any, line: RequestLine, prepared: Prepared,
+          tap: StreamTap, status: int, outcome: RelayOutcome) -> None:
     """What a client that left mid-stream had got: its 499 line says how far it read. The
     pipeline still reads the stream so far: a client may leave once it has the answer's last
     event (the sync SDK closes at `[DONE]`) while the upstream's body has not ended yet, and
@@ -228,7 +228,7 @@ def _left(services: Services, line: RequestLine, prepared: Prepared, tap: Stream
     client got the whole answer: its line keeps the upstream's status, and says it left."""
     line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms,
              client_left_after_end=left_after_end(tap, outcome.bytes_out))
-    _recorded(services, line, services.pipeline.finish_stream, prepared, tap, status)
+    _recorded(services, line, pipeline.finish_stream, prepared, tap, status)
 
 
 def _encoded_stream(tap: StreamTap, encoding: str, headers: CIMultiDict[str]) -> StreamTap:

@@ -17,9 +17,13 @@ MAX_REMEMBERED = 4096  # model names (and reserved outputs) remembered; past it,
 
 
 class Estimators:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, shared: Estimators | None = None) -> None:
+        """`shared`: the estimators of the config a reload replaces, whose token counters (and
+        their caches) serve this one too when `tokens` did not change."""
         self.settings = settings
-        self._shared: dict[tuple[str, str], TokenEstimator] = {}  # by encoding, image rule
+        self._shared: dict[tuple[str, str], TokenEstimator] = (
+            shared._shared if shared is not None and shared.settings.tokens == settings.tokens
+            else {})  # by encoding, image rule
         self._by_model: dict[str, TokenEstimator] = {}
         self._thresholds_by: dict[tuple[str, int], Thresholds] = {}
 

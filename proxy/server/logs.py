@@ -203,15 +203,39 @@ def configure_logging(settings: LoggingSettings, stream: TextIO | None = None) -
     """JSON lines by default: rendered to bytes by orjson and written to the stream's binary
     buffer, one write and flush per line (every request writes one; the text layer and
     `print` cost about as much as the rendering). `console` renders text for humans."""
+    global _levelled
     level = getattr(logging, settings.level.upper())
     stream = stream or sys.stdout
     renderer = _ConsoleLine() if settings.format == "console" else _json_line
     processors = _Processors(_UtcStamp(), renderer)
-    structlog.configure(processors=processors,
-                        wrapper_class=structlog.make_filtering_bound_logger(level),
+    _levelled = type("LevelledLogger", (structlog.BoundLoggerBase,), {})
+    _take_level(_levelled, level)
+    structlog.configure(processors=processors, wrapper_class=_levelled,
                         logger_factory=log_sink_factory(_binary(stream)),
                         cache_logger_on_first_use=False)
     _route_stdlib_records(level)
+
+
+def set_level(name: str) -> None:
+    """Every logger the last `configure_logging` made (and makes) writes from level `name` on,
+    at once (a config reload's `logging.level`): their one class takes the methods structlog
+    makes for that level, so a call costs what it did, a line below the level nothing."""
+    level = getattr(logging, name.upper())
+    _take_level(_levelled, level)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, _StdlibRecords):
+            handler.setLevel(level)
+
+
+def _take_level(cls: type, level: int) -> None:
+    for name, method in vars(structlog.make_filtering_bound_logger(level)).items():
+        if not name.startswith("__"):
+            setattr(cls, name, method)
+
+
+# The class of the loggers the last `configure_logging` made: `set_level` changes its methods.
+# A class per configuration: loggers an earlier one made (another app in a test) keep theirs.
+_levelled: type = type("LevelledLogger", (structlog.BoundLoggerBase,), {})
 
 
 def _binary(stream: TextIO) -> BinaryIO | _TextSink:

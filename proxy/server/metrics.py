@@ -13,7 +13,8 @@ from itertools import accumulate
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge,
+                               generate_latest)
 from prometheus_client import metrics as library_metrics
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
                                     Metric)
@@ -63,6 +64,19 @@ class Metrics:
             "proxy_state_damaged", "Statements that met a damaged page or an undecodable row "
             "of state.db (`state_damaged`): each fails its request with a 500 state_damaged, "
             "or loses the writes it carried.", registry=self.registry)
+        self.config_reloads = Counter(
+            "proxy_config_reloads", "Config reloads (SIGHUP), by outcome: `applied`, `partial` "
+            "(applied but for keys that need a restart: `config_reload_partial`), `unchanged`, "
+            "`failed` (an invalid file, the running config kept: `config_reload_failed`).",
+            ["outcome"], registry=self.registry)
+        self.config_loaded_at = Gauge(
+            "proxy_config_loaded_timestamp_seconds", "When the config in force was read: at "
+            "start, or by the last reload that changed it.", registry=self.registry)
+        self.config_info = Gauge(
+            "proxy_config_info", "The config in force by its digest (`config_digest` of the "
+            "`listening` and `config_reloaded` lines): one series, 1.", ["digest"],
+            registry=self.registry)
+        self._breakers: BreakerExport | None = None
 
         # Labelled children, looked up once: `labels()` validates and locks on every call.
         self._stages: dict[str, Any] = {}
@@ -111,7 +125,17 @@ class Metrics:
     def watch_breakers(self, not_closed: Callable[[], Tally[tuple[str, str]]],
                        upstreams: Iterable[str]) -> None:
         """Export the summarizers' breakers that are not closed, counted when scraped."""
-        self.registry.register(BreakerExport(not_closed, tuple(upstreams)))
+        self._breakers = BreakerExport(not_closed, tuple(upstreams))
+        self.registry.register(self._breakers)
+
+    def config_loaded(self, digest: str, upstreams: Iterable[str] | None = None) -> None:
+        """A config came into force (at start, or by a reload): `upstreams`, its upstreams'
+        names when they may have changed, for the breakers' series."""
+        self.config_loaded_at.set_to_current_time()
+        self.config_info.clear()
+        self.config_info.labels(digest).set(1)
+        if upstreams is not None and self._breakers is not None:
+            self._breakers.upstreams = tuple(upstreams)
 
     async def handler(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.registry),
@@ -179,7 +203,7 @@ class BreakerExport:
     def __init__(self, not_closed: Callable[[], Tally[tuple[str, str]]],
                  upstreams: tuple[str, ...]) -> None:
         self._not_closed = not_closed
-        self._upstreams = upstreams
+        self.upstreams = upstreams  # the config's in force (a reload sets them)
 
     def collect(self) -> Iterator[Metric]:
         counts = self._not_closed()
@@ -188,7 +212,7 @@ class BreakerExport:
             "summarizer's upstream: `open` (no summary is tried: requests over the trigger go "
             "on with the cheap stages only, or get a 503) or `half_open` (the cooldown is "
             "over: the next summary is the trial).", labels=("upstream", "state"))
-        upstreams = dict.fromkeys(self._upstreams)
+        upstreams = dict.fromkeys(self.upstreams)
         upstreams.update(dict.fromkeys(upstream for upstream, _ in counts))
         for upstream in upstreams:
             for state in self._STATES:

@@ -31,6 +31,7 @@ pushed out of the memory (a plain stored response, one instance) goes by the rou
 from __future__ import annotations
 
 import asyncio
+import copy
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -101,10 +102,19 @@ class Origins:
         self._made.pop(made_id, None)
         await self._made_by(upstream, made_id, True)
 
+    def reconfigured(self, upstreams: Mapping[str, UpstreamSettings]) -> Origins:
+        """The same memory, for a reloaded config's `upstreams`: an id goes to its upstream by
+        name (a changed one's new base_url and key; a removed one's ids go by route)."""
+        again = copy.copy(self)
+        again._upstreams = upstreams
+        return again
+
     async def upstream_of(self, made_id: str) -> UpstreamSettings | None:
         found = self._made.get(made_id)
-        if found is not None or self._store is None:
-            return found
+        if found is not None:
+            return self._upstreams.get(found.name)  # a reload may have changed or removed it
+        if self._store is None:
+            return None
         try:
             name = await self._store.origin(made_id)
         except Exception as error:  # noqa: BLE001 - unknown then: the route of model "" decides

@@ -25,7 +25,7 @@ from proxy.server.inflate import AnswerTooLarge, answer_encoding, inflated
 from proxy.server.origins import Origins, names_the_object, scoped_id
 from proxy.server.relay import PlainTap, StreamTap, is_event_stream, relay_stream
 from proxy.server.request_line import RequestLine, clipped
-from proxy.server.services import SERVICES, Services
+from proxy.server.services import SERVICES, Configured
 from proxy.server.taps import ResponsesTap, left_after_end
 from proxy.server.upstream import reading_answer, upstream_path
 from proxy.settings import UpstreamSettings
@@ -51,25 +51,26 @@ def model_of(body: bytes, content_type: str) -> str:
 
 async def passthrough(request: web.Request) -> web.StreamResponse:
     services = request.app[SERVICES]
-    threads = services.settings.threads
+    conf = services.configured  # the config in force now, for this request to its end
+    threads = conf.settings.threads
     with RequestLine(services.log, services.metrics, "passthrough", path=request.path, method=request.method, passthrough=True,
                      tenant=tenant_digest(request.headers)) as line:
         path = upstream_path(request.raw_path)
-        upload = streamed_upload(request, services.settings.server)
+        upload = streamed_upload(request, conf.settings.server)
         body = b"" if upload is not None else await read_client_body(
-            request, services.settings.server.max_body_mb)
+            request, conf.settings.server.max_body_mb)
         tail = request.match_info["tail"]
-        made_id, upstream = await _made_by(services.origins, tail)
+        made_id, upstream = await _made_by(conf.origins, tail)
         model = ""
         if upstream is None:
             model = (model_of(body, request.content_type) or request.query.get("model", "")
                      or _path_model(tail))
-            upstream = _route(services, model, tail)
+            upstream = _route(conf, model, tail)
         line.set(model=clipped(model) or None, upstream=upstream.name,
                  bytes_in=len(body) if upload is None else upload,
                  routed_by="id" if made_id is not None else None)
         # A conversation made: its answer is read for its id, so asked for plain (it is small).
-        makes = (services.origins is not None and request.method == "POST"
+        makes = (conf.origins is not None and request.method == "POST"
                  and tail == "conversations")
         headers = upstream_request_headers(
             request.headers, api_key=upstream.api_key, identity_encoding=makes,
@@ -89,11 +90,11 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
                 out_headers[hdrs.CONTENT_LENGTH] = length
             if (made_id is not None and request.method == "DELETE" and response.status == 200
                     and names_the_object(tail)):
-                services.origins.forget(made_id)  # type: ignore[union-attr]
+                conf.origins.forget(made_id)  # type: ignore[union-attr]
             read: list[bytes] = []
             if makes and response.status == 200:
                 read = await _answer_head(response, upstream)
-                await services.origins.conversation_made(  # type: ignore[union-attr]
+                await conf.origins.conversation_made(  # type: ignore[union-attr]
                     upstream, _made_answer(read, response))
             tap = _tap_for(tail, response, length)
             outcome = await relay_stream(
@@ -150,9 +151,9 @@ async def _made_by(origins: Origins | None,
     return (made_id, upstream) if upstream is not None else (None, None)
 
 
-def _route(services: Services, model: str, tail: str) -> UpstreamSettings:
+def _route(conf: Configured, model: str, tail: str) -> UpstreamSettings:
     try:
-        return services.route(model)
+        return conf.route(model)
     except NotFound:
         about = None if model else scoped_id(tail)
         if about is None:

@@ -1,8 +1,14 @@
-"""The long-lived services a handler needs, stored on the application under one typed key."""
+"""The long-lived services a handler needs, stored on the application under one typed key.
+
+What follows from the config file (`Configured`: the settings, the pipeline built on them, the
+routes, the origins) is one object, which a reload (`proxy/server/reload.py`) replaces whole.
+A request takes it once, when it starts, and keeps it to its end: it never sees some settings
+of one version of the file and some of another.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiohttp import web
@@ -15,22 +21,18 @@ from proxy.settings import Settings, UpstreamSettings
 from proxy.server.upstream import UpstreamClient
 
 
-@dataclass
-class Services:
+@dataclass(frozen=True)
+class Configured:
     settings: Settings
-    upstream: UpstreamClient
-    log: Any
-    drain: Drain
-    pipeline: Any = None  # proxy.server.pipeline.Pipeline, set at start
-    metrics: Any = None  # proxy.server.metrics.Metrics
+    pipeline: Any  # proxy.server.pipeline.Pipeline
     origins: Origins | None = None  # when the routes name several upstreams
 
     # The upstream of the models asked for (the same few on every request): a route is one
     # dict lookup, not a glob match per configured route.
-    _routes: Memo[str, UpstreamSettings] = field(init=False, repr=False)
+    _routes: Memo[str, UpstreamSettings] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self._routes = Memo(self._route, max_entries=1024, max_chars=256)
+        object.__setattr__(self, "_routes", Memo(self._route, max_entries=1024, max_chars=256))
 
     def route(self, model: str) -> UpstreamSettings:
         return self._routes[model]
@@ -41,6 +43,33 @@ class Services:
             raise NotFound(f"No route for model {model!r}: add a matching entry to `routes` "
                            "in the proxy's config.", param="model", code="model_not_found")
         return upstream
+
+
+@dataclass
+class Services:
+    configured: Configured  # the config in force: replaced whole by a reload
+    upstream: UpstreamClient  # one client for every upstream, whatever the config's version
+    log: Any
+    drain: Drain
+    metrics: Any = None  # proxy.server.metrics.Metrics
+
+    # The config in force's parts, for what runs outside a request (and for tests). A handler
+    # reads `configured` once instead: these may change between two reads.
+    @property
+    def settings(self) -> Settings:
+        return self.configured.settings
+
+    @property
+    def pipeline(self) -> Any:
+        return self.configured.pipeline
+
+    @property
+    def origins(self) -> Origins | None:
+        return self.configured.origins
+
+    @origins.setter
+    def origins(self, origins: Origins | None) -> None:
+        self.configured = replace(self.configured, origins=origins)
 
 
 SERVICES = web.AppKey("services", Services)

@@ -16,7 +16,10 @@ open cache writes all the touches held back in one awaited transaction, so an id
 last touch is on disk within that time (and a failed write keeps them held for the next);
 `flush` and `close` write every held-back touch, so a clean stop leaves each thread's real
 last activity and estimate on disk. A state read from the store carries the touches not yet
-written (held back, or in the task's write in flight), so it is as recent as a cached one.
+written (held back, or in the task's write in flight), so it is as recent as a cached one;
+over a shared store another instance's newer touch stays: the newest touch by its time wins,
+its activity and its estimate alike (`_touched`, and the Redis `TOUCH` script for what is
+written late).
 """
 
 from __future__ import annotations
@@ -256,11 +259,17 @@ def _oldest(held: OrderedDict[ThreadKey, HeldTouch]) -> tuple[ThreadKey, float, 
 # Each is `dataclasses.replace` without its walk over the fields (ThreadState has no
 # `__post_init__`): the same new frozen state, its dict copied and changed in one update.
 def _touched(state: ThreadState, at: float, estimate: int | None) -> ThreadState:
+    """The newest touch by its time wins, the activity's and the estimate's alike: a held-back
+    touch merged into a state read from a shared store may be older than another instance's."""
+    if estimate is None or (state.estimate_at is not None and at < state.estimate_at):
+        estimate, estimate_at = state.last_estimate, state.estimate_at
+    else:
+        estimate_at = at
     new = object.__new__(ThreadState)
     new.__dict__.update(
         state.__dict__, created_at=state.created_at if state.created_at is not None else at,
-        last_activity=max(at, state.last_activity or at),
-        last_estimate=estimate if estimate is not None else state.last_estimate)
+        last_activity=max(at, state.last_activity or at), last_estimate=estimate,
+        estimate_at=estimate_at)
     return new
 
 

@@ -8,11 +8,12 @@ Each element is one line of the files' form, `{"seq": n, "at": unix_time, "recor
 with `seq` its position (1-based). Positions are LINES here, not bytes: `Appended.start/end`,
 `Discarded.size` and so the `history_end` a checkpoint records count elements of the list.
 
-Every change is one Lua script, which Redis runs whole or not at all: an offload pushes all its
-lines or none (a client killed mid-command sent a command the server never ran), a retract
-cuts back only when the list still ends where its append left it, a `discard_tail` trims what
-lies past the committed end. Redis errors are raised as `RedisHistoryError`, an `OSError` like
-the files' own, so the compactor records a failed offload and goes on (SPEC §5).
+Every change is one Lua script, run as the store runs its own (`proxy/store/redis_eval.py`),
+which Redis runs whole or not at all: an offload pushes all its lines or none (a client killed
+mid-command sent a command the server never ran), a retract cuts back only when the list still
+ends where its append left it, a `discard_tail` trims what lies past the committed end. Redis
+errors are raised as `RedisHistoryError`, an `OSError` like the files' own, so the compactor
+records a failed offload and goes on (SPEC §5).
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ if keep == 0 then redis.call('DEL', KEYS[1]) else redis.call('LTRIM', KEYS[1], 0
 return {keep, size - keep, bytes}
 """
 
+_SCRIPTS = (_OFFLOAD, _RETRACT, _DISCARD_TAIL)
+
 
 class RedisHistoryError(OSError):
     """The history list could not be read or written (the server unreachable, a timeout, a
@@ -83,7 +86,6 @@ class RedisHistory:
         self.settings = settings
         self.shown_url = redacted_url(settings.url)
         self._client: Any = None  # redis.asyncio.Redis once open
-        self._scripts: dict[str, Any] = {}
         self._keys = RedisKeys(settings.prefix)
 
     async def open(self) -> None:
@@ -94,19 +96,18 @@ class RedisHistory:
             # The store's client: no command is retried on its own (an offload run twice
             # would push its lines twice), and no error text holds the password.
             from proxy.store.redis_connection import connect
+            from proxy.store.redis_eval import load_scripts
         except ImportError as exc:
             raise RedisHistoryError(REDIS_MISSING) from exc
         client = connect(self.settings.url, self.settings.timeout_s)
-        scripts = {name: client.register_script(text) for name, text in
-                   (("offload", _OFFLOAD), ("retract", _RETRACT), ("discard_tail", _DISCARD_TAIL))}
         try:
             await self._guarded("PING", client.ping())
-            for script in scripts.values():  # a script's first run is then one command
-                await self._guarded("SCRIPT LOAD", client.script_load(script.script))
+            # a script's first run is then one command
+            await self._guarded("SCRIPT LOAD", load_scripts(client, _SCRIPTS))
         except BaseException:
             await client.aclose()
             raise
-        self._client, self._scripts = client, scripts
+        self._client = client
 
     async def close(self) -> None:
         client, self._client = self._client, None
@@ -126,23 +127,21 @@ class RedisHistory:
         stamp = jsoncodec.dumps(time.time() if at is None else at)
         values = [jsoncodec.dumps(record) for record in records]
         name = self.list_for(key)
-        before = int(await self._guarded("offload", self._script("offload")(
-            keys=[name], args=[stamp, *values])))
+        before = int(await self._run("offload", _OFFLOAD, [name], [stamp, *values]))
         return Appended(SCHEME + name, before, before + len(values), before)
 
     async def retract_async(self, appended: Appended) -> bool:
         """Take `appended`'s lines back if nothing was pushed after them; returns whether it
         did. The length check and the trim are one script: nothing lands in between."""
         name = self._list_of(appended.path)
-        done = await self._guarded("retract", self._script("retract")(
-            keys=[name], args=[appended.start, appended.end]))
+        done = await self._run("retract", _RETRACT, [name], [appended.start, appended.end])
         return bool(done)
 
     async def discard_tail_async(self, key: ThreadKey, end: int) -> Discarded:
         """Trim the thread's list back to `end` lines when it is longer (lines an attempt
         pushed whose checkpoint never committed); a shorter or missing list stays as it is."""
-        size, lines, size_bytes = await self._guarded("discard_tail", self._script(
-            "discard_tail")(keys=[self.list_for(key)], args=[max(end, 0)]))
+        size, lines, size_bytes = await self._run("discard_tail", _DISCARD_TAIL,
+                                                  [self.list_for(key)], [max(end, 0)])
         return Discarded(int(size), int(size_bytes), int(lines))
 
     async def read_async(self, path: str) -> HistoryContents:
@@ -159,9 +158,9 @@ class RedisHistory:
             raise ValueError(f"not a history list under {self.settings.prefix!r}: {text!r}")
         return text[len(SCHEME):]
 
-    def _script(self, name: str) -> Any:
-        self._connected()
-        return self._scripts[name]
+    async def _run(self, what: str, script: str, keys: list[str], args: list[Any]) -> Any:
+        from proxy.store.redis_eval import run_script
+        return await self._guarded(what, run_script(self._connected(), script, keys, args))
 
     def _connected(self) -> Any:
         if self._client is None:

@@ -9,7 +9,8 @@ side. The thread id and tenant themselves are values (in the thread's hash), for
     <prefix>version          string  the layout's version (`LAYOUT_VERSION`)
     <prefix>threads          zset    thread digests, scored by last activity
     <prefix>t:<digest>       hash    the thread: tenant, thread, created_at, last_activity,
-                                     last_estimate, event_count, anchor_at, microcompact
+                                     last_estimate, estimate_at (its touch's time),
+                                     event_count, anchor_at, microcompact
     <prefix>a:<digest>       list    usage anchors (JSON), newest first, `ANCHORS_KEPT` at most
     <prefix>e:<digest>       list    checkpoints (JSON), oldest first: seq = position + 1
     <prefix>l:<digest>       string  the compaction lease's token, expiring after `lease_s`

@@ -42,6 +42,7 @@ def thread_state(key: ThreadKey, reply: Sequence[Any]) -> ThreadState:
     anchors = tuple(decoded(Anchor, "anchor", text) for text in anchor_texts)
     touched = number(float, "thread's last activity", fields.get(b"last_activity"))
     estimate = fields.get(b"last_estimate")
+    estimate_at = fields.get(b"estimate_at")  # missing in a hash of an older proxy
     mark = fields.get(b"microcompact")
     return ThreadState(
         key, created_at=number(float, "thread's creation time", fields.get(b"created_at")),
@@ -51,7 +52,8 @@ def thread_state(key: ThreadKey, reply: Sequence[Any]) -> ThreadState:
         event=decoded(CompactionEvent, "checkpoint", event_text) if event_text else None,
         event_count=number(int, "thread's checkpoint count", fields.get(b"event_count")),
         microcompact=decoded(MicrocompactMark, "microcompaction mark", mark) if mark else None,
-        last_estimate=number(int, "thread's estimate", estimate) if estimate else None)
+        last_estimate=number(int, "thread's estimate", estimate) if estimate else None,
+        estimate_at=number(float, "thread's estimate time", estimate_at) if estimate_at else None)
 
 
 def summary(values: Sequence[Any], active: float) -> ThreadSummary | None:

@@ -3,8 +3,10 @@
 A script runs alone on the server: another instance's write to the same thread happens
 before it or after it, never in between. So a checkpoint's seq, the thread's count and its
 latest event move together, and `last_activity` keeps the later of two touches however they
-interleave. Scripts are loaded once (`SCRIPT LOAD`) and called by digest (`EVALSHA`); a server
-that forgot them (restarted, `SCRIPT FLUSH`) answers NOSCRIPT, and they are loaded again.
+interleave, and `last_estimate` that of the later touch that gave one (`estimate_at`): an
+instance's touch held back and written late never replaces another's newer one. They run as
+every script of the backend does (`proxy/store/redis_eval.py`): by digest, loaded again when
+the server forgot them.
 
 Times travel as Python's `repr` of the float and are stored as the very text a caller sent:
 Lua would print a number back with 14 digits only. Lua only compares them (`tonumber`).
@@ -12,10 +14,6 @@ The layout of the keys they touch is in `proxy/store/redis_keys.py`.
 """
 
 from __future__ import annotations
-
-import hashlib
-from collections.abc import Sequence
-from typing import Any
 
 # Every thread-writing script gets KEYS[1..3] = the thread's hash, the threads' zset, the
 # thread id's tenant set, and ARGV[1..3] = digest, tenant, thread id.
@@ -35,7 +33,8 @@ local function rescore(t, threads, digest)
 end
 """
 
-# Touches, 3 keys and 5 arguments each (estimate '' for none): the later time stays.
+# Touches, 3 keys and 5 arguments each (estimate '' for none): the later time stays, for the
+# activity and the estimate alike (a hash without `estimate_at` takes any estimate).
 TOUCH = _THREAD_FUNCTIONS + """
 for i = 0, #KEYS / 3 - 1 do
   local t, threads, tenants = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
@@ -45,7 +44,12 @@ for i = 0, #KEYS / 3 - 1 do
     redis.call('HSET', t, 'last_activity', at)
     rescore(t, threads, digest)
   end
-  if estimate ~= '' then redis.call('HSET', t, 'last_estimate', estimate) end
+  if estimate ~= '' then
+    local dated = redis.call('HGET', t, 'estimate_at')
+    if not dated or tonumber(at) >= tonumber(dated) then
+      redis.call('HSET', t, 'last_estimate', estimate, 'estimate_at', at)
+    end
+  end
 end
 """
 
@@ -106,16 +110,3 @@ return redis.call('DEL', KEYS[1])
 """
 
 ALL = (TOUCH, ADD_ANCHOR, ADD_EVENT, SET_MICROCOMPACT, LOAD, RENEW_LEASE, RELEASE_LEASE)
-
-
-def sha(script: str) -> str:
-    """The digest `EVALSHA` calls a script by (Redis's own: SHA-1 of its text)."""
-    return hashlib.sha1(script.encode("utf-8")).hexdigest()
-
-
-SHAS = {script: sha(script) for script in ALL}
-
-
-def evalsha_args(script: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
-    """The arguments of one `EVALSHA` command."""
-    return ("EVALSHA", SHAS[script], len(keys), *keys, *args)

@@ -3,8 +3,9 @@
 The guarantees are the SQLite store's (`proxy/store/base.py`); the key layout is in
 `proxy/store/redis_keys.py`, the scripts that write a thread atomically in
 `proxy/store/redis_scripts.py`. Queued writes (`record_request`, `add_anchor`, `add_origin`)
-go out at once, one pipeline per batch (`proxy/store/redis_writer.py`); this store's reads,
-`flush` and `close` wait for those queued before them. Another instance's writes are seen
+go out at once, one pipeline per batch (`proxy/store/redis_writer.py`); a `load` waits for
+those of its thread queued before it, an `origin` for its id's, and listings, awaited writes,
+`flush` and `close` for all of them. Another instance's writes are seen
 by the next read: `shared` is True, so the cache in front (`proxy/store/cached.py`) keeps
 nothing across requests, and a thread is compacted by one instance at a time
 (`compaction_lease`, `proxy/store/redis_lease.py`).
@@ -25,7 +26,6 @@ from typing import Any
 
 import redis.asyncio
 import structlog
-from redis.exceptions import NoScriptError
 
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
 from proxy.redaction import redacted_url
@@ -38,8 +38,8 @@ from proxy.store.redis_connection import (SERVER_ERRORS, StateUnavailable, conne
 from proxy.store.redis_keys import LAYOUT_VERSION, RedisKeys, thread_digest
 from proxy.store.redis_lease import held_lease
 from proxy.store.redis_records import SUMMARY_FIELDS, decoded, summary, thread_state
-from proxy.store.redis_scripts import (ADD_ANCHOR, ADD_EVENT, ALL, LOAD, SET_MICROCOMPACT, TOUCH,
-                                       evalsha_args)
+from proxy.store.redis_eval import evalsha_args, load_scripts, run_pipelined, run_script
+from proxy.store.redis_scripts import ADD_ANCHOR, ADD_EVENT, ALL, LOAD, SET_MICROCOMPACT, TOUCH
 from proxy.store.redis_writer import Command, QueuedWrites
 from proxy.store.sqlite_db import ORIGINS_KEPT_S
 
@@ -87,8 +87,7 @@ class RedisStore:
         try:
             await client.ping()
             await self._check_layout(client)
-            for script in ALL:
-                await client.script_load(script)
+            await load_scripts(client, ALL)
         except SERVER_ERRORS as error:
             await client.aclose()
             raise unreachable(error, self.url) from None
@@ -115,16 +114,17 @@ class RedisStore:
 
     async def load(self, key: ThreadKey) -> ThreadState:
         self._require_client()
-        await self.writer.settled()
         digest = thread_digest(key)
-        reply = await self._awaited(LOAD, (self.keys.thread(digest), self.keys.anchors(digest),
+        thread = self.keys.thread(digest)
+        await self.writer.settled_for(thread)  # this thread's queued writes: see them
+        reply = await self._awaited(LOAD, (thread, self.keys.anchors(digest),
                                            self.keys.events(digest)), (self._anchors_kept,))
         return thread_state(key, reply)
 
     def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
         self._require_client()
         keys, args = self._touch(key, at, estimate)
-        self.writer.put(evalsha_args(TOUCH, keys, args))
+        self.writer.put(evalsha_args(TOUCH, keys, args), keys[0])
 
     async def record_requests(self, touches: Sequence[Touch]) -> None:
         self._require_client()
@@ -148,18 +148,21 @@ class RedisStore:
         digest, keys, args = self._thread_args(key, anchor.created_at)
         self.writer.put(evalsha_args(
             ADD_ANCHOR, (*keys, self.keys.anchors(digest)),
-            (*args, anchor.created_at, jsoncodec.dumps(anchor.to_data()), self._anchors_kept)))
+            (*args, anchor.created_at, jsoncodec.dumps(anchor.to_data()), self._anchors_kept)),
+            keys[0])
 
     async def add_origin(self, made_id: str, upstream: str, at: float) -> None:
         self._require_client()
         expires_ms = int(at * 1000) + self._origins_kept_ms
-        self.writer.put(("SET", self.keys.origin(made_id), upstream, "PXAT", expires_ms))
+        name = self.keys.origin(made_id)
+        self.writer.put(("SET", name, upstream, "PXAT", expires_ms), name)
 
     async def origin(self, made_id: str) -> str | None:
         client = self._require_client()
-        await self.writer.settled()
+        name = self.keys.origin(made_id)
+        await self.writer.settled_for(name)
         try:
-            found = await client.get(self.keys.origin(made_id))
+            found = await client.get(name)
         except SERVER_ERRORS as error:
             raise self._unavailable_error(error) from None
         return found.decode("utf-8", "replace") if found is not None else None
@@ -262,13 +265,7 @@ class RedisStore:
                       "" if estimate is None else int(estimate))
 
     async def _script(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """Run a script; loaded again when the server forgot it (a restart)."""
-        client = self._require_client()
-        try:
-            return await client.execute_command(*evalsha_args(script, keys, args))
-        except NoScriptError:
-            await client.script_load(script)
-            return await client.execute_command(*evalsha_args(script, keys, args))
+        return await run_script(self._require_client(), script, keys, args)
 
     async def _awaited(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
@@ -290,14 +287,7 @@ class RedisStore:
         client = self._client
         if client is None:
             return len(batch), StoreError("state store is not open")
-        results = await _pipelined(client, batch)
-        forgotten = [command for command, result in zip(batch, results)
-                     if isinstance(result, NoScriptError)]
-        if forgotten:  # a restarted server: load the scripts, send those again, in order
-            for script in ALL:
-                await client.script_load(script)
-            results = [r for r in results if not isinstance(r, NoScriptError)]
-            results += await _pipelined(client, forgotten)
+        results = await run_pipelined(client, batch)
         errors = [result for result in results if isinstance(result, Exception)]
         return len(errors), errors[-1] if errors else None
 
@@ -342,14 +332,6 @@ class RedisStore:
         if self._client is None or self._closing:
             raise StoreError("state store is not open")
         return self._client
-
-
-async def _pipelined(client: redis.asyncio.Redis, commands: Sequence[Command]) -> list[Any]:
-    """Each command's answer or error, in order (a lost connection fails them all)."""
-    async with client.pipeline(transaction=False) as pipe:
-        for command in commands:
-            pipe.execute_command(*command)
-        return await pipe.execute(raise_on_error=False)
 
 
 def _as_exception(error: BaseException) -> Exception:

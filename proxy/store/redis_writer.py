@@ -4,7 +4,9 @@
 pipeline at once (other instances must see an answer's anchor soon: nothing waits for
 company), and what is queued while a pipeline is in flight goes as the next. One task at a
 time, so batches reach Redis in the order their writes were queued. `settled` waits until
-everything queued before it was answered: the store's reads, `flush` and `close` call it.
+everything queued before it was answered: `flush`, `close`, listings and awaited writes call
+it. `settled_for(tag)` waits only for the batches holding a write `put` under that tag (the
+thread's key, say): a request's read does not wait for other threads' writes.
 A batch that fails is told to `on_failed` (how many writes, the last error) and not retried.
 """
 
@@ -25,6 +27,10 @@ class QueuedWrites:
         self._send = send
         self._on_failed = on_failed
         self._queue: list[Command] = []
+        # The tags of the queued batch's writes and of the batch in flight: a read of one
+        # waits for the batch that holds it (at most two, answered in order).
+        self._queued_tags: set[str] = set()
+        self._flying_tags: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         # Made when someone waits: done when the queued batch (next) or the one in flight is.
         self._queued_done: asyncio.Future[None] | None = None
@@ -36,8 +42,10 @@ class QueuedWrites:
     def pending(self) -> int:
         return len(self._queue)
 
-    def put(self, command: Command) -> None:
+    def put(self, command: Command, tag: str) -> None:
+        """Queue `command`; `settled_for(tag)` waits for it."""
         self._queue.append(command)
+        self._queued_tags.add(tag)
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(),
                                                                 name="state-queued-writes")
@@ -45,26 +53,38 @@ class QueuedWrites:
     async def settled(self) -> None:
         """Wait until every write queued before this call was answered (or failed)."""
         if self._queue:
-            if self._queued_done is None:
-                self._queued_done = asyncio.get_running_loop().create_future()
-            done = self._queued_done
+            await self._queued_answered()
         elif self._task is not None:
-            if self._flying_done is None:
-                self._flying_done = asyncio.get_running_loop().create_future()
-            done = self._flying_done
-        else:
-            return
+            await self._flying_answered()
+
+    async def settled_for(self, tag: str) -> None:
+        """Wait until every write queued under `tag` before this call was answered."""
+        if tag in self._queued_tags:
+            await self._queued_answered()
+        elif tag in self._flying_tags:
+            await self._flying_answered()
+
+    async def _queued_answered(self) -> None:
+        if self._queued_done is None:
+            self._queued_done = asyncio.get_running_loop().create_future()
         # Shielded: a waiter cancelled (its client left) must not cancel the others' future.
-        await asyncio.shield(done)
+        await asyncio.shield(self._queued_done)
+
+    async def _flying_answered(self) -> None:
+        if self._flying_done is None:
+            self._flying_done = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._flying_done)
 
     async def _run(self) -> None:
         try:
             while self._queue:
                 batch, self._queue = self._queue, []
+                self._flying_tags, self._queued_tags = self._queued_tags, set()
                 self._flying_done, self._queued_done = self._queued_done, None
                 try:
                     await self._send_one(batch)
                 finally:
+                    self._flying_tags = set()
                     done, self._flying_done = self._flying_done, None
                     if done is not None and not done.done():
                         done.set_result(None)

@@ -1,0 +1,164 @@
+"""A config reload (`SIGHUP`): the file read anew, and what changed put in force for the requests
+that start afterwards.
+
+The file is read and checked off the event loop, as `check-config` checks it; an invalid one
+changes nothing (`config_reload_failed`, with check-config's own words). A valid one becomes a
+new `Configured` (settings, pipeline, routes, origins) that replaces the one in force in one
+assignment: a request holds the `Configured` it started with to its end, its stream and its
+compaction included, so none sees a mix of two files. What the proxy keeps across requests
+(the state store, the per-thread compaction locks, the breakers' states, the caches) is shared
+by every version. Keys bound into what was built at start keep their running values until a
+restart, and are named (`config_reload_partial`; `proxy.settings_diff.RESTART_ONLY`).
+
+One reload runs at a time: a signal that comes during one asks for one more after it (the file
+may have changed again since it was read); one during the shutdown is ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Callable
+from typing import Any
+
+from proxy.server.compaction_flow import CompactionFlow
+from proxy.server.compactor import Compactor
+from proxy.server.estimators import Estimators
+from proxy.server.logs import set_level
+from proxy.server.origins import origins_for
+from proxy.server.pipeline import Pipeline
+from proxy.server.retry_lessons import RetryLessons
+from proxy.server.services import Configured, Services
+from proxy.settings import ConfigError, Settings
+from proxy.settings_diff import ReloadPlan, digest, plan_reload
+
+
+class Reloader:
+    def __init__(self, services: Services, load: Callable[[], Settings], path: str) -> None:
+        """`load`: the file read and checked as the proxy started with it (its path, the
+        environment now, the command line's overrides); raises ConfigError."""
+        self._services = services
+        self._load = load
+        self._path = path
+        self._task: asyncio.Task[None] | None = None
+        self._again = False
+        self._closed = False
+
+    def requested(self) -> None:
+        """The signal's handler, on the loop: a reload starts, or follows the one under way."""
+        if self._closed:
+            self._ignored()
+        elif self._task is not None:
+            self._again = True
+        else:
+            self._task = asyncio.get_running_loop().create_task(self._reloading())
+
+    async def close(self) -> None:
+        """At the shutdown's start: no reload starts any more, and one under way ends first."""
+        self._closed = True
+        if self._task is not None:
+            await asyncio.wait([self._task])
+
+    async def _reloading(self) -> None:
+        try:
+            while not self._closed:
+                self._again = False
+                await self.reload()
+                if not self._again:
+                    break
+        finally:
+            self._task = None
+
+    async def reload(self) -> ReloadPlan | None:
+        """Read the file and apply it; None when it was invalid (or the proxy is stopping)."""
+        try:
+            loaded = await asyncio.to_thread(self._load)
+            if self._closed:  # the shutdown began while the file was read
+                self._ignored()
+                return None
+            return self.apply(loaded)
+        except ConfigError as error:
+            self._failed(problems=list(error.problems))
+        except Exception:  # noqa: BLE001 - a reload never stops a serving proxy
+            self._failed(exc_info=True)
+        return None
+
+    def apply(self, loaded: Settings) -> ReloadPlan:
+        """Put `loaded` in force (those of its keys that can be, `plan_reload`), and say so."""
+        services = self._services
+        running = services.configured
+        plan = plan_reload(running.settings, loaded)
+        tokenizers = None
+        if plan.changed:
+            configured = reconfigured(running, plan.applied)
+            if {"models", "tokens"} & set(plan.sections):
+                # As at start: each profile's tokenizer, loaded now rather than by a request
+                # (and one that cannot be loaded fails the reload before anything changed).
+                tokenizers = configured.pipeline.estimators.in_use()
+            services.configured = configured
+            if plan.applied.logging.level != running.settings.logging.level:
+                set_level(plan.applied.logging.level)
+            services.metrics.config_loaded(digest(plan.applied), plan.applied.upstreams)
+        self._said(plan, loaded)
+        if tokenizers is not None:
+            services.log.info("tokenizers", **tokenizers)
+        return plan
+
+    def _said(self, plan: ReloadPlan, loaded: Settings) -> None:
+        log, outcome = self._services.log, "applied" if plan.changed else "unchanged"
+        facts: dict[str, Any] = {"config": self._path, "changed": list(plan.sections),
+                                 "keys": list(plan.changed),
+                                 "config_digest": digest(plan.applied)}
+        if not plan.changed and not plan.restart_needed:
+            facts["note"] = "no setting changed: nothing to apply"
+        if loaded.warnings:
+            facts["warnings"] = list(loaded.warnings)
+        log.info("config_reloaded", **facts)
+        if plan.restart_needed:
+            outcome = "partial"
+            log.warning("config_reload_partial", config=self._path,
+                        restart_needed=list(plan.restart_needed),
+                        note="these keys keep their running values until a restart")
+        self._services.metrics.config_reloads.labels(outcome).inc()
+
+    def _ignored(self) -> None:
+        self._services.log.info("config_reload_ignored", config=self._path,
+                                reason="the proxy is shutting down")
+
+    def _failed(self, **facts: Any) -> None:
+        self._services.log.error("config_reload_failed", config=self._path,
+                                 note="the running config stays in force", **facts)
+        self._services.metrics.config_reloads.labels("failed").inc()
+
+
+def reconfigured(running: Configured, settings: Settings) -> Configured:
+    """What `settings` make, sharing with `running` what outlives a version of the config."""
+    pipeline = _pipeline(running.pipeline, settings)
+    origins = origins_for(settings, pipeline.store, pipeline.clock, pipeline.log)
+    if origins is not None and running.origins is not None:
+        origins = running.origins.reconfigured(settings.upstreams)  # the ids it remembers
+    return Configured(settings, pipeline, origins)
+
+
+def _pipeline(running: Pipeline, settings: Settings) -> Pipeline:
+    """A pipeline for `settings`: the settings, estimators (thresholds), compactor and flow
+    are new; the store, history, identities and the recent requests are shared."""
+    pipeline = copy.copy(running)
+    pipeline.settings = settings
+    pipeline.estimators = Estimators(settings, shared=running.estimators)
+    pipeline.compactor = _compactor(running.compactor, settings)
+    pipeline.flow = CompactionFlow(settings, pipeline.store, pipeline.compactor, pipeline.log)
+    if (settings.routes, settings.upstreams) != (running.settings.routes,
+                                                 running.settings.upstreams):
+        # Each was learnt of an upstream's refusals: another upstream may not need it.
+        pipeline.lessons = RetryLessons()
+    return pipeline
+
+
+def _compactor(running: Compactor, settings: Settings) -> Compactor:
+    """The per-thread locks, the breakers' states and the detached compactions are shared: a
+    thread's compaction under the old config and a request under the new one take turns."""
+    compactor = copy.copy(running)
+    compactor.settings = settings
+    compactor.breakers = running.breakers.reconfigured(settings.compaction.breaker)
+    return compactor

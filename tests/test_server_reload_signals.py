@@ -1,0 +1,120 @@
+"""SIGHUP at the edges of a real `compaction-proxy serve`'s life: while it starts (remembered,
+then the reload runs once it serves), while it stops (ignored), and `logging.level` changed by
+a reload."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from proxy.testing.replies import Reply
+from tests.conftest import API_KEY
+from tests.process import ProxyProcess
+from tests.test_server_reload import _write
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP here")
+
+HEADERS = {"authorization": f"Bearer {API_KEY}"}
+
+
+def _chat(proxy: ProxyProcess, thread: str, **options: object) -> httpx.Response:
+    return httpx.post(f"{proxy.base_url}/chat/completions", timeout=20,
+                      headers={**HEADERS, "x-thread-id": thread},
+                      json={"model": "small-1", "messages": [{"role": "user", "content": "hi"}],
+                            **options})
+
+
+# The file changes while the proxy starts, and the operator says so twice: once while the
+# serving modules load (before the loop runs), once while the state opens (on the loop).
+_STARTING = """
+import os, pathlib, signal
+import proxy.server.app as app
+from proxy.server.pipeline import Pipeline
+_build, _start = app.build_app, Pipeline.start
+def build_app(settings, **options):
+    pathlib.Path({config!r}).write_text({changed!r})
+    os.kill(os.getpid(), signal.SIGHUP)
+    return _build(settings, **options)
+async def start(self):
+    os.kill(os.getpid(), signal.SIGHUP)
+    await _start(self)
+app.build_app, Pipeline.start = build_app, start
+"""
+
+
+def test_a_sighup_while_the_proxy_starts_reloads_once_it_serves(tmp_path: Path, make_fake) -> None:
+    fake = make_fake()
+    state = tmp_path / "state"
+    changed = _write(tmp_path / "changed.yaml", {"fake": fake.url}, state,
+                     threads={"forward_headers": False}).read_text()
+    config = _write(tmp_path / "p.yaml", {"fake": fake.url}, state)
+    proxy = ProxyProcess(config, prelude=_STARTING.format(config=str(config), changed=changed))
+    try:
+        [line] = proxy.wait_for("config_reloaded")
+        assert line["changed"] == ["threads"]
+        names = [event["event"] for event in proxy.lines]
+        assert names.index("listening") < names.index("config_reloaded")
+        assert _chat(proxy, "t-start").status_code == 200
+        assert "x-thread-id" not in fake.requests[-1].headers
+        assert len(proxy.events("config_reloaded")) == 1
+    finally:
+        proxy.kill()
+
+
+def test_a_sighup_during_the_shutdown_is_ignored(tmp_path: Path, make_fake) -> None:
+    fake = make_fake(chunk_delay=0.01)
+    fake.responder = lambda recorded: Reply.text(" ".join(f"w{i}" for i in range(150)))
+    state = tmp_path / "state"
+    config = _write(tmp_path / "p.yaml", {"fake": fake.url}, state)
+    proxy = ProxyProcess(config)
+    try:
+        answers: list[httpx.Response] = []
+        streaming = threading.Thread(target=lambda: answers.append(
+            _chat(proxy, "t-stream", stream=True)))
+        streaming.start()
+        while not fake.requests:  # the stream is under way
+            threading.Event().wait(0.01)
+        _write(config, {"fake": fake.url}, state, threads={"forward_headers": False})
+        proxy.signal(signal.SIGTERM)
+        proxy.wait_for("shutting_down")
+        proxy.signal(signal.SIGHUP)
+        proxy.wait_for("config_reload_ignored")
+        streaming.join(20)
+        assert proxy.wait(20) == 0
+        assert answers[0].status_code == 200 and answers[0].text.endswith("data: [DONE]\n\n")
+        assert not proxy.events("config_reloaded") and proxy.events("stopped")
+    finally:
+        proxy.kill()
+
+
+def test_a_reloaded_log_level_applies_to_the_next_lines(tmp_path: Path, make_fake) -> None:
+    fake = make_fake()
+    state = tmp_path / "state"
+    config = _write(tmp_path / "p.yaml", {"fake": fake.url}, state)
+    proxy = ProxyProcess(config)
+    try:
+        _write(config, {"fake": fake.url}, state, logging={"level": "warning"})
+        proxy.signal(signal.SIGHUP)
+        _wait_for_reloads(proxy, 1)  # its own line is an info line: not written any more
+        assert _chat(proxy, "t-quiet").status_code == 200
+        _write(config, {"fake": fake.url}, state, logging={"level": "info"})
+        proxy.signal(signal.SIGHUP)
+        assert proxy.wait_for("config_reloaded")[0]["changed"] == ["logging"]
+        assert _chat(proxy, "t-heard").status_code == 200
+        assert [line["thread"] for line in proxy.wait_for("request")] == ["t-heard"]
+        assert len(proxy.events("config_reloaded")) == 1
+    finally:
+        proxy.kill()
+
+
+def _wait_for_reloads(proxy: ProxyProcess, count: int) -> None:
+    wanted = f'proxy_config_reloads_total{{outcome="applied"}} {count:.1f}'
+    for _ in range(500):
+        if wanted in httpx.get(f"http://127.0.0.1:{proxy.port}/metrics").text:
+            return
+        threading.Event().wait(0.02)
+    raise TimeoutError(wanted)
