@@ -20,6 +20,10 @@ is checked against SPEC invariants (scripts/trace_replay.py); failures are liste
 
     .venv/bin/python scripts/bench_compaction.py --traces ../shared/traces/open-agents.jsonl \
         --window 32000 --api responses --stream usage --dialect openai-strict
+
+`--instances N --state redis` replays through N `compaction-proxy serve` processes on a
+redis-server of their own (`redis-server` on the PATH), each turn of a thread at the next
+instance, as a load balancer might send them (scripts/bench_instances.py).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from proxy.testing.prompt_units import PromptUnits  # noqa: E402
 from proxy.testing.replies import Reply  # noqa: E402
 from proxy.testing.sessions import coding_session  # noqa: E402
 from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request  # noqa: E402
+from scripts.bench_instances import redis_instances  # noqa: E402
 from scripts.trace_replay import (ClientMode, Sent, check_turn, post_turn,  # noqa: E402
                                   responses_items, unreceived_answer)
 from tests.harness import LoopThread, proxy_settings, start_proxy, stop_proxy  # noqa: E402
@@ -82,22 +87,34 @@ def main() -> None:
     parser.add_argument("--no-profile", action="store_true",
                         help="a model without a profile: the proxy falls back to its defaults "
                              "(trigger at 100,000 tokens, keep 6 messages); the fake keeps --window")
+    parser.add_argument("--instances", type=int, default=1,
+                        help="proxy processes, turns alternating between them (needs --state redis)")
+    parser.add_argument("--state", choices=("sqlite", "redis"), default="sqlite",
+                        help="the proxies' state backend (redis: a redis-server of their own)")
     args = parser.parse_args()
+    if args.instances > 1 and args.state != "redis":
+        parser.error("--instances above 1 needs --state redis (shared state)")
     loop = LoopThread()
     fake = FakeUpstream(limits={"bench-*": args.window, "unprofiled-*": args.window},
                         dialect=args.dialect)
     loop.run(fake.start())
     FakeSummarizer.install(fake)
+    sections: dict = dict(models={"bench-*": {"max_input_tokens": args.window}},
+                          compaction={"strategy": args.strategy, "trigger_ratio": args.trigger_ratio,
+                                      "keep_ratio": args.keep_ratio},
+                          logging={"level": "info"})
     with tempfile.TemporaryDirectory() as state:
-        proxy = loop.run(start_proxy(proxy_settings(
-            fake.url, state, models={"bench-*": {"max_input_tokens": args.window}},
-            compaction={"strategy": args.strategy, "trigger_ratio": args.trigger_ratio,
-                        "keep_ratio": args.keep_ratio},
-            logging={"level": "info"})))
         try:
-            run(proxy, fake, args)
+            if args.state == "redis":
+                with redis_instances(args.instances, fake.url, Path(state), **sections) as proxies:
+                    run(proxies, fake, args)
+            else:
+                proxy = loop.run(start_proxy(proxy_settings(fake.url, state, **sections)))
+                try:
+                    run(proxy, fake, args)
+                finally:
+                    loop.run(stop_proxy(proxy))
         finally:
-            loop.run(stop_proxy(proxy))
             loop.run(fake.stop())
             loop.close()
 
@@ -127,8 +144,11 @@ def run(proxy, fake: FakeUpstream, args: argparse.Namespace) -> None:  # type: i
     started = time.perf_counter()
     with httpx.Client(timeout=120) as client:
         for conversation in replayed:
-            turns.append(replay(client, proxy.base_url, fake, conversation, mode))
+            turns.append(replay(client, getattr(proxy, "base_urls", [proxy.base_url]), fake,
+                                conversation, mode))
     elapsed = time.perf_counter() - started
+    if hasattr(proxy, "settle"):  # processes: their last lines may still be in the pipes
+        proxy.settle(sum(map(len, turns)))
     # per conversation, what the model received each turn (its last attempt)
     bodies = [[t.upstream[-1] if t.upstream else b"{}" for t in per] for per in turns]
     lines = proxy.requests()
@@ -138,7 +158,8 @@ def run(proxy, fake: FakeUpstream, args: argparse.Namespace) -> None:  # type: i
     print(f"{len(lines)} requests over {where} in {elapsed:.1f} s; "
           f"window {args.window:,} tokens; {len(done)} compactions; api {args.api}, stream "
           f"{args.stream}, dialect {args.dialect}, strategy {args.strategy}, trigger/keep "
-          f"{args.trigger_ratio}/{args.keep_ratio}{', no profile' if args.no_profile else ''}")
+          f"{args.trigger_ratio}/{args.keep_ratio}{', no profile' if args.no_profile else ''}; "
+          f"{args.instances} instance(s), state {args.state}")
     if args.traces:
         report_replay(lines, bodies)
         report_anomalies(turns, by_conversation(lines, bodies), args, proxy.logs)
@@ -175,12 +196,13 @@ def run(proxy, fake: FakeUpstream, args: argparse.Namespace) -> None:  # type: i
           "on average)")
 
 
-def replay(client: httpx.Client, base_url: str, fake: FakeUpstream, conversation: Conversation,
-           mode: ClientMode) -> list[Replayed]:
-    """At every point where the model speaks next, send the history so far, scripting the
-    recorded message as the model's answer; the history then continues with the answer received
-    (with the recorded message as the model would have given it when the request failed, so the
-    replay goes on)."""
+def replay(client: httpx.Client, base_urls: str | list[str], fake: FakeUpstream,
+           conversation: Conversation, mode: ClientMode) -> list[Replayed]:
+    """At every point where the model speaks next, send the history so far (turn k to
+    `base_urls[k % len]`, one URL or several), scripting the recorded message as the model's
+    answer; the history then continues with the answer received (with the recorded message as
+    the model would have given it when the request failed, so the replay goes on)."""
+    base_urls = [base_urls] if isinstance(base_urls, str) else base_urls
     history: list[dict] = []
     out = []
     for message in conversation.messages:
@@ -189,6 +211,7 @@ def replay(client: httpx.Client, base_url: str, fake: FakeUpstream, conversation
             continue
         fake.script(Reply.repeating(message))
         before = len(fake.requests)
+        base_url = base_urls[len(out) % len(base_urls)]
         sent = post_turn(client, base_url, conversation.thread, history, conversation.tools, mode)
         fake._script.clear()  # a turn that never reached the model must not answer the next one
         main = [r.body for r in fake.requests[before:] if not is_summarizer_request(r.json)]

@@ -23,8 +23,8 @@ def write_config(path: Path, upstream_url: str, state_path: Path, **sections: An
         "state": {"path": str(state_path)},
         "logging": {"format": "json", "level": "info"},
     }
-    for name, value in sections.items():
-        config[name] = {**config.get(name, {}), **value}
+    for name, value in sections.items():  # a mapping merged into the default; a list replaces
+        config[name] = {**config.get(name, {}), **value} if isinstance(value, dict) else value
     path.write_text(yaml.safe_dump(config))
     return path
 

@@ -134,3 +134,32 @@ def test_nothing_is_remembered_when_every_route_names_the_same_upstream() -> Non
     assert made([{"model": "gpt-*", "upstream": "a"}, {"model": "*", "upstream": "a"}]) is None
     assert isinstance(made([{"model": "claude-*", "upstream": "b"},
                             {"model": "*", "upstream": "a"}]), Origins)
+
+
+class _Rows:
+    """The origin half of a store: what was written, and whether other instances share it."""
+
+    def __init__(self, shared: bool) -> None:
+        self.shared = shared
+        self.rows: dict[str, str] = {}
+
+    async def add_origin(self, made_id: str, upstream: str, at: float) -> None:
+        self.rows[made_id] = upstream
+
+    async def origin(self, made_id: str) -> str | None:
+        return self.rows.get(made_id)
+
+
+@pytest.mark.parametrize(("shared", "written"), [(False, ["resp_bg"]),
+                                                 (True, ["resp_plain", "resp_bg"])])
+async def test_a_shared_store_gets_plain_stored_responses_too(shared: bool,
+                                                              written: list[str]) -> None:
+    """Another instance has only the store to ask where a chain's response lives."""
+    rows = _Rows(shared)
+    origins = Origins({"a": A, "b": B}, rows, lambda: 0.0)  # type: ignore[arg-type]
+    await origins.answer_made(_prepared(Api.RESPONSES, {}), b'{"id": "resp_plain"}')
+    await origins.answer_made(_prepared(Api.RESPONSES, {"background": True}), b'{"id": "resp_bg"}')
+    await origins.answer_made(_prepared(Api.RESPONSES, {"store": False}), b'{"id": "resp_gone"}')
+    assert list(rows.rows) == written
+    other = Origins({"a": A, "b": B}, rows, lambda: 0.0)  # type: ignore[arg-type]
+    assert (await other.upstream_of("resp_plain") is A) is shared

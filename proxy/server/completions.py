@@ -131,16 +131,16 @@ async def _forward(request: web.Request, path: str, services: Services, conf: Co
             tap = prepared.stream_tap()
             relayed = tap if encoding is None else _encoded_stream(tap, encoding, out_headers)
             left = partial(_left, services, pipeline, line, prepared, tap, response.status)
+            noted = _StreamNoted(request, conf.origins, prepared, tap)
             try:
                 outcome = await relay_stream(request, response, out_headers, relayed,
-                                             line.started, peeked, left)
+                                             line.started, peeked, left, noted.begun)
                 line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms,
                          upstream_error=outcome.upstream_error)
                 # Before the wait below: a client that leaves during it had its answer whole.
                 _recorded(services, line, pipeline.finish_stream, prepared, tap, response.status)
             finally:
-                if conf.origins is not None:
-                    await _noted(request, conf.origins.stream_made(prepared, tap))
+                await noted.ended()
             return outcome.response
         try:  # `read_body`, inline: a coroutine less for every answer
             data = await response.read()
@@ -162,21 +162,44 @@ async def _forward(request: web.Request, path: str, services: Services, conf: Co
                              prepared.response_headers)
         if unpacked:
             out.headers.popall(hdrs.CONTENT_ENCODING)
+        # Where the answer was made is noted before the client has it: on a shared store the
+        # next turn may reach another instance at once, and must find it there.
+        if conf.origins is not None and response.status == 200:
+            await _noted(request, conf.origins.answer_made(prepared, readable))
         # The client has its answer before the proxy records what it reported. Nothing below
         # waits (the store queues its writes), so no other request runs in between: the next
         # turn, on any connection, still finds the anchor.
         await out.prepare(request)
         await out.write_eof()
         _recorded(services, line, pipeline.finish_body, prepared, readable, response.status)
-        if conf.origins is not None and response.status == 200:
-            await _noted(request, conf.origins.answer_made(prepared, readable))
         return out
 
 
+class _StreamNoted:
+    """Which upstream made a streamed answer, noted as soon as its id is known: after the
+    events a peek held back (a Responses stream's `response.created`), so it is in a shared
+    store long before the answer ends; else (a chat stream) once the relay ended, however."""
+
+    def __init__(self, request: web.Request, origins: Origins | None, prepared: Prepared,
+                 tap: StreamTap) -> None:
+        self.request, self.origins, self.prepared, self.tap = request, origins, prepared, tap
+        self.done = self.origins is None
+
+    async def begun(self) -> None:
+        stream = getattr(self.tap, "stream", None)
+        if not self.done and getattr(stream, "id", None):
+            await self.ended()
+
+    async def ended(self) -> None:
+        if not self.done and self.origins is not None:
+            self.done = True
+            await _noted(self.request, self.origins.stream_made(self.prepared, self.tap))
+
+
 async def _noted(request: web.Request, noting: Awaitable[None]) -> None:
-    """Which upstream made the answer, noted once the client has it (or its stream so far). A
-    fault here is a proxy bug, logged; the answer stands, its connection kept: closing one
-    whose answer went out whole would fail the client's next request sent on it meanwhile."""
+    """Which upstream made the answer, noted before the client has it all. A fault here is a
+    proxy bug, logged; the answer stands, its connection kept: closing one whose answer went
+    out whole would fail the client's next request sent on it meanwhile."""
     try:
         await noting
     except Exception:  # noqa: BLE001 - see above

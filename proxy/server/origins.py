@@ -16,12 +16,21 @@ response not made with `store: false`, a conversation; in memory, bounded (the o
 first). The ones a client asks for by id by design, background responses, stored chat
 completions and conversations, are also written to the state store (a queued write), so a
 restart does not lose them; the store keeps a row 30 days, a conversation's from its last use
-by a Responses request (OpenAI keeps conversations without the 30 days responses get). An id made by another instance, or pushed out of the memory (a
-plain stored response), goes by the route of model "" (or of the request's model) as before.
+by a Responses request (OpenAI keeps conversations without the 30 days responses get). A
+store shared by several instances (Redis) gets every kept answer, plain stored responses too:
+the next turn of a `previous_response_id` chain may reach another instance, which has only the
+store to ask (a key with a TTL each, written in the batch of the answer's other writes; SQLite,
+one process, keeps them in memory only, where a row each would grow the file for nothing).
+There the write is awaited (`SHARED_WAIT_S` at most) before the answer's end goes out: an
+agent's next turn, at another instance at once, would otherwise be routed by its model before
+the write landed (one turn in a hundred, measured, with a client that answers at once). An id
+pushed out of the memory (a plain stored response, one instance) goes by the route of model
+"" (or of the request's model).
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import re
 from collections import OrderedDict
@@ -41,6 +50,10 @@ from proxy.store.failures import describe
 # Responses client stores every turn by default: this holds the last 100,000 (hours of a busy
 # proxy; a background response is asked for within minutes to hours).
 MAX_REMEMBERED = 100_000
+
+# The longest an answer waits for its origin to reach a shared store: a store that does not
+# answer (Redis down) costs the answer no more; its write fails on its own (state_write_failed).
+SHARED_WAIT_S = 1.0
 
 # the path part after /v1/ -> where its id is
 _SCOPES = {"responses": 1, "chat": 2, "conversations": 1}
@@ -132,10 +145,12 @@ class Origins:
         if not isinstance(made_id, str) or not made_id:
             return
         self.remember(made_id, upstream)
-        if self._store is None or not stored:
+        if self._store is None or not (stored or self._store.shared):
             return
         try:
             await self._store.add_origin(made_id, upstream.name, self._clock())
+            if self._store.shared:  # another instance may be asked for it next: in the store
+                await asyncio.wait_for(self._store.flush(), SHARED_WAIT_S)
         except Exception as error:  # noqa: BLE001 - as a lost anchor: the answer stands
             self._warn("origin_not_recorded", error)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
@@ -95,8 +95,10 @@ def _is_event_stream_type(content_type: str) -> bool:
 async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
                        headers: CIMultiDict[str], tap: StreamTap, started: float,
                        already_read: Sequence[bytes] = (),
-                       left: Callable[[RelayOutcome], object] | None = None) -> RelayOutcome:
-    """Relay `already_read` (chunks a peek consumed), then the rest as it arrives.
+                       left: Callable[[RelayOutcome], object] | None = None,
+                       begun: Callable[[], Awaitable[None]] | None = None) -> RelayOutcome:
+    """Relay `already_read` (chunks a peek consumed), then the rest as it arrives; `begun` is
+    awaited once those went out (the tap has read them), before the rest is read.
 
     The caller returns `outcome.response` from its handler unfinished; aiohttp ends it. A
     client that leaves mid-way raises out of here; `left` is first told what it got so far.
@@ -109,6 +111,8 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
         if data:
             await out.write(data)
             _sent(outcome, data, started)
+        if begun is not None:
+            await begun()
         # Written inline, not by a helper coroutine: a real stream comes an event per read,
         # and a coroutine made and awaited per event costs as much as its bookkeeping.
         async for chunk in upstream.content.iter_any():
