@@ -87,6 +87,7 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path,
                         help="a checkout whose proxy is counted too, as target `base`")
     args = parser.parse_args()
+    overhead.stop_cleanly_on_sigterm()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
     body = overhead.scenario_bodies()[args.scenario]

@@ -73,6 +73,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--threads", type=int, default=1_000)
     args = parser.parse_args()
+    bench_overhead.stop_cleanly_on_sigterm()
     with tempfile.TemporaryDirectory() as state_dir:
         servers = bench_overhead.start_servers("canned", state_dir)
         pid, url = servers.proxy_pid, servers.urls["proxy"]

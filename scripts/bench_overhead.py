@@ -208,6 +208,12 @@ class Servers:
                 process.kill()
 
 
+def stop_cleanly_on_sigterm() -> None:
+    """A `kill` of the script runs its `finally` blocks, as Ctrl-C does: the servers it started
+    are stopped with it, not left running (Python's own SIGTERM ends the process at once)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+
 def _spawn(args: list[str], quiet: bool = True, root: Path = ROOT) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(root)}
     out = subprocess.DEVNULL if quiet else None
@@ -422,6 +428,7 @@ def main() -> None:
     parser.add_argument("--serve-raw", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--serve-canned", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    stop_cleanly_on_sigterm()  # the servers below (and, with --serve-*, this one) stop cleanly
     if args.serve_raw:
         return raw_forwarder(int(args.serve_raw[0]), args.serve_raw[1])
     if args.serve_canned:
