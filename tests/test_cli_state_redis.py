@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from proxy.store.redis_history import RedisHistory
 from proxy.store.redis_keys import RedisKeys, thread_digest
 from proxy.store.redis_store import RedisStore
 from tests.process import cli, write_config
+from tests.redis_fixtures import redis_client as raw  # noqa: F401
 from tests.redis_server import start_redis_server, stop_redis_server
 from tests.test_cli_state import IDS, assert_one_line_error, listed_ids
 
@@ -41,13 +41,6 @@ async def fill(store: StateStore, ids: list[str] = IDS) -> None:
         await store.add_event(ThreadKey("tenant-a", ids[0]), EVENT)
     finally:
         await store.close()
-
-
-@pytest.fixture
-async def raw(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(redis_url)
-    yield client
-    await client.aclose()
 
 
 async def snapshot(raw: aioredis.Redis, prefix: str) -> dict[bytes, bytes]:

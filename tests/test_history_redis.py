@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,24 +18,10 @@ from proxy.server.pipeline import Pipeline
 from proxy.settings import RedisSettings, StateSettings
 from proxy.store import HistoryFiles, SqliteStore, create_history, jsoncodec
 from proxy.store.redis_history import RedisHistory, RedisHistoryError
+from tests.redis_fixtures import redis_client as raw, redis_history as history  # noqa: F401
 from tests.redis_server import start_redis_server, stop_redis_server
 from tests.test_history_both import HOSTILE_IDS, message
 from tests.test_properties_history_private import KEY, SETTINGS, _job, _Log, _Store, _Summarizer
-
-
-@pytest.fixture
-async def raw(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(redis_url)
-    yield client
-    await client.aclose()
-
-
-@pytest.fixture
-async def history(redis_url: str, redis_prefix: str) -> AsyncIterator[RedisHistory]:
-    made = RedisHistory(RedisSettings(url=redis_url, prefix=redis_prefix))
-    await made.open()
-    yield made
-    await made.close()
 
 
 async def _keys(raw: aioredis.Redis, prefix: str) -> list[str]:

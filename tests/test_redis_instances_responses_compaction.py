@@ -10,7 +10,6 @@ in a changed history.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,31 +18,13 @@ import openai
 import pytest
 
 from proxy.compaction.apply import SUMMARY_HEADER
-from proxy.records import ThreadKey, ThreadState
-from proxy.settings import RedisSettings, StateSettings
-from proxy.store import create_store
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.sessions import coding_session
 from proxy.testing.summarizer import FakeSummarizer
-from proxy.threads import tenant_digest
 from tests.conftest import API_KEY
 from tests.redis_responses import MODEL, MODELS, ROUTES, main_requests, rig  # noqa: F401
+from tests.test_redis_instances import thread_state
 from tests.test_responses_api import TOOLS, _reply, _steps
-
-TENANT = tenant_digest({"authorization": f"Bearer {API_KEY}"})
-
-
-def thread_state(redis_url: str, prefix: str, thread: str) -> ThreadState:
-    async def load() -> ThreadState:
-        store = create_store(StateSettings(backend="redis",
-                                           redis=RedisSettings(url=redis_url, prefix=prefix)))
-        await store.open()
-        try:
-            return await store.load(ThreadKey(TENANT, thread))
-        finally:
-            await store.close()
-    return asyncio.run(load())
-
 
 def codex_turns(base_urls: Sequence[str], fake: FakeUpstream, thread: str, turns: int,
                 settled: Callable[[], None] = lambda: None, referenced: bool = False,

@@ -8,38 +8,14 @@ write below, whether queued in a pipelined batch or awaited alone, is applied ex
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 
-import pytest
 import redis.asyncio as aioredis
 
-from proxy.settings import RedisSettings
 from proxy.store.redis_history import RedisHistory
 from proxy.store.redis_store import RedisStore
+from tests.redis_fixtures import (  # noqa: F401
+    redis_client as raw, redis_store as store, redis_history as history)
 from tests.store_backends import KEY, anchor, event, mark
-
-
-@pytest.fixture
-async def raw(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(redis_url)
-    yield client
-    await client.aclose()
-
-
-@pytest.fixture
-async def store(redis_url: str, redis_prefix: str) -> AsyncIterator[RedisStore]:
-    opened = RedisStore(redis_url, prefix=redis_prefix)
-    await opened.open()
-    yield opened
-    await opened.close()
-
-
-@pytest.fixture
-async def history(redis_url: str, redis_prefix: str) -> AsyncIterator[RedisHistory]:
-    opened = RedisHistory(RedisSettings(url=redis_url, prefix=redis_prefix))
-    await opened.open()
-    yield opened
-    await opened.close()
 
 
 async def test_queued_writes_after_a_script_flush_are_applied_once(

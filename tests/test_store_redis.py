@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio
@@ -15,22 +14,8 @@ from proxy.store import StoreError
 from proxy.store.redis_keys import RedisKeys, thread_digest
 from proxy.store.redis_store import RedisStore
 from proxy.store.sqlite_db import ORIGINS_KEPT_S
+from tests.redis_fixtures import redis_client as client, redis_store as store  # noqa: F401
 from tests.store_backends import HOSTILE_IDS, KEY, anchor, event, mark
-
-
-@pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
-    raw = redis.asyncio.Redis.from_url(redis_url)
-    yield raw
-    await raw.aclose()
-
-
-@pytest.fixture
-async def store(redis_url: str, redis_prefix: str) -> AsyncIterator[RedisStore]:
-    opened = RedisStore(redis_url, prefix=redis_prefix)
-    await opened.open()
-    yield opened
-    await opened.close()
 
 
 async def test_key_names_hold_digests_never_a_thread_id_or_tenant(

@@ -15,6 +15,7 @@ import pytest
 from proxy.records import ThreadKey
 from proxy.store.redis_store import RedisStore
 from proxy.store.redis_writer import Command
+from tests.redis_fixtures import redis_store as store  # noqa: F401
 from tests.store_backends import anchor
 
 A = ThreadKey("tenant", "thread-a")
@@ -39,14 +40,6 @@ class StalledSends:
 
     def release(self) -> None:
         self._released.set()
-
-
-@pytest.fixture
-async def store(redis_url: str, redis_prefix: str) -> AsyncIterator[RedisStore]:
-    opened = RedisStore(redis_url, prefix=redis_prefix)
-    await opened.open()
-    yield opened
-    await opened.close()
 
 
 @pytest.fixture

@@ -3,24 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
-import pytest
 
 from proxy.records import ThreadKey
 from proxy.store.cached import CachedStore
 from proxy.store.redis_store import RedisStore
+from tests.redis_fixtures import redis_store_pair as two  # noqa: F401
 from tests.store_backends import KEY, anchor, event
-
-
-@pytest.fixture
-async def two(redis_url: str, redis_prefix: str) -> AsyncIterator[tuple[RedisStore, RedisStore]]:
-    a, b = RedisStore(redis_url, prefix=redis_prefix), RedisStore(redis_url, prefix=redis_prefix)
-    await a.open()
-    await b.open()
-    yield a, b
-    await a.close()
-    await b.close()
 
 
 async def test_an_anchor_written_by_one_is_loaded_by_the_other(

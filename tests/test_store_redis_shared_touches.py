@@ -8,25 +8,13 @@ replaces a newer one another instance wrote meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
 
 from proxy.store.cached import CachedStore
 from proxy.store.redis_store import RedisStore
+from tests.redis_fixtures import redis_store_pair as two  # noqa: F401
 from tests.store_backends import KEY, anchor
 
 HOLD = 3600.0  # the held-back touches are written by `flush` only
-
-
-@pytest.fixture
-async def two(redis_url: str, redis_prefix: str) -> AsyncIterator[tuple[RedisStore, RedisStore]]:
-    a, b = RedisStore(redis_url, prefix=redis_prefix), RedisStore(redis_url, prefix=redis_prefix)
-    await a.open()
-    await b.open()
-    yield a, b
-    await a.close()
-    await b.close()
 
 
 async def test_a_late_older_touch_keeps_the_stored_newer_estimate(
