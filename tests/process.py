@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,14 @@ import orjson
 import yaml
 
 
-def write_config(path: Path, upstream_url: str, state_path: Path, **sections: Any) -> Path:
+def write_config(path: Path, upstream_url: str | Mapping[str, str], state_path: Path,
+                 **sections: Any) -> Path:
+    """A config file: the upstream `fake` at `upstream_url` (or one upstream per name of a
+    mapping of names to URLs), state in `state_path`, `sections` over the defaults."""
+    urls = {"fake": upstream_url} if isinstance(upstream_url, str) else upstream_url
     config: dict[str, Any] = {
         "server": {"host": "127.0.0.1", "port": 0, "shutdown_grace_s": 10},
-        "upstreams": {"fake": {"base_url": upstream_url, "timeout_s": 20}},
+        "upstreams": {name: {"base_url": url, "timeout_s": 20} for name, url in urls.items()},
         "state": {"path": str(state_path)},
         "logging": {"format": "json", "level": "info"},
     }

@@ -19,27 +19,11 @@ import yaml
 from proxy.testing.replies import Reply
 from proxy.testing.summarizer import is_summarizer_request
 from tests.conftest import API_KEY
-from tests.process import ProxyProcess, cli
+from tests.process import ProxyProcess, cli, write_config
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP here")
 
 LONG = " ".join(f"word{i}" for i in range(400))  # a stream of some 4 s at 0.01 s a chunk
-
-
-def _write(path: Path, upstreams: dict[str, str], state: Path, **sections: Any) -> Path:
-    """The config file: the fakes as upstreams, state in `state`, `sections` over the defaults
-    (a mapping merged into the default section of its name)."""
-    config: dict[str, Any] = {
-        "server": {"host": "127.0.0.1", "port": 0, "shutdown_grace_s": 10},
-        "upstreams": {name: {"base_url": url, "timeout_s": 20} for name, url in upstreams.items()},
-        "state": {"path": str(state)},
-        "logging": {"format": "json", "level": "info"},
-    }
-    for name, value in sections.items():
-        merged = isinstance(value, dict) and name in config
-        config[name] = {**config[name], **value} if merged else value
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 def _long_chat(turns: int) -> list[dict[str, str]]:
@@ -71,7 +55,7 @@ def test_a_lowered_window_compacts_the_next_request_and_a_raised_one_stops_it(
         tmp_path: Path, make_fake) -> None:
     fake = make_fake()
     state = tmp_path / "state"
-    config = _write(tmp_path / "p.yaml", {"fake": fake.url}, state,
+    config = write_config(tmp_path / "p.yaml", fake.url, state,
                     models={"small-*": {"max_input_tokens": 100000}})
     proxy = ProxyProcess(config)
     try:
@@ -80,7 +64,7 @@ def test_a_lowered_window_compacts_the_next_request_and_a_raised_one_stops_it(
         tokens = int(before.headers["x-context-tokens"])
         assert tokens > 2000
 
-        _write(config, {"fake": fake.url}, state, models={"small-*": {"max_input_tokens": 2000}})
+        write_config(config, fake.url, state, models={"small-*": {"max_input_tokens": 2000}})
         line = _reloaded(proxy)
         assert line["changed"] == ["models"]
         assert line["keys"] == ["models.small-*.max_input_tokens"]
@@ -91,7 +75,7 @@ def test_a_lowered_window_compacts_the_next_request_and_a_raised_one_stops_it(
         assert proxy.events("compaction_completed")
 
         # Raised again: another thread as long goes up whole.
-        _write(config, {"fake": fake.url}, state, models={"small-*": {"max_input_tokens": 100000}})
+        write_config(config, fake.url, state, models={"small-*": {"max_input_tokens": 100000}})
         assert _reloaded(proxy, 2)["changed"] == ["models"]
         again = _ask(proxy, "t-window-2", _long_chat(12))
         assert again.headers["x-compaction"] == "none"
@@ -107,14 +91,14 @@ def test_a_route_moved_to_another_upstream_takes_the_next_request_there(
     first, second = make_fake(), make_fake()
     upstreams = {"first": first.url, "second": second.url}
     state = tmp_path / "state"
-    config = _write(tmp_path / "p.yaml", upstreams, state,
+    config = write_config(tmp_path / "p.yaml", upstreams, state,
                     routes=[{"model": "*", "upstream": "first"}])
     proxy = ProxyProcess(config)
     try:
         _ask(proxy, "t-route", [{"role": "user", "content": "one"}])
         assert len(first.requests) == 1 and not second.requests
 
-        _write(config, upstreams, state, routes=[{"model": "*", "upstream": "second"}])
+        write_config(config, upstreams, state, routes=[{"model": "*", "upstream": "second"}])
         assert _reloaded(proxy)["changed"] == ["routes"]
         _ask(proxy, "t-route", [{"role": "user", "content": "two"}])
         assert len(first.requests) == 1 and len(second.requests) == 1
@@ -127,11 +111,11 @@ def test_an_invalid_file_changes_nothing_and_is_reported_as_check_config_words_i
         tmp_path: Path, make_fake) -> None:
     fake = make_fake()
     state = tmp_path / "state"
-    config = _write(tmp_path / "p.yaml", {"fake": fake.url}, state,
+    config = write_config(tmp_path / "p.yaml", fake.url, state,
                     models={"small-*": {"max_input_tokens": 100000}})
     proxy = ProxyProcess(config)
     try:
-        _write(config, {"fake": fake.url}, state,
+        write_config(config, fake.url, state,
                models={"small-*": {"max_input_tokens": 2000, "trigger_ratio": "high"}},
                routes=[{"model": "*", "upstream": "gone"}])
         checked = cli("check-config", "--config", str(config))
@@ -156,11 +140,11 @@ def test_restart_only_keys_are_named_and_kept_while_the_rest_applies(
         tmp_path: Path, make_fake) -> None:
     fake = make_fake()
     state = tmp_path / "state"
-    config = _write(tmp_path / "p.yaml", {"fake": fake.url}, state)
+    config = write_config(tmp_path / "p.yaml", fake.url, state)
     proxy = ProxyProcess(config)
     try:
         port = proxy.port
-        _write(config, {"fake": fake.url}, tmp_path / "elsewhere",
+        write_config(config, fake.url, tmp_path / "elsewhere",
                server={"port": 1}, logging={"format": "console"},
                threads={"forward_headers": False})
         line = _reloaded(proxy)
@@ -179,7 +163,7 @@ def test_restart_only_keys_are_named_and_kept_while_the_rest_applies(
 def test_an_unchanged_file_changes_nothing_and_two_signals_at_once_are_safe(
         tmp_path: Path, make_fake) -> None:
     fake = make_fake()
-    config = _write(tmp_path / "p.yaml", {"fake": fake.url}, tmp_path / "state")
+    config = write_config(tmp_path / "p.yaml", fake.url, tmp_path / "state")
     proxy = ProxyProcess(config)
     try:
         proxy.signal(signal.SIGHUP)
@@ -201,7 +185,7 @@ def test_a_stream_under_way_finishes_on_the_upstream_it_started_with(
     slow.responder = lambda recorded: Reply.text(LONG)
     upstreams = {"slow": slow.url, "other": other.url}
     state = tmp_path / "state"
-    config = _write(tmp_path / "p.yaml", upstreams, state,
+    config = write_config(tmp_path / "p.yaml", upstreams, state,
                     routes=[{"model": "*", "upstream": "slow"}])
     proxy = ProxyProcess(config)
     try:
@@ -211,7 +195,7 @@ def test_a_stream_under_way_finishes_on_the_upstream_it_started_with(
             chunks = iter(stream)
             text = next(chunks).choices[0].delta.content or ""
 
-            _write(config, upstreams, state, routes=[{"model": "*", "upstream": "other"}])
+            write_config(config, upstreams, state, routes=[{"model": "*", "upstream": "other"}])
             assert _reloaded(proxy)["changed"] == ["routes"]
             _ask(proxy, "t-after", [{"role": "user", "content": "short"}])
             assert len(other.requests) == 1  # the reload is in force...
@@ -239,14 +223,14 @@ def test_a_compaction_under_way_finishes_with_the_settings_its_request_began_wit
             go_on.wait(10)  # holds the fake (its loop) until the reload is in force
     fake.responder = held_summary
     state = tmp_path / "state"
-    config = _write(tmp_path / "p.yaml", {"fake": fake.url}, state,
+    config = write_config(tmp_path / "p.yaml", fake.url, state,
                     models={"small-*": {"max_input_tokens": 2000}})
     proxy = ProxyProcess(config)
     try:
         with ThreadPoolExecutor(1) as pool:
             started = pool.submit(_ask, proxy, "t-begun", _long_chat(12))
             assert summarizing.wait(10)
-            _write(config, {"fake": fake.url}, state, threads={"forward_headers": False},
+            write_config(config, fake.url, state, threads={"forward_headers": False},
                    models={"small-*": {"max_input_tokens": 100000}})
             assert _reloaded(proxy)["changed"] == ["models", "threads"]
             go_on.set()

@@ -13,8 +13,7 @@ import pytest
 
 from proxy.testing.replies import Reply
 from tests.conftest import API_KEY
-from tests.process import ProxyProcess
-from tests.test_server_reload import _write
+from tests.process import ProxyProcess, write_config
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP here")
 
@@ -49,9 +48,9 @@ app.build_app, Pipeline.start = build_app, start
 def test_a_sighup_while_the_proxy_starts_reloads_once_it_serves(tmp_path: Path, make_fake) -> None:
     fake = make_fake()
     state = tmp_path / "state"
-    changed = _write(tmp_path / "changed.yaml", {"fake": fake.url}, state,
+    changed = write_config(tmp_path / "changed.yaml", fake.url, state,
                      threads={"forward_headers": False}).read_text()
-    config = _write(tmp_path / "p.yaml", {"fake": fake.url}, state)
+    config = write_config(tmp_path / "p.yaml", fake.url, state)
     proxy = ProxyProcess(config, prelude=_STARTING.format(config=str(config), changed=changed))
     try:
         [line] = proxy.wait_for("config_reloaded")
@@ -69,7 +68,7 @@ def test_a_sighup_during_the_shutdown_is_ignored(tmp_path: Path, make_fake) -> N
     fake = make_fake(chunk_delay=0.01)
     fake.responder = lambda recorded: Reply.text(" ".join(f"w{i}" for i in range(150)))
     state = tmp_path / "state"
-    config = _write(tmp_path / "p.yaml", {"fake": fake.url}, state)
+    config = write_config(tmp_path / "p.yaml", fake.url, state)
     proxy = ProxyProcess(config)
     try:
         answers: list[httpx.Response] = []
@@ -78,7 +77,7 @@ def test_a_sighup_during_the_shutdown_is_ignored(tmp_path: Path, make_fake) -> N
         streaming.start()
         while not fake.requests:  # the stream is under way
             threading.Event().wait(0.01)
-        _write(config, {"fake": fake.url}, state, threads={"forward_headers": False})
+        write_config(config, fake.url, state, threads={"forward_headers": False})
         proxy.signal(signal.SIGTERM)
         proxy.wait_for("shutting_down")
         proxy.signal(signal.SIGHUP)
@@ -94,14 +93,14 @@ def test_a_sighup_during_the_shutdown_is_ignored(tmp_path: Path, make_fake) -> N
 def test_a_reloaded_log_level_applies_to_the_next_lines(tmp_path: Path, make_fake) -> None:
     fake = make_fake()
     state = tmp_path / "state"
-    config = _write(tmp_path / "p.yaml", {"fake": fake.url}, state)
+    config = write_config(tmp_path / "p.yaml", fake.url, state)
     proxy = ProxyProcess(config)
     try:
-        _write(config, {"fake": fake.url}, state, logging={"level": "warning"})
+        write_config(config, fake.url, state, logging={"level": "warning"})
         proxy.signal(signal.SIGHUP)
         _wait_for_reloads(proxy, 1)  # its own line is an info line: not written any more
         assert _chat(proxy, "t-quiet").status_code == 200
-        _write(config, {"fake": fake.url}, state, logging={"level": "info"})
+        write_config(config, fake.url, state, logging={"level": "info"})
         proxy.signal(signal.SIGHUP)
         assert proxy.wait_for("config_reloaded")[0]["changed"] == ["logging"]
         assert _chat(proxy, "t-heard").status_code == 200
