@@ -12,9 +12,10 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio
 
-from proxy.store.redis_keys import thread_digest
+from proxy.store.redis_keys import RedisKeys, thread_digest
 from proxy.store.redis_store import LeaseLost, RedisStore
 from tests.process import child_env
+from tests.redis_fixtures import redis_client as client  # noqa: F401
 from tests.store_backends import KEY, LogLines, event
 
 LEASE_S = 1.0
@@ -70,12 +71,11 @@ async def test_a_long_holder_keeps_its_lease_by_renewing_it(
 
 
 async def test_a_lease_another_took_is_reported_lost_and_never_released_by_its_old_holder(
-        redis_url: str, redis_prefix: str) -> None:
+        redis_url: str, redis_prefix: str, client: redis.asyncio.Redis) -> None:
     log = LogLines()
     store = RedisStore(redis_url, prefix=redis_prefix, lease_s=LEASE_S, log=log)
     await store.open()
-    client = redis.asyncio.Redis.from_url(redis_url)
-    name = f"{redis_prefix}l:{thread_digest(KEY)}"
+    name = RedisKeys(redis_prefix).lease(thread_digest(KEY))
     try:
         async with store.compaction_lease(KEY):
             await client.set(name, b"someone-else", px=5000)  # as if ours had run out
@@ -83,7 +83,6 @@ async def test_a_lease_another_took_is_reported_lost_and_never_released_by_its_o
             assert log.named("compaction_lease_lost") == [{"lease_s": LEASE_S}]
         assert await client.get(name) == b"someone-else"
     finally:
-        await client.aclose()
         await store.close()
 
 
@@ -139,44 +138,38 @@ async def test_a_holder_killed_frees_the_lease_after_lease_s(
 
 
 async def test_a_checkpoint_of_a_holder_that_lost_its_lease_is_refused(
-        two: tuple[RedisStore, RedisStore], redis_url: str, redis_prefix: str) -> None:
+        two: tuple[RedisStore, RedisStore], client: redis.asyncio.Redis,
+        redis_prefix: str) -> None:
     # The new holder may have cut the history back and offloaded its own lines: the stalled
     # holder's checkpoint would count them in its `history_end`.
     a, b = two
-    client = redis.asyncio.Redis.from_url(redis_url)
-    name = f"{redis_prefix}l:{thread_digest(KEY)}"
-    try:
-        async with a.compaction_lease(KEY):
-            first = await a.add_event(KEY, event(1))
-            await client.set(name, b"another-instance", px=5000)  # as if ours had run out
-            with pytest.raises(LeaseLost):
-                await a.add_event(KEY, event(2))
-            await client.delete(name)  # it ran out and nobody took it: nothing to protect
-            third = await a.add_event(KEY, event(3))
-        assert (first.seq, third.seq) == (1, 2)
-        assert [e.summary_message for e in await b.events(KEY)] == [
-            event(1).summary_message, event(3).summary_message]
-        # Without a lease of its own (no compaction), a write is not the lease's to refuse.
-        await client.set(name, b"another-instance", px=5000)
-        assert (await b.add_event(KEY, event(4))).seq == 3
-    finally:
-        await client.aclose()
+    name = RedisKeys(redis_prefix).lease(thread_digest(KEY))
+    async with a.compaction_lease(KEY):
+        first = await a.add_event(KEY, event(1))
+        await client.set(name, b"another-instance", px=5000)  # as if ours had run out
+        with pytest.raises(LeaseLost):
+            await a.add_event(KEY, event(2))
+        await client.delete(name)  # it ran out and nobody took it: nothing to protect
+        third = await a.add_event(KEY, event(3))
+    assert (first.seq, third.seq) == (1, 2)
+    assert [e.summary_message for e in await b.events(KEY)] == [
+        event(1).summary_message, event(3).summary_message]
+    # Without a lease of its own (no compaction), a write is not the lease's to refuse.
+    await client.set(name, b"another-instance", px=5000)
+    assert (await b.add_event(KEY, event(4))).seq == 3
 
 
 async def test_a_checkpoint_of_a_holder_whose_lease_passed_and_ended_is_refused(
-        two: tuple[RedisStore, RedisStore], redis_url: str, redis_prefix: str) -> None:
+        two: tuple[RedisStore, RedisStore], client: redis.asyncio.Redis,
+        redis_prefix: str) -> None:
     # Its lease ran out, another instance took it, wrote its checkpoint and let it go: the lease
     # is free again, yet the stalled holder's checkpoint was built on the state before.
     a, b = two
-    client = redis.asyncio.Redis.from_url(redis_url)
-    name = f"{redis_prefix}l:{thread_digest(KEY)}"
-    try:
-        async with a.compaction_lease(KEY):
-            await client.delete(name)  # as if ours had run out
-            async with b.compaction_lease(KEY):
-                assert (await b.add_event(KEY, event(1))).seq == 1
-            with pytest.raises(LeaseLost):
-                await a.add_event(KEY, event(2))
-        assert [e.summary_message for e in await a.events(KEY)] == [event(1).summary_message]
-    finally:
-        await client.aclose()
+    name = RedisKeys(redis_prefix).lease(thread_digest(KEY))
+    async with a.compaction_lease(KEY):
+        await client.delete(name)  # as if ours had run out
+        async with b.compaction_lease(KEY):
+            assert (await b.add_event(KEY, event(1))).seq == 1
+        with pytest.raises(LeaseLost):
+            await a.add_event(KEY, event(2))
+    assert [e.summary_message for e in await a.events(KEY)] == [event(1).summary_message]
