@@ -69,7 +69,9 @@ def main() -> None:
                         help="length of the synthetic thread (without --traces)")
     parser.add_argument("--window", type=int, default=64_000,
                         help="the model's input window: its profile and the fake's limit")
-    parser.add_argument("--traces", type=Path, help="replay these recorded conversations")
+    parser.add_argument("--traces", type=Path,
+                        help="replay these recorded conversations: a JSON-lines file, or a "
+                             "directory of them (every *.jsonl in it, by name)")
     parser.add_argument("--only", type=int, default=None,
                         help="replay only the first N conversations of --traces")
     parser.add_argument("--api", choices=("chat", "responses"), default="chat",
@@ -122,9 +124,11 @@ def main() -> None:
 def conversations(args: argparse.Namespace) -> list[Conversation]:
     if args.traces is None:
         return [Conversation("bench", coding_session(args.messages, seed=21))]
-    with args.traces.open("rb") as lines:
-        found = [Conversation(f"trace-{n}", record["messages"], record.get("tools"))
-                 for n, record in enumerate(map(orjson.loads, lines))]
+    files = sorted(args.traces.glob("*.jsonl")) if args.traces.is_dir() else [args.traces]
+    records = [orjson.loads(line) for path in files for line in path.read_bytes().splitlines()
+               if line.strip()]
+    found = [Conversation(f"trace-{n}", record["messages"], record.get("tools"))
+             for n, record in enumerate(records)]
     return found[:args.only]
 
 
