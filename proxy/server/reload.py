@@ -14,13 +14,15 @@ into what was built at start keep their running values until a restart, and are 
 (`config_reload_partial`; `proxy.settings_diff.RESTART_ONLY`).
 
 One reload runs at a time: a signal that comes during one asks for one more after it (the file
-may have changed again since it was read); one during the shutdown is ignored.
+may have changed again since it was read); one during the shutdown is ignored. Its own lines
+are written whether a changed `logging.level` is raised or lowered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +49,10 @@ class Built:
     running: Configured  # what it was built from
     configured: Configured | None  # None when no setting changed
     tokenizers: dict[str, str] | None  # when `models` or `tokens` changed: for the log
+
+
+def _rank(level: str) -> int:
+    return getattr(logging, level.upper())
 
 
 class Reloader:
@@ -123,10 +129,14 @@ class Reloader:
         if built.configured is not None:
             built.configured.pipeline.estimators.adopt()
             services.configured = built.configured
-            if after != before:
-                set_level(after)
             services.metrics.config_loaded(built.digest, plan.applied.upstreams)
+        # The reload's own lines are written under the more talkative of the two levels: a
+        # raised level applies after them, a lowered one before.
+        if _rank(after) < _rank(before):
+            set_level(after)
         self._said(built)
+        if _rank(after) > _rank(before):
+            set_level(after)
         return plan
 
     def _said(self, built: Built) -> None:
