@@ -85,7 +85,7 @@ def test_a_sighup_during_the_shutdown_is_ignored(tmp_path: Path, make_fake) -> N
         streaming.join(20)
         assert proxy.wait(20) == 0
         assert answers[0].status_code == 200 and answers[0].text.endswith("data: [DONE]\n\n")
-        assert not proxy.events("config_reloaded") and proxy.events("stopped")
+        assert proxy.wait_for("stopped") and not proxy.events("config_reloaded")
     finally:
         proxy.kill()
 
