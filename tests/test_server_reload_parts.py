@@ -68,3 +68,25 @@ def test_an_id_goes_to_its_upstream_as_the_config_in_force_names_it(tmp_path: Pa
     removed = {"other": old.upstreams["other"]}
     assert asyncio.run(origins.reconfigured(removed).upstream_of("resp_1")) is None
     assert asyncio.run(origins.upstream_of("resp_1")) is old.upstreams["fake"]
+
+
+def test_tokenizers_loaded_off_the_loop_join_the_shared_estimators_when_adopted(
+        tmp_path: Path) -> None:
+    from proxy.server.pipeline import Pipeline
+    old = proxy_settings("http://127.0.0.1:9/v1", str(tmp_path),
+                         models={"legacy-*": {"tokenizer": "r50k_base"}})
+    new = proxy_settings("http://127.0.0.1:9/v1", str(tmp_path),
+                         models={"legacy-*": {"tokenizer": "r50k_base", "max_input_tokens": 4000}})
+    running = Configured(old, Pipeline(old))
+    after = reconfigured(running, new)
+    estimators = after.pipeline.estimators
+    said = estimators.load()  # as a reload's worker thread does
+    assert set(said) == {"legacy-*", "<default>"}
+    loaded = {e.tokenizer.wanted: e for e in estimators._loaded.values()}  # noqa: SLF001
+    # A request under way (on the loop) makes its own: the shared ones were only read.
+    meanwhile = running.pipeline.estimators.estimator("legacy-1")
+    assert meanwhile is not loaded["r50k_base"]
+    estimators.adopt()
+    assert estimators.estimator("legacy-1") is meanwhile  # its cache kept
+    assert estimators.estimator("some-model") is loaded["o200k_base"]
+    assert running.pipeline.estimators.estimator("some-model") is loaded["o200k_base"]

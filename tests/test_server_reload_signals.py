@@ -1,6 +1,6 @@
 """SIGHUP at the edges of a real `compaction-proxy serve`'s life: while it starts (remembered,
 then the reload runs once it serves), while it stops (ignored), and `logging.level` changed by
-a reload."""
+a reload (its own lines written whichever way it moves)."""
 
 from __future__ import annotations
 
@@ -85,35 +85,46 @@ def test_a_sighup_during_the_shutdown_is_ignored(tmp_path: Path, make_fake) -> N
         streaming.join(20)
         assert proxy.wait(20) == 0
         assert answers[0].status_code == 200 and answers[0].text.endswith("data: [DONE]\n\n")
-        assert not proxy.events("config_reloaded") and proxy.events("stopped")
+        assert proxy.wait_for("stopped") and not proxy.events("config_reloaded")
     finally:
         proxy.kill()
 
 
-def test_a_reloaded_log_level_applies_to_the_next_lines(tmp_path: Path, make_fake) -> None:
+def test_a_reloaded_log_level_applies_to_the_next_lines_and_its_own_line_is_written(
+        tmp_path: Path, make_fake) -> None:
     fake = make_fake()
     state = tmp_path / "state"
     config = write_config(tmp_path / "p.yaml", fake.url, state)
     proxy = ProxyProcess(config)
     try:
+        # Raised: the reload's own line is written under the level it began with...
         write_config(config, fake.url, state, logging={"level": "warning"})
         proxy.signal(signal.SIGHUP)
-        _wait_for_reloads(proxy, 1)  # its own line is an info line: not written any more
-        assert _chat(proxy, "t-quiet").status_code == 200
+        [raised] = proxy.wait_for("config_reloaded")
+        assert raised["changed"] == ["logging"] and raised["level"] == "info"
+        assert _chat(proxy, "t-quiet").status_code == 200  # ...the next lines under the new
+        # Lowered: under the new level.
         write_config(config, fake.url, state, logging={"level": "info"})
         proxy.signal(signal.SIGHUP)
-        assert proxy.wait_for("config_reloaded")[0]["changed"] == ["logging"]
+        assert proxy.wait_for("config_reloaded", 2)[1]["changed"] == ["logging"]
         assert _chat(proxy, "t-heard").status_code == 200
         assert [line["thread"] for line in proxy.wait_for("request")] == ["t-heard"]
-        assert len(proxy.events("config_reloaded")) == 1
+        assert len(proxy.events("config_reloaded")) == 2
     finally:
         proxy.kill()
 
 
-def _wait_for_reloads(proxy: ProxyProcess, count: int) -> None:
-    wanted = f'proxy_config_reloads_total{{outcome="applied"}} {count:.1f}'
-    for _ in range(500):
-        if wanted in httpx.get(f"http://127.0.0.1:{proxy.port}/metrics").text:
-            return
-        threading.Event().wait(0.02)
-    raise TimeoutError(wanted)
+def test_a_reload_that_raises_the_level_to_error_still_names_what_waits_for_a_restart(
+        tmp_path: Path, make_fake) -> None:
+    fake = make_fake()
+    state = tmp_path / "state"
+    config = write_config(tmp_path / "p.yaml", fake.url, state)
+    proxy = ProxyProcess(config)
+    try:
+        write_config(config, fake.url, state, logging={"level": "error", "format": "console"})
+        proxy.signal(signal.SIGHUP)
+        [partial] = proxy.wait_for("config_reload_partial")
+        assert partial["restart_needed"] == ["logging.format"]
+        assert proxy.events("config_reloaded")[0]["changed"] == ["logging"]
+    finally:
+        proxy.kill()

@@ -7,6 +7,8 @@ growing the caches without end.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from proxy.compaction.trigger import Thresholds, thresholds
 from proxy.settings import Settings
 from proxy.tokens.encoding import encoding_name, tokenizer_for
@@ -26,6 +28,7 @@ class Estimators:
             else {})  # by encoding, image rule
         self._by_model: dict[str, TokenEstimator] = {}
         self._thresholds_by: dict[tuple[str, int], Thresholds] = {}
+        self._loaded: dict[tuple[str, str], TokenEstimator] = {}  # by `load`, until `adopt`
 
     def estimator(self, model: str) -> TokenEstimator:
         found = self._by_model.get(model)
@@ -51,13 +54,37 @@ class Estimators:
         out["<default>"] = self.estimator("").described
         return out
 
+    def load(self) -> dict[str, str]:
+        """`in_use`, off the event loop (a reload's): the tokenizers not loaded yet are loaded
+        into estimators this object keeps to itself until `adopt`. The shared ones are only
+        read here: the requests under way add to them, on the loop."""
+        out = {}
+        for pattern in [p.pattern for p in self.settings.models] + [""]:
+            key, make = self._recipe(pattern)
+            found = self._shared.get(key, self._loaded.get(key))
+            if found is None:
+                found = self._loaded[key] = make()
+            out[pattern or "<default>"] = found.described
+        return out
+
+    def adopt(self) -> None:
+        """On the loop, before this object serves: what `load` made joins the shared
+        estimators (one a request made meanwhile for the same key stays, its cache with it)."""
+        for key, made in self._loaded.items():
+            self._shared.setdefault(key, made)
+        self._loaded = {}
+
     def _estimator_for(self, model: str) -> TokenEstimator:
+        key, make = self._recipe(model)
+        found = self._shared.get(key)
+        if found is None:
+            found = self._shared[key] = make()
+        return found
+
+    def _recipe(self, model: str) -> tuple[tuple[str, str], Callable[[], TokenEstimator]]:
+        """The shared key of `model`'s estimator, and how to make it (its tokenizer loaded)."""
         profile = self.settings.profile(model)
         tokenizer = profile.tokenizer if profile else None
         images = image_rule(model, profile.image_rule if profile else None)
-        key = encoding_name(model, tokenizer), images.name
-        found = self._shared.get(key)
-        if found is None:
-            found = TokenEstimator(tokenizer_for(model, tokenizer), self.settings.tokens, images)
-            self._shared[key] = found
-        return found
+        return (encoding_name(model, tokenizer), images.name), lambda: TokenEstimator(
+            tokenizer_for(model, tokenizer), self.settings.tokens, images)

@@ -1,24 +1,30 @@
 """A config reload (`SIGHUP`): the file read anew, and what changed put in force for the requests
 that start afterwards.
 
-The file is read and checked off the event loop, as `check-config` checks it; an invalid one
+The file is read and checked, as `check-config` checks it, off the event loop; an invalid one
 changes nothing (`config_reload_failed`, with check-config's own words). A valid one becomes a
-new `Configured` (settings, pipeline, routes, origins) that replaces the one in force in one
-assignment: a request holds the `Configured` it started with to its end, its stream and its
-compaction included, so none sees a mix of two files. What the proxy keeps across requests
-(the state store, the per-thread compaction locks, the breakers' states, the caches) is shared
-by every version. Keys bound into what was built at start keep their running values until a
-restart, and are named (`config_reload_partial`; `proxy.settings_diff.RESTART_ONLY`).
+new `Configured` (settings, pipeline, routes, origins), built off the loop as well (a new
+profile's tokenizer takes some 100 ms to load: requests and streams under way go on), which
+replaces the one in force in one assignment on the loop: a request holds the `Configured` it
+started with to its end, its stream and its compaction included, so none sees a mix of two
+files. What the proxy keeps across requests (the state store, the per-thread compaction locks,
+the breakers' states, the caches) is shared by every version: built off the loop, a new version
+only reads it, and what it adds (a new tokenizer's counter) joins it on the loop. Keys bound
+into what was built at start keep their running values until a restart, and are named
+(`config_reload_partial`; `proxy.settings_diff.RESTART_ONLY`).
 
 One reload runs at a time: a signal that comes during one asks for one more after it (the file
-may have changed again since it was read); one during the shutdown is ignored.
+may have changed again since it was read); one during the shutdown is ignored. Its own lines
+are written whether a changed `logging.level` is raised or lowered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from proxy.server.compaction_flow import CompactionFlow
@@ -31,6 +37,22 @@ from proxy.server.retry_lessons import RetryLessons
 from proxy.server.services import Configured, Services
 from proxy.settings import ConfigError, Settings
 from proxy.settings_diff import ReloadPlan, digest, plan_reload
+
+
+@dataclass(frozen=True)
+class Built:
+    """What a reload makes off the loop, for `Reloader.apply` to put in force on it."""
+
+    loaded: Settings  # the file as read
+    plan: ReloadPlan
+    digest: str  # of the settings applied
+    running: Configured  # what it was built from
+    configured: Configured | None  # None when no setting changed
+    tokenizers: dict[str, str] | None  # when `models` or `tokens` changed: for the log
+
+
+def _rank(level: str) -> int:
+    return getattr(logging, level.upper())
 
 
 class Reloader:
@@ -72,53 +94,68 @@ class Reloader:
     async def reload(self) -> ReloadPlan | None:
         """Read the file and apply it; None when it was invalid (or the proxy is stopping)."""
         try:
-            loaded = await asyncio.to_thread(self._load)
-            if self._closed:  # the shutdown began while the file was read
+            # Built off the loop (the requests and streams under way go on meanwhile), put
+            # in force on it.
+            built = await asyncio.to_thread(self.build, self._services.configured)
+            if self._closed:  # the shutdown began while it was built
                 self._ignored()
                 return None
-            return self.apply(loaded)
+            return self.apply(built)
         except ConfigError as error:
             self._failed(problems=list(error.problems))
         except Exception:  # noqa: BLE001 - a reload never stops a serving proxy
             self._failed(exc_info=True)
         return None
 
-    def apply(self, loaded: Settings) -> ReloadPlan:
-        """Put `loaded` in force (those of its keys that can be, `plan_reload`), and say so."""
-        services = self._services
-        running = services.configured
+    def build(self, running: Configured) -> Built:
+        """Off the loop: the file read and checked, and what it makes of `running`. Only new
+        objects are written to here; what the requests under way use is only read."""
+        loaded = self._load()
         plan = plan_reload(running.settings, loaded)
-        tokenizers = None
+        configured = tokenizers = None
         if plan.changed:
             configured = reconfigured(running, plan.applied)
             if {"models", "tokens"} & set(plan.sections):
                 # As at start: each profile's tokenizer, loaded now rather than by a request
                 # (and one that cannot be loaded fails the reload before anything changed).
-                tokenizers = configured.pipeline.estimators.in_use()
-            services.configured = configured
-            if plan.applied.logging.level != running.settings.logging.level:
-                set_level(plan.applied.logging.level)
-            services.metrics.config_loaded(digest(plan.applied), plan.applied.upstreams)
-        self._said(plan, loaded)
-        if tokenizers is not None:
-            services.log.info("tokenizers", **tokenizers)
+                tokenizers = configured.pipeline.estimators.load()
+        return Built(loaded, plan, digest(plan.applied), running, configured, tokenizers)
+
+    def apply(self, built: Built) -> ReloadPlan:
+        """On the loop: `built` put in force, in one assignment, and said."""
+        services, plan = self._services, built.plan
+        before = built.running.settings.logging.level
+        after = plan.applied.logging.level
+        if built.configured is not None:
+            built.configured.pipeline.estimators.adopt()
+            services.configured = built.configured
+            services.metrics.config_loaded(built.digest, plan.applied.upstreams)
+        # The reload's own lines are written under the more talkative of the two levels: a
+        # raised level applies after them, a lowered one before.
+        if _rank(after) < _rank(before):
+            set_level(after)
+        self._said(built)
+        if _rank(after) > _rank(before):
+            set_level(after)
         return plan
 
-    def _said(self, plan: ReloadPlan, loaded: Settings) -> None:
-        log, outcome = self._services.log, "applied" if plan.changed else "unchanged"
+    def _said(self, built: Built) -> None:
+        log, plan = self._services.log, built.plan
+        outcome = "applied" if plan.changed else "unchanged"
         facts: dict[str, Any] = {"config": self._path, "changed": list(plan.sections),
-                                 "keys": list(plan.changed),
-                                 "config_digest": digest(plan.applied)}
+                                 "keys": list(plan.changed), "config_digest": built.digest}
         if not plan.changed and not plan.restart_needed:
             facts["note"] = "no setting changed: nothing to apply"
-        if loaded.warnings:
-            facts["warnings"] = list(loaded.warnings)
+        if built.loaded.warnings:
+            facts["warnings"] = list(built.loaded.warnings)
         log.info("config_reloaded", **facts)
         if plan.restart_needed:
             outcome = "partial"
             log.warning("config_reload_partial", config=self._path,
                         restart_needed=list(plan.restart_needed),
                         note="these keys keep their running values until a restart")
+        if built.tokenizers is not None:
+            log.info("tokenizers", **built.tokenizers)
         self._services.metrics.config_reloads.labels(outcome).inc()
 
     def _ignored(self) -> None:
