@@ -16,6 +16,7 @@ import httpx
 import orjson
 import pytest
 
+from proxy.server import breakers
 from proxy.server.services import SERVICES
 from proxy.store import HistoryFiles
 from proxy.testing.replies import Reply
@@ -56,7 +57,9 @@ def metric(proxy, outcome: str) -> float:
     return 0.0
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+# Generous: it returns as soon as the condition holds, and on a loaded machine a request of
+# an over-the-limit conversation takes seconds to be counted before it reaches any lock.
+def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "timed out"
@@ -104,8 +107,11 @@ def test_a_queued_request_that_fits_is_forwarded_once_the_breaker_opens(make_fak
     assert sorted(stages(proxy)) == ["breaker_open"] * 2 + ["summarize"]
 
 
-def test_a_trial_whose_client_leaves_runs_on_and_settles_the_breaker(make_fake,
-                                                                     make_proxy) -> None:
+def test_a_trial_whose_client_leaves_runs_on_and_settles_the_breaker(make_fake, make_proxy,
+                                                                     monkeypatch) -> None:
+    now = [1_000.0]
+    # Moved by the test only: on a loaded machine "reopened" came after the doubled cooldown.
+    monkeypatch.setattr(breakers, "clock", lambda: now[0])
     fake = make_fake(limits={"small-*": LIMIT})
     summarizer = FakeSummarizer.install(fake, fail=1)
     proxy = make_proxy(fake, models=MODELS, compaction={
@@ -113,7 +119,7 @@ def test_a_trial_whose_client_leaves_runs_on_and_settles_the_breaker(make_fake,
         "breaker": {"failures": 1, "base_cooldown_s": 0.3}})
     over = over_the_limit()
     assert_retry_later(post(proxy, over, "opener"))
-    time.sleep(0.35)
+    now[0] += 0.35
     summarizer.hang = 1
     with ThreadPoolExecutor(1) as pool:
         trial = pool.submit(post, proxy, over, "trial", timeout=0.6)
@@ -129,7 +135,7 @@ def test_a_trial_whose_client_leaves_runs_on_and_settles_the_breaker(make_fake,
     assert (failed["thread"], failed["detached"]) == ("trial", True)
     assert_retry_later(post(proxy, over, "reopened"))  # the failed trial doubled the cooldown
 
-    time.sleep(0.65)
+    now[0] += 0.65
     fake.script(Reply.text("recovered"))
     answer = post(proxy, over, "after")
     assert answer.status_code == 200, answer.text
@@ -209,11 +215,14 @@ def _history_ids(proxy) -> list[str]:
     return [r["record"]["id"] for path in files for r in history.read(path).records]
 
 
-def test_a_checkpoint_that_cannot_be_written_is_a_visible_failure(make_fake, make_proxy) -> None:
+def test_a_checkpoint_that_cannot_be_written_is_a_visible_failure(make_fake, make_proxy,
+                                                                 monkeypatch) -> None:
+    # The breaker must still be open at the third request: its clock moves only when the test
+    # moves it (0.3 s of cooldown failed on two busy cores, and 2 s is no bound either).
+    now = [1_000.0]
+    monkeypatch.setattr(breakers, "clock", lambda: now[0])
     fake = make_fake(limits={"small-*": LIMIT})
     FakeSummarizer.install(fake)
-    # The breaker must still be open at the third request: a cooldown that a loaded machine
-    # cannot outrun between two requests (0.3 s failed on two busy cores).
     proxy = make_proxy(fake, models=MODELS, compaction={
         **NO_CHEAP, "breaker": {"failures": 2, "base_cooldown_s": 2}})
     store = proxy.app[SERVICES].pipeline.store
@@ -237,7 +246,7 @@ def test_a_checkpoint_that_cannot_be_written_is_a_visible_failure(make_fake, mak
     assert stages(proxy)[-1] == "breaker_open"
 
     del store.add_event  # the disk has room again
-    time.sleep(2.05)
+    now[0] += 2.05
     fake.script(Reply.text("compacted at last"))
     answer = post(proxy, over, "disk")
     assert answer.status_code == 200 and answer.headers["x-compaction"] == "compacted"

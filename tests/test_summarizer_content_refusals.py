@@ -24,9 +24,10 @@ from tests.test_summarizer_client_refusals import (MODELS, OWN_KEY, RefusingFake
 
 __all__ = ["refusing"]  # the fixture, shared with the module that defines it
 
-# One counted failure opens the breaker; its short cooldown keeps the SDK's retries of a 503
-# (on the code before the fix) from stalling the test.
-ONE_FAILURE_OPENS = {**NO_CHEAP, "breaker": {"failures": 1, "base_cooldown_s": 3}}
+# One counted failure opens the breaker for the whole test: a cooldown of seconds ran out
+# between two requests on a loaded machine, and the second was let try. Past the SDK's 120 s
+# cap on `Retry-After`, its retries of a 503 back off briefly instead of waiting it out.
+ONE_FAILURE_OPENS = {**NO_CHEAP, "breaker": {"failures": 1, "base_cooldown_s": 600}}
 
 INVALID_PROMPT = {"error": {"message": "Invalid prompt: your prompt was flagged as potentially "
                                        "violating our usage policy. Please try again with a "
