@@ -150,7 +150,8 @@ class Origins:
         try:
             await self._store.add_origin(made_id, upstream.name, self._clock())
             if self._store.shared:  # another instance may be asked for it next: in the store
-                await asyncio.wait_for(self._store.flush(), SHARED_WAIT_S)
+                async with asyncio.timeout(SHARED_WAIT_S):
+                    await self._store.origin_written(made_id)  # not other writes queued
         except Exception as error:  # noqa: BLE001 - as a lost anchor: the answer stands
             self._warn("origin_not_recorded", error)
 
