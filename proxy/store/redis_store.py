@@ -141,11 +141,13 @@ class RedisStore:
             return
         keys: list[str] = []
         args: list[Any] = []
+        hashes: list[str] = []
         for key, at, estimate in touches:
             more_keys, more_args = self._touch(key, at, estimate)
             keys += more_keys
             args += more_args
-        await self.writer.settled_for(*keys[::3])  # in order after these threads' queued writes
+            hashes.append(more_keys[0])
+        await self.writer.settled_for(*hashes)  # in order after these threads' queued writes
         try:
             await self._awaited(TOUCH, keys, args)  # one script: all or none
         except StateUnavailable as error:
