@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import API_KEY
 from tests.test_anchor_cut_answers import _chat_turn, _responses_turn
 from tests.test_compaction_detached import GatedFake, gated  # noqa: F401
-from tests.test_redis_instances import anchors_reach, instances  # noqa: F401
+from tests.test_redis_instances import anchors_in_redis, instances  # noqa: F401
 
 
 @pytest.mark.parametrize("api", ["chat", "responses"])
@@ -35,7 +35,7 @@ def test_a_streamed_answer_at_one_instance_anchors_the_next_turn_at_another(
         [*_, line] = proxy.wait_for("request", count=turn // 2 + 1)
         assert line["stream"] is True
         assert bool(line.get("anchor_used")) is (turn > 0), (turn, line)
-        anchors_reach(redis_url, redis_prefix, thread, turn + 1)
+        assert anchors_in_redis(redis_url, redis_prefix, thread) == turn + 1
         items.append({"role": "user", "content": f"Go on with step {turn + 1}."})
 
 

@@ -146,6 +146,9 @@ class _Rows:
     async def add_origin(self, made_id: str, upstream: str, at: float) -> None:
         self.rows[made_id] = upstream
 
+    async def origin_written(self, made_id: str) -> None:
+        pass  # written at once
+
     async def origin(self, made_id: str) -> str | None:
         return self.rows.get(made_id)
 

@@ -34,6 +34,7 @@ from proxy.server.relay import (PlainTap, RelayOutcome, StreamTap, is_event_stre
 from proxy.server.request_line import RequestLine, clipped
 from proxy.server.serving import log_unhandled
 from proxy.server.services import Configured, Services
+from proxy.server.shared_waits import anchor_written
 from proxy.server.taps import left_after_end
 from proxy.server.upstream import answer_failed, reading_answer, upstream_path
 from proxy.settings import UpstreamSettings
@@ -130,15 +131,16 @@ async def _forward(request: web.Request, path: str, services: Services, conf: Co
             out_headers = client_response_headers(response.headers, prepared.response_headers)
             tap = prepared.stream_tap()
             relayed = tap if encoding is None else _encoded_stream(tap, encoding, out_headers)
-            left = partial(_left, services, pipeline, line, prepared, tap, response.status)
             noted = _StreamNoted(request, conf.origins, prepared, tap)
+            usage = _StreamUsage(services, pipeline, line, prepared, tap, response.status, noted)
             try:
-                outcome = await relay_stream(request, response, out_headers, relayed,
-                                             line.started, peeked, left, noted.begun)
+                outcome = await relay_stream(
+                    request, response, out_headers, relayed, line.started, peeked, usage.left,
+                    noted.begun, usage.before_end if pipeline.store.shared else None)
                 line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms,
                          upstream_error=outcome.upstream_error)
                 # Before the wait below: a client that leaves during it had its answer whole.
-                _recorded(services, line, pipeline.finish_stream, prepared, tap, response.status)
+                usage.record()
             finally:
                 await noted.ended()
             return outcome.response
@@ -162,23 +164,31 @@ async def _forward(request: web.Request, path: str, services: Services, conf: Co
                              prepared.response_headers)
         if unpacked:
             out.headers.popall(hdrs.CONTENT_ENCODING)
+        shared = pipeline.store.shared
+        if shared:  # recorded first: its anchor goes out in the origin's batch (below)
+            _recorded(services, line, pipeline.finish_body, prepared, readable, response.status)
         # Where the answer was made is noted before the client has it: on a shared store the
-        # next turn may reach another instance at once, and must find it there.
+        # next turn may reach another instance at once, and must find it there; so must its
+        # anchor.
         if conf.origins is not None and response.status == 200:
             await _noted(request, conf.origins.answer_made(prepared, readable))
-        # The client has its answer before the proxy records what it reported. Nothing below
-        # waits (the store queues its writes), so no other request runs in between: the next
-        # turn, on any connection, still finds the anchor.
+        if shared and response.status == 200:
+            await anchor_written(pipeline.store, services.log, prepared, line)
         await out.prepare(request)
         await out.write_eof()
-        _recorded(services, line, pipeline.finish_body, prepared, readable, response.status)
+        if not shared:
+            # The client has its answer before the proxy records what it reported. Nothing
+            # below waits (the store queues its writes), so no other request runs in between:
+            # the next turn, on any connection, still finds the anchor.
+            _recorded(services, line, pipeline.finish_body, prepared, readable, response.status)
         return out
 
 
 class _StreamNoted:
     """Which upstream made a streamed answer, noted as soon as its id is known: after the
     events a peek held back (a Responses stream's `response.created`), so it is in a shared
-    store long before the answer ends; else (a chat stream) once the relay ended, however."""
+    store long before the answer ends; else (a chat stream) before its end goes out on a shared
+    store (`_StreamUsage.before_end`), once the relay ended, however, on any."""
 
     def __init__(self, request: web.Request, origins: Origins | None, prepared: Prepared,
                  tap: StreamTap) -> None:
@@ -219,16 +229,42 @@ def _inflated_body(services: Services, line: RequestLine, data: bytes,
                                   code=exc.error_code) from None
 
 
-def _left(services: Services, pipeline: Any, line: RequestLine, prepared: Prepared,
-          tap: StreamTap, status: int, outcome: RelayOutcome) -> None:
-    """What a client that left mid-stream had got: its 499 line says how far it read. The
-    pipeline still reads the stream so far: a client may leave once it has the answer's last
-    event (the sync SDK closes at `[DONE]`) while the upstream's body has not ended yet, and
-    that whole answer anchors the next turn (one cut short does not: `finish_stream`). That
-    client got the whole answer: its line keeps the upstream's status, and says it left."""
-    line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms,
-             client_left_after_end=left_after_end(tap, outcome.bytes_out))
-    _recorded(services, line, pipeline.finish_stream, prepared, tap, status)
+class _StreamUsage:
+    """What a streamed answer reported, recorded once: when the relay ended, or the client left;
+    on a shared store before the stream's last bytes go out (`before_end`)."""
+
+    def __init__(self, services: Services, pipeline: Any, line: RequestLine, prepared: Prepared,
+                 tap: StreamTap, status: int, noted: _StreamNoted) -> None:
+        self.services, self.pipeline, self.line = services, pipeline, line
+        self.prepared, self.tap, self.status, self.noted = prepared, tap, status, noted
+        self.done = False
+
+    def record(self) -> None:
+        if not self.done:
+            self.done = True
+            _recorded(self.services, self.line, self.pipeline.finish_stream, self.prepared,
+                      self.tap, self.status)
+
+    def left(self, outcome: RelayOutcome) -> None:
+        """What a client that left mid-stream had got: its 499 line says how far it read. The
+        pipeline still reads the stream so far: a client may leave once it has the answer's
+        last event (the sync SDK closes at `[DONE]`) while the upstream's body has not ended
+        yet, and that whole answer anchors the next turn (one cut short does not:
+        `finish_stream`). That client got the whole answer: its line keeps the upstream's
+        status, and says it left."""
+        self.line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms,
+                      client_left_after_end=left_after_end(self.tap, outcome.bytes_out))
+        self.record()
+
+    async def before_end(self) -> None:
+        """The answer came whole, its last bytes not yet relayed: on a shared store the next
+        turn may reach another instance as soon as the client has them, so the anchor (and a
+        chat stream's origin) go to the store first (`SHARED_WAIT_S` each at most)."""
+        self.record()  # queued before the origin: both go out in one batch as a rule
+        await self.noted.ended()
+        if self.status == 200:
+            await anchor_written(self.pipeline.store, self.services.log, self.prepared,
+                                 self.line)
 
 
 def _encoded_stream(tap: StreamTap, encoding: str, headers: CIMultiDict[str]) -> StreamTap:

@@ -21,7 +21,7 @@ store shared by several instances (Redis) gets every kept answer, plain stored r
 the next turn of a `previous_response_id` chain may reach another instance, which has only the
 store to ask (a key with a TTL each, written in the batch of the answer's other writes; SQLite,
 one process, keeps them in memory only, where a row each would grow the file for nothing).
-There the write is awaited (`SHARED_WAIT_S` at most) before the answer's end goes out: an
+There the write is awaited (`proxy/server/shared_waits.py`) before the answer's end goes out: an
 agent's next turn, at another instance at once, would otherwise be routed by its model before
 the write landed (one turn in a hundred, measured, with a client that answers at once). An id
 pushed out of the memory (a plain stored response, one instance) goes by the route of model
@@ -41,6 +41,7 @@ from proxy import jsonio
 from proxy.conversation import Api
 from proxy.inbound import Inbound
 from proxy.server.prepared import Prepared
+from proxy.server.shared_waits import SHARED_WAIT_S
 from proxy.server.taps import ChatTap, ResponsesTap
 from proxy.settings import Settings, UpstreamSettings
 from proxy.store import StateStore
@@ -50,10 +51,6 @@ from proxy.store.failures import describe
 # Responses client stores every turn by default: this holds the last 100,000 (hours of a busy
 # proxy; a background response is asked for within minutes to hours).
 MAX_REMEMBERED = 100_000
-
-# The longest an answer waits for its origin to reach a shared store: a store that does not
-# answer (Redis down) costs the answer no more; its write fails on its own (state_write_failed).
-SHARED_WAIT_S = 1.0
 
 # the path part after /v1/ -> where its id is
 _SCOPES = {"responses": 1, "chat": 2, "conversations": 1}
@@ -150,7 +147,8 @@ class Origins:
         try:
             await self._store.add_origin(made_id, upstream.name, self._clock())
             if self._store.shared:  # another instance may be asked for it next: in the store
-                await asyncio.wait_for(self._store.flush(), SHARED_WAIT_S)
+                async with asyncio.timeout(SHARED_WAIT_S):
+                    await self._store.origin_written(made_id)  # not other writes queued
         except Exception as error:  # noqa: BLE001 - as a lost anchor: the answer stands
             self._warn("origin_not_recorded", error)
 

@@ -96,9 +96,11 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
                        headers: CIMultiDict[str], tap: StreamTap, started: float,
                        already_read: Sequence[bytes] = (),
                        left: Callable[[RelayOutcome], object] | None = None,
-                       begun: Callable[[], Awaitable[None]] | None = None) -> RelayOutcome:
+                       begun: Callable[[], Awaitable[None]] | None = None,
+                       ending: Callable[[], Awaitable[None]] | None = None) -> RelayOutcome:
     """Relay `already_read` (chunks a peek consumed), then the rest as it arrives; `begun` is
-    awaited once those went out (the tap has read them), before the rest is read.
+    awaited once those went out (the tap has read them), before the rest is read; `ending`
+    once the tap has read the answer's end (`complete`), before the bytes that hold it go out.
 
     The caller returns `outcome.response` from its handler unfinished; aiohttp ends it. A
     client that leaves mid-way raises out of here; `left` is first told what it got so far.
@@ -108,6 +110,9 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
     await out.prepare(request)
     try:
         data = b"".join(map(tap.feed, already_read))  # held back by a peek: sent at once
+        if ending is not None and tap.complete:
+            await ending()
+            ending = None
         if data:
             await out.write(data)
             _sent(outcome, data, started)
@@ -117,6 +122,9 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
         # and a coroutine made and awaited per event costs as much as its bookkeeping.
         async for chunk in upstream.content.iter_any():
             data = tap.feed(chunk)
+            if ending is not None and tap.complete:
+                await ending()
+                ending = None
             if data:
                 await out.write(data)
                 _sent(outcome, data, started)
@@ -135,6 +143,8 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
                 data += _after_last_line(data) + tap.failure_frame(
                     "The upstream ended the stream before its last event: the answer is "
                     "incomplete.")
+        if ending is not None and tap.complete:  # its end came with the body's (no `[DONE]`)
+            await ending()
     except ConnectionResetError:
         # aiohttp's write to a client connection that is closing (a ClientError as well): the
         # client left before aiohttp cancelled the handler; the upstream did nothing wrong.

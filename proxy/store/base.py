@@ -9,9 +9,9 @@ Write guarantees every implementation gives:
   `add_event` is atomic: a crash leaves the old latest event or the new one, never half.
 - `record_request`, `add_anchor` and `add_origin` are queued (the request path does not wait
   on disk) and applied in order; a later `load` (or `origin`) on the same store sees them;
-  `flush` and `close` wait for them. `record_request` and `add_anchor` are plain calls, not
-  coroutines: every request makes them, and a coroutine that never waits costs its creation
-  and its await for nothing.
+  `flush` and `close` wait for them, `written` for a thread's, `origin_written` for an id's.
+  `record_request` and `add_anchor` are plain calls, not coroutines: every request makes them,
+  and a coroutine that never waits costs its creation and its await for nothing.
 
 A store is `shared` when other processes write the same state (Redis: several proxy
 instances); then nothing may be cached across requests, and a thread is compacted under its
@@ -68,6 +68,14 @@ class StateStore(Protocol):
 
     async def flush(self) -> None:
         """Wait until every queued write is committed."""
+
+    async def written(self, key: ThreadKey) -> None:
+        """Wait until the thread's writes queued before this call are committed (or failed);
+        a shared store does not wait for other threads'."""
+
+    async def origin_written(self, made_id: str) -> None:
+        """Wait until `add_origin`'s writes of `made_id` queued before this call are committed
+        (or failed); a shared store does not wait for other ids'."""
 
     async def load(self, key: ThreadKey) -> ThreadState:
         """The thread's state; an empty one (`known` False) for an unknown thread."""

@@ -90,6 +90,13 @@ class CachedStore:
             self._write_held()
         await self.store.flush()
 
+    async def written(self, key: ThreadKey) -> None:
+        """The thread's queued writes, committed; not a touch held back (`TOUCH_INTERVAL_S`)."""
+        await self.store.written(key)
+
+    async def origin_written(self, made_id: str) -> None:
+        await self.store.origin_written(made_id)
+
     def cached(self, key: ThreadKey) -> ThreadState | None:
         """The thread's state when this cache holds it (now the newest), else None: a known
         thread's state without a coroutine; `load` reads the others from the store."""

@@ -3,12 +3,13 @@
 The guarantees are the SQLite store's (`proxy/store/base.py`); the key layout is in
 `proxy/store/redis_keys.py`, the scripts that write a thread atomically in
 `proxy/store/redis_scripts.py`. Queued writes (`record_request`, `add_anchor`, `add_origin`)
-go out at once, one pipeline per batch (`proxy/store/redis_writer.py`); a `load` waits for
-those of its thread queued before it, an `origin` for its id's, and listings, awaited writes,
-`flush` and `close` for all of them. Another instance's writes are seen
-by the next read: `shared` is True, so the cache in front (`proxy/store/cached.py`) keeps
-nothing across requests, and a thread is compacted by one instance at a time
-(`compaction_lease`, `proxy/store/redis_lease.py`).
+go out at once, one pipeline per batch (`proxy/store/redis_writer.py`); a `load`, `written`
+and an awaited write (`record_requests`, `add_event`, `set_microcompact`) wait for those of
+their threads queued before them (so a thread's writes land in the order they were made), an
+`origin` and `origin_written` for its id's, and listings, `flush` and `close` for all of
+them. Another instance's writes are seen by the next read: `shared` is True, so the cache in
+front (`proxy/store/cached.py`) keeps nothing across requests, and a thread is compacted by one
+instance at a time (`compaction_lease`, `proxy/store/redis_lease.py`).
 
 Queued writes that fail are logged as `state_write_failed` (rate-limited,
 `proxy/store/failures.py`); reads and awaited writes that fail raise `StateUnavailable`,
@@ -112,6 +113,14 @@ class RedisStore:
         self._require_client()
         await self.writer.settled()
 
+    async def written(self, key: ThreadKey) -> None:
+        self._require_client()
+        await self.writer.settled_for(self.keys.thread(thread_digest(key)))
+
+    async def origin_written(self, made_id: str) -> None:
+        self._require_client()
+        await self.writer.settled_for(self.keys.origin(made_id))
+
     async def load(self, key: ThreadKey) -> ThreadState:
         self._require_client()
         digest = thread_digest(key)
@@ -130,13 +139,15 @@ class RedisStore:
         self._require_client()
         if not touches:
             return
-        await self.writer.settled()
         keys: list[str] = []
         args: list[Any] = []
+        hashes: list[str] = []
         for key, at, estimate in touches:
             more_keys, more_args = self._touch(key, at, estimate)
             keys += more_keys
             args += more_args
+            hashes.append(more_keys[0])
+        await self.writer.settled_for(*hashes)  # in order after these threads' queued writes
         try:
             await self._awaited(TOUCH, keys, args)  # one script: all or none
         except StateUnavailable as error:
@@ -275,8 +286,9 @@ class RedisStore:
 
     async def _awaited_write(self, script: str, keys: Sequence[str],
                              args: Sequence[Any]) -> Any:
-        """A write whose caller waits for it and logs its failure itself: counted here."""
-        await self.writer.settled()  # in order after this store's queued writes
+        """A write of the thread whose hash is `keys[0]`, whose caller waits for it and logs its
+        failure itself: counted here."""
+        await self.writer.settled_for(keys[0])  # in order after the thread's queued writes
         try:
             return await self._awaited(script, keys, args)
         except StateUnavailable:

@@ -4,9 +4,10 @@
 pipeline at once (other instances must see an answer's anchor soon: nothing waits for
 company), and what is queued while a pipeline is in flight goes as the next. One task at a
 time, so batches reach Redis in the order their writes were queued. `settled` waits until
-everything queued before it was answered: `flush`, `close`, listings and awaited writes call
-it. `settled_for(tag)` waits only for the batches holding a write `put` under that tag (the
-thread's key, say): a request's read does not wait for other threads' writes.
+everything queued before it was answered: `flush`, `close` and listings call it.
+`settled_for(tag, ...)` waits only for the batches holding a write `put` under one of those
+tags (a thread's key, say): a request's read, an awaited write, or an answer's wait for its own
+anchor does not wait for other threads' writes.
 A batch that fails is told to `on_failed` (how many writes, the last error) and not retried.
 """
 
@@ -57,11 +58,11 @@ class QueuedWrites:
         elif self._task is not None:
             await self._flying_answered()
 
-    async def settled_for(self, tag: str) -> None:
-        """Wait until every write queued under `tag` before this call was answered."""
-        if tag in self._queued_tags:
-            await self._queued_answered()
-        elif tag in self._flying_tags:
+    async def settled_for(self, *tags: str) -> None:
+        """Wait until every write queued under any of `tags` before this call was answered."""
+        if any(tag in self._queued_tags for tag in tags):
+            await self._queued_answered()  # answered after the one in flight
+        elif any(tag in self._flying_tags for tag in tags):
             await self._flying_answered()
 
     async def _queued_answered(self) -> None:

@@ -97,6 +97,13 @@ class SqliteStore:
     async def flush(self) -> None:
         await self._run(lambda: None)
 
+    # One queue for every write: a thread's or an id's are committed when all before are.
+    async def written(self, key: ThreadKey) -> None:
+        await self.flush()
+
+    async def origin_written(self, made_id: str) -> None:
+        await self.flush()
+
     async def load(self, key: ThreadKey) -> ThreadState:
         state = await self._run(self._require_db().load, storable_key(key))
         return replace(state, key=key)

@@ -1,0 +1,40 @@
+"""An answer's own writes, in a store shared by several instances before its end goes out.
+
+On Redis a client's next turn may reach another instance as soon as it has the answer's end
+(an agent answers at once), and that instance has only the store to ask: for the answer's
+anchor, the base of the turn's estimate (else estimated conservatively, as a first turn is),
+and for its origin (`proxy/server/origins.py`: else routed by its model). Both writes are
+queued and go out at once; the answer waits for its own (`StateStore.written`,
+`origin_written`), never for other threads' writes, and `SHARED_WAIT_S` at most. A store that
+is not shared (SQLite, one process) is read by the next turn in the same process: no wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from proxy.server.prepared import Prepared
+from proxy.server.request_line import RequestLine
+from proxy.store import StateStore
+
+# The longest an answer waits for one of its writes: a store that does not answer (Redis down)
+# costs the answer no more; the write fails on its own (`state_write_failed`).
+SHARED_WAIT_S = 1.0
+
+
+async def anchor_written(store: StateStore, log: Any, prepared: Prepared,
+                         line: RequestLine) -> None:
+    """Called on a shared store once the answer's usage was recorded: wait until the thread's
+    queued writes, its anchor among them, are in the store. One that does not come in time
+    costs the next estimate its anchor, as a failed recording does (`usage_not_recorded`); the
+    answer stands."""
+    if prepared.key is None:
+        return
+    try:
+        async with asyncio.timeout(SHARED_WAIT_S):
+            await store.written(prepared.key)
+    except Exception as error:  # noqa: BLE001 - whatever the store raised: the answer stands
+        log.warning("usage_not_recorded", thread=line.fields.get("thread"),
+                    tenant=line.fields.get("tenant"), error=type(error).__name__)
+        line.set(usage_not_recorded=type(error).__name__)
