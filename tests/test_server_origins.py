@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -12,7 +13,10 @@ from proxy.inbound import parse_inbound
 from proxy.inbound import Inbound
 from proxy.server.origins import (Origins, answer_id, asked_by_id, kept_upstream, origins_for,
                                   scoped_id)
+from proxy.records import ThreadKey
 from proxy.server.prepared import Prepared
+from proxy.server.request_line import RequestLine
+from proxy.server.shared_waits import SHARED_WAIT_S, anchor_written
 from proxy.threads import ThreadIdentity
 from proxy.settings import UpstreamSettings, parse_settings
 
@@ -166,3 +170,37 @@ async def test_a_shared_store_gets_plain_stored_responses_too(shared: bool,
     assert list(rows.rows) == written
     other = Origins({"a": A, "b": B}, rows, lambda: 0.0)  # type: ignore[arg-type]
     assert (await other.upstream_of("resp_plain") is A) is shared
+
+
+class _Stalled(_Rows):
+    """A shared store that takes writes and never says they landed (a stalled Redis)."""
+
+    def __init__(self) -> None:
+        super().__init__(True)
+
+    async def origin_written(self, made_id: str) -> None:
+        await asyncio.Event().wait()
+
+    async def written(self, key: ThreadKey) -> None:
+        await asyncio.Event().wait()
+
+
+class _Warnings(list[str]):
+    def warning(self, event: str, **facts: Any) -> None:
+        self.append(event)
+
+
+async def test_an_answers_origin_and_anchor_waits_share_one_deadline() -> None:
+    """A store that does not answer holds an answer `SHARED_WAIT_S` in all, not once a write."""
+    store, warnings = _Stalled(), _Warnings()
+    origins = Origins({"a": A, "b": B}, store, lambda: 0.0, warnings)
+    prepared = _prepared(Api.RESPONSES, {})
+    prepared.key = ThreadKey("t", "thread")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await origins.answer_made(prepared, b'{"id": "resp_1"}')
+    await anchor_written(store, warnings, prepared, RequestLine(None))  # type: ignore[arg-type]
+    waited = loop.time() - started
+    assert warnings == ["origin_not_recorded", "usage_not_recorded"]
+    # Two waits of their own would take twice the cap; the margin is for a loaded machine.
+    assert SHARED_WAIT_S <= waited < 1.6 * SHARED_WAIT_S

@@ -259,7 +259,7 @@ class _StreamUsage:
     async def before_end(self) -> None:
         """The answer came whole, its last bytes not yet relayed: on a shared store the next
         turn may reach another instance as soon as the client has them, so the anchor (and a
-        chat stream's origin) go to the store first (`SHARED_WAIT_S` each at most)."""
+        chat stream's origin) go to the store first (`SHARED_WAIT_S` at most, together)."""
         self.record()  # queued before the origin: both go out in one batch as a rule
         await self.noted.ended()
         if self.status == 200:

@@ -41,7 +41,7 @@ from proxy import jsonio
 from proxy.conversation import Api
 from proxy.inbound import Inbound
 from proxy.server.prepared import Prepared
-from proxy.server.shared_waits import SHARED_WAIT_S
+from proxy.server.shared_waits import within
 from proxy.server.taps import ChatTap, ResponsesTap
 from proxy.settings import Settings, UpstreamSettings
 from proxy.store import StateStore
@@ -78,14 +78,16 @@ class Origins:
         """Remember the `id` of an answer's JSON body (a chat completion, a response), if the
         upstream keeps what it made."""
         if kept_upstream(prepared.inbound):
-            await self._made_by(prepared.upstream, answer_id(data), asked_by_id(prepared.inbound))
+            await self._made_by(prepared.upstream, answer_id(data), asked_by_id(prepared.inbound),
+                                prepared)
 
     async def stream_made(self, prepared: Prepared, tap: object) -> None:
         """Remember the id a stream's first chunk or `response.created` gave, if the upstream
         keeps what it made (called however the relay ended: a client that left a background
         stream resumes it by id)."""
         if isinstance(tap, (ChatTap, ResponsesTap)) and kept_upstream(prepared.inbound):
-            await self._made_by(prepared.upstream, tap.stream.id, asked_by_id(prepared.inbound))
+            await self._made_by(prepared.upstream, tap.stream.id, asked_by_id(prepared.inbound),
+                                prepared)
 
     async def conversation_made(self, upstream: UpstreamSettings, data: bytes) -> None:
         """Remember the conversation an answer to `POST /v1/conversations` made (it is only
@@ -138,7 +140,8 @@ class Origins:
     def __len__(self) -> int:
         return len(self._made)
 
-    async def _made_by(self, upstream: UpstreamSettings, made_id: object, stored: bool) -> None:
+    async def _made_by(self, upstream: UpstreamSettings, made_id: object, stored: bool,
+                       prepared: Prepared | None = None) -> None:
         if not isinstance(made_id, str) or not made_id:
             return
         self.remember(made_id, upstream)
@@ -147,7 +150,7 @@ class Origins:
         try:
             await self._store.add_origin(made_id, upstream.name, self._clock())
             if self._store.shared:  # another instance may be asked for it next: in the store
-                async with asyncio.timeout(SHARED_WAIT_S):
+                async with within(prepared):  # the answer's one deadline
                     await self._store.origin_written(made_id)  # not other writes queued
         except Exception as error:  # noqa: BLE001 - as a lost anchor: the answer stands
             self._warn("origin_not_recorded", error)

@@ -61,6 +61,7 @@ class Prepared:
     stream_tap: Callable[[], StreamTap] = field(default=PlainTap, init=False)
     projection: Entries = field(default=(), init=False)
     estimate: int | None = field(default=None, init=False)
+    waits_end: float | None = field(default=None, init=False)  # `shared_waits.within`
 
     @property
     def credentials(self) -> Mapping[str, str]:

@@ -18,9 +18,21 @@ from proxy.server.prepared import Prepared
 from proxy.server.request_line import RequestLine
 from proxy.store import StateStore
 
-# The longest an answer waits for one of its writes: a store that does not answer (Redis down)
-# costs the answer no more; the write fails on its own (`state_write_failed`).
+# The longest an answer waits for its writes, all of them together: a store that does not
+# answer (Redis down) costs the answer no more; the writes fail on their own
+# (`state_write_failed`).
 SHARED_WAIT_S = 1.0
+
+
+def within(prepared: Prepared | None) -> asyncio.Timeout:
+    """The deadline of an answer's waits: `SHARED_WAIT_S` from the first of them, shared by the
+    rest (its origin's, then its anchor's), so a store that does not answer holds the answer
+    one second, not one a write."""
+    if prepared is None:
+        return asyncio.timeout(SHARED_WAIT_S)
+    if prepared.waits_end is None:
+        prepared.waits_end = asyncio.get_running_loop().time() + SHARED_WAIT_S
+    return asyncio.timeout_at(prepared.waits_end)
 
 
 async def anchor_written(store: StateStore, log: Any, prepared: Prepared,
@@ -32,7 +44,7 @@ async def anchor_written(store: StateStore, log: Any, prepared: Prepared,
     if prepared.key is None:
         return
     try:
-        async with asyncio.timeout(SHARED_WAIT_S):
+        async with within(prepared):
             await store.written(prepared.key)
     except Exception as error:  # noqa: BLE001 - whatever the store raised: the answer stands
         log.warning("usage_not_recorded", thread=line.fields.get("thread"),
