@@ -30,7 +30,6 @@ pushed out of the memory (a plain stored response, one instance) goes by the rou
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import re
 from collections import OrderedDict
