@@ -282,8 +282,8 @@ def _recorded(services: Services, line: RequestLine,
               record: Callable[[Prepared, bytes | StreamTap, int, RequestLine], None],
               prepared: Prepared, answer: bytes | StreamTap, status: int) -> None:
     """`record` (the pipeline's `finish_body` or `finish_stream`) what an answer reported. The
-    client has the answer already (or its stream so far): a failure here costs the next
-    estimate its anchor, so it is logged, never the answer."""
+    client has the answer already, or its stream so far (on a shared store, is about to have
+    it): a failure here costs the next estimate its anchor, so it is logged, never the answer."""
     try:
         record(prepared, answer, status, line)
     except Exception as exc:  # noqa: BLE001 - whatever broke, the answer stands
