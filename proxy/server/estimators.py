@@ -2,11 +2,14 @@
 
 Both follow from the settings and the model name alone (and the output a request reserves),
 so each is made once and remembered; the bounds keep clients that invent model names from
-growing the caches without end.
+growing the caches without end. A tokenizer no estimator has yet is loaded off the event loop
+(`loaded`): some 100 ms for an encoding in tiktoken's cache, which every request and stream
+would otherwise wait out.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from proxy.compaction.trigger import Thresholds, thresholds
@@ -37,6 +40,23 @@ class Estimators:
             if len(self._by_model) < MAX_REMEMBERED:
                 self._by_model[model] = found
         return found
+
+    def ready(self, model: str) -> TokenEstimator | None:
+        """`estimator`, when no tokenizer must be loaded for it; else None (`loaded`)."""
+        found = self._by_model.get(model)
+        if found is None and self._recipe(model)[0] in self._shared:
+            found = self.estimator(model)
+        return found
+
+    async def loaded(self, model: str) -> TokenEstimator:
+        """`estimator`, its tokenizer loaded in a worker thread: the request that needs it
+        waits, the others go on. Two such requests at once may both load it; the first kept
+        is the one every later request gets."""
+        key, make = self._recipe(model)
+        if key not in self._shared:
+            made = await asyncio.to_thread(make)
+            self._shared.setdefault(key, made)
+        return self.estimator(model)
 
     def thresholds(self, model: str, reserved_output: int) -> Thresholds:
         key = (model, reserved_output)

@@ -126,7 +126,9 @@ class Pipeline:
             known = self._recent.get(key) if key else None
             previous = known.entries if known is not None and known.api is inbound.api else ()
             inbound = with_entries(inbound, previous)
-        estimator = self.estimators.estimator(inbound.model)
+        estimator = self.estimators.ready(inbound.model)
+        if estimator is None:  # a model whose tokenizer is not loaded yet
+            estimator = await self.estimators.loaded(inbound.model)
         doc = inbound.doc
         # What besides the list shapes the count (`rules.request_definitions`: `definitions`).
         definitions = request_definitions(doc)
