@@ -34,7 +34,7 @@ from proxy.server.relay import (PlainTap, RelayOutcome, StreamTap, is_event_stre
 from proxy.server.request_line import RequestLine, clipped
 from proxy.server.serving import log_unhandled
 from proxy.server.services import Configured, Services
-from proxy.server.shared_waits import anchor_written
+from proxy.server.shared_waits import anchor_written, usage_not_recorded
 from proxy.server.taps import left_after_end
 from proxy.server.upstream import answer_failed, reading_answer, upstream_path
 from proxy.settings import UpstreamSettings
@@ -287,9 +287,7 @@ def _recorded(services: Services, line: RequestLine,
     try:
         record(prepared, answer, status, line)
     except Exception as exc:  # noqa: BLE001 - whatever broke, the answer stands
-        services.log.warning("usage_not_recorded", thread=line.fields.get("thread"),
-                             tenant=line.fields.get("tenant"), error=type(exc).__name__)
-        line.set(usage_not_recorded=type(exc).__name__)
+        usage_not_recorded(services.log, line, exc)
 
 
 async def _peek(response: aiohttp.ClientResponse, inbound: Inbound, upstream: UpstreamSettings,

@@ -34,18 +34,21 @@ class Estimators:
         self._loaded: dict[tuple[str, str], TokenEstimator] = {}  # by `load`, until `adopt`
 
     def estimator(self, model: str) -> TokenEstimator:
-        found = self._by_model.get(model)
+        """`model`'s estimator, its tokenizer loaded here if no estimator has it yet (at start,
+        for the log; a request goes through `ready` and `loaded`)."""
+        found = self.ready(model)
         if found is None:
-            found = self._estimator_for(model)
-            if len(self._by_model) < MAX_REMEMBERED:
-                self._by_model[model] = found
+            key, make = self._recipe(model)
+            found = self._remember(model, self._shared.setdefault(key, make()))
         return found
 
     def ready(self, model: str) -> TokenEstimator | None:
         """`estimator`, when no tokenizer must be loaded for it; else None (`loaded`)."""
         found = self._by_model.get(model)
-        if found is None and self._recipe(model)[0] in self._shared:
-            found = self.estimator(model)
+        if found is None:
+            found = self._shared.get(self._recipe(model)[0])
+            if found is not None:
+                self._remember(model, found)
         return found
 
     async def loaded(self, model: str) -> TokenEstimator:
@@ -53,10 +56,10 @@ class Estimators:
         waits, the others go on. Two such requests at once may both load it; the first kept
         is the one every later request gets."""
         key, make = self._recipe(model)
-        if key not in self._shared:
-            made = await asyncio.to_thread(make)
-            self._shared.setdefault(key, made)
-        return self.estimator(model)
+        found = self._shared.get(key)
+        if found is None:
+            found = self._shared.setdefault(key, await asyncio.to_thread(make))
+        return self._remember(model, found)
 
     def thresholds(self, model: str, reserved_output: int) -> Thresholds:
         key = (model, reserved_output)
@@ -94,11 +97,9 @@ class Estimators:
             self._shared.setdefault(key, made)
         self._loaded = {}
 
-    def _estimator_for(self, model: str) -> TokenEstimator:
-        key, make = self._recipe(model)
-        found = self._shared.get(key)
-        if found is None:
-            found = self._shared[key] = make()
+    def _remember(self, model: str, found: TokenEstimator) -> TokenEstimator:
+        if len(self._by_model) < MAX_REMEMBERED:
+            self._by_model[model] = found
         return found
 
     def _recipe(self, model: str) -> tuple[tuple[str, str], Callable[[], TokenEstimator]]:

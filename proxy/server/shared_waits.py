@@ -47,6 +47,11 @@ async def anchor_written(store: StateStore, log: Any, prepared: Prepared,
         async with within(prepared):
             await store.written(prepared.key)
     except Exception as error:  # noqa: BLE001 - whatever the store raised: the answer stands
-        log.warning("usage_not_recorded", thread=line.fields.get("thread"),
-                    tenant=line.fields.get("tenant"), error=type(error).__name__)
-        line.set(usage_not_recorded=type(error).__name__)
+        usage_not_recorded(log, line, error)
+
+
+def usage_not_recorded(log: Any, line: RequestLine, error: Exception) -> None:
+    """The answer stands, without its anchor: said on the request line and as its own event."""
+    log.warning("usage_not_recorded", thread=line.fields.get("thread"),
+                tenant=line.fields.get("tenant"), error=type(error).__name__)
+    line.set(usage_not_recorded=type(error).__name__)
