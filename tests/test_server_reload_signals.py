@@ -14,6 +14,7 @@ import pytest
 from proxy.testing.replies import Reply
 from tests.conftest import API_KEY
 from tests.process import ProxyProcess, write_config
+from tests.reload_serving import serve  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP here")
 
@@ -64,67 +65,55 @@ def test_a_sighup_while_the_proxy_starts_reloads_once_it_serves(tmp_path: Path, 
         proxy.kill()
 
 
-def test_a_sighup_during_the_shutdown_is_ignored(tmp_path: Path, make_fake) -> None:
+def test_a_sighup_during_the_shutdown_is_ignored(serve, make_fake) -> None:
     fake = make_fake(chunk_delay=0.01)
     fake.responder = lambda recorded: Reply.text(" ".join(f"w{i}" for i in range(150)))
-    state = tmp_path / "state"
-    config = write_config(tmp_path / "p.yaml", fake.url, state)
-    proxy = ProxyProcess(config)
-    try:
-        answers: list[httpx.Response] = []
-        streaming = threading.Thread(target=lambda: answers.append(
-            _chat(proxy, "t-stream", stream=True)))
-        streaming.start()
-        while not fake.requests:  # the stream is under way
-            threading.Event().wait(0.01)
-        write_config(config, fake.url, state, threads={"forward_headers": False})
-        proxy.signal(signal.SIGTERM)
-        proxy.wait_for("shutting_down")
-        proxy.signal(signal.SIGHUP)
-        proxy.wait_for("config_reload_ignored")
-        streaming.join(20)
-        assert proxy.wait(20) == 0
-        assert answers[0].status_code == 200 and answers[0].text.endswith("data: [DONE]\n\n")
-        assert proxy.wait_for("stopped") and not proxy.events("config_reloaded")
-    finally:
-        proxy.kill()
+    served = serve(fake.url)
+    proxy = served.proxy
+    answers: list[httpx.Response] = []
+    streaming = threading.Thread(target=lambda: answers.append(
+        _chat(proxy, "t-stream", stream=True)))
+    streaming.start()
+    while not fake.requests:  # the stream is under way
+        threading.Event().wait(0.01)
+    served.rewrite(threads={"forward_headers": False})
+    proxy.signal(signal.SIGTERM)
+    proxy.wait_for("shutting_down")
+    proxy.signal(signal.SIGHUP)
+    proxy.wait_for("config_reload_ignored")
+    streaming.join(20)
+    assert proxy.wait(20) == 0
+    assert answers[0].status_code == 200 and answers[0].text.endswith("data: [DONE]\n\n")
+    assert proxy.wait_for("stopped") and not proxy.events("config_reloaded")
 
 
 def test_a_reloaded_log_level_applies_to_the_next_lines_and_its_own_line_is_written(
-        tmp_path: Path, make_fake) -> None:
+        serve, make_fake) -> None:
     fake = make_fake()
-    state = tmp_path / "state"
-    config = write_config(tmp_path / "p.yaml", fake.url, state)
-    proxy = ProxyProcess(config)
-    try:
-        # Raised: the reload's own line is written under the level it began with...
-        write_config(config, fake.url, state, logging={"level": "warning"})
-        proxy.signal(signal.SIGHUP)
-        [raised] = proxy.wait_for("config_reloaded")
-        assert raised["changed"] == ["logging"] and raised["level"] == "info"
-        assert _chat(proxy, "t-quiet").status_code == 200  # ...the next lines under the new
-        # Lowered: under the new level.
-        write_config(config, fake.url, state, logging={"level": "info"})
-        proxy.signal(signal.SIGHUP)
-        assert proxy.wait_for("config_reloaded", 2)[1]["changed"] == ["logging"]
-        assert _chat(proxy, "t-heard").status_code == 200
-        assert [line["thread"] for line in proxy.wait_for("request")] == ["t-heard"]
-        assert len(proxy.events("config_reloaded")) == 2
-    finally:
-        proxy.kill()
+    served = serve(fake.url)
+    proxy = served.proxy
+    # Raised: the reload's own line is written under the level it began with...
+    served.rewrite(logging={"level": "warning"})
+    proxy.signal(signal.SIGHUP)
+    [raised] = proxy.wait_for("config_reloaded")
+    assert raised["changed"] == ["logging"] and raised["level"] == "info"
+    assert _chat(proxy, "t-quiet").status_code == 200  # ...the next lines under the new
+    # Lowered: under the new level.
+    served.rewrite(logging={"level": "info"})
+    proxy.signal(signal.SIGHUP)
+    assert proxy.wait_for("config_reloaded", 2)[1]["changed"] == ["logging"]
+    assert _chat(proxy, "t-heard").status_code == 200
+    assert [line["thread"] for line in proxy.wait_for("request")] == ["t-heard"]
+    assert len(proxy.events("config_reloaded")) == 2
 
 
 def test_a_reload_that_raises_the_level_to_error_still_names_what_waits_for_a_restart(
-        tmp_path: Path, make_fake) -> None:
+        serve, make_fake) -> None:
     fake = make_fake()
-    state = tmp_path / "state"
-    config = write_config(tmp_path / "p.yaml", fake.url, state)
-    proxy = ProxyProcess(config)
-    try:
-        write_config(config, fake.url, state, logging={"level": "error", "format": "console"})
-        proxy.signal(signal.SIGHUP)
-        [partial] = proxy.wait_for("config_reload_partial")
-        assert partial["restart_needed"] == ["logging.format"]
-        assert proxy.events("config_reloaded")[0]["changed"] == ["logging"]
-    finally:
-        proxy.kill()
+    served = serve(fake.url)
+    proxy = served.proxy
+    served.rewrite(logging={"level": "error", "format": "console"})
+    proxy.signal(signal.SIGHUP)
+    [partial] = proxy.wait_for("config_reload_partial")
+    assert partial["restart_needed"] == ["logging.format"]
+    assert proxy.events("config_reloaded")[0]["changed"] == ["logging"]
