@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import brotli
@@ -217,7 +218,8 @@ def test_a_conversation_in_use_is_kept_past_the_stores_30_days(
     first = loop_thread.run(start_proxy(settings))
     try:
         services = first.app[SERVICES]
-        services.origins = Origins(settings.upstreams, services.pipeline.store, lambda: now[0])
+        services.configured = replace(services.configured, origins=Origins(
+            settings.upstreams, services.pipeline.store, lambda: now[0]))
         client = make_client(first.base_url)
         made = client.conversations.create(extra_query=ON_OTHER)
         now[0] += 29 * day

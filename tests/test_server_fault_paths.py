@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -44,7 +45,8 @@ class BrokenOrigins:
 @pytest.fixture
 def broken(make_proxy: Callable[..., RunningProxy], fake: FakeUpstream) -> RunningProxy:
     proxy = make_proxy(fake)
-    proxy.app[SERVICES].origins = BrokenOrigins()  # type: ignore[assignment]
+    services = proxy.app[SERVICES]
+    services.configured = replace(services.configured, origins=BrokenOrigins())  # type: ignore[arg-type]
     return proxy
 
 

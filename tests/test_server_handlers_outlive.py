@@ -12,6 +12,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,8 @@ def test_a_handler_that_outlives_the_cut_is_logged_with_the_count_and_the_stop_e
         fake.url, str(tmp_path / "state"), server={"shutdown_grace_s": 0.2})))
     proxy.runner._shutdown_timeout = WAIT_S  # aiohttp's wait for handlers after the drain
     outliving = OriginsThatOutlive()
-    proxy.app[SERVICES].origins = outliving  # type: ignore[assignment]
+    services = proxy.app[SERVICES]
+    services.configured = replace(services.configured, origins=outliving)  # type: ignore[arg-type]
 
     read: dict[str, Any] = {"started": threading.Event()}
     reader = threading.Thread(target=_read_stream, args=(f"{proxy.base_url}/chat/completions",

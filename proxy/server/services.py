@@ -8,7 +8,7 @@ of one version of the file and some of another.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -54,7 +54,8 @@ class Services:
     metrics: Any = None  # proxy.server.metrics.Metrics
 
     # The config in force's parts, for what runs outside a request (and for tests). A handler
-    # reads `configured` once instead: these may change between two reads.
+    # reads `configured` once instead: these may change between two reads. Read-only: a change
+    # is a new `Configured`, put in force whole.
     @property
     def settings(self) -> Settings:
         return self.configured.settings
@@ -66,10 +67,6 @@ class Services:
     @property
     def origins(self) -> Origins | None:
         return self.configured.origins
-
-    @origins.setter
-    def origins(self, origins: Origins | None) -> None:
-        self.configured = replace(self.configured, origins=origins)
 
 
 SERVICES = web.AppKey("services", Services)
