@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, count, repeat
 from operator import attrgetter, is_
-from typing import Any
+from typing import Any, NamedTuple
 
 
 from proxy import jsonio
@@ -71,16 +71,16 @@ class TokenEstimator:
             return self.tokenizer.count(text)
         found = self._texts.get(text)
         if found is None:
-            found = (len(text), self._long_text_tokens(text))
+            found = (len(text), self._long_text_tokens(text, self.text_tokens))
             self._texts.put(text, found)
         return found[1]
 
-    def _long_text_tokens(self, text: str) -> int:
+    def _long_text_tokens(self, text: str, text_tokens: rules.Count) -> int:
         if not text.startswith(_RESTORED_FILE):
             return self.tokenizer.count(text)
         # At or a few tokens above the exact count, the same whoever counts it first.
         head, _, body = text.partition("\n\n")
-        return self.tokenizer.count(head) + self.text_tokens(body) + _BLANK_LINE_TOKENS
+        return self.tokenizer.count(head) + text_tokens(body) + _BLANK_LINE_TOKENS
 
     def entry_tokens(self, entry: Entry) -> int:
         found = entry.memo.get(self._memo_key)
@@ -97,10 +97,48 @@ class TokenEstimator:
         entry.memo[self._memo_key] = found
         return found
 
-    def _measure(self, entry: Entry) -> int:
+    def _measure(self, entry: Entry, text_tokens: rules.Count | None = None) -> int:
+        text_tokens = text_tokens or self.text_tokens
         if entry.api is Api.CHAT:
-            return rules.chat_message_tokens(entry.raw, self.text_tokens, self.images)
-        return rules.responses_item_tokens(entry.raw, self.text_tokens, self.images)
+            return rules.chat_message_tokens(entry.raw, text_tokens, self.images)
+        return rules.responses_item_tokens(entry.raw, text_tokens, self.images)
+
+    def unmeasured(self, entries: Sequence[Entry]) -> list[Entry]:
+        """The entries `sizes` would have to count: neither memoized nor cached. Reads only:
+        no cache entry is made newer."""
+        memos = list(map(dict.get, map(_MEMO, entries), repeat(self._memo_key)))
+        if None not in memos:  # a steady request: found in C
+            return []
+        cached = self._entries
+        return [entry for entry, memo in zip(entries, memos) if memo is None
+                and (entry.key is None or _TAG[entry.api] + entry.key not in cached)]
+
+    def measure_apart(self, entries: Sequence[Entry]) -> Measured:
+        """What `sizes` would count for `entries`, worked out without reading or writing this
+        estimator's caches or the entries' memos: safe in a worker thread while the event loop
+        goes on using the estimator. `adopt` files the result, on the loop."""
+        texts: dict[str, int] = {}
+
+        def text_tokens(text: str) -> int:  # `text_tokens`, with a cache of this call's own
+            if len(text) < _TEXT_CACHE_MIN:
+                return self.tokenizer.count(text)
+            found = texts.get(text)
+            if found is None:
+                found = texts[text] = self._long_text_tokens(text, text_tokens)
+            return found
+
+        entries = tuple(entries)
+        return Measured(entries, tuple(self._measure(entry, text_tokens) for entry in entries),
+                        texts)
+
+    def adopt(self, measured: Measured) -> None:
+        """File counts made by `measure_apart` as `sizes` would have filed them."""
+        for entry, found in zip(measured.entries, measured.tokens):
+            if entry.key is not None:
+                self._entries.put(_TAG[entry.api] + entry.key, found)
+            entry.memo[self._memo_key] = found
+        for text, found in measured.texts.items():
+            self._texts.put(text, (len(text), found))
 
     def sizes(self, entries: Iterable[Entry]) -> list[int]:
         # A steady request's entries were all counted before: a dict read each, no calls.
@@ -162,6 +200,14 @@ class TokenEstimator:
         if definitions is not None:
             fixed += self.definitions_tokens(definitions)
         return self.with_margin(body + fixed)
+
+
+class Measured(NamedTuple):
+    """Token counts of entries, worked out apart from the estimator (`measure_apart`)."""
+
+    entries: tuple[Entry, ...]
+    tokens: tuple[int, ...]
+    texts: dict[str, int]  # the long texts counted on the way, as `text_tokens` caches them
 
 
 _MEMO = attrgetter("memo")
