@@ -25,14 +25,13 @@ MAX_REMEMBERED = 4096  # model names (and reserved outputs) remembered; past it,
 OFF_LOOP_BYTES = 16 * 1024
 
 
-async def counted(estimator: TokenEstimator, entries: Sequence[Entry]) -> None:
-    """Count a request's new entries in a worker thread when they are many bytes, so that
-    `build` finds them counted. tiktoken lets go of the GIL while it encodes: the loop serves
-    other requests and streams meanwhile (a first request of a 1.8 MB thread held it some
-    250 ms). Fewer bytes are left to `build`, on the loop."""
-    pending = estimator.unmeasured(entries)
-    if pending and sum(len(e.source) for e in pending if e.source is not None) >= OFF_LOOP_BYTES:
-        estimator.adopt(await asyncio.to_thread(estimator.measure_apart, pending))
+async def counted(estimator: TokenEstimator, unmeasured: Sequence[Entry]) -> None:
+    """Count a request's new entries (`TokenEstimator.unmeasured`) in a worker thread when
+    they are many bytes, so that `build` finds them counted. tiktoken lets go of the GIL while
+    it encodes: the loop serves other requests and streams meanwhile (a first request of a
+    1.8 MB thread held it some 250 ms). Fewer bytes are left to `build`, on the loop."""
+    if sum(len(e.source) for e in unmeasured if e.source is not None) >= OFF_LOOP_BYTES:
+        estimator.adopt(await asyncio.to_thread(estimator.measure_apart, unmeasured))
 
 
 class Estimators:

@@ -155,7 +155,9 @@ class Pipeline:
         if state is None and key:
             state = await self.store.load(key)
         view = self._view(inbound, prepared.context, definitions, mentioned)
-        await counted(estimator, view.entries)
+        unmeasured = estimator.unmeasured(view.entries)
+        if unmeasured:  # a thread new to this process, or a turn's new messages
+            await counted(estimator, unmeasured)
         situation = self._situation(inbound, estimator, state, attempt)
         if command is not None:
             return await self.flow.manual_compact(prepared, view, situation, state, command, line)
