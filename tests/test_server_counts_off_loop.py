@@ -19,8 +19,9 @@ from tests.test_server_reload_off_loop import Hold
 
 MODEL = "gpt-4o"
 
-# The count of one message or item (`rules.<name>`) held when its content is longer than
-# OFF_LOOP_BYTES: the big request's own, wherever it runs. Numbered: held-1, release-1, ...
+# The count of one message or item (`rules.<name>`) whose content is longer than
+# OFF_LOOP_BYTES: the big request's own, wherever it runs. Each call is numbered (held-1,
+# held-2, ...); the first waits for release-1.
 _HOLD_BIG = """
 import itertools, pathlib, time
 import proxy.tokens.rules as target
@@ -29,7 +30,7 @@ def held(element, *args, **kwargs):
     if len(str(element.get("content"))) > {limit}:
         n = next(_calls)
         pathlib.Path({where!r}, f"held-{{n}}").touch()
-        while not pathlib.Path({where!r}, f"release-{{n}}").exists():
+        while n == 1 and not pathlib.Path({where!r}, "release-1").exists():
             time.sleep(0.01)
     return _real(element, *args, **kwargs)
 target.{name} = held
@@ -72,9 +73,11 @@ def test_a_big_new_request_is_counted_while_the_loop_serves_others(tmp_path: Pat
             answer = first.result(timeout=20)
         assert answer.status_code == 200
         assert fake.requests[-1].json[field] == big  # nothing else changed
-        # Counted once: the next turn finds the big message counted, and is not held.
+        # Counted once: the next turn finds the big message counted.
+        calls = len(list(hold.where.glob("held-*")))
         turn = [*big, {"role": "assistant", "content": "Read."}, {"role": "user", "content": "ok"}]
         assert _send(proxy, api, turn, "t-big").status_code == 200
+        assert len(list(hold.where.glob("held-*"))) == calls
     finally:
         hold.release_all()
         proxy.kill()

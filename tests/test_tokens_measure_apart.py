@@ -4,6 +4,7 @@ the loop gives, and touches nothing shared until `adopt` files it on the loop.""
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import given
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from proxy.compaction.restore import HEADER as RESTORED
 from proxy.conversation import Entries
+from proxy.tokens import encoding
 from proxy.tokens.encoding import Tokenizer, load_tokenizer
 from proxy.tokens.estimate import TokenEstimator
 from tests.factories import assistant, assistant_calls, call, chat, responses, tool_result, user
@@ -60,20 +62,24 @@ ENTRIES = st.one_of(chat_messages().map(lambda m: chat(*m)),
 
 
 class Counting:
-    """A tokenizer's `count`, counted; optionally refusing the calling thread."""
+    """A tokenizer's `count` and `count_many`, counted; optionally refusing the calling thread."""
 
     def __init__(self, refuse: threading.Thread | None = None) -> None:
         self.calls = 0
         self.refuse = refuse
 
     def __call__(self, text: str) -> int:
+        return self.many([text])[0]
+
+    def many(self, texts: Sequence[str]) -> list[int]:
         assert threading.current_thread() is not self.refuse, "counted on the refused thread"
-        self.calls += 1
-        return TIKTOKEN.count(text)
+        self.calls += len(texts)
+        return TIKTOKEN.counts(texts)
 
 
 def estimator(count: Counting) -> TokenEstimator:
-    return TokenEstimator(Tokenizer("cl100k_base", TIKTOKEN.quality, "cl100k_base", count))
+    return TokenEstimator(Tokenizer("cl100k_base", TIKTOKEN.quality, "cl100k_base", count,
+                                    count.many))
 
 
 def _fresh(entries: Entries) -> Entries:
@@ -127,3 +133,25 @@ def test_only_entries_neither_memoized_nor_cached_are_unmeasured() -> None:
     again = _fresh((second,))[0]
     est.sizes([second])  # cached: a new entry of the same bytes is not unmeasured
     assert est.unmeasured([first, again, third]) == [third]
+
+
+SPECIAL = st.sampled_from(["<|endoftext|>", "<|fim_prefix|>", "<|endofprompt|>", "\ud800",
+                           "\udfff", "\ud83d\ude00", "<|endoftext", "|>"])
+PIECE = st.one_of(SHORT, st.text(max_size=30), SPECIAL)
+TEXTS = st.lists(st.lists(PIECE, max_size=8).map("".join), max_size=30)
+
+
+@given(TEXTS, st.sampled_from([1, 7, 64, 256 * 1024]))
+def test_texts_counted_at_once_are_counted_as_each_alone(texts: list[str], batch: int) -> None:
+    real = encoding._BATCH_CHARS
+    encoding._BATCH_CHARS = batch  # batches of one text, of a few, of all
+    try:
+        assert TIKTOKEN.counts(texts) == [TIKTOKEN.count(text) for text in texts]
+    finally:
+        encoding._BATCH_CHARS = real
+
+
+def test_a_tokenizer_without_count_many_counts_each() -> None:
+    counted: list[str] = []
+    tokenizer = Tokenizer("t", TIKTOKEN.quality, "t", lambda text: counted.append(text) or 1)
+    assert tokenizer.counts(["a", "b"]) == [1, 1] and counted == ["a", "b"]

@@ -7,7 +7,8 @@ are counted directly. Tool definitions, instructions and the rarer legacy `funct
 response schemas, resent whole on every request, are cached by the digest of their text. An
 estimator counts images (and PDF pages) by one model family's rule (`images.py`): the server
 keeps one per encoding and rule. The conservative total adds the reply priming and the
-configured safety margin, so it stays at or above what upstream counts.
+configured safety margin, so it stays at or above what upstream counts. The server has a
+request's many new entries counted in a worker thread (`measure_apart`, filed by `adopt`).
 
 One estimator serves every tenant (SPEC §2), so every count it caches is a function of the
 bytes counted alone, never of what some request counted first. Long texts are counted exactly
@@ -71,16 +72,20 @@ class TokenEstimator:
             return self.tokenizer.count(text)
         found = self._texts.get(text)
         if found is None:
-            found = (len(text), self._long_text_tokens(text, self.text_tokens))
+            found = (len(text), self._long_text_tokens(text, self.text_tokens,
+                                                       self.tokenizer.count))
             self._texts.put(text, found)
         return found[1]
 
-    def _long_text_tokens(self, text: str, text_tokens: rules.Count) -> int:
+    @staticmethod
+    def _long_text_tokens(text: str, text_tokens: rules.Count, count: rules.Count) -> int:
+        """`text_tokens` of a long text: `count` (the tokenizer's) of it, or of a restored
+        file's header and then `text_tokens` of its body."""
         if not text.startswith(_RESTORED_FILE):
-            return self.tokenizer.count(text)
+            return count(text)
         # At or a few tokens above the exact count, the same whoever counts it first.
         head, _, body = text.partition("\n\n")
-        return self.tokenizer.count(head) + text_tokens(body) + _BLANK_LINE_TOKENS
+        return count(head) + text_tokens(body) + _BLANK_LINE_TOKENS
 
     def entry_tokens(self, entry: Entry) -> int:
         found = entry.memo.get(self._memo_key)
@@ -116,18 +121,35 @@ class TokenEstimator:
     def measure_apart(self, entries: Sequence[Entry]) -> Measured:
         """What `sizes` would count for `entries`, worked out without reading or writing this
         estimator's caches or the entries' memos: safe in a worker thread while the event loop
-        goes on using the estimator. `adopt` files the result, on the loop."""
+        goes on using the estimator. `adopt` files the result, on the loop.
+
+        The texts are gathered first and counted together (`Tokenizer.counts`): tiktoken lets
+        go of the GIL once a batch, not once a text."""
+        entries = tuple(entries)
+        wanted: dict[str, None] = {}  # every text the tokenizer is asked for, once
+
+        def gather(text: str) -> int:
+            if len(text) >= _TEXT_CACHE_MIN and text.startswith(_RESTORED_FILE):
+                return self._long_text_tokens(text, gather, gathered)
+            return gathered(text)
+
+        def gathered(text: str) -> int:
+            wanted[text] = None
+            return 0
+
+        for entry in entries:
+            self._measure(entry, gather)
+        counted = dict(zip(wanted, self.tokenizer.counts(list(wanted))))
         texts: dict[str, int] = {}
 
-        def text_tokens(text: str) -> int:  # `text_tokens`, with a cache of this call's own
+        def text_tokens(text: str) -> int:  # as `text_tokens`, with the counts made above
             if len(text) < _TEXT_CACHE_MIN:
-                return self.tokenizer.count(text)
+                return counted[text]
             found = texts.get(text)
             if found is None:
-                found = texts[text] = self._long_text_tokens(text, text_tokens)
+                found = texts[text] = self._long_text_tokens(text, text_tokens, counted.__getitem__)
             return found
 
-        entries = tuple(entries)
         return Measured(entries, tuple(self._measure(entry, text_tokens) for entry in entries),
                         texts)
 
