@@ -34,7 +34,7 @@ from proxy.reparse import Known, known_of, reparse
 from proxy.server import manual_answer
 from proxy.server.compaction_flow import CompactionFlow
 from proxy.server.compactor import Compactor
-from proxy.server.estimators import Estimators, counted
+from proxy.server.estimators import OFF_LOOP_BYTES, Estimators, counted
 from proxy.server.prepared import Attempt, Prepared
 from proxy.server.relay import StreamTap
 from proxy.server.request_line import RequestLine
@@ -155,9 +155,10 @@ class Pipeline:
         if state is None and key:
             state = await self.store.load(key)
         view = self._view(inbound, prepared.context, definitions, mentioned)
-        unmeasured = estimator.unmeasured(view.entries)
-        if unmeasured:  # a thread new to this process, or a turn's new messages
-            await counted(estimator, unmeasured)
+        if len(inbound.body) >= OFF_LOOP_BYTES:  # else its new entries are fewer bytes
+            unmeasured = estimator.unmeasured(view.entries)
+            if unmeasured:  # a thread new to this process, or a turn's new messages
+                await counted(estimator, unmeasured)
         situation = self._situation(inbound, estimator, state, attempt)
         if command is not None:
             return await self.flow.manual_compact(prepared, view, situation, state, command, line)
