@@ -25,11 +25,11 @@ from zoneinfo import ZoneInfo
 
 from proxy.compaction import apply, breaker, restore, summarizer
 from proxy.compaction.budgets import TailCap, restore_budgets, tail_cap
-from proxy.compaction.cutoff import Cutoff
+from proxy.compaction.cutoff import Cutoff, choose_cutoff
 from proxy.compaction.postcheck import Verdict
 from proxy.compaction.summarizer import SummaryPlan
 from proxy.compaction.trigger import thresholds
-from proxy.conversation import Api, Entry, Kind, leading_instructions
+from proxy.conversation import Api, Kind, leading_instructions
 from proxy.core.sanitize import Policy, sanitize
 from proxy.records import CompactionEvent, ThreadKey
 from proxy.server.breakers import SummarizerBreakers
@@ -41,14 +41,12 @@ from proxy.server.compaction_job import Job
 from proxy.server.detach import outlive_client
 from proxy.server.request_line import clipped
 from proxy.server.summarizer_client import SummaryOutcome, run_replanning, too_many_calls
-from proxy.server.summary_prep import prepare, private_inputs
 from proxy.server.turns import SharedFailure, ThreadTurns
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import RestoreSettings, Settings, UpstreamSettings
 from proxy.store import History, StateStore
 from proxy.store.base import StoreError
 from proxy.store.history import Appended
-from proxy.tokens.estimate import TokenEstimator
 
 T = TypeVar("T")
 
@@ -152,20 +150,18 @@ class Compactor:
         started = time.perf_counter()
         sizes = job.estimator.sizes(job.entries)
         budgets = restore_budgets(self.settings.compaction.restore, job.thresholds.trigger)
-        summary_model, summary_upstream = self.summarizer_of(job.model, job.upstream)
-        window = self._window(summary_model)
-        inputs = private_inputs(job.entries, job.estimator, sizes, job.thresholds,
-                                "full" if job.strategy == "full" else "partial", job.previous,
-                                self._tail_cap(job, budgets, sizes), budgets)
-        # Off the loop (`summary_prep`): the cutoff, the restores and the plan's transcript.
-        prep = await asyncio.to_thread(prepare, inputs, partial(
-            self._private_plan, job, summary_model, summary_upstream, window))
-        cutoff, restored, plan = prep.cutoff, prep.restored, prep.plan
+        cutoff = choose_cutoff(job.entries, sizes, job.thresholds,
+                               "full" if job.strategy == "full" else "partial", job.previous,
+                               cap=self._tail_cap(job, budgets, sizes))
         if cutoff is None:
             raise NothingToCompact()
-        assert restored is not None and plan is not None
+        summary_model, summary_upstream = self.summarizer_of(job.model, job.upstream)
+        restored = restore.collect(job.entries, cutoff, budgets, job.estimator.text_tokens,
+                                   measure=job.estimator.entry_tokens)
         self._refuse_hopeless(job, cutoff, restored)
+        window = self._window(summary_model)
         plan_for = partial(self._plan, job, cutoff, summary_model, summary_upstream)
+        plan = plan_for(window)
         allowed = self.settings.compaction.summarizer.max_calls
         if plan.steps > allowed:
             # Refused before a call: the summarizer did nothing wrong, its breaker is not asked.
@@ -228,17 +224,10 @@ class Compactor:
 
     def _plan(self, job: Job, cutoff: Cutoff, model: str, upstream: UpstreamSettings,
               window: int) -> SummaryPlan:
-        return self._private_plan(job, model, upstream, window, job.entries, cutoff,
-                                  job.estimator)
-
-    def _private_plan(self, job: Job, model: str, upstream: UpstreamSettings, window: int,
-                      entries: Sequence[Entry], cutoff: Cutoff,
-                      estimator: TokenEstimator) -> SummaryPlan:
-        """`_plan` over `entries` counted by `estimator`: the worker thread's own copies."""
         return summarizer.plan_summary(
-            entries, cutoff, api=Api(upstream.api), model=model, now=self._now(),
+            job.entries, cutoff, api=Api(upstream.api), model=model, now=self._now(),
             settings=self.settings.compaction.summarizer, window=window,
-            count=estimator.text_tokens, measure=estimator.entry_tokens,
+            count=job.estimator.text_tokens, measure=job.estimator.entry_tokens,
             zone_name=self.settings.compaction.timezone, focus=job.focus, client_doc=job.client_doc)
 
     def _finish(self, job: Job, cutoff: Cutoff, summary: str, restored: restore.Restored,
