@@ -8,7 +8,7 @@ import pytest
 
 from proxy.compaction.cutoff import FULL, PARTIAL, Cutoff
 from proxy.compaction.prompts import Direction, clock_line
-from proxy.compaction.summarizer import plan_summary
+from proxy.compaction.summarizer import MAX_CONTENT_CHARS, plan_summary
 from proxy.compaction.summary_reply import read_reply
 from proxy.compaction.transcript import Block, chunk, render_blocks
 from proxy.conversation import Api
@@ -157,6 +157,35 @@ def test_chunk_packs_in_order() -> None:
     blocks = [Block("a", 5), Block("b", 5), Block("c", 5)]
     assert chunk(blocks, 10) == ["a\n\nb", "c"]
     assert chunk([], 10) == [""]
+    assert chunk(blocks, 10, max_chars=3) == ["a", "b", "c"]  # "a\n\nb" is 4 characters
+    assert chunk(blocks, 10, max_chars=4) == ["a\n\nb", "c"]
+
+
+@pytest.mark.parametrize("focus", [None, "keep the API decisions " * 200])
+@pytest.mark.parametrize("previous", [None, "an earlier summary. " * 4000])
+def test_no_step_passes_openais_longest_content_string_whatever_the_window(
+        focus: str | None, previous: str | None) -> None:
+    # A 1M-token summarizer window packs 0.9M tokens a step; a transcript of code runs to
+    # some 13 characters a token: far over the 1,048,576 characters OpenAI takes in a string.
+    elements = [user(f"file {i}:\n" + "    x = 1  # indent\n" * 150) for i in range(800)]
+    entries = conv(Api.CHAT, [*elements, user("tail")])
+    settings = SummarizerSettings(max_output_tokens=16_000)
+    cutoff = Cutoff(index=800, lead=0, start=0, strategy=PARTIAL, previous_summary=previous)
+    plan = plan_for(entries, cutoff, window=1_000_000, settings=settings, focus=focus)
+    assert plan.steps >= 3
+    longest_answer = "word " * (16_000 * 8 // 5)  # 8 characters a token, the room kept
+    for step in range(plan.steps):
+        carried = previous if step == 0 else longest_answer
+        for message in plan.request(step, carried)["messages"]:
+            assert len(message["content"]) <= MAX_CONTENT_CHARS
+    joined = "".join(plan.chunks)
+    assert all(f"file {i}:" in joined for i in range(800))  # nothing left out, in order
+
+
+def test_one_block_over_the_longest_content_string_is_cut_to_fit() -> None:
+    text = "HEAD " + "y" * 2_000_000 + " TAIL"
+    chunks = chunk([Block(text, 100)], 10**9, max_chars=1000)
+    assert len(chunks[0]) <= 1000 and chunks[0].startswith("HEAD") and chunks[0].endswith("TAIL")
 
 
 def test_output_key_follows_the_client_and_the_api() -> None:

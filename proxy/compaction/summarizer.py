@@ -30,6 +30,15 @@ from proxy.settings import SummarizerSettings
 # Room left in the summarizer's window for what the counts miss (framing, tokenizer drift).
 _WINDOW_SHARE = 0.9
 _MIN_CHUNK_TOKENS = 512
+# OpenAI refuses a message whose content is a longer string (400 `string_above_max_length`,
+# PROTOCOL.md), whatever the window: with a window of some 300k tokens and more, a step of
+# code-heavy transcript passed it. A step's user message, the summary it carries included,
+# stays under it.
+MAX_CONTENT_CHARS = 1_048_576
+# A carried summary is the summarizer's prose, some 4 characters a token: twice that is kept.
+_SUMMARY_CHARS_PER_TOKEN = 8
+_MIN_CHUNK_CHARS = 4096
+_PART_DIGITS = 16  # "part 1 of 2" in the measured frame; more steps write longer numbers
 
 
 @dataclass(frozen=True)
@@ -80,11 +89,12 @@ def plan_summary(entries: Sequence[Entry], cutoff: Cutoff, *, api: Api, model: s
     clock = prompts.clock_line(now, zone_name)
     budget = _chunk_budget(window, settings.max_output_tokens, clock, focus,
                            cutoff.previous_summary, count)
+    max_chars = _chunk_chars(settings.max_output_tokens, clock, focus, cutoff.previous_summary)
     blocks = transcript.render_blocks(entries, cutoff.new_entries, count, measure,
                                       min(transcript.BLOCK_CAP_TOKENS, budget))
     direction = (Direction.LATEST if cutoff.strategy == FULL or cutoff.index >= len(entries)
                  else Direction.EARLIER)
-    return SummaryPlan(api, model, direction, tuple(transcript.chunk(blocks, budget)),
+    return SummaryPlan(api, model, direction, tuple(transcript.chunk(blocks, budget, max_chars)),
                        cutoff.previous_summary, clock, focus, settings.max_output_tokens,
                        _output_key(api, client_doc), cutoff)
 
@@ -98,6 +108,15 @@ def _chunk_budget(window: int, max_output: int, clock: str, focus: str | None,
     frame += count(prompts.user_message("", clock, focus, None, (0, 2)))
     carried = max(max_output, count(previous) if previous else 0)
     return max(_MIN_CHUNK_TOKENS, int(window * _WINDOW_SHARE) - carried - frame)
+
+
+def _chunk_chars(max_output: int, clock: str, focus: str | None, previous: str | None) -> int:
+    """Transcript characters per step: the step's user message, with its frame and the summary
+    it carries (the previous one, or an answer of up to `max_output` tokens), stays within
+    MAX_CONTENT_CHARS."""
+    frame = len(prompts.user_message("", clock, focus, "-", (0, 2))) + _PART_DIGITS
+    carried = max(max_output * _SUMMARY_CHARS_PER_TOKEN, len(previous) if previous else 0)
+    return max(_MIN_CHUNK_CHARS, MAX_CONTENT_CHARS - frame - carried)
 
 
 def _output_key(api: Api, client_doc: Mapping[str, Any] | None) -> str:

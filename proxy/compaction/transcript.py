@@ -57,16 +57,22 @@ def render_blocks(entries: Sequence[Entry], span: range, count: Count, measure: 
     return blocks
 
 
-def chunk(blocks: Sequence[Block], budget: int) -> list[str]:
-    """Blocks packed in order into texts of at most `budget` tokens each (at least one text)."""
+def chunk(blocks: Sequence[Block], budget: int, max_chars: int | None = None) -> list[str]:
+    """Blocks packed in order into texts of at most `budget` tokens and `max_chars` characters
+    each (at least one text). A block longer than `max_chars` is cut in the middle to fit."""
     chunks: list[list[str]] = [[]]
-    used = 0
+    used = chars = 0
     for block in blocks:
-        if chunks[-1] and used + block.tokens > budget:
+        text = block.text
+        if max_chars is not None and len(text) > max_chars:
+            text = middle_cut(text, max_chars / len(text))
+        if chunks[-1] and (used + block.tokens > budget
+                           or (max_chars is not None and chars + len(text) > max_chars)):
             chunks.append([])
-            used = 0
-        chunks[-1].append(block.text)
+            used = chars = 0
+        chunks[-1].append(text)
         used += block.tokens
+        chars += len(text) + 2  # and the blank line joining it to the next
     return ["\n\n".join(c) for c in chunks]
 
 
