@@ -19,8 +19,9 @@ Responses then once warm (the same thread's next turn: the answer and a user mes
   answer-json  a 400 KB non-streamed answer through the proxy (usage read, anchor)
   answer-sse   the same answer streamed (some 34,000 chunks; the stream taps)
 Chat and Responses go to bench_overhead's canned upstream (it answers at once); the rest to
-the project's fake upstream (`FakeUpstream` with its fake summarizer), run by this script; the
-summaries go to a model of a 64k window (a big prefix is summarized in several calls).
+the project's fake upstream (`FakeUpstream` with its fake summarizer), run by this script, one
+for each proxy measured (the fake keeps what it counted); the summaries go to a model of a 64k
+window (a big prefix is summarized in several calls).
 
 Printed per scenario: the request body's size, the request's latency, the longest and the p99
 probe during the request, the answer's status, `x-compaction` and `x-context-tokens`, and (in
@@ -30,8 +31,10 @@ the header) the probe's p50 when the proxy is idle. A compact-N run takes a minu
         [--baseline DIR]
 
 `--baseline DIR` measures the proxy of another checkout (`git worktree add DIR COMMIT`) in the
-same run, scenario by scenario, on the same content. These machines are shared and noisy:
-compare the two side by side, and a stall of tens of ms with one of a few.
+same run, scenario by scenario, on the same content, each going first in turn. These machines
+are shared and noisy: compare the two side by side, and a stall of tens of ms with one of a
+few. The probe's p99 compares only requests of like latency (a longer request has more idle
+probes); its maximum is the stall.
 """
 
 from __future__ import annotations
@@ -67,8 +70,8 @@ PROBE_PAUSE_S = 0.001
 # at about 70-80% of the thread.
 TOKENS_PER_BYTE = 0.06
 COMPACT_SIZES = (1000, 2000)
-# The summarizer's own model, of a window whose steps stay under the 1 MB a message's content
-# may hold (OpenAI's limit, which the fake keeps): a big prefix is summarized in several calls.
+# The summarizer's own model, of a 64k window, as a cheap summarizer often has: a big prefix
+# is summarized in several calls.
 SUMMARIZER, SUMMARIZER_WINDOW = "stall-summarizer", 64_000
 
 
@@ -347,7 +350,9 @@ async def run(targets: list[Target], args: argparse.Namespace) -> None:
                   f"{'request ms':>10} {'probe max':>9} {'probe p99':>9} {'status':>6} x-compaction")
             for name in chosen:
                 for repeat in range(args.repeat):
-                    for target in targets:
+                    # Each in turn first: the second of two requests at one canned upstream
+                    # may find the machine's caches warmer.
+                    for target in targets if repeat % 2 == 0 else targets[::-1]:
                         send = sender(session, target, probes[target.name])
                         # The same content for every target; each target its own thread.
                         results = await scenarios[name](send, 100 + repeat,
@@ -376,20 +381,25 @@ def main() -> None:
         return fake_upstream(int(args.serve_fake))
     processes: list[Any] = []
     try:
-        canned_port, fake_port = overhead.free_port(), overhead.free_port()
+        canned_port = overhead.free_port()
         processes.append(overhead._spawn([overhead.__file__, "--serve-canned", str(canned_port)]))
-        processes.append(overhead._spawn([__file__, "--serve-fake", str(fake_port)]))
         canned = f"http://127.0.0.1:{canned_port}/v1"
-        fake = f"http://127.0.0.1:{fake_port}/v1"
         overhead._wait_ready(canned + "/chat/completions")
-        overhead._wait_ready(fake + "/models")
         windows = compaction_windows()
+        roots = {"proxy": ROOT}
+        if args.baseline is not None:
+            roots["base"] = args.baseline.resolve()
         with tempfile.TemporaryDirectory() as state:
-            targets = [start_proxy("proxy", ROOT, canned, fake, Path(state) / "proxy", windows,
-                                   processes)]
-            if args.baseline is not None:
-                targets.append(start_proxy("base", args.baseline.resolve(), canned, fake,
-                                           Path(state) / "base", windows, processes))
+            targets = []
+            for name, root in roots.items():
+                # A fake upstream each: it keeps what it counted (a prompt cache, the fake
+                # summarizer's counts), and the target that came second would find it warm.
+                fake_port = overhead.free_port()
+                processes.append(overhead._spawn([__file__, "--serve-fake", str(fake_port)]))
+                fake = f"http://127.0.0.1:{fake_port}/v1"
+                overhead._wait_ready(fake + "/models")
+                targets.append(start_proxy(name, root, canned, fake, Path(state) / name,
+                                           windows, processes))
             asyncio.run(run(targets, args))
     finally:
         overhead.Servers(processes).stop()
