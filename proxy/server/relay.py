@@ -92,8 +92,7 @@ READ_SLICE = 16 * 1024
 
 
 def _slices(read: bytes) -> list[bytes]:
-    view = memoryview(read)
-    return [bytes(view[k:k + READ_SLICE]) for k in range(0, len(read), READ_SLICE)]
+    return [read[k:k + READ_SLICE] for k in range(0, len(read), READ_SLICE)]
 
 
 # An upstream sends the same few Content-Type values on every answer.

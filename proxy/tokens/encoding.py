@@ -140,9 +140,10 @@ def _encoder(name: str) -> tuple[Callable[[str], int], Callable[[Sequence[str]],
         encode = encoding.encode_ordinary
         encode("warm up")
         separator = encoding.eot_token
+        special = encoding.decode_single_token_bytes(separator).decode()
     except Exception:  # a third-party loader: any failure means "not available"
         return None
-    return (lambda text: len(encode(text))), partial(_count_many, encoding, separator)
+    return (lambda text: len(encode(text))), partial(_count_many, encoding, separator, special)
 
 
 # Texts counted at once by one call into tiktoken, which lets go of the GIL for it: a thread
@@ -150,12 +151,11 @@ def _encoder(name: str) -> tuple[Callable[[str], int], Callable[[Sequence[str]],
 _BATCH_CHARS = 256 * 1024
 
 
-def _count_many(encoding: Any, separator: int, texts: Sequence[str]) -> list[int]:
+def _count_many(encoding: Any, separator: int, special: str, texts: Sequence[str]) -> list[int]:
     """`len(encoding.encode_ordinary(text))` of each text, a batch at a time: the texts joined
-    by the end-of-text special token, which tiktoken encodes the text on each side of apart
-    (as `encode_ordinary` of each), and the count between separators read off the result. A
-    text holding the token's own spelling is counted alone."""
-    special = encoding.decode_single_token_bytes(separator).decode()
+    by the end-of-text special token (`separator`, spelled `special`), which tiktoken encodes
+    the text on each side of apart (as `encode_ordinary` of each), and the count between
+    separators read off the result. A text holding the token's own spelling is counted alone."""
     allowed = {special}
     out: list[int | None] = [None] * len(texts)
     batch: list[int] = []

@@ -139,15 +139,16 @@ class TokenEstimator:
 
         for entry in entries:
             self._measure(entry, gather)
-        counted = dict(zip(wanted, self.tokenizer.counts(list(wanted))))
+        tokens_of = dict(zip(wanted, self.tokenizer.counts(list(wanted))))
         texts: dict[str, int] = {}
 
         def text_tokens(text: str) -> int:  # as `text_tokens`, with the counts made above
             if len(text) < _TEXT_CACHE_MIN:
-                return counted[text]
+                return tokens_of[text]
             found = texts.get(text)
             if found is None:
-                found = texts[text] = self._long_text_tokens(text, text_tokens, counted.__getitem__)
+                found = texts[text] = self._long_text_tokens(text, text_tokens,
+                                                             tokens_of.__getitem__)
             return found
 
         return Measured(entries, tuple(self._measure(entry, text_tokens) for entry in entries),
