@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,15 +36,22 @@ def threads(db: StateDb) -> list[tuple[Any, ...]]:
 
 
 class CountingConnection:
-    """A connection that counts `executemany` calls of anchor inserts, and passes everything
-    through."""
+    """A connection that counts the statements of anchor inserts run on it (`execute` or
+    `executemany`) and the rows they name, and passes everything through."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
-        self.executemany_calls = 0
+        self.inserts: list[int] = []  # rows per statement
+
+    def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+        if sql.startswith("INSERT INTO anchors"):
+            self.inserts.append(sql.count("(?, ?, ?, ?)"))
+        return self._conn.execute(sql, params)
 
     def executemany(self, sql: str, params: Any) -> sqlite3.Cursor:
-        self.executemany_calls += sql.startswith("INSERT INTO anchors")
+        params = list(params)
+        if sql.startswith("INSERT INTO anchors"):
+            self.inserts.extend([1] * len(params))  # a step per row, as many statements
         return self._conn.executemany(sql, params)
 
     def cursor(self) -> CountingConnection:
@@ -58,8 +66,32 @@ def test_the_anchors_of_several_threads_in_a_batch_are_one_insert(tmp_path: Path
     counting = CountingConnection(db.conn)
     db.conn = counting  # type: ignore[assignment]
     db.write_batch([AnchorWrite(db, ThreadKey("t", f"thread-{i}"), anchor(i)) for i in range(8)])
-    assert counting.executemany_calls == 1
+    assert counting.inserts == [8]
     assert len(rows(db)) == 8 and len(threads(db)) == 8
+
+
+@pytest.mark.parametrize("count", [2, 3, 127, 128, 129, 300, 1000])
+def test_a_big_batch_is_few_inserts_of_many_rows_and_the_rows_one_by_one_writes_make(
+        tmp_path: Path, count: int) -> None:
+    # sqlite3 lets go of the GIL for each step of a statement: a step per row made the store's
+    # worker wait for the busy event loop's GIL after every anchor.
+    batched, alone = StateDb.connect(tmp_path / "batched"), StateDb.connect(tmp_path / "alone")
+    counting = CountingConnection(batched.conn)
+    batched.conn = counting  # type: ignore[assignment]
+    keys = [ThreadKey("t", f"thread-{i % (count - 1 or 1)}") for i in range(count)]
+    batched.write_batch([AnchorWrite(batched, key, anchor(i)) for i, key in enumerate(keys)])
+    for i, key in enumerate(keys):
+        alone.write_batch([AnchorWrite(alone, key, anchor(i))])
+    assert rows(batched) == rows(alone)
+    assert threads(batched) == threads(alone)
+    assert sum(counting.inserts) == len(rows(batched))
+    # Largest first, by powers of two up to 128 rows (512 parameters): at most one statement
+    # per bit of the count, plus one per 128 rows.
+    assert counting.inserts == sorted(counting.inserts, reverse=True)
+    assert all(n & (n - 1) == 0 and n <= 128 for n in counting.inserts)
+    assert len(counting.inserts) <= len(rows(batched)) // 128 + 7
+    for db in (batched, alone):
+        db.close()
 
 
 def reference_batch(db: StateDb, batch: list[tuple[int, int]], counts: dict[ThreadKey, int],

@@ -155,8 +155,8 @@ def test_restart_after_sigkill_keeps_state_and_anchors(tmp_path: Path, make_fake
         messages = [SYSTEM, {"role": "user", "content": "Explain the parser."}]
         first = _post(proxy.base_url, {"model": "gpt-4o", "messages": messages}, "k1")
         assert first.status_code == 200
-        # Right after a response: queued writes commit within WRITE_DELAY_S (10 ms).
-        time.sleep(0.1)
+        # Right after a response: queued writes commit within WRITE_DELAY_S (50 ms).
+        time.sleep(0.3)
         proxy.kill()
     finally:
         proxy.kill()

@@ -14,7 +14,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from itertools import repeat
+from functools import cache
+from itertools import chain, repeat
 from operator import add, attrgetter, is_, itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -89,8 +90,9 @@ class StateDb:
         return self._transaction(durable, fn, *args)
 
     def write_batch(self, writes: Sequence[Callable[[], object]]) -> None:
-        """Every write in one transaction. Anchors go last, all threads' in one insert (the
-        other queued writes touch threads, which commutes with adding anchors)."""
+        """Every write in one transaction. Anchors go last, all threads' together
+        (`_insert_rows`; the other queued writes touch threads, which commutes with adding
+        anchors)."""
         self._transaction(False, self._batch, writes)
 
     def _batch(self, writes: Sequence[Callable[[], object]]) -> None:
@@ -197,9 +199,9 @@ class StateDb:
                     self._ensure_thread(key, first[key].created_at)
             before = [count or 0 for count in before]
         anchors = list(map(_ANCHOR_OF, writes))
-        self._writes.executemany(_INSERT_ANCHOR, zip(
+        self._insert_rows(list(chain.from_iterable(zip(
             map(_TENANT_OF, keys), map(_THREAD_OF, keys),
-            jsoncodec.dumps_texts(list(map(Anchor.to_data, anchors))), map(_CREATED_AT, anchors)))
+            jsoncodec.dumps_texts(list(map(Anchor.to_data, anchors))), map(_CREATED_AT, anchors)))))
         added = list(map(add, before, per_thread))  # type: ignore[arg-type]
         if max(added) >= kept:
             for i, key in enumerate(threads):
@@ -207,6 +209,21 @@ class StateDb:
                     self._prune(key)
                     added[i] = 0
         self._known.put_many(threads, added)
+
+    def _insert_rows(self, values: list[Any]) -> None:
+        """Insert anchor rows, given as one flat list of their columns' values, in statements of
+        many rows each, largest first (power-of-two sizes: few distinct statements to cache).
+
+        Not `executemany`: it steps once per row, and sqlite3 lets go of the GIL for every
+        step. On a busy proxy the event loop holds the GIL nearly all the time, so the worker
+        waited for it after each row's step (about one context switch per anchor)."""
+        start, left, rows = 0, len(values) // _COLUMNS, _MOST_ROWS
+        while left:
+            while rows > left:
+                rows >>= 1
+            end = start + rows * _COLUMNS
+            self._writes.execute(_anchor_insert(rows), values[start:end])
+            start, left = end, left - rows
 
     def _prune(self, key: ThreadKey) -> None:
         """Delete the thread's anchors older than its newest `anchors_kept`."""
@@ -331,7 +348,19 @@ _LIST_THREADS = (
 _LIST_THREADS_READING_ANCHORS = (
     f"SELECT thread, tenant, created_at, max(last_activity, {NEWEST_ANCHOR_AT}) AS active, "
     f"event_count, last_estimate FROM threads ORDER BY active DESC LIMIT ?")
-_INSERT_ANCHOR = "INSERT INTO anchors (tenant, thread, data, created_at) VALUES (?, ?, ?, ?)"
+_COLUMNS = 4  # of an anchor row, as `_anchor_insert` names them
+# 512 parameters a statement: within SQLite's smallest default limit (999, before 3.32).
+_MOST_ROWS = 128
+
+
+@cache
+def _anchor_insert(rows: int) -> str:
+    """The insert of `rows` anchor rows in one statement."""
+    return ("INSERT INTO anchors (tenant, thread, data, created_at) VALUES "
+            + ", ".join(["(?, ?, ?, ?)"] * rows))
+
+
+_INSERT_ANCHOR = _anchor_insert(1)
 _TOUCH = ("INSERT INTO threads (tenant, thread, created_at, last_activity, last_estimate) "
           "VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, thread) DO UPDATE SET "
           "last_activity = max(last_activity, excluded.last_activity), "
