@@ -11,9 +11,16 @@ answer paced as a model writes it (`paced400`: an event every millisecond, so ea
 read of its own; concurrency 16 only, its req/s is the pace's), a 200-message ~400 KB
 request, and a Responses API stream of 400 text deltas (`responses400`); at concurrency 1
 and 16. Printed: req/s, p50/p99 latency, streaming time-to-first-byte, the CPU time the
-forwarding process (raw, proxy, base) spent per request, and the ratios proxy/raw and
-proxy/direct. CPU per request moves much less with the machine's load than req/s does: when
-the two disagree, the CPU figure says what the code costs, req/s what this machine made of it.
+forwarding process (raw, proxy, base) spent per request, that of its event loop's thread
+alone and how busy that thread was, and the ratios proxy/raw and proxy/direct. CPU per request
+moves much less with the machine's load than req/s does: when the two disagree, the CPU figure
+says what the code costs, req/s what this machine made of it.
+
+At concurrency 16 each forwarder's one event loop is near saturation. When both loops are
+(`loop busy` near 1 for raw too: a quiet machine), throughput proxy/raw follows the loop CPU
+ratio. When the raw forwarder's loop is well below 1, the load generator and the upstream,
+which share the machine's other core with the proxy's store writer, bound it, and the
+throughput ratio comes out higher than the loop CPU ratio.
 
     .venv/bin/python scripts/bench_overhead.py [--requests 400] [--rounds 3] [--upstream fake|canned]
         [--baseline DIR] [--log-level info|warning] [--state sqlite|redis]
@@ -328,6 +335,7 @@ class Result:
     elapsed: float = 0.0
     errors: int = 0
     cpu_s: float | None = None  # the forwarding process's CPU time (user + system)
+    loop_s: float | None = None  # the CPU time of its main thread, where its event loop runs
 
     def merge(self, other: Result) -> None:
         self.latencies += other.latencies
@@ -336,6 +344,8 @@ class Result:
         self.errors += other.errors
         if other.cpu_s is not None:
             self.cpu_s = (self.cpu_s or 0.0) + other.cpu_s
+        if other.loop_s is not None:
+            self.loop_s = (self.loop_s or 0.0) + other.loop_s
 
     @property
     def rps(self) -> float:
@@ -348,13 +358,32 @@ class Result:
             return None
         return self.cpu_s * 1000 / len(self.latencies)
 
+    @property
+    def loop_ms(self) -> float | None:
+        """CPU milliseconds per request of the event loop's thread alone."""
+        if self.loop_s is None or not self.latencies:
+            return None
+        return self.loop_s * 1000 / len(self.latencies)
 
-def cpu_seconds(pid: int | None) -> float | None:
-    """User plus system CPU time of process `pid`, all its threads (Linux's /proc), or None."""
+    @property
+    def loop_busy(self) -> float | None:
+        """The share of the run's time the event loop's thread was on a core: near 1, the
+        loop is what bounds throughput, and req/s follows its CPU per request; well below,
+        something else does (on a 2-core machine, the load and the upstream's share of the
+        other core)."""
+        if self.loop_s is None or not self.elapsed:
+            return None
+        return self.loop_s / self.elapsed
+
+
+def cpu_seconds(pid: int | None, loop_only: bool = False) -> float | None:
+    """User plus system CPU time of process `pid`, all its threads (Linux's /proc), or None;
+    `loop_only`: of its main thread alone (where both servers run their event loop)."""
     if pid is None:
         return None
+    path = f"/proc/{pid}/task/{pid}/stat" if loop_only else f"/proc/{pid}/stat"
     try:
-        with open(f"/proc/{pid}/stat") as stat:
+        with open(path) as stat:
             fields = stat.read().rpartition(")")[2].split()
     except OSError:
         return None
@@ -363,11 +392,13 @@ def cpu_seconds(pid: int | None) -> float | None:
 
 async def measured(pid: int | None, load: Any) -> Result:
     """The result of `load` (a `drive` call), with the CPU time `pid` spent meanwhile."""
-    before = cpu_seconds(pid)
+    before, loop_before = cpu_seconds(pid), cpu_seconds(pid, loop_only=True)
     result = await load
-    after = cpu_seconds(pid)
+    after, loop_after = cpu_seconds(pid), cpu_seconds(pid, loop_only=True)
     if before is not None and after is not None:
         result.cpu_s = after - before
+    if loop_before is not None and loop_after is not None:
+        result.loop_s = loop_after - loop_before
     return result
 
 
@@ -457,7 +488,8 @@ async def run_all(servers: Servers, args: argparse.Namespace) -> None:
           f"{args.requests} requests x {args.rounds} rounds per cell; "
           f"big body {len(bodies['big']) / 1024:.0f} KB; proxy log level {args.log_level}")
     header = (f"{'scenario':<8} {'conc':>4} {'target':<7} {'req/s':>8} {'p50 ms':>8} "
-              f"{'p99 ms':>8} {'ttfb p50':>9} {'cpu ms/req':>10} {'errors':>6}")
+              f"{'p99 ms':>8} {'ttfb p50':>9} {'cpu ms/req':>10} {'loop ms/req':>11} "
+              f"{'loop busy':>9} {'errors':>6}")
     print(header)
     for name, body in bodies.items():
         for concurrency in (16,) if name in PACED else (1, 16):
@@ -477,9 +509,11 @@ def report(name: str, concurrency: int, results: dict[str, Result]) -> None:
     for target, result in results.items():
         ttfb = f"{percentile(result.ttfb, 50):9.2f}" if result.ttfb else f"{'-':>9}"
         cpu = f"{result.cpu_ms:10.3f}" if result.cpu_ms is not None else f"{'-':>10}"
+        loop = f"{result.loop_ms:11.3f}" if result.loop_ms is not None else f"{'-':>11}"
+        busy = f"{result.loop_busy:9.2f}" if result.loop_busy is not None else f"{'-':>9}"
         print(f"{name:<8} {concurrency:>4} {target:<7} {result.rps:8.1f} "
               f"{percentile(result.latencies, 50):8.2f} {percentile(result.latencies, 99):8.2f} "
-              f"{ttfb} {cpu} {result.errors:>6}")
+              f"{ttfb} {cpu} {loop} {busy} {result.errors:>6}")
     proxy, raw, direct = results["proxy"], results["raw"], results["direct"]
     added = percentile(proxy.latencies, 50) - percentile(direct.latencies, 50)
     line = (f"{'':<8} {'':>4} ratios  throughput proxy/raw {proxy.rps / raw.rps:.2f}, "
@@ -489,6 +523,8 @@ def report(name: str, concurrency: int, results: dict[str, Result]) -> None:
                  " ms")
     if proxy.cpu_ms and raw.cpu_ms:
         line += f"; CPU per request proxy/raw {proxy.cpu_ms / raw.cpu_ms:.2f}"
+    if proxy.loop_ms and raw.loop_ms:
+        line += f"; loop CPU per request proxy/raw {proxy.loop_ms / raw.loop_ms:.2f}"
     print(line)
     base = results.get("base")
     if base is not None:
@@ -497,6 +533,8 @@ def report(name: str, concurrency: int, results: dict[str, Result]) -> None:
                 f"proxy/base {proxy.rps / base.rps:.2f}; base added p50 {added:+.2f} ms")
         if proxy.cpu_ms and base.cpu_ms:
             line += f"; CPU per request proxy/base {proxy.cpu_ms / base.cpu_ms:.2f}"
+        if proxy.loop_ms and base.loop_ms:
+            line += f"; loop CPU per request proxy/base {proxy.loop_ms / base.loop_ms:.2f}"
         if base.ttfb and direct.ttfb:
             line += (f"; base added TTFB p50 "
                      f"{percentile(base.ttfb, 50) - percentile(direct.ttfb, 50):+.2f} ms")
