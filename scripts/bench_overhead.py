@@ -16,11 +16,11 @@ alone and how busy that thread was, and the ratios proxy/raw and proxy/direct. C
 moves much less with the machine's load than req/s does: when the two disagree, the CPU figure
 says what the code costs, req/s what this machine made of it.
 
-At concurrency 16 each forwarder's one event loop is near saturation. When both loops are
-(`loop busy` near 1 for raw too: a quiet machine), throughput proxy/raw follows the loop CPU
-ratio. When the raw forwarder's loop is well below 1, the load generator and the upstream,
-which share the machine's other core with the proxy's store writer, bound it, and the
-throughput ratio comes out higher than the loop CPU ratio.
+At concurrency 16 the proxy's one event loop is near saturation. When the raw forwarder's is
+too (`loop busy` near 1 for raw as well), throughput proxy/raw follows the loop CPU ratio.
+When the raw forwarder's loop is well below 1, the load generator and the upstream, which
+share the machine's two cores with the servers, bound it, and the throughput ratio comes out
+higher than the loop CPU ratio.
 
     .venv/bin/python scripts/bench_overhead.py [--requests 400] [--rounds 3] [--upstream fake|canned]
         [--baseline DIR] [--log-level info|warning] [--state sqlite|redis]

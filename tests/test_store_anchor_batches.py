@@ -1,6 +1,7 @@
-"""A batch of queued anchors (`StateDb.write_batch`): all threads' in one insert (a batch of one,
-a single insert), and the same rows as the store wrote thread after thread (which thread holds
-which anchors, in which order, and when each thread's old rows are pruned)."""
+"""A batch of queued anchors (`StateDb.write_batch`): all threads' together, in few inserts of
+many rows each (a batch of one, a single insert), and the same rows as the store wrote thread
+after thread (which thread holds which anchors, in which order, and when each thread's old rows
+are pruned)."""
 
 from __future__ import annotations
 
