@@ -17,7 +17,7 @@ from proxy.conversation import Api, Kind, content_text, entries_from, serialize
 from proxy.records import CompactionEvent
 from proxy.settings import RestoreSettings
 from proxy.store import jsoncodec
-from tests.factories import r_compaction
+from tests.factories import r_call, r_compaction, r_output, r_reasoning
 from tests.test_compaction_support import (assistant, assistant_calls, conv, count, estimate,
                                            ids_of, measure, r_assistant, r_user, session,
                                            sessions, system, tool_result, user)
@@ -160,6 +160,21 @@ def test_a_rebuilt_projection_ends_with_the_clients_last_entry(case, keep, strat
     if rebuilt is not None:
         assert rebuilt.projection[-1].to_bytes() == client[-1].to_bytes()
         assert serialize(rebuilt.projection[rebuilt.head:]) == serialize(client[rebuilt.cut:])
+
+
+def test_a_checkpoint_cut_that_parts_a_steps_calls_across_an_output_no_longer_applies() -> None:
+    # An older version could cut between a step's calls with an output between them (its
+    # second call's id names rs_1, which the summary took): such a checkpoint is not used.
+    elements = [r_user("fix it"), r_reasoning("rs_1"), r_call("grep", "a", id="fc_1"), r_output("a"),
+                r_call("grep", "b", id="fc_2"), r_output("b"), r_user("next"),
+                r_assistant("Done.")]
+    entries = conv(Api.RESPONSES, elements)
+    ids = ids_of(entries)
+    for cut, applies in ((4, False), (6, True)):
+        event = build_event(entries, ids, Cutoff(cut, 0, 0, PARTIAL), "S", Restored(),
+                            strategy="partial", tokens_before=1, created_at=0.0, model="m",
+                            summarizer_model="m")
+        assert (rebuild(entries, ids, roundtrip(event)) is not None) is applies, cut
 
 
 def test_falls_back_to_index_and_checks_the_tool_result_again() -> None:

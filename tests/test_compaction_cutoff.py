@@ -7,8 +7,9 @@ from hypothesis import strategies as st
 
 from proxy.compaction.cutoff import FULL, PARTIAL, Previous, choose_cutoff
 from proxy.compaction.trigger import Thresholds
-from proxy.conversation import Api, Entry, Kind
-from proxy.core.boundary import safe_cuts
+from proxy.conversation import Api, Entry, Kind, reference_id
+from proxy.core.boundary import summary_cuts
+from proxy.core.reasoning_items import is_produced
 from tests.test_compaction_support import (assistant, assistant_calls, conv, measure, r_call,
                                            r_output, r_reasoning, r_user, sessions, session,
                                            system, tool_result, user)
@@ -28,6 +29,15 @@ def sizes(entries: Sequence[Entry]) -> list[int]:
     return [measure(e) for e in entries]
 
 
+def _step_item(entry: Entry) -> bool:
+    return is_produced(entry) or _reference(entry)
+
+
+def _reference(entry: Entry) -> bool:
+    """An `item_reference`: it may stand for a step's reasoning item."""
+    return reference_id(entry) is not None
+
+
 def assert_valid_cut(entries: Sequence[Entry], cut: int) -> None:
     """The invariants of SPEC §5, checked the slow obvious way."""
     lead = 0
@@ -39,6 +49,13 @@ def assert_valid_cut(entries: Sequence[Entry], cut: int) -> None:
     assert entries[cut - 1].kind is not Kind.REASONING, "reasoning split from its item"
     if cut < len(entries):
         assert not entries[cut - 1].kind is entries[cut].kind is Kind.CALL, "parallel calls split"
+    if cut < len(entries) and _step_item(entries[cut]):
+        a = cut - 1
+        while a >= 0 and (entries[a].kind is Kind.RESULT or _step_item(entries[a])):
+            a -= 1
+        run = entries[a + 1:cut]  # outputs and items a step may have produced
+        began = (a >= 0 and entries[a].kind is Kind.REASONING) or any(map(_reference, run))
+        assert not (began and any(e.kind is Kind.RESULT for e in run)), "a step parted by outputs"
     prefix_calls = {c.id for e in entries[:cut] for c in e.calls}
     tail_calls = {c.id for e in entries[cut:] for c in e.calls}
     for e in entries[cut:]:
@@ -67,7 +84,7 @@ def test_cutoff_by_messages_never_splits_tool_group(case: tuple, keep: int) -> N
 
 
 def _minimal_tail(entries: Sequence[Entry]) -> int:
-    flags = safe_cuts(entries)
+    flags = summary_cuts(entries)
     return len(entries) - max(i for i in range(len(entries)) if flags[i])
 
 

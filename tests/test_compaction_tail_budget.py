@@ -20,7 +20,7 @@ from proxy.compaction.budgets import TailCap, restore_budgets, tail_cap
 from proxy.compaction.cutoff import PARTIAL, choose_cutoff
 from proxy.compaction.trigger import Thresholds
 from proxy.conversation import Entry, Kind
-from proxy.core.boundary import safe_cuts
+from proxy.core.boundary import summary_cuts
 from proxy.settings import RestoreSettings
 from proxy.testing.reference_tokens import chat_prompt_tokens
 from proxy.testing.replies import Reply
@@ -34,7 +34,7 @@ NEAR = {"trigger_ratio": 0.6, "keep_ratio": 0.5}
 
 
 def _minimal(entries: Sequence[Entry]) -> int:
-    flags = safe_cuts(entries)
+    flags = summary_cuts(entries)
     return max(i for i in range(len(entries)) if flags[i])
 
 

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.conversation import Api, Entries, Entry, Kind, leading_instructions, reference_id
-from proxy.core.boundary import _open_call_spans, nearest_safe_cut, safe_cuts
+from proxy.core.boundary import _open_call_spans, nearest_safe_cut, safe_cuts, summary_cuts
 from proxy.core.reasoning_items import is_produced
 from proxy.core.window import keep_for, window_of, window_start
 from proxy.settings import CompactionSettings, ModelProfile
@@ -43,6 +43,47 @@ def test_an_output_astray_after_a_reasoning_item_does_not_part_it_from_what_it_p
                         r_reasoning("rs_1"), r_output("a"), r_output("a"),
                         r_assistant("Done.", id="msg_1"), r_user("more"))
     assert safe_cuts(entries)[6:9] == [False, False, True]  # 6: the call still answered
+
+
+def test_the_summary_never_parts_a_steps_calls_across_an_output() -> None:
+    # Two calls of one step (their ids name rs_1), and between them the first call's output (a
+    # client that answers each call as it goes) or an output astray: a summary cut there would
+    # take rs_1 and keep fc_2, which upstream refuses. The window may cut there (nothing of the
+    # step is dropped before it), the summary may not.
+    for between in (r_output("a"), r_output("zz")):
+        entries = responses(r_user(), r_reasoning("rs_1"), r_call("grep", "a", id="fc_1"), between,
+                            r_call("grep", "b", id="fc_2"), r_output("b"),
+                            r_assistant("Done.", id="msg_1"), r_user("next"))
+        assert safe_cuts(entries)[4] and safe_cuts(entries)[6]
+        assert summary_cuts(entries) == [*safe_cuts(entries)[:4], False, False, False, True, True]
+
+
+def test_the_summary_may_cut_where_no_reasoning_item_began_the_run() -> None:
+    plain = responses(r_user(), r_call("grep", "a", id="fc_1"), r_output("a"),
+                      r_call("grep", "b", id="fc_2"), r_output("b"), r_assistant("Done."))
+    assert summary_cuts(plain) == safe_cuts(plain) == [True, True, False, True, False, True, True]
+    chat_list = chat(system(), user(), assistant_calls(read("a")), tool_result("a"),
+                     assistant_calls(read("b")), tool_result("b"), assistant("done"))
+    assert summary_cuts(chat_list) == safe_cuts(chat_list)
+
+
+def test_a_reference_begins_a_step_for_the_summary_as_a_reasoning_item_does() -> None:
+    # A store-on client echoes the reasoning item by reference: it may be rs_1.
+    entries = responses(r_user(), {"type": "item_reference", "id": "rs_1"},
+                        r_call("grep", "a", id="fc_1"), r_output("a"),
+                        r_call("grep", "b", id="fc_2"), r_output("b"), r_user("next"))
+    assert safe_cuts(entries)[4] and not summary_cuts(entries)[4]
+
+
+def test_a_summary_cut_keeps_its_verdict_while_the_list_grows() -> None:
+    # It reads only what lies before the cut (a stored checkpoint's cut must stay usable).
+    whole = [r_user(), r_reasoning("rs_1"), r_call("grep", "a", id="fc_1"), r_output("a"),
+             r_user("next"), r_reasoning("rs_2"), r_call("grep", "b", id="fc_2"), r_output("b"),
+             r_call("grep", "c", id="fc_3"), r_output("c"), r_user("more")]
+    final = summary_cuts(responses(*whole))
+    for n in range(1, len(whole) + 1):
+        flags = summary_cuts(responses(*whole[:n]))
+        assert [b for b in range(n) if flags[b] and final[b]] == [b for b in range(n) if flags[b]]
 
 
 def test_cut_is_unsafe_while_a_call_waits_for_a_later_output() -> None:

@@ -15,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.conversation import Entries, Entry, Kind, latest_user_index, leading_instructions
-from proxy.core.boundary import cut_at_or_after, cut_at_or_before, nearest_safe_cut, safe_cuts
+from proxy.core.boundary import (cut_at_or_after, cut_at_or_before, is_summary_cut,
+                                 nearest_safe_cut, safe_cuts, summary_cuts)
 from proxy.core.reasoning_items import is_produced
 from proxy.core.window import window_of
 from tests.factories import entries_of
@@ -90,6 +91,34 @@ def test_safe_cuts_are_exactly_the_cuts_that_split_nothing_paired(drawn: tuple[s
     api, elements = drawn
     entries = entries_of(api, elements)
     assert safe_cuts(entries) == _expected_safe(entries)
+
+
+def _expected_summary_safe(entries: Entries) -> list[bool]:
+    """`_expected_safe`, and no cut before a step's item when walking back over outputs and
+    such items meets an output and then a reasoning item, or a reference on the way."""
+    safe = _expected_safe(entries)
+    for b in range(len(entries)):
+        if not _step_item(entries[b]):
+            continue
+        a = b - 1
+        while a >= 0 and (entries[a].kind is Kind.RESULT or _step_item(entries[a])):
+            a -= 1
+        run = entries[a + 1:b]
+        began = (a >= 0 and entries[a].kind is Kind.REASONING) or any(
+            e.raw.get("type") == "item_reference" for e in run)
+        if began and any(e.kind is Kind.RESULT for e in run):
+            safe[b] = False
+    return safe
+
+
+@given(damaged)
+def test_summary_cuts_are_the_safe_cuts_that_part_no_step_across_outputs(
+        drawn: tuple[str, list]) -> None:
+    api, elements = drawn
+    entries = entries_of(api, elements)
+    expected = _expected_summary_safe(entries)
+    assert summary_cuts(entries) == expected
+    assert [is_summary_cut(entries, b) for b in range(len(entries) + 1)] == expected
 
 
 @given(damaged, st.data())

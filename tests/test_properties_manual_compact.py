@@ -400,13 +400,10 @@ def check_rebuilt(api: str, client_list: list[bytes], sent: list[bytes],
 # A messy client's output astray between a reasoning item and its message: the cut fell after
 # it, summarized the reasoning and kept the message's id (found in CI; `proxy/core/boundary.py`).
 @example(case=orjson.loads((Path(__file__).parent / "data/compact_output_astray.json").read_bytes()))
-# KNOWN BUG (found in CI, not fixed yet): a messy client's output astray between two calls of one
-# Responses step (each with the id naming the step's reasoning item). The summary cut falls
-# between them: it takes the reasoning and the first call, keeps the second, and upstream
-# refuses the next turn. Marking such a cut unsafe in `safe_cuts` broke the growing-list
-# property of the protected window; the fix belongs to the summary cut alone.
-@example(case=orjson.loads((Path(__file__).parent / "data/compact_call_astray.json").read_bytes())
-         ).xfail(raises=AssertionError, reason="a step's calls parted by an output astray")
+# A messy client's output astray between two calls of one Responses step (each with the id
+# naming the step's reasoning item): the summary cut fell between them, took the reasoning and
+# the first call and kept the second (found in CI; `boundary.summary_cuts`).
+@example(case=orjson.loads((Path(__file__).parent / "data/compact_call_astray.json").read_bytes()))
 def test_compact_is_a_turn_of_its_own_and_leaves_no_trace_in_later_context(
         rig: Rig, case: dict[str, Any]) -> None:
     client = Client(rig, case)

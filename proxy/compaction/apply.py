@@ -32,7 +32,7 @@ from proxy.compaction.postcheck import Verdict
 from proxy.compaction.restore import Restored
 from proxy.conversation import (Api, Entries, Entry, content_text, entry_from,
                                 leading_instructions, make_user)
-from proxy.core.boundary import is_safe_cut
+from proxy.core.boundary import is_summary_cut
 from proxy.records import CompactionEvent
 
 SUMMARY_HEADER = "Summary of the earlier conversation (context compaction)"
@@ -188,7 +188,7 @@ def rebuild(entries: Sequence[Entry], ids: Sequence[str],
         return None
     cut, found_by = found
     lead = leading_instructions(entries)
-    if cut <= lead or cut >= len(entries) or not is_safe_cut(entries, cut):
+    if cut <= lead or cut >= len(entries) or not is_summary_cut(entries, cut):
         return None
     if prefix_digest(ids, lead, cut) != event.prefix_digest:
         return None

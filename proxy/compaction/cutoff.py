@@ -5,7 +5,7 @@ and the previous checkpoint's cut when one applies. The leading system/developer
 never summarized. The tail is about `keep_tokens` (or `keep_messages` without a profile); the
 cut then moves *later* to the next safe cut (`proxy.core.boundary`), so the tail never exceeds
 its budget, never starts with a tool result, never splits a call group and never separates a
-reasoning item from what it produced.
+reasoning item from what it produced, outputs between them or not (`boundary.summary_cuts`).
 
 Every compaction keeps a minimal tail raw: from the last safe cut at or before the last entry.
 That is the pending tool group when the conversation ends inside a tool loop (the model's next
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from proxy.compaction.budgets import TailCap
 from proxy.compaction.trigger import Thresholds
 from proxy.conversation import Entry, leading_instructions
-from proxy.core.boundary import cut_at_or_after, cut_at_or_before, safe_cuts
+from proxy.core.boundary import cut_at_or_after, cut_at_or_before, summary_cuts
 
 PARTIAL = "partial"
 FULL = "full"
@@ -71,7 +71,7 @@ def choose_cutoff(entries: Sequence[Entry], sizes: Sequence[int], th: Thresholds
     n = len(entries)
     lead = leading_instructions(entries)
     start = max(lead, previous.cut if previous is not None else lead)
-    flags = safe_cuts(entries)
+    flags = summary_cuts(entries)
     minimal = cut_at_or_before(flags, n - 1, start + 1) if n > start + 1 else None
     if minimal is None:
         return None

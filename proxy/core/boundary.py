@@ -14,6 +14,14 @@ nothing the providers pair up:
   store-on client echoes reasoning by reference and calls whole), and a cut after it would
   summarize the reasoning away and keep the call it produced, which upstream then refuses.
 The summary cutoff, the protected window and the stages all move their cuts with these helpers.
+
+The summary's cut obeys one rule more (`summary_cuts`): it never falls before an item a step
+may have produced when only outputs and such items stand between it and a reasoning item (or
+a reference). A client may put a call's output between two calls of one step, or an output
+astray there; the call after it may then name the reasoning item that the summary would take.
+The rule reads only what lies before the cut, so a checkpoint's cut stays as safe as it was
+while the list grows. The protected window's start may sit at the list's end, where the rule
+would turn unsafe once the next item comes; so the window keeps to `safe_cuts` alone.
 """
 
 from __future__ import annotations
@@ -50,6 +58,61 @@ def safe_cuts(entries: Sequence[Entry]) -> list[bool]:
 
 
 _KIND, _API = attrgetter("kind"), attrgetter("api")
+
+
+def summary_cuts(entries: Sequence[Entry]) -> list[bool]:
+    """`safe_cuts`, less the cuts that could part a step's items across its outputs."""
+    safe = safe_cuts(entries)
+    for b in _steps_parted_by_outputs(entries):
+        safe[b] = False
+    return safe
+
+
+def is_summary_cut(entries: Sequence[Entry], index: int) -> bool:
+    """`summary_cuts(entries)[index]`, the step rule walked back from `index` alone (a
+    checkpoint's cut is checked on every request)."""
+    return 0 <= index <= len(entries) and safe_cuts(entries)[index] and not (
+        0 < index < len(entries) and entries[index - 1].kind is RESULT
+        and _step_item(entries[index]) and _step_began_before(entries, index - 1))
+
+
+def _step_item(entry: Entry) -> bool:
+    kind = entry.kind
+    return ((kind is ASSISTANT or kind is CALL) and entry.api is RESPONSES) or (
+        kind is OTHER and (is_produced(entry) or reference_id(entry) is not None))
+
+
+def _step_began_before(entries: Sequence[Entry], last: int) -> bool:
+    """Whether a reasoning item (or a reference) began the run of outputs and step items that
+    ends at `last`."""
+    for i in range(last, -1, -1):
+        entry = entries[i]
+        if entry.kind is REASONING or reference_id(entry) is not None:
+            return True
+        if entry.kind is not RESULT and not _step_item(entry):
+            return False
+    return False
+
+
+def _steps_parted_by_outputs(entries: Sequence[Entry]) -> list[int]:
+    """The cuts before a step's item (or a reference) that follows outputs, in a run of outputs
+    and such items that a reasoning item (or a reference) began."""
+    cuts: list[int] = []
+    if not any(map(is_, map(_API, entries), repeat(RESPONSES))):
+        return cuts
+    in_step = after_output = False
+    for i, entry in enumerate(entries):
+        kind = entry.kind
+        if kind is RESULT:
+            after_output = True
+            continue
+        reference = kind is OTHER and reference_id(entry) is not None
+        step_item = _step_item(entry)
+        if in_step and after_output and step_item:
+            cuts.append(i)
+        in_step = kind is REASONING or reference or (in_step and step_item)
+        after_output = False
+    return cuts
 
 
 def _after_reasoning_and_outputs(kinds: list[Kind]) -> list[int]:
