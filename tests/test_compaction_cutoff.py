@@ -49,7 +49,7 @@ def assert_valid_cut(entries: Sequence[Entry], cut: int) -> None:
     assert entries[cut - 1].kind is not Kind.REASONING, "reasoning split from its item"
     if cut < len(entries):
         assert not entries[cut - 1].kind is entries[cut].kind is Kind.CALL, "parallel calls split"
-    if cut < len(entries) and _step_item(entries[cut]):
+    if cut < len(entries) and is_produced(entries[cut]):  # a reference may begin the next step
         a = cut - 1
         while a >= 0 and (entries[a].kind is Kind.RESULT or _step_item(entries[a])):
             a -= 1

@@ -75,6 +75,16 @@ def test_a_reference_begins_a_step_for_the_summary_as_a_reasoning_item_does() ->
     assert safe_cuts(entries)[4] and not summary_cuts(entries)[4]
 
 
+def test_the_summary_may_cut_before_a_reference_after_outputs() -> None:
+    # A store-on client echoes every item by reference: the one after the outputs may be the
+    # next step's reasoning item, as for the window.
+    entries = responses(r_user(), *({"type": "item_reference", "id": i} for i in ("rs_1", "fc_1")),
+                        r_output("a"), *({"type": "item_reference", "id": i} for i in ("rs_2", "fc_2")),
+                        r_output("b"), r_user("next"))
+    assert summary_cuts(entries) == safe_cuts(entries)
+    assert summary_cuts(entries)[4]
+
+
 def test_a_summary_cut_keeps_its_verdict_while_the_list_grows() -> None:
     # It reads only what lies before the cut (a stored checkpoint's cut must stay usable).
     whole = [r_user(), r_reasoning("rs_1"), r_call("grep", "a", id="fc_1"), r_output("a"),

@@ -94,11 +94,12 @@ def test_safe_cuts_are_exactly_the_cuts_that_split_nothing_paired(drawn: tuple[s
 
 
 def _expected_summary_safe(entries: Entries) -> list[bool]:
-    """`_expected_safe`, and no cut before a step's item when walking back over outputs and
-    such items meets an output and then a reasoning item, or a reference on the way."""
+    """`_expected_safe`, and no cut before an item a step produced (a reference may begin the
+    next step) when walking back over outputs and step items meets an output and then a
+    reasoning item, or a reference on the way."""
     safe = _expected_safe(entries)
     for b in range(len(entries)):
-        if not _step_item(entries[b]):
+        if not is_produced(entries[b]):
             continue
         a = b - 1
         while a >= 0 and (entries[a].kind is Kind.RESULT or _step_item(entries[a])):

@@ -16,9 +16,11 @@ nothing the providers pair up:
 The summary cutoff, the protected window and the stages all move their cuts with these helpers.
 
 The summary's cut obeys one rule more (`summary_cuts`): it never falls before an item a step
-may have produced when only outputs and such items stand between it and a reasoning item (or
-a reference). A client may put a call's output between two calls of one step, or an output
-astray there; the call after it may then name the reasoning item that the summary would take.
+may have produced when only outputs and such items (or references) stand between it and a
+reasoning item (or a reference). A client may put a call's output between two calls of one
+step, or an output astray there; the call after it may then name the reasoning item that the
+summary would take. A reference after outputs may stand for the next step's reasoning item, as
+`safe_cuts` takes it: the summary may cut before one (a store-on client echoes every item so).
 The rule reads only what lies before the cut, so a checkpoint's cut stays as safe as it was
 while the list grows. The protected window's start may sit at the list's end, where the rule
 would turn unsafe once the next item comes; so the window keeps to `safe_cuts` alone.
@@ -73,7 +75,7 @@ def is_summary_cut(entries: Sequence[Entry], index: int) -> bool:
     checkpoint's cut is checked on every request)."""
     return 0 <= index <= len(entries) and safe_cuts(entries)[index] and not (
         0 < index < len(entries) and entries[index - 1].kind is RESULT
-        and _step_item(entries[index]) and _step_began_before(entries, index - 1))
+        and is_produced(entries[index]) and _step_began_before(entries, index - 1))
 
 
 def _step_item(entry: Entry) -> bool:
@@ -95,8 +97,8 @@ def _step_began_before(entries: Sequence[Entry], last: int) -> bool:
 
 
 def _steps_parted_by_outputs(entries: Sequence[Entry]) -> list[int]:
-    """The cuts before a step's item (or a reference) that follows outputs, in a run of outputs
-    and such items that a reasoning item (or a reference) began."""
+    """The cuts before a step's item (not a reference) that follows outputs, in a run of
+    outputs and such items that a reasoning item (or a reference) began."""
     cuts: list[int] = []
     if not any(map(is_, map(_API, entries), repeat(RESPONSES))):
         return cuts
@@ -108,7 +110,7 @@ def _steps_parted_by_outputs(entries: Sequence[Entry]) -> list[int]:
             continue
         reference = kind is OTHER and reference_id(entry) is not None
         step_item = _step_item(entry)
-        if in_step and after_output and step_item:
+        if in_step and after_output and step_item and not reference:
             cuts.append(i)
         in_step = kind is REASONING or reference or (in_step and step_item)
         after_output = False
