@@ -254,6 +254,18 @@ def _responses_step(draw: st.DrawFn, step: dict[str, Any], nonce: str) -> list[W
                 "call_id": c["id"],
                 "output": [{"type": "input_text", "text": c["result"]}] if c["parts"] else c["result"]}
                for c in step["calls"]]
+    if len(outputs) > 1 and draw(st.integers(0, 3)) == 0:
+        # A client that answers each call as it goes (OpenAI's function-calling guide appends
+        # a call's output right after it): the step's items parted by outputs.
+        answered: list[Wire] = []
+        left = list(outputs)
+        for item in produced:
+            answered.append(item)
+            found = next((o for o in left if o["call_id"] == item.get("call_id")), None)
+            if found is not None:
+                left.remove(found)
+                answered.append(found)
+        return items + answered + left
     return items + produced + outputs
 
 

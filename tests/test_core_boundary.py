@@ -109,11 +109,14 @@ def test_nearest_safe_cut_moves_earlier_first_then_later() -> None:
 
 
 @given(conversations("chat") | conversations("responses").map(lambda c: ("r", c)), st.data())
-def test_every_safe_cut_leaves_a_valid_tail(drawn: object, data: st.DataObject) -> None:
+def test_every_summary_cut_leaves_a_valid_tail(drawn: object, data: st.DataObject) -> None:
+    """What lies between the leading instructions and a summary cut goes (the summary stands
+    for it): the rest must be valid alone. The window's cuts drop nothing (`safe_cuts` may
+    part a step across an output there)."""
     api, elements = ("responses", drawn[1]) if isinstance(drawn, tuple) else ("chat", drawn)
     entries = entries_of(api, elements)  # type: ignore[arg-type]
     lead = leading_instructions(entries)
-    for b, safe in enumerate(safe_cuts(entries)):
+    for b, safe in enumerate(summary_cuts(entries)):
         if not safe or b < lead or b == len(entries):
             continue
         kept = wire(entries[:lead] + entries[b:])
@@ -199,11 +202,11 @@ def test_a_reference_stays_with_the_item_after_it_that_its_step_produced() -> No
 
 
 @given(conversations("responses"))
-def test_every_safe_cut_leaves_a_valid_tail_when_reasoning_comes_by_reference(
+def test_every_summary_cut_leaves_a_valid_tail_when_reasoning_comes_by_reference(
         elements: list) -> None:
     entries = entries_of("responses", [_by_reference(e) for e in elements])
     lead = leading_instructions(entries)
-    for b, safe in enumerate(safe_cuts(entries)):
+    for b, safe in enumerate(summary_cuts(entries)):
         if not safe or b < lead or b == len(entries):
             continue
         found = check_responses({"input": wire(entries[:lead] + entries[b:]), "store": True})

@@ -8,6 +8,7 @@ from proxy.conversation import Kind, content_text
 from proxy.core.boundary import safe_cuts
 from proxy.core.collapse import collapse, exploration_runs, settled_start
 from proxy.core.exploration import HEADER
+from proxy.core.groups import tool_groups
 from proxy.core.repair import CANCELLED_TEXT
 from proxy.settings import DEFAULT_EXPLORATION_TOOLS
 from proxy.testing.rules import check_chat, check_responses
@@ -79,6 +80,27 @@ def test_responses_run_collapses_with_its_reasoning_and_stays_valid() -> None:
         "message", "reasoning", "function_call", "function_call_output", "message"]
     assert '"path":"a.py"' in content_text(out.entries[1])
     assert check_responses({"input": wire(out.entries)}) is None
+
+
+def test_a_step_answered_call_by_call_stays_whole_when_a_later_call_has_an_id() -> None:
+    # A client that answers each call as it goes: fc_2's id may name rs_1, so folding the first
+    # call with rs_1 and keeping fc_2 would send it without its reasoning item. Without an id a
+    # later call names nothing, and it is a step of its own as before.
+    def session(second_id: str | None) -> tuple:
+        extra = {"id": second_id} if second_id else {}
+        return responses(r_user(), r_reasoning("rs_1"),
+                         r_call("read_file", "a", {"path": "a.py"}, id="fc_1"), r_output("a", "text\n" * 60),
+                         r_call("read_file", "b", {"path": "b.py"}, **extra), r_output("b", "text\n" * 60),
+                         r_assistant("done"), r_user("next"))
+    with_id = session("fc_2")
+    (step,) = tool_groups(with_id)
+    assert (step.start, step.end, step.call_entries, step.results) == (1, 6, (2, 4), (3, 5))
+    assert collapse(with_id, stage_context(with_id, tail=1)).entries == with_id
+    without = session(None)
+    assert [(g.start, g.end) for g in tool_groups(without)] == [(1, 4), (4, 6)]
+    out = collapse(without, stage_context(without, tail=1))
+    assert [e.raw.get("type") for e in out.entries[1:4]] == ["message", "function_call",
+                                                             "function_call_output"]
 
 
 def test_collapse_is_idempotent() -> None:

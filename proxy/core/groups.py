@@ -3,7 +3,10 @@
 Chat: one assistant message with `tool_calls` and the run of `tool` messages after it, or one
 with a legacy `function_call` and the `function` message after it (`legacy_calls`).
 Responses: the reasoning items before a step's consecutive call items, those items, and the
-run of output items after them. Collapse works on these units: parallel calls are one unit.
+run of output items after them; when the step has a reasoning item, also the later call items
+that follow those outputs, the first with an id (a client that answers each call as it goes:
+such an id may name the step's reasoning item), and their outputs. Collapse works on these
+units: parallel calls are one unit.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ class Group(NamedTuple):
     end: int  # one past its last result
     calls: tuple[ToolCall, ...]
     call_entries: tuple[int, ...]  # the entries that carry the calls
-    results: tuple[int, ...]  # the result entries right after them
+    results: tuple[int, ...]  # the result entries right after them (after each run of calls)
 
     def answered_once(self, entries: Sequence[Entry]) -> bool:
         """Every call has exactly one result in the run, and the run answers nothing else."""
@@ -71,8 +74,21 @@ def _group_at(entries: Sequence[Entry], i: int) -> Group | None:
     while last < len(entries) and entries[last].kind is CALL:
         last += 1
     end = _results_end(entries, last)
-    calls = tuple(c for k in range(first, last) for c in entries[k].calls)
-    return Group(i, end, calls, tuple(range(first, last)), tuple(range(last, end)))
+    call_entries, results = list(range(first, last)), list(range(last, end))
+    # A client that answers each call as it goes parts a step's calls by outputs; a later one
+    # that carries an id may name this step's reasoning item, so it stays in the step. Only
+    # the first entry after the outputs decides: where a step ends depends on nothing after it
+    # (`collapse._Folded`).
+    while (first > i and end < len(entries) and entries[end].kind is CALL
+           and entries[end].item_id is not None):
+        more = end
+        while more < len(entries) and entries[more].kind is CALL:
+            more += 1
+        call_entries += range(end, more)
+        end = _results_end(entries, more)
+        results += range(more, end)
+    calls = tuple(c for k in call_entries for c in entries[k].calls)
+    return Group(i, end, calls, tuple(call_entries), tuple(results))
 
 
 def _legacy_group(entries: Sequence[Entry], i: int) -> Group | None:
