@@ -28,7 +28,8 @@ CASE = Path(__file__).parent / "data/compact_call_astray.json"
 @pytest.mark.parametrize("fixed", [True, False], ids=["this version", "the older rebuild"])
 def test_a_checkpoint_cut_between_a_steps_items_is_no_longer_used(
         rig, monkeypatch: pytest.MonkeyPatch, fixed: bool) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(turns, "event", lambda _: None)  # Hypothesis' statistics: no test of its
+    # The turns record Hypothesis statistics, which raises outside a Hypothesis test.
+    monkeypatch.setattr(turns, "event", lambda _: None)
     case = orjson.loads(CASE.read_bytes())
     client = Client(rig, case)
     ((k, _),) = case["commands"]
