@@ -79,9 +79,7 @@ def is_summary_cut(entries: Sequence[Entry], index: int) -> bool:
 
 
 def _step_item(entry: Entry) -> bool:
-    kind = entry.kind
-    return ((kind is ASSISTANT or kind is CALL) and entry.api is RESPONSES) or (
-        kind is OTHER and (is_produced(entry) or reference_id(entry) is not None))
+    return is_produced(entry) or reference_id(entry) is not None
 
 
 def _step_began_before(entries: Sequence[Entry], last: int) -> bool:
@@ -104,15 +102,13 @@ def _steps_parted_by_outputs(entries: Sequence[Entry]) -> list[int]:
         return cuts
     in_step = after_output = False
     for i, entry in enumerate(entries):
-        kind = entry.kind
-        if kind is RESULT:
+        if entry.kind is RESULT:
             after_output = True
             continue
-        reference = kind is OTHER and reference_id(entry) is not None
-        step_item = _step_item(entry)
-        if in_step and after_output and step_item and not reference:
+        produced = is_produced(entry)
+        if in_step and after_output and produced:
             cuts.append(i)
-        in_step = kind is REASONING or reference or (in_step and step_item)
+        in_step = entry.kind is REASONING or reference_id(entry) is not None or (in_step and produced)
         after_output = False
     return cuts
 
