@@ -246,8 +246,10 @@ def _responses_step(draw: st.DrawFn, step: dict[str, Any], nonce: str) -> list[W
     for c in step["calls"]:
         kind, field = ("custom_tool_call", "input") if c["custom"] else ("function_call", "arguments")
         produced.append({"type": kind, "call_id": c["id"], "name": c["name"], field: c["arguments"]})
-    if reasoned and draw(st.booleans()):
-        for k, item in enumerate(produced):
+    # The items' ids: none, all, or (a client that rebuilt some items itself) only some.
+    ids = draw(st.sampled_from(("none", "all", "some"))) if reasoned else "none"
+    for k, item in enumerate(produced):
+        if ids == "all" or (ids == "some" and draw(st.booleans())):
             prefix = {"message": "msg", "custom_tool_call": "ctc"}.get(item["type"], "fc")
             item["id"] = SIGNER.item_id(prefix, nonce, k, reasoned=True)
     outputs = [{"type": "custom_tool_call_output" if c["custom"] else "function_call_output",

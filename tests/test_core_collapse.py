@@ -84,8 +84,7 @@ def test_responses_run_collapses_with_its_reasoning_and_stays_valid() -> None:
 
 def test_a_step_answered_call_by_call_stays_whole_when_a_later_call_has_an_id() -> None:
     # A client that answers each call as it goes: fc_2's id may name rs_1, so folding the first
-    # call with rs_1 and keeping fc_2 would send it without its reasoning item. Without an id a
-    # later call names nothing, and it is a step of its own as before.
+    # call with rs_1 and keeping fc_2 would send it without its reasoning item.
     def session(second_id: str | None) -> tuple:
         extra = {"id": second_id} if second_id else {}
         return responses(r_user(), r_reasoning("rs_1"),
@@ -96,11 +95,24 @@ def test_a_step_answered_call_by_call_stays_whole_when_a_later_call_has_an_id() 
     (step,) = tool_groups(with_id)
     assert (step.start, step.end, step.call_entries, step.results) == (1, 6, (2, 4), (3, 5))
     assert collapse(with_id, stage_context(with_id, tail=1)).entries == with_id
-    without = session(None)
-    assert [(g.start, g.end) for g in tool_groups(without)] == [(1, 4), (4, 6)]
-    out = collapse(without, stage_context(without, tail=1))
-    assert [e.raw.get("type") for e in out.entries[1:4]] == ["message", "function_call",
-                                                             "function_call_output"]
+
+
+def test_a_call_without_an_id_does_not_part_a_step_from_its_later_calls() -> None:
+    # A client that rebuilt the second call itself (no id) and kept the third's (fc_3, which
+    # may name rs_1): whether the step goes on is told by the first entry after the outputs
+    # alone, so an id-less call goes on with it too, and the step is folded or kept whole.
+    entries = responses(
+        r_user(), r_reasoning("rs_1"),
+        r_call("read_file", "a", {"path": "a.py"}, id="fc_1"), r_output("a", "text\n" * 60),
+        r_call("read_file", "b", {"path": "b.py"}), r_output("b", "text\n" * 60),
+        r_call("read_file", "c", {"path": "c.py"}, id="fc_3"), r_output("c", "text\n" * 60),
+        r_assistant("done"), r_user("next"))
+    (step,) = tool_groups(entries)
+    assert (step.start, step.end, step.call_entries, step.results) == (1, 8, (2, 4, 6), (3, 5, 7))
+    out = collapse(entries, stage_context(entries, tail=1))
+    kept = [e.raw for e in out.entries]
+    assert (kept == [e.raw for e in entries]
+            or not any(e.raw.get("id") in ("rs_1", "fc_1", "fc_3") for e in out.entries))
 
 
 def test_collapse_is_idempotent() -> None:

@@ -4,8 +4,8 @@ Chat: one assistant message with `tool_calls` and the run of `tool` messages aft
 with a legacy `function_call` and the `function` message after it (`legacy_calls`).
 Responses: the reasoning items before a step's consecutive call items, those items, and the
 run of output items after them; when the step has a reasoning item, also the later call items
-that follow those outputs, the first with an id (a client that answers each call as it goes:
-such an id may name the step's reasoning item), and their outputs. Collapse works on these
+that follow those outputs (a client that answers each call as it goes: a later call's id may
+name the step's reasoning item), and their outputs. Collapse works on these
 units: parallel calls are one unit.
 """
 
@@ -76,11 +76,10 @@ def _group_at(entries: Sequence[Entry], i: int) -> Group | None:
     end = _results_end(entries, last)
     call_entries, results = list(range(first, last)), list(range(last, end))
     # A client that answers each call as it goes parts a step's calls by outputs; a later one
-    # that carries an id may name this step's reasoning item, so it stays in the step. Only
-    # the first entry after the outputs decides: where a step ends depends on nothing after it
-    # (`collapse._Folded`).
-    while (first > i and end < len(entries) and entries[end].kind is CALL
-           and entries[end].item_id is not None):
+    # may carry an id that names this step's reasoning item, so it stays in the step. So does
+    # one without an id: a call after it may carry one. Only the first entry after the outputs
+    # decides: where a step ends depends on nothing after it (`collapse._Folded`).
+    while first > i and end < len(entries) and entries[end].kind is CALL:
         more = end
         while more < len(entries) and entries[more].kind is CALL:
             more += 1
