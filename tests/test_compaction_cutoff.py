@@ -49,7 +49,9 @@ def assert_valid_cut(entries: Sequence[Entry], cut: int) -> None:
     assert entries[cut - 1].kind is not Kind.REASONING, "reasoning split from its item"
     if cut < len(entries):
         assert not entries[cut - 1].kind is entries[cut].kind is Kind.CALL, "parallel calls split"
-    if cut < len(entries) and is_produced(entries[cut]):  # a reference may begin the next step
+    # A reference may begin the next step, unless its id is OpenAI's for a call or a message.
+    if cut < len(entries) and (is_produced(entries[cut]) or str(reference_id(entries[cut])).startswith(
+            ("fc_", "ctc_", "msg_"))):
         a = cut - 1
         while a >= 0 and (entries[a].kind is Kind.RESULT or _step_item(entries[a])):
             a -= 1

@@ -6,7 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.conversation import Api, Entries, Entry, Kind, leading_instructions, reference_id
-from proxy.core.boundary import _open_call_spans, nearest_safe_cut, safe_cuts, summary_cuts
+from proxy.core.boundary import (_open_call_spans, is_summary_cut, nearest_safe_cut, safe_cuts,
+                                 summary_cuts)
 from proxy.core.reasoning_items import is_produced
 from proxy.core.window import keep_for, window_of, window_start
 from proxy.settings import CompactionSettings, ModelProfile
@@ -83,6 +84,20 @@ def test_the_summary_may_cut_before_a_reference_after_outputs() -> None:
                         r_output("b"), r_user("next"))
     assert summary_cuts(entries) == safe_cuts(entries)
     assert summary_cuts(entries)[4]
+
+
+def test_the_summary_keeps_a_step_whole_over_a_reference_whose_id_is_a_call_s() -> None:
+    # fc_2 answered after fc_1's output, both echoed by reference: OpenAI's ids begin with
+    # `fc_` for a function call, so this reference stands for rs_1's second call, not for the
+    # next step's reasoning item; cutting before it would summarize rs_1 away.
+    def refs(*ids: str) -> list[dict]:
+        return [{"type": "item_reference", "id": i} for i in ids]
+    entries = responses(r_user(), *refs("rs_1", "fc_1"), r_output("a"), *refs("fc_2"),
+                        r_output("b"), *refs("msg_3"), r_user("next"))
+    safe, summary = safe_cuts(entries), summary_cuts(entries)
+    assert safe[4] and not summary[4]
+    assert safe[6] and not summary[6]  # a message's id too
+    assert [is_summary_cut(entries, b) for b in range(len(entries) + 1)] == summary
 
 
 def test_a_summary_cut_keeps_its_verdict_while_the_list_grows() -> None:
@@ -187,9 +202,11 @@ def _produced(entry: Entry) -> bool:
     return is_produced(entry) or reference_id(entry) is not None
 
 
-def _by_reference(item: dict) -> dict:
-    """What a store-on client echoes for a reasoning item: a reference to it."""
-    if item.get("type") == "reasoning" and item.get("id"):
+def _by_reference(item: dict, everything: bool = False) -> dict:
+    """What a store-on client echoes for a reasoning item (`everything`: for any item with an
+    id): a reference to it."""
+    kinds = ("reasoning", "function_call", "custom_tool_call", "message") if everything else ("reasoning",)
+    if item.get("type") in kinds and item.get("id"):
         return {"type": "item_reference", "id": item["id"]}
     return item
 
@@ -201,15 +218,19 @@ def test_a_reference_stays_with_the_item_after_it_that_its_step_produced() -> No
     assert safe_cuts(entries) == [True, True, False, False, True, True, True]
 
 
-@given(conversations("responses"))
+@given(conversations("responses"), st.booleans())
 def test_every_summary_cut_leaves_a_valid_tail_when_reasoning_comes_by_reference(
-        elements: list) -> None:
-    entries = entries_of("responses", [_by_reference(e) for e in elements])
+        elements: list, everything: bool) -> None:
+    # Upstream reads each reference as the stored item it names (`everything`: a client that
+    # echoes every item by reference; its calls' outputs pair with the calls stored).
+    stored = {e["id"]: e for e in elements if e.get("id")}
+    entries = entries_of("responses", [_by_reference(e, everything) for e in elements])
     lead = leading_instructions(entries)
     for b, safe in enumerate(summary_cuts(entries)):
         if not safe or b < lead or b == len(entries):
             continue
-        found = check_responses({"input": wire(entries[:lead] + entries[b:]), "store": True})
+        found = check_responses({"input": wire(entries[:lead] + entries[b:]), "store": True},
+                                resolve=stored.get)
         assert found is None, (b, found)
 
 

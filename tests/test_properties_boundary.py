@@ -29,11 +29,12 @@ _WEB_SEARCH = {"type": "web_search_call", "id": "ws_1", "status": "completed",
 @st.composite
 def _with_server_calls(draw: st.DrawFn, elements: list[Wire]) -> list[Wire]:
     """Some reasoning items followed by a server call they produced (no `call_id`: no result),
-    some echoed by an `item_reference` instead (a store-on client), and computer calls
-    answered by a screenshot, or not, put in anywhere."""
+    some items with an id echoed by an `item_reference` instead (a store-on client), and
+    computer calls answered by a screenshot, or not, put in anywhere."""
     out: list[Wire] = []
     for element in elements:
-        if element.get("type") == "reasoning" and draw(st.integers(0, 3)) == 0:
+        if (element.get("type") in ("reasoning", "function_call", "custom_tool_call", "message")
+                and isinstance(element.get("id"), str) and draw(st.integers(0, 3)) == 0):
             element = {"type": "item_reference", "id": element["id"]}
         out.append(element)
         if element.get("type") == "reasoning" and draw(st.integers(0, 2)) == 0:
@@ -95,11 +96,13 @@ def test_safe_cuts_are_exactly_the_cuts_that_split_nothing_paired(drawn: tuple[s
 
 def _expected_summary_safe(entries: Entries) -> list[bool]:
     """`_expected_safe`, and no cut before an item a step produced (a reference may begin the
-    next step) when walking back over outputs and step items meets an output and then a
-    reasoning item, or a reference on the way."""
+    next step, unless its id is a call's or a message's) when walking back over
+    outputs and step items meets an output and then a reasoning item, or a reference on the
+    way."""
     safe = _expected_safe(entries)
     for b in range(len(entries)):
-        if not is_produced(entries[b]):
+        named = entries[b].raw.get("id") if entries[b].raw.get("type") == "item_reference" else None
+        if not (is_produced(entries[b]) or str(named).startswith(("fc_", "ctc_", "msg_"))):
             continue
         a = b - 1
         while a >= 0 and (entries[a].kind is Kind.RESULT or _step_item(entries[a])):

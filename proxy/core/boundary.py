@@ -20,7 +20,9 @@ may have produced when only outputs and such items (or references) stand between
 reasoning item (or a reference). A client may put a call's output between two calls of one
 step, or an output astray there; the call after it may then name the reasoning item that the
 summary would take. A reference after outputs may stand for the next step's reasoning item, as
-`safe_cuts` takes it: the summary may cut before one (a store-on client echoes every item so).
+`safe_cuts` takes it: the summary may cut before one (a store-on client echoes every item so),
+unless its id begins as OpenAI's ids of calls and messages do (`fc_`, `ctc_`, `msg_`): such a
+reference stands for a produced item, never for a reasoning item.
 The rule reads only what lies before the cut, so a checkpoint's cut stays as safe as it was
 while the list grows. The protected window's start may sit at the list's end, where the rule
 would turn unsafe once the next item comes; so the window keeps to `safe_cuts` alone.
@@ -75,11 +77,27 @@ def is_summary_cut(entries: Sequence[Entry], index: int) -> bool:
     checkpoint's cut is checked on every request)."""
     return 0 <= index <= len(entries) and safe_cuts(entries)[index] and not (
         0 < index < len(entries) and entries[index - 1].kind is RESULT
-        and is_produced(entries[index]) and _step_began_before(entries, index - 1))
+        and _surely_produced(entries[index]) and _step_began_before(entries, index - 1))
 
 
 def _step_item(entry: Entry) -> bool:
     return is_produced(entry) or reference_id(entry) is not None
+
+
+# OpenAI checks the prefix of an item's id ("Expected an ID that begins with 'fc'", PROTOCOL.md
+# §2.3): a reference to an id of these forms names a function call, a custom tool call or a
+# message.
+_PRODUCED_ID_PREFIXES = ("fc_", "ctc_", "msg_")
+
+
+def _surely_produced(entry: Entry) -> bool:
+    """An item a step produced, or a reference that can stand for nothing else."""
+    return is_produced(entry) or _names_produced(entry)
+
+
+def _names_produced(entry: Entry) -> bool:
+    named = reference_id(entry)
+    return named is not None and named.startswith(_PRODUCED_ID_PREFIXES)
 
 
 def _step_began_before(entries: Sequence[Entry], last: int) -> bool:
@@ -95,8 +113,9 @@ def _step_began_before(entries: Sequence[Entry], last: int) -> bool:
 
 
 def _steps_parted_by_outputs(entries: Sequence[Entry]) -> list[int]:
-    """The cuts before a step's item (not a reference) that follows outputs, in a run of
-    outputs and such items that a reasoning item (or a reference) began."""
+    """The cuts before a step's item (not a reference, unless its id tells it is one) that
+    follows outputs, in a run of outputs and such items that a reasoning item (or a reference)
+    began."""
     cuts: list[int] = []
     if not any(map(is_, map(_API, entries), repeat(RESPONSES))):
         return cuts
@@ -106,7 +125,7 @@ def _steps_parted_by_outputs(entries: Sequence[Entry]) -> list[int]:
             after_output = True
             continue
         produced = is_produced(entry)
-        if in_step and after_output and produced:
+        if in_step and after_output and (produced or _names_produced(entry)):
             cuts.append(i)
         in_step = entry.kind is REASONING or reference_id(entry) is not None or (in_step and produced)
         after_output = False
