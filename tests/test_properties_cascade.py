@@ -199,6 +199,25 @@ def test_an_uncompacted_responses_projection_keeps_only_blobs_whose_chain_holds(
     assert check_responses({"input": body}, verify_encrypted=SIGNER.encrypted_valid) is None
 
 
+_ECHOED = ("reasoning", "function_call", "custom_tool_call", "message")
+
+
+@given(conversations("responses"), st.booleans(), st.data())
+def test_a_store_on_clients_references_stay_valid_through_the_cascade(
+        elements: list, everything: bool, data: st.DataObject) -> None:
+    """A store-on client echoes its reasoning items (`everything`: every item with an id) by
+    `item_reference`: whatever the stages fold, truncate or clear, upstream, reading each
+    reference as the item it stored, still finds every call answered and every reasoning item
+    before what it produced."""
+    stored = {e["id"]: e for e in elements if e.get("id")}
+    echoed = [{"type": "item_reference", "id": e["id"]}
+              if e.get("type") in (_ECHOED if everything else _ECHOED[:1]) and e.get("id") else e
+              for e in elements]
+    context = data.draw(cascade_contexts(len(echoed), compaction=data.draw(st.booleans())))
+    body = wire(_run("responses", echoed, context)[1].entries)
+    assert check_responses({"input": body, "store": True}, resolve=stored.get) is None
+
+
 # ---------------------------------------------------------------- nothing to change
 
 @given(apis.flatmap(lambda api: st.tuples(st.just(api), conversations(api))), st.booleans())
