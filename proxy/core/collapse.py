@@ -121,7 +121,7 @@ class _Folded(NamedTuple):
 
     Which steps `tool_groups` finds before a step's end `e < len(entries)` depends only on
     `entries[:e + 1]` (a step ends at the first entry that is not a result, nor a Responses
-    call with an id that goes on a step led by a reasoning item (`groups`); a scan that finds
+    call that goes on a step led by a reasoning item (`groups`); a scan that finds
     no step stops before the next step's start), and whether a step is collapsible only on its
     own entries. So a list that opens with this one has the same steps, and the same fold of
     them, up to `resume`: the end of the last step that ends before this list's end (only the

@@ -5,8 +5,8 @@ with a legacy `function_call` and the `function` message after it (`legacy_calls
 Responses: the reasoning items before a step's consecutive call items, those items, and the
 run of output items after them; when the step has a reasoning item, also the later call items
 that follow those outputs (a client that answers each call as it goes: a later call's id may
-name the step's reasoning item), and their outputs. Collapse works on these
-units: parallel calls are one unit.
+name the step's reasoning item), and their outputs. Collapse works on these units: parallel
+calls are one unit.
 """
 
 from __future__ import annotations
