@@ -12,9 +12,10 @@ read of its own; concurrency 16 only, its req/s is the pace's), a 200-message ~4
 request, and a Responses API stream of 400 text deltas (`responses400`); at concurrency 1
 and 16. Printed: req/s, p50/p99 latency, streaming time-to-first-byte, the CPU time the
 forwarding process (raw, proxy, base) spent per request, that of its event loop's thread
-alone and how busy that thread was, and the ratios proxy/raw and proxy/direct. CPU per request
-moves much less with the machine's load than req/s does: when the two disagree, the CPU figure
-says what the code costs, req/s what this machine made of it.
+alone and how busy that thread was, and the ratios proxy/raw and proxy/direct (throughput
+proxy/raw also round by round: its spread is how much the machine's load moved it). CPU per
+request moves much less with the machine's load than req/s does: when the two disagree, the CPU
+figure says what the code costs, req/s what this machine made of it.
 
 At concurrency 16 the proxy's one event loop is near saturation. When the raw forwarder's is
 too (`loop busy` near 1 for raw as well), throughput proxy/raw follows the loop CPU ratio.
@@ -497,15 +498,21 @@ async def run_all(servers: Servers, args: argparse.Namespace) -> None:
             results = {target: Result() for target in servers.urls}
             for target, url in servers.urls.items():  # warm-up, not counted
                 await drive(url, body, name in STREAMED, 20, concurrency, 16, path_of(name))
+            per_round: list[float] = []  # throughput proxy/raw of each round
             for _ in range(args.rounds):
+                this_round: dict[str, Result] = {}
                 for target, url in servers.urls.items():
                     load = drive(url, body, name in STREAMED, count, concurrency, 16,
                                  path_of(name))
-                    results[target].merge(await measured(servers.pids.get(target), load))
-            report(name, concurrency, results)
+                    this_round[target] = await measured(servers.pids.get(target), load)
+                    results[target].merge(this_round[target])
+                if this_round["raw"].rps:
+                    per_round.append(this_round["proxy"].rps / this_round["raw"].rps)
+            report(name, concurrency, results, per_round)
 
 
-def report(name: str, concurrency: int, results: dict[str, Result]) -> None:
+def report(name: str, concurrency: int, results: dict[str, Result],
+           per_round: list[float] | None = None) -> None:
     for target, result in results.items():
         ttfb = f"{percentile(result.ttfb, 50):9.2f}" if result.ttfb else f"{'-':>9}"
         cpu = f"{result.cpu_ms:10.3f}" if result.cpu_ms is not None else f"{'-':>10}"
@@ -525,6 +532,11 @@ def report(name: str, concurrency: int, results: dict[str, Result]) -> None:
         line += f"; CPU per request proxy/raw {proxy.cpu_ms / raw.cpu_ms:.2f}"
     if proxy.loop_ms and raw.loop_ms:
         line += f"; loop CPU per request proxy/raw {proxy.loop_ms / raw.loop_ms:.2f}"
+    if per_round and len(per_round) > 1:
+        # How far the machine's load moved the ratio while this cell ran.
+        ordered = sorted(per_round)
+        line += (f"; throughput proxy/raw by round min {ordered[0]:.2f}, "
+                 f"median {percentile(ordered, 50):.2f}, max {ordered[-1]:.2f}")
     print(line)
     base = results.get("base")
     if base is not None:
