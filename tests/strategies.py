@@ -4,8 +4,9 @@
 instructions, turns of a user message (text, parts, images, empty, CJK) and assistant steps
 (text, or one to three parallel tool calls with short, long, error, empty or multi-part
 results; custom tools with free-form input; in chat, a single call sometimes in the legacy
-`function_call` form; `legacy=True`: every such step), with provider-private reasoning of
-every kind.
+`function_call` form; `legacy=True`: every such step; in Responses, a reasoned step
+sometimes opens with a server tool's item, a web search or a code run, with its id), with
+provider-private reasoning of every kind.
 `messy=True` then damages the list the ways clients do: interrupted calls, orphan results,
 duplicate results, results moved away from their call, two parallel calls given one id,
 reasoning items left dangling.
@@ -31,6 +32,29 @@ PATHS = ("src/app.py", "src/路径/模块.py", "tests/test_app.py", "docs/readme
 IMAGE = "data:image/png;base64,iVBORw0KGgo="
 WORDS = ("fix", "the", "failing", "test", "修复", "这个", "错误", "テスト", "🙂", "", " ", "\n",
          '"quoted"', "back\\slash", "src/app.py:12", "Error:", "ok")
+# What an OpenAI reasoning item produces has an id that begins so, as OpenAI's documented
+# examples spell them (the tests' own list, apart from `proxy.core.boundary`'s).
+PRODUCED_ID_PREFIXES = ("fc_", "ctc_", "msg_", "ws_", "fs_", "cu_", "ci_", "ig_", "lsh_", "mcp_",
+                        "mcpl_", "mcpr_")
+# Server items a reasoned step may produce besides its message and calls, and their ids' prefix.
+_SERVER_ITEMS = (
+    ({"type": "web_search_call", "status": "completed",
+      "action": {"type": "search", "query": "修复 the test"}}, "ws"),
+    ({"type": "code_interpreter_call", "status": "completed", "code": "print(1)",
+      "container_id": "cntr_1", "outputs": [{"type": "logs", "logs": "1"}]}, "ci"),
+)
+_SERVER_PREFIX = {item["type"]: prefix for item, prefix in _SERVER_ITEMS}
+# The items a server tool made (OpenAI requires their id): part of the reasoning chain, they go
+# upstream with their reasoning item or not at all (`proxy.core.reasoning_items`).
+SERVER_ITEM_TYPES = frozenset({
+    "web_search_call", "file_search_call", "computer_call", "code_interpreter_call",
+    "image_generation_call", "local_shell_call", "mcp_call", "mcp_list_tools",
+    "mcp_approval_request"})
+
+
+def is_server_item(element: Wire) -> bool:
+    return isinstance(element, dict) and element.get("type") in SERVER_ITEM_TYPES
+
 
 def _not_a_secret(text: str) -> bool:
     # Hypothesis also draws string constants it finds in the code under test ("reasoning_content",
@@ -241,6 +265,10 @@ def _responses_step(draw: st.DrawFn, step: dict[str, Any], nonce: str) -> list[W
         items.append({"type": "reasoning", "id": SIGNER.reasoning_id(nonce), "summary": summary,
                       "encrypted_content": "pending"})
     produced: list[Wire] = []
+    if reasoned and draw(st.integers(0, 3)) == 0:
+        # A server call (a web search, a code run) before the step's message and calls. It
+        # goes with its id (upstream requires it), which names the step's reasoning item.
+        produced.append(json.loads(json.dumps(draw(st.sampled_from(_SERVER_ITEMS))[0])))
     if step["text"] or not step["calls"]:
         produced.append(_r_text("assistant", step["text"] or ""))
     for c in step["calls"]:
@@ -249,8 +277,9 @@ def _responses_step(draw: st.DrawFn, step: dict[str, Any], nonce: str) -> list[W
     # The items' ids: none, all, or (a client that rebuilt some items itself) only some.
     ids = draw(st.sampled_from(("none", "all", "some"))) if reasoned else "none"
     for k, item in enumerate(produced):
-        if ids == "all" or (ids == "some" and draw(st.booleans())):
-            prefix = {"message": "msg", "custom_tool_call": "ctc"}.get(item["type"], "fc")
+        server = _SERVER_PREFIX.get(item["type"])
+        if server or ids == "all" or (ids == "some" and draw(st.booleans())):
+            prefix = server or {"message": "msg", "custom_tool_call": "ctc"}.get(item["type"], "fc")
             item["id"] = SIGNER.item_id(prefix, nonce, k, reasoned=True)
     outputs = [{"type": "custom_tool_call_output" if c["custom"] else "function_call_output",
                 "call_id": c["id"],

@@ -10,6 +10,7 @@ from proxy.compaction.trigger import Thresholds
 from proxy.conversation import Api, Entry, Kind, reference_id
 from proxy.core.boundary import summary_cuts
 from proxy.core.reasoning_items import is_produced
+from tests.strategies import PRODUCED_ID_PREFIXES
 from tests.test_compaction_support import (assistant, assistant_calls, conv, measure, r_call,
                                            r_output, r_reasoning, r_user, sessions, session,
                                            system, tool_result, user)
@@ -49,9 +50,9 @@ def assert_valid_cut(entries: Sequence[Entry], cut: int) -> None:
     assert entries[cut - 1].kind is not Kind.REASONING, "reasoning split from its item"
     if cut < len(entries):
         assert not entries[cut - 1].kind is entries[cut].kind is Kind.CALL, "parallel calls split"
-    # A reference may begin the next step, unless its id is OpenAI's for a call or a message.
+    # A reference may begin the next step, unless its id is OpenAI's for an item a step makes.
     if cut < len(entries) and (is_produced(entries[cut]) or str(reference_id(entries[cut])).startswith(
-            ("fc_", "ctc_", "msg_"))):
+            PRODUCED_ID_PREFIXES)):
         a = cut - 1
         while a >= 0 and (entries[a].kind is Kind.RESULT or _step_item(entries[a])):
             a -= 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -97,6 +98,21 @@ def test_the_summary_keeps_a_step_whole_over_a_reference_whose_id_is_a_call_s() 
     safe, summary = safe_cuts(entries), summary_cuts(entries)
     assert safe[4] and not summary[4]
     assert safe[6] and not summary[6]  # a message's id too
+    assert [is_summary_cut(entries, b) for b in range(len(entries) + 1)] == summary
+
+
+@pytest.mark.parametrize("server_id", ["ws_1", "fs_1", "cu_1", "ci_1", "ig_1", "lsh_1", "mcp_1",
+                                       "mcpl_1", "mcpr_1"])
+def test_the_summary_keeps_a_step_whole_over_a_reference_to_a_server_item(server_id: str) -> None:
+    # A server call (a web search, a code interpreter run, ...) rs_1 produced after fc_1, whose
+    # output the client put right after it: the reference's id names that item type, which
+    # upstream wants with its reasoning item; cutting before it would summarize rs_1 away.
+    def refs(*ids: str) -> list[dict]:
+        return [{"type": "item_reference", "id": i} for i in ids]
+    entries = responses(r_user(), *refs("rs_1", "fc_1"), r_output("a"), *refs(server_id),
+                        *refs("msg_2"), r_user("next"))
+    safe, summary = safe_cuts(entries), summary_cuts(entries)
+    assert safe[4] and not summary[4]
     assert [is_summary_cut(entries, b) for b in range(len(entries) + 1)] == summary
 
 

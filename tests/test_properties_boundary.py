@@ -20,7 +20,7 @@ from proxy.core.boundary import (cut_at_or_after, cut_at_or_before, is_summary_c
 from proxy.core.reasoning_items import is_produced
 from proxy.core.window import window_of
 from tests.factories import entries_of
-from tests.strategies import Wire, conversations, interrupted
+from tests.strategies import PRODUCED_ID_PREFIXES, Wire, conversations, interrupted
 
 _WEB_SEARCH = {"type": "web_search_call", "id": "ws_1", "status": "completed",
                "action": {"type": "search", "query": "修复 the test"}}
@@ -96,13 +96,13 @@ def test_safe_cuts_are_exactly_the_cuts_that_split_nothing_paired(drawn: tuple[s
 
 def _expected_summary_safe(entries: Entries) -> list[bool]:
     """`_expected_safe`, and no cut before an item a step produced (a reference may begin the
-    next step, unless its id is a call's or a message's) when walking back over
+    next step, unless its id is that of an item a step makes) when walking back over
     outputs and step items meets an output and then a reasoning item, or a reference on the
     way."""
     safe = _expected_safe(entries)
     for b in range(len(entries)):
         named = entries[b].raw.get("id") if entries[b].raw.get("type") == "item_reference" else None
-        if not (is_produced(entries[b]) or str(named).startswith(("fc_", "ctc_", "msg_"))):
+        if not (is_produced(entries[b]) or str(named).startswith(PRODUCED_ID_PREFIXES)):
             continue
         a = b - 1
         while a >= 0 and (entries[a].kind is Kind.RESULT or _step_item(entries[a])):

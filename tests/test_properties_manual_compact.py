@@ -45,7 +45,7 @@ from proxy.testing.summarizer import is_summarizer_request
 from tests.conftest import API_KEY
 from tests.harness import LoopThread
 from tests.session_rig import MODEL, Rig, body_elements
-from tests.strategies import conversations, short_text, sign_encrypted
+from tests.strategies import conversations, is_server_item, short_text, sign_encrypted
 
 LIMIT = 16_000
 COMMAND = "/compact"
@@ -68,8 +68,8 @@ def rig(loop_thread: LoopThread) -> Iterator[Rig]:
 def _plain(api: str, element: dict[str, Any]) -> dict[str, Any] | None:
     """The element without provider-private state (None: a Responses item that is only that)."""
     if api == "responses":
-        if element.get("type") in ("reasoning", "compaction"):
-            return None
+        if element.get("type") in ("reasoning", "compaction") or is_server_item(element):
+            return None  # a server item cannot go without its id, nor with it alone
         return {k: v for k, v in element.items() if k != "id"}  # ids named reasoning items
     out = {k: v for k, v in element.items() if k not in PRIVATE_KEYS}
     content = out.get("content")

@@ -41,7 +41,7 @@ from tests.conftest import API_KEY
 from tests.factories import without_gemini_signature
 from tests.harness import LoopThread, RunningProxy, proxy_settings, start_proxy, stop_proxy
 from tests.session_rig import body_elements
-from tests.strategies import conversations, request_points
+from tests.strategies import conversations, is_server_item, request_points
 
 PRIVATE_KEYS = ("reasoning_content", "reasoning", "reasoning_details", "thinking_blocks",
                 "reasoning_items", "provider_specific_fields")
@@ -242,9 +242,14 @@ def check_chat_retry(how: str | None, first: bytes, retried: bytes) -> None:
 def check_responses_retry(first: bytes, retried: bytes) -> None:
     before, after = orjson.loads(first)["input"], orjson.loads(retried)["input"]
     old, new = body_elements("responses", first), body_elements("responses", retried)
+    # A server item goes with its reasoning item (its id, which it needs, names that one).
     kept = [(i, item) for i, item in enumerate(before)
-            if item.get("type") not in ("reasoning", "compaction")]
+            if item.get("type") not in ("reasoning", "compaction") and not is_server_item(item)]
     assert not any(item.get("type") in ("reasoning", "compaction") for item in after)
+    servers = {k for k, item in enumerate(after) if is_server_item(item)}
+    assert all(after[k] in before for k in servers), "a server item changed"
+    after = [item for k, item in enumerate(after) if k not in servers]
+    new = [raw for k, raw in enumerate(new) if k not in servers]
     assert len(after) == len(kept), "an item other than reasoning was dropped"
     for (i, a), b, raw in zip(kept, after, new, strict=True):
         if raw != old[i]:

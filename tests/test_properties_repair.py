@@ -34,7 +34,8 @@ from proxy.core.computer_calls import NOTE_OPENING
 from proxy.core.repair import CANCELLED_TEXT, INTERRUPTED_NOTE, Repaired, repair
 from proxy.testing.rules import check_responses
 from tests.factories import entries_of, wire
-from tests.strategies import cascade_contexts, conversations, interrupted, with_shared_id
+from tests.strategies import (cascade_contexts, conversations, interrupted, is_server_item,
+                              with_shared_id)
 
 ROOT = Path(__file__).resolve().parent.parent
 _CLIENT_CALLS = ("function_call", "custom_tool_call", "local_shell_call")
@@ -261,9 +262,10 @@ def _expected(api: str, entries: Entries) -> tuple[list[int], list[str]]:
 
 def _unfollowed_reasoning(entries: Entries, kept: list[int]) -> set[int]:
     """Responses: the reasoning items repair must drop, those not directly followed by an item
-    they produced (a message or a call) once outputs are paired: an orphan output is gone, an
-    unanswered computer call too, and its note stands at the end of its step, so the next call
-    in the call's run, if any is left, follows the reasoning item, else the note does."""
+    they produced (a message, a call or a server item) once outputs are paired: an orphan
+    output is gone, an unanswered computer call too, and its note stands at the end of its
+    step, so the next call in the call's run, if any is left, follows the reasoning item, else
+    the note does."""
     screens = set(_unanswered_computer_calls(entries))
     dropped = {j for j, e in enumerate(entries) if e.kind is Kind.RESULT and j not in kept}
     unfollowed: set[int] = set()
@@ -275,7 +277,8 @@ def _unfollowed_reasoning(entries: Entries, kept: list[int]) -> set[int]:
             j += 1
         while j in screens and j + 1 < len(entries) and entries[j + 1].kind is Kind.CALL:
             j += 1
-        if j == len(entries) or j in screens or entries[j].kind not in (Kind.ASSISTANT, Kind.CALL):
+        if j == len(entries) or j in screens or (entries[j].kind not in (Kind.ASSISTANT, Kind.CALL)
+                                                 and not is_server_item(entries[j].raw)):
             unfollowed.add(r)
     return unfollowed
 
@@ -362,6 +365,15 @@ def test_every_first_real_answer_is_kept_as_the_clients_entry(drawn: tuple[str, 
     assert out.dropped_items == len(gone)
 
 
+# A web search before a local shell call, both the reasoning item's: it is followed, and stays
+# with the shell call, which gets its cancelled output (an older oracle took only messages and
+# calls as following a reasoning item).
+@example(("responses", [_USER, {"type": "reasoning", "id": "rs_ws0", "summary": []},
+                        {"type": "web_search_call", "id": "ws_0", "status": "completed",
+                         "action": {"type": "search", "query": "q"}},
+                        {"type": "local_shell_call", "id": "lsh_0", "call_id": "call_shell0",
+                         "status": "completed",
+                         "action": {"type": "exec", "command": ["make"], "env": {}}}, _USER]))
 @given(damaged)
 def test_a_cancelled_result_is_made_only_for_a_call_with_no_answer(drawn: tuple[str, list]) -> None:
     api, elements = drawn

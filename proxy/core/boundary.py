@@ -21,8 +21,8 @@ reasoning item (or a reference). A client may put a call's output between two ca
 step, or an output astray there; the call after it may then name the reasoning item that the
 summary would take. A reference after outputs may stand for the next step's reasoning item, as
 `safe_cuts` takes it: the summary may cut before one (a store-on client echoes every item so),
-unless its id begins as OpenAI's ids of calls and messages do (`fc_`, `ctc_`, `msg_`): such a
-reference stands for a produced item, never for a reasoning item.
+unless its id begins as OpenAI's ids of calls, messages and server items do (`fc_`, `msg_`,
+`ws_`, ...): such a reference stands for a produced item, never for a reasoning item.
 The rule reads only what lies before the cut, so a checkpoint's cut stays as safe as it was
 while the list grows. The protected window's start may sit at the list's end, where the rule
 would turn unsafe once the next item comes; so the window keeps to `safe_cuts` alone.
@@ -85,9 +85,13 @@ def _step_item(entry: Entry) -> bool:
 
 
 # OpenAI checks the prefix of an item's id ("Expected an ID that begins with 'fc'", PROTOCOL.md
-# §2.3): a reference to an id of these forms names a function call, a custom tool call or a
-# message.
-_PRODUCED_ID_PREFIXES = ("fc_", "ctc_", "msg_")
+# §2.3): a reference to an id of these forms names a function call, a custom tool call, a
+# message, or one of the server items a reasoning item produces (`ID_REQUIRED`: web search,
+# file search, computer, code interpreter, image generation, local shell, MCP call, tool
+# list, approval request), as OpenAI's documented examples of each spell it. A reasoning
+# item's id begins `rs_`.
+_PRODUCED_ID_PREFIXES = ("fc_", "ctc_", "msg_", "ws_", "fs_", "cu_", "ci_", "ig_", "lsh_",
+                         "mcp_", "mcpl_", "mcpr_")
 
 
 def _surely_produced(entry: Entry) -> bool:
