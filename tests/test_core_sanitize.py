@@ -17,7 +17,7 @@ from proxy.testing.rules import check_chat, check_responses
 from tests.factories import (assistant, assistant_calls, chat, entries_of, measure, r_assistant, r_call,
                              r_compaction, r_output, r_reasoning, r_user, read, responses, tool_result,
                              user, wire)
-from tests.strategies import SIGNER, conversations, is_server_item
+from tests.strategies import SIGNER, conversations, is_server_item, sign_encrypted
 
 SIGNED = {"type": "reasoning.text", "text": "t", "signature": "sig", "format": "anthropic-claude-v1",
           "index": 0}
@@ -156,6 +156,22 @@ def test_cheap_drops_loop_blobs_whose_chain_the_proxy_changed() -> None:
     assert sanitize(entries, Policy.CHEAP).entries is entries
     out = wire(sanitize(entries, Policy.CHEAP, changed_at=1).entries)
     assert [i["type"] for i in out] == ["message", "function_call", "function_call_output"]
+
+
+def test_a_server_item_gone_with_its_reasoning_item_takes_the_blobs_after_it() -> None:
+    # A past turn's reasoning goes under CHEAP, and its web search with it (its id needs it);
+    # the current turn's blob was made over a history with that search in it.
+    search = {"type": "web_search_call", "id": "ws_1", "status": "completed",
+              "action": {"type": "search", "query": "q"}}
+    items = sign_encrypted([r_user("old"), r_reasoning("rs_1"), search, r_assistant("found"),
+                            r_user(), r_reasoning("rs_2"), r_call("grep", "a"), r_output("a")])
+    assert check_responses({"input": items}, verify_encrypted=SIGNER.encrypted_valid) is None
+    out = sanitize(entries_of("responses", items), Policy.CHEAP)
+    body = wire(out.entries)
+    assert [i["type"] for i in body] == ["message", "message", "message", "function_call",
+                                         "function_call_output"]
+    assert check_responses({"input": body}, verify_encrypted=SIGNER.encrypted_valid) is None
+    assert out.items_dropped == 1
 
 
 def test_thinking_parts_in_content_are_blobs_when_signed() -> None:

@@ -111,6 +111,13 @@ def sanitize(entries: Sequence[Entry], policy: Policy, *, changed_at: int | None
         return Sanitized(entries, tuple(range(len(entries))), policy)
     dropped = drop_reasoning(stripped, tuple(range(len(entries))), lambda i, _: i in doomed,
                              upstream=upstream)
+    if policy is Policy.CHEAP and dropped.items_dropped:
+        # A server item that went with its reasoning item changed the chain of every blob after
+        # it, as a dropped compaction item does: those go too (`changed_at` only moves earlier).
+        left = set(dropped.origins)
+        first = next(i for i in range(len(entries)) if i not in left and i not in doomed)
+        if changed_at is None or first < changed_at:
+            return sanitize(entries, policy, changed_at=first, upstream=upstream)
     kept = tuple(i for i in dropped.origins if i is not None and i not in doomed)
     out = tuple(e for e, i in zip(dropped.entries, dropped.origins, strict=True) if i not in doomed)
     changed = len(entries) - len(out) + sum(1 for e, i in zip(out, kept, strict=True) if e is not entries[i])
