@@ -60,9 +60,17 @@ def _with_computer_calls(draw: st.DrawFn, elements: list) -> list:
         answer = [] if draw(st.booleans()) else [
             {"type": "computer_call_output", "call_id": f"call_computer{n}",
              "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64,iVBORw0KGgo="}}]
-        at = draw(st.integers(0, len(out)))
+        at = draw(st.sampled_from(_places(out)))
         out[at:at] = [*before, call, *answer]
     return out
+
+
+def _places(elements: list) -> list[int]:
+    """Where a drawn item may go in: anywhere but right before a server item, which would part
+    that item from the reasoning item its id names (a response runs its server tools before it
+    hands the client a call)."""
+    return [k for k in range(len(elements) + 1)
+            if k == len(elements) or not is_server_item(elements[k])]
 
 
 _SHELL = "local_shell_call"
@@ -84,14 +92,15 @@ def _with_shell_calls(draw: st.DrawFn, elements: list) -> list:
         answer = [] if names is None else [{"type": f"{_SHELL}_output", names: f"call_shell{n}", "output": "ok"}]
         between = draw(st.sampled_from(("nothing", "message", "output", "output")))
         middle: list = []
-        at = draw(st.integers(0, len(out)))
+        at = draw(st.sampled_from(_places(out)))
         if between == "message":
             middle = [{"type": "message", "role": "assistant",
                        "content": [{"type": "output_text", "text": "Running it.", "annotations": []}]}]
         elif between == "output":
             middle = [{"type": "function_call_output", "call_id": f"call_early{n}", "output": "done"}]
-            out.insert(draw(st.integers(0, at)), {"type": "function_call", "call_id": f"call_early{n}",
-                                                  "name": "bash", "arguments": "{}"})
+            out.insert(draw(st.sampled_from([k for k in _places(out) if k <= at])),
+                       {"type": "function_call", "call_id": f"call_early{n}", "name": "bash",
+                        "arguments": "{}"})
             at += 1
         out[at:at] = [*before, *middle, call, *answer]
     return out
@@ -284,9 +293,9 @@ def _unfollowed_reasoning(entries: Entries, kept: list[int]) -> set[int]:
 
 
 def _gone_with_reasoning(entries: Entries, kept: list[int]) -> set[int]:
-    """Responses: the items repair must drop with their reasoning item: each computer or
-    local shell call (the id-required items drawn here) left by pairing whose reasoning item
-    goes, and the outputs answering it. Its reasoning item is the nearest one before it in its turn and
+    """Responses: the items repair must drop with their reasoning item: each server item (a
+    computer or local shell call, a web search, ...: the id-required items) left by pairing
+    whose reasoning item goes, and the outputs answering it. Its reasoning item is the nearest one before it in its turn and
     step: a user or system message, an item_reference (maybe the step's own reasoning, stored)
     or the note for a removed computer call (it ends its step as a screenshot would) ends it."""
     unfollowed = _unfollowed_reasoning(entries, kept)
@@ -301,9 +310,9 @@ def _gone_with_reasoning(entries: Entries, kept: list[int]) -> set[int]:
             owner = None
         if entry.kind is Kind.REASONING:
             owner = j
-        elif entry.raw.get("type") in (_COMPUTER, _SHELL) and j not in screens and owner in unfollowed:
+        elif is_server_item(entry.raw) and j not in screens and owner in unfollowed:
             gone.add(j)
-            gone_calls.add(entry.calls[0].id)
+            gone_calls.update(call.id for call in entry.calls)
         elif entry.kind is Kind.RESULT and entry.answers in gone_calls:
             gone.add(j)
     return gone
