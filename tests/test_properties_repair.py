@@ -295,9 +295,10 @@ def _unfollowed_reasoning(entries: Entries, kept: list[int]) -> set[int]:
 def _gone_with_reasoning(entries: Entries, kept: list[int]) -> set[int]:
     """Responses: the items repair must drop with their reasoning item: each server item (a
     computer or local shell call, a web search, ...: the id-required items) left by pairing
-    whose reasoning item goes, and the outputs answering it. Its reasoning item is the nearest one before it in its turn and
-    step: a user or system message, an item_reference (maybe the step's own reasoning, stored)
-    or the note for a removed computer call (it ends its step as a screenshot would) ends it."""
+    whose reasoning item goes, and the outputs answering it. Its reasoning item is the nearest
+    one before it in its turn and step: a user or system message, an item_reference (maybe the
+    step's own reasoning, stored) or the note for a removed computer call (it ends its step as
+    a screenshot would) ends it."""
     unfollowed = _unfollowed_reasoning(entries, kept)
     screens = set(_unanswered_computer_calls(entries))
     after_note = {_step_end(entries, c) for c in screens}
