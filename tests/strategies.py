@@ -21,6 +21,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from proxy.testing.responses_rules import ID_REQUIRED
 from proxy.testing.signing import DEFAULT_SIGNER as SIGNER
 from tests.damage import damaged, is_answer, with_shared_id
 
@@ -44,16 +45,12 @@ _SERVER_ITEMS = (
       "container_id": "cntr_1", "outputs": [{"type": "logs", "logs": "1"}]}, "ci"),
 )
 _SERVER_PREFIX = {item["type"]: prefix for item, prefix in _SERVER_ITEMS}
-# The items a server tool made (OpenAI requires their id): part of the reasoning chain, they go
-# upstream with their reasoning item or not at all (`proxy.core.reasoning_items`).
-SERVER_ITEM_TYPES = frozenset({
-    "web_search_call", "file_search_call", "computer_call", "code_interpreter_call",
-    "image_generation_call", "local_shell_call", "mcp_call", "mcp_list_tools",
-    "mcp_approval_request"})
 
 
 def is_server_item(element: Wire) -> bool:
-    return isinstance(element, dict) and element.get("type") in SERVER_ITEM_TYPES
+    """An item a server tool made (the fake's rules, as OpenAI's: its id is required). Part of
+    the reasoning chain, it goes upstream with its reasoning item or not at all."""
+    return isinstance(element, dict) and element.get("type") in ID_REQUIRED
 
 
 def _not_a_secret(text: str) -> bool:

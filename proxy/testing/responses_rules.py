@@ -59,7 +59,7 @@ _OUTPUT_SHAPE: dict[str, tuple[type, str]] = {
 _NEEDS_OUTPUT = ("function_call", "custom_tool_call", "local_shell_call", "shell_call",
                  "apply_patch_call", "computer_call")
 # Input items whose `id` is required (openai-python `response_input_item_param.py`).
-_ID_REQUIRED = frozenset({
+ID_REQUIRED = frozenset({
     "web_search_call", "file_search_call", "computer_call", "code_interpreter_call",
     "image_generation_call", "local_shell_call", "mcp_call", "mcp_list_tools",
     "mcp_approval_request",
@@ -147,7 +147,7 @@ def _item_rule(i: int, item: Any) -> Rejection | None:
             return found
     item_id = item.get("id")
     absent = [k for k in _REQUIRED.get(kind, ()) if k not in item]
-    if kind in _ID_REQUIRED and not isinstance(item_id, str):
+    if kind in ID_REQUIRED and not isinstance(item_id, str):
         absent.insert(0, "id")  # required by the SDK's types
     if absent:
         param = f"input[{i}].{absent[0]}"
