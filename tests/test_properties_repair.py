@@ -33,6 +33,7 @@ from proxy.conversation import Api, Entries, Entry, Kind, content_text, latest_u
 from proxy.core.computer_calls import NOTE_OPENING
 from proxy.core.repair import CANCELLED_TEXT, INTERRUPTED_NOTE, Repaired, repair
 from proxy.testing.rules import check_responses
+from proxy.testing.signing import DEFAULT_SIGNER as SIGNER
 from tests.factories import entries_of, wire
 from tests.strategies import (cascade_contexts, conversations, interrupted, is_server_item,
                               with_shared_id)
@@ -60,15 +61,17 @@ def _with_computer_calls(draw: st.DrawFn, elements: list) -> list:
         answer = [] if draw(st.booleans()) else [
             {"type": "computer_call_output", "call_id": f"call_computer{n}",
              "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64,iVBORw0KGgo="}}]
-        at = draw(st.sampled_from(_places(out)))
+        # Right before a server item too (a search the response ran after handing the client
+        # the call), but not with a reasoning item of its own: that would part the search from
+        # the reasoning item its id names.
+        at = draw(st.sampled_from(range(len(out) + 1) if not before else _places(out)))
         out[at:at] = [*before, call, *answer]
     return out
 
 
 def _places(elements: list) -> list[int]:
-    """Where a drawn item may go in: anywhere but right before a server item, which would part
-    that item from the reasoning item its id names (a response runs its server tools before it
-    hands the client a call)."""
+    """Where drawn items may go in: anywhere but right before a server item, which would part
+    that item from the reasoning item its id names."""
     return [k for k in range(len(elements) + 1)
             if k == len(elements) or not is_server_item(elements[k])]
 
@@ -211,9 +214,12 @@ def _unanswered_computer_calls(entries: Entries) -> list[int]:
 
 
 def _step_end(entries: Entries, c: int) -> int:
-    """Where the step of the call at `c` ends: after its run of calls and the outputs after it."""
+    """Where the step of the call at `c` ends: after its run of calls, the server items right
+    after them (its response ran those after the calls) and the outputs after those."""
     e = c + 1
     while e < len(entries) and entries[e].kind is Kind.CALL:
+        e += 1
+    while e < len(entries) and entries[e].kind is Kind.OTHER and is_server_item(entries[e].raw):
         e += 1
     while e < len(entries) and entries[e].kind is Kind.RESULT:
         e += 1
@@ -273,8 +279,8 @@ def _unfollowed_reasoning(entries: Entries, kept: list[int]) -> set[int]:
     """Responses: the reasoning items repair must drop, those not directly followed by an item
     they produced (a message, a call or a server item) once outputs are paired: an orphan
     output is gone, an unanswered computer call too, and its note stands at the end of its
-    step, so the next call in the call's run, if any is left, follows the reasoning item, else
-    the note does."""
+    step, so the next call in the call's run or server item after it, if any is left, follows
+    the reasoning item, else the note does."""
     screens = set(_unanswered_computer_calls(entries))
     dropped = {j for j, e in enumerate(entries) if e.kind is Kind.RESULT and j not in kept}
     unfollowed: set[int] = set()
@@ -284,7 +290,8 @@ def _unfollowed_reasoning(entries: Entries, kept: list[int]) -> set[int]:
         j = r + 1
         while j in dropped:
             j += 1
-        while j in screens and j + 1 < len(entries) and entries[j + 1].kind is Kind.CALL:
+        while j in screens and j + 1 < len(entries) and (entries[j + 1].kind is Kind.CALL
+                                                         or is_server_item(entries[j + 1].raw)):
             j += 1
         if j == len(entries) or j in screens or (entries[j].kind not in (Kind.ASSISTANT, Kind.CALL)
                                                  and not is_server_item(entries[j].raw)):
@@ -345,6 +352,7 @@ _SCREEN_CALL = {"type": _COMPUTER, "id": "cu_0", "call_id": "call_computer0", "a
 _SCREEN = {"type": "computer_call_output", "call_id": "call_computer0",
            "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64,iVBORw0KGgo="}}
 _STORED = {"type": "function_call_output", "call_id": "call_stored", "output": "stored"}
+_NONCE = "0123456789abcdef01234567"
 
 
 # An output moved between a reasoning item and its computer call: kept after a reference, it
@@ -494,12 +502,18 @@ def test_the_latest_user_message_is_the_clients_own(drawn: tuple[str, list]) -> 
         assert out.entries[kept] is entries[latest] and out.origins[kept] == latest
 
 
+# A web search its response ran after the computer call: the note goes after it, or the
+# reasoning item goes and the search keeps an id that names it (the fake refuses that).
+@example(("responses", [_USER, {"type": "reasoning", "id": SIGNER.reasoning_id(_NONCE), "summary": []},
+                        _SCREEN_CALL, {"type": "web_search_call", "status": "completed",
+                                       "id": SIGNER.item_id("ws", _NONCE, 1, reasoned=True),
+                                       "action": {"type": "search", "query": "q"}}, _USER]))
 @given(damaged)
 def test_an_unanswered_computer_call_is_replaced_by_a_note_after_its_step(drawn: tuple[str, list]) -> None:
     """OpenAI refuses a computer_call with no output after it: none goes upstream; at the end
-    of its step (its run of calls, then outputs), a note naming its action and safety checks;
-    a reasoning item is never left right before a note (it must be followed by an item it
-    produced). Never an invented output."""
+    of its step (its run of calls, the server items right after them, then outputs), a note
+    naming its action and safety checks; a reasoning item is never left right before a note
+    (it must be followed by an item it produced). Never an invented output."""
     api, elements = drawn
     entries = entries_of(api, elements)
     out = repair(entries)

@@ -163,3 +163,24 @@ def test_the_same_input_gives_the_same_note_bytes() -> None:
                             r_call("ls", "call_l"), r_output("call_l"))
         return b"".join(e.to_bytes() for e in repair(entries).entries)
     assert build() == build()
+
+
+def test_the_note_goes_after_a_server_item_that_follows_its_call() -> None:
+    """A response that ran a web search after handing the client a computer call: the note
+    goes after the search, so the search stays behind the reasoning item its id names (before
+    it, the note parted them, and the reasoning item went while the search kept its id)."""
+    from proxy.testing.signing import DEFAULT_SIGNER as S
+    nonce = "0123456789abcdef01234567"
+    search = {"type": "web_search_call", "id": S.item_id("ws", nonce, 2, reasoned=True),
+              "status": "completed", "action": {"type": "search", "query": "settings page"}}
+    entries = responses(r_user("Open the settings."), r_reasoning(S.reasoning_id(nonce)),
+                        _computer(id=S.item_id("cu", nonce, 1, reasoned=True)), search,
+                        r_user("Stop, do something else."))
+    out = repair(entries)
+    sent = wire(out.entries)
+    assert [e.get("type") for e in sent] == ["message", "reasoning", "web_search_call", "message",
+                                            "message"]
+    assert sent[2] == search and content_text(out.entries[3]).startswith(NOTE_OPENING)
+    assert out.origins == (0, 1, 3, None, 4)
+    assert out.dropped_calls == 1 and out.dropped_reasoning == 0 and out.dropped_items == 0
+    assert check_responses({"model": "m", "input": sent}) is None

@@ -1,5 +1,6 @@
 """Responses repair's pairing (SPEC §5): which outputs answer a call, and the cancelled
-outputs and computer-call notes for the calls none answers, each at the end of its step.
+outputs and computer-call notes for the calls none answers, each at the end of its step (its
+calls, the server tools' items right after them, then their outputs).
 
 An output answers the step (the run of parallel call items) of the latest call with its id
 before it, once; parallel calls that share an id share it. `call_slots` states that rule, for
@@ -11,7 +12,8 @@ from __future__ import annotations
 
 from proxy.conversation import Api, Entries, Entry, Kind, make_assistant, make_result
 from proxy.core.computer_calls import interrupted_computer_note
-from proxy.core.kinds import CALL, RESULT
+from proxy.core.kinds import CALL, OTHER, RESULT
+from proxy.core.reasoning_items import needs_its_id
 
 CANCELLED_TEXT = ("[Tool call cancelled: the call was interrupted before it returned a result. "
                   "No output was recorded for it.]")
@@ -93,18 +95,25 @@ def pair_responses(entries: Entries) -> tuple[list[Entry], list[int | None], int
     cancelled = 0
     group: list[int] = []  # the call items of the current step, open until its outputs end
     previous: Kind | None = None
+    after_calls = False  # the entry before is one of the step's calls or server items
     for i, entry in enumerate(entries):
-        extends = entry.kind is Kind.RESULT or (entry.kind is Kind.CALL and previous is Kind.CALL)
+        kind = entry.kind
+        # Server tools' items right after a step's calls (a search its response ran after
+        # handing the client a call) belong to the step: what repair puts at its end must not
+        # part them from the reasoning item their ids name. They open no step of their own.
+        server = kind is OTHER and after_calls and needs_its_id(entry)
+        extends = kind is RESULT or server or (kind is CALL and previous is CALL)
         if not extends:
             cancelled += _close_group(entries, group, answered, out, origins)
             replaced += _note_screens(entries, group, screens, out, origins)
             group.clear()
-        if entry.kind is Kind.CALL:
+        if kind is CALL:
             group.append(i)
         if keep[i] and i not in screens:
             out.append(entry)
             origins.append(i)
-        previous = entry.kind
+        previous = kind
+        after_calls = kind is CALL or server
     cancelled += _close_group(entries, group, answered, out, origins)
     replaced += _note_screens(entries, group, screens, out, origins)
     return out, origins, cancelled, keep.count(False), replaced

@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from proxy.conversation import Api, Entries, Entry
-from proxy.core.kinds import CALL, RESULT
+from proxy.core.kinds import CALL, OTHER, RESULT
+from proxy.core.reasoning_items import needs_its_id
 from proxy.core.responses_pairing import ANSWERED_BY_CLIENT, Slot, call_slots, cancelled_output
 
 
@@ -84,9 +85,12 @@ def _left_call(before: Entries, kept: set[int], start: int, call_id: str) -> int
 
 
 def _group_end(before: Entries, start: int) -> int:
-    """Past the step's run of calls and the run of outputs right after it."""
+    """Past the step's run of calls, the server items right after it and the run of outputs
+    after those: where repair ends the step (`responses_pairing.pair_responses`)."""
     j = start
     while j < len(before) and before[j].kind is CALL:
+        j += 1
+    while j < len(before) and before[j].kind is OTHER and needs_its_id(before[j]):
         j += 1
     while j < len(before) and before[j].kind is RESULT:
         j += 1
