@@ -25,8 +25,8 @@ from proxy.inbound import Inbound, leading_bytes
 from proxy.server.client_body import read_client_body
 from proxy.server.headers import (bind_idempotency_keys, client_response_headers,
                                   upstream_request_headers)
-from proxy.server.inflate import (AnswerTooLarge, InflatingTap, accepts, answer_encoding,
-                                  inflated, inflater)
+from proxy.server.inflate import (AnswerTooLarge, Inflate, accepts, answer_encoding, inflated,
+                                  inflater)
 from proxy.server.origins import Origins, continued_id
 from proxy.server.prepared import Prepared
 from proxy.server.relay import (PlainTap, RelayOutcome, StreamTap, is_event_stream, relay_stream,
@@ -130,13 +130,14 @@ async def _forward(request: web.Request, path: str, services: Services, conf: Co
                     return again
             out_headers = client_response_headers(response.headers, prepared.response_headers)
             tap = prepared.stream_tap()
-            relayed = tap if encoding is None else _encoded_stream(tap, encoding, out_headers)
+            relayed, inflate = (tap, None) if encoding is None else \
+                _encoded_stream(tap, encoding, out_headers)
             noted = _StreamNoted(request, conf.origins, prepared, tap)
             usage = _StreamUsage(services, pipeline, line, prepared, tap, response.status, noted)
             try:
                 outcome = await relay_stream(
                     request, response, out_headers, relayed, line.started, peeked, usage.left,
-                    noted.begun, usage.before_end if pipeline.store.shared else None)
+                    noted.begun, usage.before_end if pipeline.store.shared else None, inflate)
                 line.set(bytes_out=outcome.bytes_out, ttfb_ms=outcome.first_byte_ms,
                          upstream_error=outcome.upstream_error)
                 # Before the wait below: a client that leaves during it had its answer whole.
@@ -267,15 +268,16 @@ class _StreamUsage:
                                  self.line)
 
 
-def _encoded_stream(tap: StreamTap, encoding: str, headers: CIMultiDict[str]) -> StreamTap:
-    """The tap for a stream compressed although the proxy asked for none: `tap` reads it
-    inflated and the client gets it plain; one the proxy cannot inflate goes as it came, unread
-    (its usage is not recorded)."""
+def _encoded_stream(tap: StreamTap, encoding: str, headers: CIMultiDict[str]
+                    ) -> tuple[StreamTap, Inflate | None]:
+    """The tap for a stream compressed although the proxy asked for none, and what inflates
+    its reads: `tap` reads it inflated and the client gets it plain; one the proxy cannot
+    inflate goes as it came, unread (its usage is not recorded)."""
     inflate = inflater(encoding)
     if inflate is None:
-        return PlainTap()
+        return PlainTap(), None
     headers.popall("Content-Encoding")
-    return InflatingTap(tap, inflate)
+    return tap, inflate
 
 
 def _recorded(services: Services, line: RequestLine,

@@ -27,7 +27,6 @@ import aiohttp
 import brotli
 import zstandard
 
-from proxy.server.relay import StreamTap
 from proxy.zstd_frames import FrameWalk, NotZstd
 
 
@@ -275,34 +274,3 @@ def inflated(data: bytes, encoding: str | None, limit: int = INFLATED_LIMIT) -> 
         raise
     except aiohttp.ClientPayloadError:
         return None
-
-
-class InflatingTap:
-    """A tap fed the inflated stream."""
-
-    def __init__(self, tap: StreamTap, inflate: Inflate) -> None:
-        self.tap = tap
-        self._inflate = inflate
-
-    def feed(self, chunk: bytes) -> bytes:
-        return self.tap.feed(self._inflate(chunk))
-
-    def flush(self) -> bytes:
-        return self.tap.flush()
-
-    def failure_frame(self, message: str, code: str = "upstream_disconnected") -> bytes:
-        return self.tap.failure_frame(message, code)
-
-    def cut_inside_line(self) -> bool:
-        return self.tap.cut_inside_line()
-
-    def ended_early(self) -> bool:
-        return self.tap.ended_early()
-
-    @property
-    def complete(self) -> bool:
-        return self.tap.complete
-
-    @property
-    def over(self) -> bool:
-        return self.tap.over

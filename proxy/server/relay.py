@@ -107,10 +107,13 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
                        already_read: Sequence[bytes] = (),
                        left: Callable[[RelayOutcome], object] | None = None,
                        begun: Callable[[], Awaitable[None]] | None = None,
-                       ending: Callable[[], Awaitable[None]] | None = None) -> RelayOutcome:
+                       ending: Callable[[], Awaitable[None]] | None = None,
+                       decode: Callable[[bytes], bytes] | None = None) -> RelayOutcome:
     """Relay `already_read` (chunks a peek consumed), then the rest as it arrives; `begun` is
     awaited once those went out (the tap has read them), before the rest is read; `ending`
     once the tap has read the answer's end (`complete`), before the bytes that hold it go out.
+    `decode` (an inflater, for a stream compressed against the proxy's asking) turns each read
+    into what the tap reads, before it is sliced: a few KB compressed may be MBs of events.
 
     The caller returns `outcome.response` from its handler unfinished; aiohttp ends it. A
     client that leaves mid-way raises out of here; `left` is first told what it got so far.
@@ -119,6 +122,8 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
     outcome = RelayOutcome(out)
     await out.prepare(request)
     try:
+        if decode is not None:
+            already_read = list(map(decode, already_read))
         data = b"".join(map(tap.feed, already_read))  # held back by a peek: sent at once
         if ending is not None and tap.complete:
             await ending()
@@ -131,6 +136,8 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
         # Written inline, not by a helper coroutine: a real stream comes an event per read,
         # and a coroutine made and awaited per event costs as much as its bookkeeping.
         async for read in upstream.content.iter_any():
+            if decode is not None:
+                read = decode(read)
             sliced = len(read) > READ_SLICE
             for chunk in _slices(read) if sliced else (read,):
                 data = tap.feed(chunk)
