@@ -504,7 +504,8 @@ def test_the_latest_user_message_is_the_clients_own(drawn: tuple[str, list]) -> 
 
 # A web search its response ran after the computer call: the note goes after it, or the
 # reasoning item goes and the search keeps an id that names it (the fake refuses that).
-@example(("responses", [_USER, {"type": "reasoning", "id": SIGNER.reasoning_id(_NONCE), "summary": []},
+@example(("responses", [_USER,
+                        {"type": "reasoning", "id": SIGNER.reasoning_id(_NONCE), "summary": []},
                         _SCREEN_CALL, {"type": "web_search_call", "status": "completed",
                                        "id": SIGNER.item_id("ws", _NONCE, 1, reasoned=True),
                                        "action": {"type": "search", "query": "q"}}, _USER]))

@@ -52,7 +52,8 @@ def _burst_upstream(gzipped: bool) -> Iterator[tuple[str, bytes]]:
     compressed, though the proxy asks for `identity` (some servers compress all the same)."""
     body = _stream()
     sent = gzip.compress(body) if gzipped else body
-    headers = {"Content-Type": "text/event-stream", **({"Content-Encoding": "gzip"} if gzipped else {})}
+    headers = {"Content-Type": "text/event-stream",
+               **({"Content-Encoding": "gzip"} if gzipped else {})}
 
     async def complete(request: web.Request) -> web.StreamResponse:
         await request.read()
