@@ -165,7 +165,7 @@ PRIVATE = {
         "item.", param="input"), RetryAction.STRIP_BLOBS),
     "fc id without reasoning": (400, openai_error(
         "Item 'fc_0a0385' of type 'function_call' was provided without its required "
-        "'reasoning' item: 'rs_0a0385'."), RetryAction.STRIP_BLOBS),
+        "'reasoning' item: 'rs_0a0385'."), RetryAction.DROP_UNREASONED),
     "anthropic invalid signature": (400, {"type": "error", "error": {
         "type": "invalid_request_error",
         "message": "messages.1.content.0: Invalid `signature` in `thinking` block"}},

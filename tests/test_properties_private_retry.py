@@ -64,6 +64,8 @@ KINDS = {
     # `extra_content` is left out: it may hold more than a signature, so the proxy does not
     # take its refusal for one of private state.
     "private fields to strict OpenAI": ("chat", None, "openai-strict", "no_extra_content"),
+    # A client that kept a response's items but not its reasoning item: their ids name it.
+    "reasoning item dropped by the client": ("responses", None, "openai", "drop_reasoning_item"),
 }
 _threads = itertools.count()
 
@@ -104,7 +106,7 @@ def spoiled(draw: st.DrawFn, how: str | None, api: str,
             if _calls(m):
                 m["tool_calls"] = [without_gemini_signature(c) for c in _calls(m)]
         return out
-    if how == "forge_encrypted":
+    if how in ("forge_encrypted", "drop_reasoning_item"):
         places = [i for i, e in enumerate(out) if e.get("type") == "reasoning"]
     elif how == "forge_detail":
         places = [i for i, e in enumerate(out) if e.get("reasoning_details")]
@@ -121,7 +123,9 @@ def spoiled(draw: st.DrawFn, how: str | None, api: str,
         places = draw(st.sampled_from([[i for i in places if i > latest] or places, places]))
     i = draw(st.sampled_from(places))
     m = out[i]
-    if how == "forge_encrypted":
+    if how == "drop_reasoning_item":
+        del out[i]
+    elif how == "forge_encrypted":
         m["encrypted_content"] = FORGED
     elif how == "forge_detail":
         m["reasoning_details"] = [{**d, "text": d.get("text", "") + " (edited)"}
@@ -330,6 +334,10 @@ def test_a_rejection_of_private_state_gets_one_retry_without_it(rig: Any, case: 
     said = [e for e in proxy.logs.events("upstream_retry") if e.get("thread") == thread]
     assert [(e["reason"], e["status"]) for e in said] == [(line["retried"], first.status)]
     second = refusal(fake, case["api"], sent[1].json)
+    if b"without its required 'reasoning' item" in first.to_bytes():
+        # What the ids named is not in the request: the retry takes those ids, or the items
+        # that cannot go without theirs, and the blobs made over the history that held it.
+        assert second is None, second.body
     if second is None:
         _check_answer(case, answer, first)
         check_lesson(rig, case, thread, sent[1].body, line["retried"])

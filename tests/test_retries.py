@@ -147,6 +147,41 @@ def test_missing_reasoning_content_gets_a_placeholder(make_fake, make_proxy) -> 
     assert _main(fake)[-1].json["messages"][1]["reasoning_content"] == ""
 
 
+def test_items_whose_reasoning_item_the_client_dropped_are_retried_without_it(
+        make_fake, make_proxy) -> None:
+    """A client that kept a response's web search and message but not its reasoning item:
+    OpenAI refuses the ids that name it. The retry takes the message's id and the search (it
+    cannot go without its id); the thread's next turn goes up so at once (a retry lesson)."""
+    fake = make_fake()
+    proxy = make_proxy(fake)
+    nonce = "0123456789abcdef01234567"
+    search = {"type": "web_search_call", "status": "completed",
+              "id": DEFAULT_SIGNER.item_id("ws", nonce, 0, reasoned=True),
+              "action": {"type": "search", "query": "aiohttp release"}}
+    found = {"type": "message", "role": "assistant",
+             "id": DEFAULT_SIGNER.item_id("msg", nonce, 1, reasoned=True),
+             "content": [{"type": "output_text", "text": "3.12", "annotations": []}]}
+    items = [{"type": "message", "role": "user", "content": "Look it up."}, search, found,
+             {"type": "message", "role": "user", "content": "Thanks."}]
+
+    def post() -> httpx.Response:
+        return httpx.post(f"{proxy.base_url}/responses", timeout=30,
+                          headers={"authorization": f"Bearer {API_KEY}", "x-thread-id": "kept"},
+                          json={"model": "gpt-4o", "input": items, "store": True})
+
+    answer = post()
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-compaction"] == "applied"
+    first, retried = _main(fake, "/responses")
+    assert first.json["input"] == items
+    assert retried.json["input"] == [items[0], {k: v for k, v in found.items() if k != "id"},
+                                     items[3]]
+    assert proxy.requests()[-1]["retried"] == "item id refers to a dropped reasoning item"
+    assert post().status_code == 200
+    assert _main(fake, "/responses")[2].body == retried.body
+    assert proxy.requests()[-1]["retry_lesson"] == "item id refers to a dropped reasoning item"
+
+
 def test_an_error_a_retry_cannot_fix_is_relayed_once(make_fake, make_proxy) -> None:
     fake = make_fake()
     proxy = make_proxy(fake)

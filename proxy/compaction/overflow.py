@@ -150,6 +150,7 @@ class RetryAction(StrEnum):
     RESTORE_LOOP_BLOBS = "restore_loop_blobs"  # send the current loop's blocks as the client did
     DROP_PLAIN_REASONING = "drop_plain_reasoning"  # remove reasoning_content / reasoning
     REASONING_PLACEHOLDERS = "reasoning_placeholders"  # reasoning_content on tool-call messages
+    DROP_UNREASONED = "drop_unreasoned"  # a strip, and the server items whose reasoning is gone
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,7 @@ _PRIVATE_RULES: tuple[tuple[tuple[str, ...], RetryAction, str], ...] = (
      "reasoning item referenced by id without store"),
     (("of type 'reasoning' was provided without its required following item",),
      RetryAction.STRIP_BLOBS, "reasoning item separated from its output"),
-    (("was provided without its required 'reasoning' item",), RetryAction.STRIP_BLOBS,
+    (("was provided without its required 'reasoning' item",), RetryAction.DROP_UNREASONED,
      "item id refers to a dropped reasoning item"),
     (("thought_signature", "missing"), RetryAction.SIGNATURE_STAND_INS,
      "Gemini thought signature missing"),

@@ -137,6 +137,34 @@ def _items_of(entries: Sequence[Entry], doomed: set[int],
     return found
 
 
+def unreasoned_items(entries: Sequence[Entry]) -> tuple[set[int], set[int]]:
+    """The items no reasoning item comes before in their turn, nor an item_reference (it may be
+    that reasoning item, stored upstream): the id-required ones and the later items that answer
+    them (up to a call that makes their id again), which cannot go without their id; and the
+    other produced items with an id, which can."""
+    gone: set[int] = set()
+    stripped: set[int] = set()
+    answered: set[str] = set()
+    reasoned = False
+    for j, entry in enumerate(entries):
+        if entry.kind is Kind.REASONING or reference_id(entry) is not None:
+            reasoned = True
+        elif entry.kind in _TURN:
+            reasoned = False
+        elif not reasoned and needs_its_id(entry):
+            gone.add(j)
+            answered.update(v for v in (entry.raw.get("id"), entry.raw.get("call_id"))
+                            if isinstance(v, str))
+        elif answered and _answers(entry) & answered:
+            gone.add(j)
+        else:
+            if not reasoned and "id" in entry.raw and is_produced(entry):
+                stripped.add(j)
+            if entry.calls:
+                answered.difference_update(c.id for c in entry.calls)
+    return gone, stripped
+
+
 def _answers(entry: Entry) -> set[str]:
     if entry.answers is not None:  # a `*_call_output` (`conversation` reads whichever id it uses)
         return {entry.answers}

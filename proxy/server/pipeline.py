@@ -187,8 +187,9 @@ class Pipeline:
         inbound, key = prepared.inbound, prepared.key
         cascade = built.cascade
         if prepared.attempt.placeholders is not None:
-            built = replace(built, cascade=replace(
-                cascade, entries=prepared.attempt.placeholders(built.projection)[0]))
+            entries, changed = prepared.attempt.placeholders(built.projection)
+            if changed:  # the body is not the client's: `x-compaction` says so
+                built, edited = replace(built, cascade=replace(cascade, entries=entries)), True
         if prepared.attempt.lesson:
             self._say_lesson(prepared.attempt, built, line)
         # `stream` first: most requests do not stream, and then nothing more is asked.

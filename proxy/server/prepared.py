@@ -31,7 +31,8 @@ class Attempt:
     forced: bool = False  # an overflow buys one compaction, breaker and hysteresis bypassed
     policy: Policy | None = None
     keep_loop: bool = False
-    # What the retry adds where the current loop lacks it (`proxy.core.placeholders`).
+    # What the retry changes after the cascade: adds where the current loop lacks it
+    # (`proxy.core.placeholders`), or takes out (`proxy.core.unreasoned`).
     placeholders: Callable[[Sequence[Entry]], tuple[Entries, int]] | None = None
     reason: str | None = None
     fix: Retry | None = None  # the rejected private state this attempt's changes answer

@@ -12,10 +12,12 @@ from typing import Any
 from proxy.compaction.overflow import Retry, RetryAction, is_context_overflow, private_state_rejection
 from proxy.core.placeholders import with_reasoning_placeholders, with_signature_stand_ins
 from proxy.core.sanitize import Policy
+from proxy.core.unreasoned import without_unreasoned_items
 from proxy.server.prepared import Attempt
 
 # Per rejection: the sanitizer's policy, whether the current loop goes as the client sent it,
-# and what the retry adds where the current loop lacks it.
+# and what the retry changes after the cascade (adds where the current loop lacks it, or takes
+# out).
 _FIXES = {
     RetryAction.STRIP_BLOBS: (Policy.COMPACTED, False, None),
     RetryAction.STAND_IN: (Policy.COMPACTED, False, None),
@@ -23,6 +25,7 @@ _FIXES = {
     RetryAction.RESTORE_LOOP_BLOBS: (None, True, None),
     RetryAction.DROP_PLAIN_REASONING: (Policy.PRIVATE_FREE, False, None),
     RetryAction.REASONING_PLACEHOLDERS: (None, False, with_reasoning_placeholders),
+    RetryAction.DROP_UNREASONED: (Policy.COMPACTED, False, without_unreasoned_items),
 }
 
 

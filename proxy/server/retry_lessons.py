@@ -36,7 +36,7 @@ from proxy.records import ThreadKey
 # again, at the price of one refused round trip every so many turns when it did not. The other
 # fixes only add or leave out what that upstream refuses: nothing is lost by keeping them.
 USES = 50
-_SPENT = (RetryAction.STRIP_BLOBS, RetryAction.STAND_IN)
+_SPENT = (RetryAction.STRIP_BLOBS, RetryAction.STAND_IN, RetryAction.DROP_UNREASONED)
 
 
 class RetryLessons:

@@ -1,0 +1,125 @@
+"""The retry after OpenAI refuses an item whose reasoning item is not in the request
+(`proxy.core.unreasoned`): the ids that name a missing reasoning item go, the items that cannot
+go without theirs go whole with their outputs, the blobs made after them go, and the fake's rules
+pass on what is left."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.compaction.overflow import RetryAction, private_state_rejection
+from proxy.core.repair import repair
+from proxy.core.unreasoned import without_unreasoned_items
+from proxy.testing.rules import check_responses
+from proxy.testing.signing import DEFAULT_SIGNER as S
+from tests.factories import chat, r_assistant, r_call, r_output, r_reasoning, r_user, responses, wire
+from tests.strategies import sign_encrypted
+
+NONCE = "0123456789abcdef01234567"
+LATER = "89abcdef0123456789abcdef"
+SHOT = {"type": "computer_screenshot", "image_url": "data:image/png;base64,iVBORw0KGgo="}
+
+
+def _search(nonce: str = NONCE, index: int = 1) -> dict[str, Any]:
+    return {"type": "web_search_call", "id": S.item_id("ws", nonce, index, reasoned=True),
+            "status": "completed", "action": {"type": "search", "query": "aiohttp release"}}
+
+
+def _message(text: str, nonce: str = NONCE, index: int = 2) -> dict[str, Any]:
+    return r_assistant(text, id=S.item_id("msg", nonce, index, reasoned=True))
+
+
+def _refusal(items: list[dict[str, Any]]) -> str | None:
+    found = check_responses({"model": "m", "input": items}, signer=S,
+                            verify_encrypted=S.encrypted_valid)
+    return None if found is None else found.body["error"]["message"]
+
+
+def test_the_refusal_buys_this_retry() -> None:
+    refused = _refusal([r_user(), _search(), _message("Found it."), r_user("Thanks.")])
+    assert refused is not None and "without its required 'reasoning' item" in refused
+    retry = private_state_rejection(400, {"error": {"message": refused}})
+    assert retry is not None and retry.action is RetryAction.DROP_UNREASONED
+
+
+def test_a_search_whose_reasoning_item_the_client_dropped_goes_and_the_message_loses_its_id() -> None:
+    entries = responses(r_user("Look it up."), _search(), _message("Found it."), r_user("Thanks."))
+    out, changed = without_unreasoned_items(entries)
+    sent = wire(out)
+    assert [i.get("type") for i in sent] == ["message"] * 3 and changed == 2
+    assert "id" not in sent[1] and sent[1]["content"] == entries[2].raw["content"]
+    assert out[0] is entries[0] and out[2] is entries[3]
+    assert _refusal(sent) is None
+
+
+def test_items_after_their_turns_reasoning_item_or_a_reference_stay_as_they_are() -> None:
+    entries = responses(r_user(), r_reasoning(S.reasoning_id(NONCE), encrypted=None), _search(),
+                        _message("Found it."), r_user("Next."),
+                        {"type": "item_reference", "id": S.reasoning_id(LATER)},
+                        _search(LATER), r_user("Go on."))
+    out, changed = without_unreasoned_items(entries)
+    assert out is entries and changed == 0
+
+
+def test_a_computer_call_without_its_reasoning_goes_with_its_screenshot() -> None:
+    call = {"type": "computer_call", "id": S.item_id("cu", NONCE, 1, reasoned=True),
+            "call_id": "call_cu", "status": "completed", "pending_safety_checks": [],
+            "action": {"type": "screenshot"}}
+    entries = responses(r_user("Look at the screen."), call,
+                        {"type": "computer_call_output", "call_id": "call_cu", "output": SHOT},
+                        r_user("Now what?"))
+    assert _refusal(wire(entries)) is not None
+    out, _ = without_unreasoned_items(entries)
+    assert [e.raw for e in out] == [entries[0].raw, entries[3].raw]
+
+
+def test_a_call_that_shared_the_gone_items_output_gets_a_cancelled_one() -> None:
+    shell = {"type": "local_shell_call", "id": S.item_id("lsh", NONCE, 1, reasoned=True),
+             "call_id": "call_0", "status": "completed",
+             "action": {"type": "exec", "command": ["ls"], "env": {}}}
+    entries = responses(r_user(), r_call("read_file", "call_0"), shell,
+                        {"type": "local_shell_call_output", "call_id": "call_0", "output": "a"},
+                        r_user("Next."))
+    out, _ = without_unreasoned_items(entries)
+    sent = wire(out)
+    assert [i.get("type") for i in sent] == ["message", "function_call", "function_call_output",
+                                            "message"]
+    assert repair(out).entries is out and _refusal(sent) is None
+
+
+def test_the_current_loops_blobs_made_after_such_an_item_go() -> None:
+    # The search the client kept goes: it was part of the history the loop's blob was made
+    # over, so that blob would be refused next (the past turns' blobs go by the retry's policy).
+    items = sign_encrypted([
+        r_user("Look it up."), _search(), _message("Found it."), r_user("Now fix it."),
+        r_reasoning("rs_loop"), r_call("edit", "call_e", id="fc_loop"), r_output("call_e")])
+    refused = _refusal(items)
+    assert refused is not None and "without its required 'reasoning' item" in refused
+    out, _ = without_unreasoned_items(responses(*items))
+    sent = wire(out)
+    assert [i.get("type") for i in sent] == ["message", "message", "message", "function_call",
+                                            "function_call_output"]
+    assert "id" not in sent[3] and _refusal(sent) is None
+    # Only the search and the id taken out, the loop's blob is refused.
+    bare = [{k: v for k, v in i.items() if k != "id" or i["type"] != "message"}
+            for i in items if i.get("type") != "web_search_call"]
+    assert "could not be verified" in (_refusal(bare) or "")
+
+
+def test_the_hostile_order_repair_cannot_mend_passes_on_the_retry() -> None:
+    """A computer call never answered, then a message, then a search of its response: repair's
+    note ends the call's step, the reasoning item before it goes, the search keeps its id."""
+    call = {"type": "computer_call", "id": S.item_id("cu", NONCE, 1, reasoned=True),
+            "call_id": "call_cu", "status": "completed", "pending_safety_checks": [],
+            "action": {"type": "click", "x": 1, "y": 2, "button": "left"}}
+    entries = responses(r_user("Open it."), r_reasoning(S.reasoning_id(NONCE), encrypted=None),
+                        call, _message("Clicked?", index=2), _search(index=3), r_user("Stop."))
+    first = wire(repair(entries).entries)
+    assert "without its required 'reasoning' item" in (_refusal(first) or "")
+    out, _ = without_unreasoned_items(repair(entries).entries)
+    assert _refusal(wire(out)) is None
+
+
+def test_chat_is_left_alone() -> None:
+    entries = chat({"role": "user", "content": "hi"})
+    assert without_unreasoned_items(entries) == (entries, 0)
