@@ -145,6 +145,10 @@ def test_missing_reasoning_content_gets_a_placeholder(make_fake, make_proxy) -> 
     answer = _chat(proxy, messages)
     assert answer.status_code == 200, answer.text
     assert _main(fake)[-1].json["messages"][1]["reasoning_content"] == ""
+    # Not the body the client sent: the header says so (it said `none` before).
+    assert answer.headers["x-compaction"] == "applied"
+    again = _chat(proxy, messages)  # the lesson's request: the fix at once
+    assert len(_main(fake)) == 3 and again.headers["x-compaction"] == "applied"
 
 
 def test_items_whose_reasoning_item_the_client_dropped_are_retried_without_it(

@@ -150,7 +150,7 @@ class RetryAction(StrEnum):
     RESTORE_LOOP_BLOBS = "restore_loop_blobs"  # send the current loop's blocks as the client did
     DROP_PLAIN_REASONING = "drop_plain_reasoning"  # remove reasoning_content / reasoning
     REASONING_PLACEHOLDERS = "reasoning_placeholders"  # reasoning_content on tool-call messages
-    DROP_UNREASONED = "drop_unreasoned"  # a strip, and the server items whose reasoning is gone
+    DROP_UNREASONED = "drop_unreasoned"  # a strip, and the ids (items) naming missing reasoning
 
 
 @dataclass(frozen=True)
