@@ -12,6 +12,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from proxy.testing.responses_rules import ID_REQUIRED
+
 Wire = dict[str, Any]
 
 
@@ -41,7 +43,12 @@ def damaged(draw: st.DrawFn, elements: list[Wire], api: str) -> list[Wire]:
             # (upstream's "Duplicate item found", `responses_rules._duplicate`).
             dangling = {"type": "reasoning", "id": f"rs_dangling{n}", "summary": [],
                         "encrypted_content": "gAAAAABx"}
-            out.insert(draw(st.integers(0, len(out))), dangling)
+            # Not right before a server tool's item: it would stand between that item and the
+            # reasoning item its id names, and read as its owner (no response sends two
+            # reasoning items in a row; the retry for the refusal is tested on its own).
+            places = [k for k in range(len(out) + 1)
+                      if k == len(out) or out[k].get("type") not in ID_REQUIRED]
+            out.insert(draw(st.sampled_from(places)), dangling)
     return out
 
 

@@ -3,7 +3,7 @@
 The summary took the step's reasoning item and the tail kept a later item whose id names it,
 so the next turn was refused upstream. Such a checkpoint is not used any more: the thread goes
 on from the client's list (summarized again once it passes its trigger), and the upstream
-accepts the turn."""
+accepts the turn. (Were it used, the refusal would now buy a retry that passes.)"""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from proxy.compaction import apply, cutoff
 from proxy.compaction.apply import SUMMARY_HEADER
 from proxy.conversation import Kind
 from proxy.core.boundary import is_safe_cut, is_summary_cut, safe_cuts
+from proxy.testing.rules import check_responses
+from proxy.testing.summarizer import is_summarizer_request
 from tests.factories import entries_of
 from tests import test_properties_manual_compact as turns
 from tests.test_properties_manual_compact import Client, compact_turn, normal_turn, rig
@@ -52,5 +54,13 @@ def test_a_checkpoint_cut_between_a_steps_items_is_no_longer_used(
         assert len(client.checkpoints()) == 1, "below its trigger: nothing summarized again"
         return
     monkeypatch.setattr(apply, "is_summary_cut", is_safe_cut)  # the older rebuild: it applies
-    with pytest.raises(AssertionError, match="without its required 'reasoning' item"):
-        normal_turn(client)
+    answer, sent = client.post(client.history)
+    first, *retried = [r for r in sent if not is_summarizer_request(r.json)]
+    # Refused upstream: the tail's item names the reasoning item the summary took. That refusal
+    # now buys a retry without such ids, which passes (the older version answered a 400).
+    refused = check_responses(first.json, signer=rig.fake.signer)
+    assert refused is not None
+    assert "without its required 'reasoning' item" in refused.body["error"]["message"]
+    assert SUMMARY_HEADER.encode() in first.body and len(retried) == 1
+    assert answer.status_code == 200, answer.text
+    assert client.rig.proxy.requests()[-1]["retried"] == "item id refers to a dropped reasoning item"
