@@ -42,6 +42,34 @@ def test_the_refusal_buys_this_retry() -> None:
     assert retry is not None and retry.action is RetryAction.DROP_UNREASONED
 
 
+def test_the_refusal_names_the_item_as_it_spells_it() -> None:
+    body = {"error": {"message": "Item 'ws_0A1b' of type 'web_search_call' was provided without "
+                                 "its required 'reasoning' item: 'rs_0A1b'.",
+                      "type": "invalid_request_error", "param": "input", "code": None}}
+    retry = private_state_rejection(400, body)
+    assert retry is not None and retry.item == "ws_0A1b"
+    other = private_state_rejection(400, {"error": {"message": "Item 'rs_1' of type 'reasoning' "
+                                                    "was provided without its required following "
+                                                    "item."}})
+    assert other is not None and other.item is None  # no retry of that kind reads it
+
+
+def test_the_named_item_goes_though_a_reasoning_item_comes_before_it() -> None:
+    """A reasoning item between the search and the one its id names (no response sends two in
+    a row): repair drops the first, unfollowed, and takes the second for the search's owner.
+    Only the refusal can say which item to take out."""
+    entries = responses(r_user(), r_reasoning(S.reasoning_id(NONCE), encrypted=None),
+                        r_reasoning("rs_between", encrypted=None), _search(),
+                        _message("Found it."), r_user("Next."))
+    repaired = repair(entries).entries
+    refused = _refusal(wire(repaired))
+    assert refused is not None and _search()["id"] in refused
+    assert without_unreasoned_items(repaired)[0] == repaired  # it has a reasoning item before it
+    out, changed = without_unreasoned_items(repaired, named=_search()["id"])
+    assert changed and not any(e.raw.get("type") == "web_search_call" for e in out)
+    assert _refusal(wire(out)) is None
+
+
 def test_a_search_whose_reasoning_item_the_client_dropped_goes_and_the_message_loses_its_id() -> None:
     entries = responses(r_user("Look it up."), _search(), _message("Found it."), r_user("Thanks."))
     out, changed = without_unreasoned_items(entries)

@@ -157,6 +157,7 @@ class RetryAction(StrEnum):
 class Retry:
     action: RetryAction
     reason: str  # what upstream rejected, for the log
+    item: str | None = None  # the id of the item the refusal names, where it names one
 
 
 # Order matters: the first rule whose every phrase is present wins.
@@ -221,10 +222,23 @@ def private_state_rejection(status: int, body: Any) -> Retry | None:
     texts = error_texts(body, max(status, 400))
     for phrases, action, reason in _PRIVATE_RULES:
         if any(all(p in t for p in phrases) for t in texts):
-            return Retry(action, reason)
+            return Retry(action, reason, _named_item(body, status) if action in _NAMING else None)
     if any(_rejects_only_private_fields(t) for t in texts):
         return Retry(RetryAction.DROP_PLAIN_REASONING, "reasoning fields not accepted")
     return None
+
+
+# Refusals that name the item they are about: "Item 'ws_…' of type 'web_search_call' was
+# provided without its required 'reasoning' item: 'rs_…'."
+_NAMING = (RetryAction.DROP_UNREASONED,)
+_ITEM_NAMED = re.compile(r"item '([^']+)' of type '[^']*' was provided without", re.IGNORECASE)
+
+
+def _named_item(body: Any, status: int) -> str | None:
+    """The item id as the refusal spells it (`error_texts` lower-cases the text)."""
+    doc = _parsed(body)
+    texts = [doc] if isinstance(doc, str) else list(_from_doc(doc, max(status, 400), 0))
+    return next((found.group(1) for t in texts if (found := _ITEM_NAMED.search(t))), None)
 
 
 def _rejects_only_private_fields(text: str) -> bool:

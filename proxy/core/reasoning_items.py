@@ -137,17 +137,25 @@ def _items_of(entries: Sequence[Entry], doomed: set[int],
     return found
 
 
-def unreasoned_items(entries: Sequence[Entry]) -> tuple[set[int], set[int]]:
+def unreasoned_items(entries: Sequence[Entry],
+                     named: str | None = None) -> tuple[set[int], set[int]]:
     """The items no reasoning item comes before in their turn, nor an item_reference (it may be
-    that reasoning item, stored upstream): the id-required ones and the later items that answer
-    them (up to a call that makes their id again), which cannot go without their id; and the
-    other produced items with an id, which can."""
+    that reasoning item, stored upstream), and the one whose id is `named` (an upstream said
+    its reasoning item is missing): the id-required ones and the later items that answer them
+    (up to a call that makes their id again), which cannot go without their id; and the other
+    produced items with an id, which can."""
     gone: set[int] = set()
     stripped: set[int] = set()
     answered: set[str] = set()
     reasoned = False
     for j, entry in enumerate(entries):
-        if entry.kind is Kind.REASONING or reference_id(entry) is not None:
+        if named is not None and entry.raw.get("id") == named and reference_id(entry) is None:
+            if needs_its_id(entry):
+                gone.add(j)
+                answered.update(v for v in (named, entry.raw.get("call_id")) if isinstance(v, str))
+            elif is_produced(entry):
+                stripped.add(j)
+        elif entry.kind is Kind.REASONING or reference_id(entry) is not None:
             reasoned = True
         elif entry.kind in _TURN:
             reasoned = False

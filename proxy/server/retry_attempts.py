@@ -7,6 +7,7 @@ rejection or a remembered lesson makes it at once (`retry_lessons`).
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from proxy.compaction.overflow import Retry, RetryAction, is_context_overflow, private_state_rejection
@@ -32,6 +33,8 @@ _FIXES = {
 def fixed(fix: Retry, *, reason: str | None = None, lesson: bool = False) -> Attempt:
     """The attempt that answers `fix`: a retry (`reason` given), or a lesson applied at once."""
     policy, keep_loop, placeholders = _FIXES[fix.action]
+    if fix.item is not None and fix.action is RetryAction.DROP_UNREASONED:
+        placeholders = partial(without_unreasoned_items, named=fix.item)
     return Attempt(policy=policy, keep_loop=keep_loop, placeholders=placeholders, reason=reason,
                    fix=fix, lesson=lesson)
 
