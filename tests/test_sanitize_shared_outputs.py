@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from proxy.conversation import content_text
 from proxy.core.cascade import CascadeContext, run_cascade
 from proxy.core.repair import CANCELLED_TEXT, repair
@@ -81,29 +83,23 @@ def test_a_transcript_keeps_the_shell_call_and_makes_nothing() -> None:
     assert clean.items_dropped == 0 and len(clean.entries) == len(entries) - 1
 
 
-def test_the_made_output_goes_where_repair_puts_it_after_the_steps_other_outputs() -> None:
-    items = [r_user("a"), r_reasoning("rs_1"), r_call("read_file", "call_0"),
-             call_item("local_shell_call", "call_0", "b", 1), r_call("grep", "call_1"), _SHELL_OUTPUT,
-             r_output("call_1"), r_user("b")]
-    entries = responses(*items)
-    clean = sanitize(entries, Policy.COMPACTED)
-    out, origins, made = answer_left_calls(entries, clean.entries, clean.kept)
-    assert made == 1 and origins == (0, 2, 4, 6, None, 7)
-    assert wire(out) == wire(repair(clean.entries).entries)
-    assert check_responses({"model": "m", "input": wire(out)}) is None
+_SEARCH = {"type": "web_search_call", "id": "ws_1", "status": "completed",
+           "action": {"type": "search", "query": "q"}}
 
 
-def test_a_server_item_after_the_steps_calls_is_part_of_the_step() -> None:
-    """A web search the response ran after its calls belongs to their step (where repair ends
-    it too): the made output goes after the step's outputs, not in front of the search's place."""
-    search = {"type": "web_search_call", "id": "ws_1", "status": "completed",
-              "action": {"type": "search", "query": "q"}}
+# A web search the response ran after its calls belongs to their step (where repair ends it
+# too): the made output goes after the step's outputs, not in front of the search's place.
+@pytest.mark.parametrize(("between", "origins"), [([], (0, 2, 4, 6, None, 7)),
+                                                  ([_SEARCH], (0, 2, 4, 7, None, 8))],
+                         ids=["outputs right after the calls", "a server item between"])
+def test_the_made_output_goes_where_repair_puts_it_after_the_steps_other_outputs(
+        between: list[dict[str, Any]], origins: tuple[int | None, ...]) -> None:
     items = [r_user("a"), r_reasoning("rs_1"), r_call("read_file", "call_0"),
-             call_item("local_shell_call", "call_0", "b", 1), r_call("grep", "call_1"), search,
+             call_item("local_shell_call", "call_0", "b", 1), r_call("grep", "call_1"), *between,
              _SHELL_OUTPUT, r_output("call_1"), r_user("b")]
     entries = responses(*items)
     clean = sanitize(entries, Policy.COMPACTED)
-    out, origins, made = answer_left_calls(entries, clean.entries, clean.kept)
-    assert made == 1 and origins == (0, 2, 4, 7, None, 8)
+    out, made_at, made = answer_left_calls(entries, clean.entries, clean.kept)
+    assert made == 1 and made_at == origins
     assert wire(out) == wire(repair(clean.entries).entries)
     assert check_responses({"model": "m", "input": wire(out)}) is None
