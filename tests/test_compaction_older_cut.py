@@ -63,4 +63,5 @@ def test_a_checkpoint_cut_between_a_steps_items_is_no_longer_used(
     assert "without its required 'reasoning' item" in refused.body["error"]["message"]
     assert SUMMARY_HEADER.encode() in first.body and len(retried) == 1
     assert answer.status_code == 200, answer.text
-    assert client.rig.proxy.requests()[-1]["retried"] == "item id refers to a dropped reasoning item"
+    line = client.rig.proxy.requests()[-1]
+    assert line["retried"] == "item id refers to a dropped reasoning item"

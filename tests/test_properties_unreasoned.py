@@ -6,7 +6,8 @@ Responses conversations whose ids and blobs the fake signed (`tests.strategies`)
 and code runs among them. The cascade's repair and the strip's sanitizer policy run first, as in
 the retry, then the fix. What the fake's rules say of the result decides: it passes them, every
 message's text and every call and output of a kept call is the client's, only ids and
-provider-private (reasoning, compaction) or server items went, and the fix finds nothing more to do in what it made.
+provider-private (reasoning, compaction) or server items went, and the fix finds nothing more
+to do in what it made.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ from proxy.core.repair import repair
 from proxy.core.unreasoned import without_unreasoned_items
 from proxy.testing.rules import check_responses
 from proxy.testing.signing import DEFAULT_SIGNER as S
-from tests.factories import chat, r_assistant, r_call, r_output, r_reasoning, r_user, responses, wire
+from tests.factories import (chat, r_assistant, r_call, r_output, r_reasoning, r_user, responses,
+                             wire)
 from tests.strategies import sign_encrypted
 
 NONCE = "0123456789abcdef01234567"
@@ -70,7 +71,7 @@ def test_the_named_item_goes_though_a_reasoning_item_comes_before_it() -> None:
     assert _refusal(wire(out)) is None
 
 
-def test_a_search_whose_reasoning_item_the_client_dropped_goes_and_the_message_loses_its_id() -> None:
+def test_a_search_without_its_reasoning_item_goes_and_the_message_loses_its_id() -> None:
     entries = responses(r_user("Look it up."), _search(), _message("Found it."), r_user("Thanks."))
     out, changed = without_unreasoned_items(entries)
     sent = wire(out)
