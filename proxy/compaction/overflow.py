@@ -56,10 +56,15 @@ _NOT_OVERFLOW = ("string_above_max_length", "rate_limit", "rate limit", "tokens 
 
 def error_texts(body: Any, status: int = 400) -> list[str]:
     """The lower-cased strings of the error objects in `body` (bytes, text or parsed JSON)."""
+    return [t.lower() for t in _error_strings(body, status)]
+
+
+def _error_strings(body: Any, status: int) -> list[str]:
+    """The strings of the error objects in `body`, as they are spelled."""
     doc = _parsed(body)
     if isinstance(doc, str):
-        return [doc.lower()] if status >= 400 and doc.strip() else []
-    return [t.lower() for t in _from_doc(doc, status, 0)]
+        return [doc] if status >= 400 and doc.strip() else []
+    return list(_from_doc(doc, status, 0))
 
 
 def _parsed(body: Any) -> Any:
@@ -219,10 +224,11 @@ def private_state_rejection(status: int, body: Any) -> Retry | None:
     """What one retry should do about rejected provider-private state, or None."""
     if status == 429 or 200 <= status < 300 and not _is_error_event(body):
         return None
-    texts = error_texts(body, max(status, 400))
+    spelled = _error_strings(body, max(status, 400))
+    texts = [t.lower() for t in spelled]
     for phrases, action, reason in _PRIVATE_RULES:
         if any(all(p in t for p in phrases) for t in texts):
-            return Retry(action, reason, _named_item(body, status) if action in _NAMING else None)
+            return Retry(action, reason, _named_item(spelled) if action in _NAMING else None)
     if any(_rejects_only_private_fields(t) for t in texts):
         return Retry(RetryAction.DROP_PLAIN_REASONING, "reasoning fields not accepted")
     return None
@@ -234,11 +240,9 @@ _NAMING = (RetryAction.DROP_UNREASONED,)
 _ITEM_NAMED = re.compile(r"item '([^']+)' of type '[^']*' was provided without", re.IGNORECASE)
 
 
-def _named_item(body: Any, status: int) -> str | None:
-    """The item id as the refusal spells it (`error_texts` lower-cases the text)."""
-    doc = _parsed(body)
-    texts = [doc] if isinstance(doc, str) else list(_from_doc(doc, max(status, 400), 0))
-    return next((found.group(1) for t in texts if (found := _ITEM_NAMED.search(t))), None)
+def _named_item(spelled: list[str]) -> str | None:
+    """The item id as the refusal spells it (the rules read the text lower-cased)."""
+    return next((found.group(1) for t in spelled if (found := _ITEM_NAMED.search(t))), None)
 
 
 def _rejects_only_private_fields(text: str) -> bool:

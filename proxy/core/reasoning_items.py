@@ -49,6 +49,11 @@ def needs_its_id(entry: Entry) -> bool:
     return entry.api is Api.RESPONSES and isinstance(type_, str) and type_ in ID_REQUIRED
 
 
+def is_server_tool_item(entry: Entry) -> bool:
+    """An item a server tool made (a web search, a code run, ...): id-required, and no call."""
+    return entry.kind is Kind.OTHER and needs_its_id(entry)
+
+
 def unfollowed_reasoning(entries: Sequence[Entry]) -> set[int]:
     """Reasoning items not directly followed by an item they produced."""
     return {i for i, e in enumerate(entries)
@@ -149,24 +154,21 @@ def unreasoned_items(entries: Sequence[Entry],
     answered: set[str] = set()
     reasoned = False
     for j, entry in enumerate(entries):
-        if named is not None and entry.raw.get("id") == named and reference_id(entry) is None:
-            if needs_its_id(entry):
-                gone.add(j)
-                answered.update(v for v in (named, entry.raw.get("call_id")) if isinstance(v, str))
-            elif is_produced(entry):
-                stripped.add(j)
-        elif entry.kind is Kind.REASONING or reference_id(entry) is not None:
+        if entry.kind is Kind.REASONING or reference_id(entry) is not None:
             reasoned = True
-        elif entry.kind in _TURN:
+            continue
+        if entry.kind in _TURN:
             reasoned = False
-        elif not reasoned and needs_its_id(entry):
+            continue
+        suspect = not reasoned or (named is not None and entry.raw.get("id") == named)
+        if suspect and needs_its_id(entry):
             gone.add(j)
             answered.update(v for v in (entry.raw.get("id"), entry.raw.get("call_id"))
                             if isinstance(v, str))
         elif answered and _answers(entry) & answered:
             gone.add(j)
         else:
-            if not reasoned and "id" in entry.raw and is_produced(entry):
+            if suspect and "id" in entry.raw and is_produced(entry):
                 stripped.add(j)
             if entry.calls:
                 answered.difference_update(c.id for c in entry.calls)

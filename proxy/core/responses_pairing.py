@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from proxy.conversation import Api, Entries, Entry, Kind, make_assistant, make_result
 from proxy.core.computer_calls import interrupted_computer_note
-from proxy.core.kinds import CALL, OTHER, RESULT
-from proxy.core.reasoning_items import needs_its_id
+from proxy.core.kinds import CALL, RESULT
+from proxy.core.reasoning_items import is_server_tool_item
 
 CANCELLED_TEXT = ("[Tool call cancelled: the call was interrupted before it returned a result. "
                   "No output was recorded for it.]")
@@ -101,7 +101,7 @@ def pair_responses(entries: Entries) -> tuple[list[Entry], list[int | None], int
         # Server tools' items right after a step's calls (a search its response ran after
         # handing the client a call) belong to the step: what repair puts at its end must not
         # part them from the reasoning item their ids name. They open no step of their own.
-        server = kind is OTHER and after_calls and needs_its_id(entry)
+        server = after_calls and is_server_tool_item(entry)
         extends = kind is RESULT or server or (kind is CALL and previous is CALL)
         if not extends:
             cancelled += _close_group(entries, group, answered, out, origins)

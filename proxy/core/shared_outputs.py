@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from proxy.conversation import Api, Entries, Entry
-from proxy.core.kinds import CALL, OTHER, RESULT
-from proxy.core.reasoning_items import needs_its_id
+from proxy.core.kinds import CALL, RESULT
+from proxy.core.reasoning_items import is_server_tool_item
 from proxy.core.responses_pairing import ANSWERED_BY_CLIENT, Slot, call_slots, cancelled_output
 
 
@@ -90,7 +90,7 @@ def _group_end(before: Entries, start: int) -> int:
     j = start
     while j < len(before) and before[j].kind is CALL:
         j += 1
-    while j < len(before) and before[j].kind is OTHER and needs_its_id(before[j]):
+    while j < len(before) and is_server_tool_item(before[j]):
         j += 1
     while j < len(before) and before[j].kind is RESULT:
         j += 1

@@ -33,8 +33,8 @@ _FIXES = {
 def fixed(fix: Retry, *, reason: str | None = None, lesson: bool = False) -> Attempt:
     """The attempt that answers `fix`: a retry (`reason` given), or a lesson applied at once."""
     policy, keep_loop, placeholders = _FIXES[fix.action]
-    if fix.item is not None and fix.action is RetryAction.DROP_UNREASONED:
-        placeholders = partial(without_unreasoned_items, named=fix.item)
+    if fix.item is not None and placeholders is not None:  # the fix takes the item named too
+        placeholders = partial(placeholders, named=fix.item)
     return Attempt(policy=policy, keep_loop=keep_loop, placeholders=placeholders, reason=reason,
                    fix=fix, lesson=lesson)
 
