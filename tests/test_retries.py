@@ -186,6 +186,54 @@ def test_items_whose_reasoning_item_the_client_dropped_are_retried_without_it(
     assert proxy.requests()[-1]["retry_lesson"] == "item id refers to a dropped reasoning item"
 
 
+def test_a_retry_refused_for_another_item_teaches_the_fix_naming_both(
+        make_fake, make_proxy) -> None:
+    """A store-on client echoes reasoning by reference and left out two references, a kept one
+    between them. A refusal names one item: the retry fixes the first and is refused for the
+    second, which is relayed (one retry a request). The thread's next request goes up with
+    the fix naming both, and passes (on the old code every request was refused twice)."""
+    fake = make_fake()
+    proxy = make_proxy(fake)
+    nonces = [f"{n:024x}" for n in range(1, 5)]
+    fake.items.remember(f"Bearer {API_KEY}", [
+        {"type": "reasoning", "id": DEFAULT_SIGNER.reasoning_id(n), "summary": []}
+        for n in nonces[::2]])  # the kept references' items, stored upstream
+
+    def step(k: int, referenced: bool) -> list[dict[str, Any]]:
+        ref = ([{"type": "item_reference", "id": DEFAULT_SIGNER.reasoning_id(nonces[k])}]
+               if referenced else [])
+        return ref + [{"type": "function_call", "call_id": f"call_{k}", "name": "read_file",
+                       "arguments": "{}",
+                       "id": DEFAULT_SIGNER.item_id("fc", nonces[k], 0, reasoned=True)},
+                      {"type": "function_call_output", "call_id": f"call_{k}", "output": "ok"}]
+
+    items = [{"type": "message", "role": "user", "content": "Fix it."}]
+    for k in range(4):
+        items += step(k, referenced=k % 2 == 0)
+
+    def post() -> httpx.Response:
+        return httpx.post(f"{proxy.base_url}/responses", timeout=30,
+                          headers={"authorization": f"Bearer {API_KEY}", "x-thread-id": "refs"},
+                          json={"model": "gpt-4o", "input": items, "store": True})
+
+    refused = post()
+    second = items[9]["id"]
+    assert refused.status_code == 400 and second in refused.json()["error"]["message"]
+    first, retried = _main(fake, "/responses")
+    assert [i.get("id") for i in retried.json["input"]] == [
+        None, items[1]["id"], items[2]["id"], None, None, None,
+        items[6]["id"], items[7]["id"], None, second, None]
+    assert proxy.requests()[-1]["retry_lesson_carried_on"] == 2
+    answer = post()
+    assert answer.status_code == 200, answer.text
+    lesson = _main(fake, "/responses")[2]
+    assert len(_main(fake, "/responses")) == 3  # at once: no refused round trip
+    assert [i.get("id") for i in lesson.json["input"]] == [
+        None, items[1]["id"], items[2]["id"], None, None, None,
+        items[6]["id"], items[7]["id"], None, None, None]
+    assert proxy.requests()[-1]["retry_lesson"] == "item id refers to a dropped reasoning item"
+
+
 def test_an_error_a_retry_cannot_fix_is_relayed_once(make_fake, make_proxy) -> None:
     fake = make_fake()
     proxy = make_proxy(fake)

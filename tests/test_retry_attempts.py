@@ -7,7 +7,7 @@ import pytest
 
 from proxy.compaction.overflow import Retry, RetryAction
 from proxy.server.prepared import Attempt
-from proxy.server.retry_attempts import after_rejection, fixed
+from proxy.server.retry_attempts import MAX_NAMED, after_rejection, carried_on, fixed, further_fix
 from proxy.testing import rejections
 
 THINKING = rejections.anthropic("messages.3.content.0.type: Expected `thinking` or "
@@ -57,3 +57,46 @@ def test_an_overflow_keeps_the_lesson_in_its_forced_retry() -> None:
     assert attempt.fix == STRIP and attempt.lesson
     plain, _ = _after(Attempt(), OVERFLOW)
     assert plain == Attempt(forced=True, reason="context_overflow")
+
+
+def _unreasoned(item: str) -> rejections.Rejection:
+    return rejections.openai(f"Item '{item}' of type 'function_call' was provided without its "
+                             "required 'reasoning' item: 'rs_gone'.", param="input")
+
+
+DROP_FC_A = Retry(RetryAction.DROP_UNREASONED, "item id refers to a dropped reasoning item",
+                  ("fc_a",))
+
+
+def test_a_lesson_refused_for_another_item_is_retried_naming_both() -> None:
+    attempt, refused = _after(fixed(DROP_FC_A, lesson=True), _unreasoned("fc_b"))
+    assert refused  # the lesson is forgotten: the retry that passes is learned instead
+    assert attempt is not None and attempt.fix is not None and attempt.retry
+    assert attempt.fix.items == ("fc_a", "fc_b")
+    assert attempt.placeholders is not None
+    named = attempt.placeholders.keywords  # type: ignore[attr-defined]
+    assert named == {"named": ("fc_a", "fc_b")}
+
+
+def test_a_lesson_refused_for_an_item_it_names_gets_no_retry() -> None:
+    assert _after(fixed(DROP_FC_A, lesson=True), _unreasoned("fc_a")) == (None, True)
+
+
+def test_carried_on_names_only_new_items_and_at_most_max_named() -> None:
+    again = Retry(RetryAction.DROP_UNREASONED, "again", ("fc_b",))
+    assert carried_on(DROP_FC_A, again) == Retry(RetryAction.DROP_UNREASONED, "again",
+                                                 ("fc_a", "fc_b"))
+    assert carried_on(DROP_FC_A, Retry(RetryAction.DROP_UNREASONED, "again", ("fc_a",))) is None
+    assert carried_on(DROP_FC_A, Retry(RetryAction.DROP_UNREASONED, "no name")) is None
+    full = Retry(RetryAction.DROP_UNREASONED, "full", tuple(f"fc_{n}" for n in range(MAX_NAMED)))
+    assert carried_on(full, again) is None
+
+
+def test_a_retry_refused_for_another_item_teaches_the_fix_naming_both() -> None:
+    refused = _unreasoned("fc_b")
+    assert further_fix(DROP_FC_A, refused.status, refused.body) == Retry(
+        RetryAction.DROP_UNREASONED, "item id refers to a dropped reasoning item", ("fc_a", "fc_b"))
+    same = _unreasoned("fc_a")
+    assert further_fix(DROP_FC_A, same.status, same.body) is None
+    assert further_fix(STRIP, refused.status, refused.body) is None  # another fix: the usual path
+    assert further_fix(DROP_FC_A, OVERFLOW.status, OVERFLOW.body) is None

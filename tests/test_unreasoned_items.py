@@ -9,6 +9,7 @@ from typing import Any
 
 from proxy.compaction.overflow import RetryAction, private_state_rejection
 from proxy.core.repair import repair
+from proxy.core.sanitize import Policy, sanitize
 from proxy.core.unreasoned import without_unreasoned_items
 from proxy.testing.rules import check_responses
 from proxy.testing.signing import DEFAULT_SIGNER as S
@@ -18,6 +19,7 @@ from tests.strategies import sign_encrypted
 
 NONCE = "0123456789abcdef01234567"
 LATER = "89abcdef0123456789abcdef"
+THIRD = "456789abcdef0123456789ab"
 SHOT = {"type": "computer_screenshot", "image_url": "data:image/png;base64,iVBORw0KGgo="}
 
 
@@ -48,11 +50,11 @@ def test_the_refusal_names_the_item_as_it_spells_it() -> None:
                                  "its required 'reasoning' item: 'rs_0A1b'.",
                       "type": "invalid_request_error", "param": "input", "code": None}}
     retry = private_state_rejection(400, body)
-    assert retry is not None and retry.item == "ws_0A1b"
+    assert retry is not None and retry.items == ("ws_0A1b",)
     other = private_state_rejection(400, {"error": {"message": "Item 'rs_1' of type 'reasoning' "
                                                     "was provided without its required following "
                                                     "item."}})
-    assert other is not None and other.item is None  # no retry of that kind reads it
+    assert other is not None and other.items == ()  # no retry of that kind reads it
 
 
 def test_the_named_item_goes_though_a_reasoning_item_comes_before_it() -> None:
@@ -66,7 +68,7 @@ def test_the_named_item_goes_though_a_reasoning_item_comes_before_it() -> None:
     refused = _refusal(wire(repaired))
     assert refused is not None and _search()["id"] in refused
     assert without_unreasoned_items(repaired)[0] == repaired  # it has a reasoning item before it
-    out, changed = without_unreasoned_items(repaired, named=_search()["id"])
+    out, changed = without_unreasoned_items(repaired, named=(_search()["id"],))
     assert changed and not any(e.raw.get("type") == "web_search_call" for e in out)
     assert _refusal(wire(out)) is None
 
@@ -79,6 +81,79 @@ def test_a_search_without_its_reasoning_item_goes_and_the_message_loses_its_id()
     assert "id" not in sent[1] and sent[1]["content"] == entries[2].raw["content"]
     assert out[0] is entries[0] and out[2] is entries[3]
     assert _refusal(sent) is None
+
+
+def _retried(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """As the proxy retries after the refusal of `items` (repaired): the strip's policy, then
+    this fix, told the item the refusal named."""
+    first = repair(responses(*items)).entries
+    refused = _refusal(wire(first))
+    retry = private_state_rejection(400, {"error": {"message": refused}}) if refused else None
+    assert retry is not None and retry.action is RetryAction.DROP_UNREASONED, refused
+    retried = sanitize(first, Policy.COMPACTED).entries
+    return wire(without_unreasoned_items(retried, named=retry.items)[0])
+
+
+def _reference(nonce: str) -> dict[str, Any]:
+    return {"type": "item_reference", "id": S.reasoning_id(nonce)}
+
+
+def test_the_rest_of_the_named_items_response_goes_with_it() -> None:
+    """A store-on client echoes reasoning by reference, and one reference is missing: the rule
+    sees a reference before both of the second step's items (the policy keeps references), and
+    the refusal names only the first. The call after it came in the same response's output:
+    on the old code it kept its id and the retry was refused for it in turn, on every later
+    request too (a retry that fails teaches no lesson)."""
+    items = [r_user("Fix it."), _reference(NONCE),
+             r_call("read_file", "call_1", id=S.item_id("fc", NONCE, 1, reasoned=True)),
+             r_output("call_1"), _search(LATER),
+             r_call("edit", "call_2", id=S.item_id("fc", LATER, 2, reasoned=True)),
+             r_output("call_2")]
+    assert _search(LATER)["id"] in (_refusal(items) or "")
+    sent = _retried(items)
+    assert [i.get("type") for i in sent] == ["message", "item_reference", "function_call",
+                                            "function_call_output", "function_call",
+                                            "function_call_output"]
+    assert sent[:4] == items[:4]  # the first step's ids stay
+    assert "id" not in sent[4] and sent[4]["arguments"] == items[5]["arguments"]
+    assert _refusal(sent) is None
+    # A past turn the same: references are no blobs, the policy keeps them there too.
+    past = _retried(items + [r_assistant("Done."), r_user("Thanks.")])
+    assert past[:4] == items[:4] and "id" not in past[4] and _refusal(past) is None
+
+
+def test_past_the_named_item_its_response_goes_on_after_outputs_up_to_a_reasoning_item() -> None:
+    """A client that answers each call as it goes parts a response's calls by their outputs:
+    the second call is the named one's too. A reference after them opens a response of its
+    own, whose items keep their ids."""
+    items = [r_user("Fix it."), _reference(NONCE),
+             r_call("read_file", "call_1", id=S.item_id("fc", NONCE, 1, reasoned=True)),
+             r_output("call_1"),
+             r_call("grep", "call_2", id=S.item_id("fc", LATER, 1, reasoned=True)),
+             r_output("call_2"),
+             r_call("edit", "call_3", id=S.item_id("fc", LATER, 2, reasoned=True)),
+             r_output("call_3"), _reference(THIRD),
+             r_call("test", "call_4", id=S.item_id("fc", THIRD, 1, reasoned=True)),
+             r_output("call_4")]
+    sent = _retried(items)
+    assert [i.get("id") for i in sent] == [None, items[1]["id"], items[2]["id"], None, None,
+                                           None, None, None, items[8]["id"], items[9]["id"],
+                                           None]
+    assert _refusal(sent) is None
+
+
+def test_a_named_item_right_after_a_reasoning_item_takes_only_what_follows_it() -> None:
+    """Nothing says where the named item's response began when a reasoning item (or a
+    reference) stands right before the run of items: those before the named one are taken
+    for its own."""
+    items = [r_user("Look it up."), _reference(NONCE), _search(), _search(LATER, 1),
+             r_call("edit", "call_2", id=S.item_id("fc", LATER, 2, reasoned=True)),
+             r_output("call_2")]
+    assert _search(LATER, 1)["id"] in (_refusal(items) or "")
+    sent = _retried(items)
+    assert sent[:3] == items[:3] and [i.get("type") for i in sent[3:]] == [
+        "function_call", "function_call_output"]
+    assert "id" not in sent[3] and _refusal(sent) is None
 
 
 def test_items_after_their_turns_reasoning_item_or_a_reference_stay_as_they_are() -> None:

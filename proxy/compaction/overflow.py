@@ -162,7 +162,9 @@ class RetryAction(StrEnum):
 class Retry:
     action: RetryAction
     reason: str  # what upstream rejected, for the log
-    item: str | None = None  # the id of the item the refusal names, where it names one
+    # The ids of the items the refusal names (where it names one), and those of the refusals
+    # before it that this fix carries on (`retry_attempts.carried_on`).
+    items: tuple[str, ...] = ()
 
 
 # Order matters: the first rule whose every phrase is present wins.
@@ -228,7 +230,8 @@ def private_state_rejection(status: int, body: Any) -> Retry | None:
     texts = [t.lower() for t in spelled]
     for phrases, action, reason in _PRIVATE_RULES:
         if any(all(p in t for p in phrases) for t in texts):
-            return Retry(action, reason, _named_item(spelled) if action in _NAMING else None)
+            named = _named_item(spelled) if action in _NAMING else None
+            return Retry(action, reason, () if named is None else (named,))
     if any(_rejects_only_private_fields(t) for t in texts):
         return Retry(RetryAction.DROP_PLAIN_REASONING, "reasoning fields not accepted")
     return None

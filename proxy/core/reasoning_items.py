@@ -143,15 +143,23 @@ def _items_of(entries: Sequence[Entry], doomed: set[int],
 
 
 def unreasoned_items(entries: Sequence[Entry],
-                     named: str | None = None) -> tuple[set[int], set[int]]:
+                     named: Collection[str] = ()) -> tuple[set[int], set[int]]:
     """The items no reasoning item comes before in their turn, nor an item_reference (it may be
-    that reasoning item, stored upstream), and the one whose id is `named` (an upstream said
-    its reasoning item is missing): the id-required ones and the later items that answer them
-    (up to a call that makes their id again), which cannot go without their id; and the other
-    produced items with an id, which can."""
+    that reasoning item, stored upstream), nor since an item whose id is `named` (an upstream
+    said its reasoning item is missing), and the produced items right before such an item
+    (`_named_runs`): the id-required ones and the later items that answer them (up to a call
+    that makes their id again), which cannot go without their id; and the other produced
+    items with an id, which can.
+
+    A refusal names the first item it finds without its reasoning item only. Past the named
+    one, up to the next reasoning item, come the rest of its response's output (outputs
+    between, for a client that answers each call as it goes) and responses that lost theirs
+    too; the turn rule misses all of them when another step's reasoning item (in practice a
+    reference: the retry's policy drops the reasoning items) comes before them in the turn."""
     gone: set[int] = set()
     stripped: set[int] = set()
     answered: set[str] = set()
+    at, before = _named_runs(entries, named) if named else (frozenset(), frozenset())
     reasoned = False
     for j, entry in enumerate(entries):
         if entry.kind is Kind.REASONING or reference_id(entry) is not None:
@@ -160,7 +168,9 @@ def unreasoned_items(entries: Sequence[Entry],
         if entry.kind in _TURN:
             reasoned = False
             continue
-        suspect = not reasoned or (named is not None and entry.raw.get("id") == named)
+        if j in at:
+            reasoned = False
+        suspect = not reasoned or j in before
         if suspect and needs_its_id(entry):
             gone.add(j)
             answered.update(v for v in (entry.raw.get("id"), entry.raw.get("call_id"))
@@ -173,6 +183,26 @@ def unreasoned_items(entries: Sequence[Entry],
             if entry.calls:
                 answered.difference_update(c.id for c in entry.calls)
     return gone, stripped
+
+
+def _named_runs(entries: Sequence[Entry],
+                named: Collection[str]) -> tuple[frozenset[int], frozenset[int]]:
+    """Where the items whose ids are `named` are, and the produced items right before each
+    with nothing else between: its response's output may have begun among them (an assistant
+    message before a web search). Not when a reasoning item (or a reference) stands right
+    before them: then they are taken for that one's own."""
+    names = frozenset((named,) if isinstance(named, str) else named)  # one id, not its letters
+    at = frozenset(j for j, entry in enumerate(entries)
+                   if isinstance(id_ := entry.raw.get("id"), str) and id_ in names)
+    before: set[int] = set()
+    for j in at:
+        start = j
+        while start > 0 and is_produced(entries[start - 1]):
+            start -= 1
+        first = entries[start - 1] if start > 0 else None
+        if first is None or (first.kind is not Kind.REASONING and reference_id(first) is None):
+            before.update(range(start, j))
+    return at, frozenset(before)
 
 
 def _answers(entry: Entry) -> set[str]:

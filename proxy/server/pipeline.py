@@ -38,7 +38,7 @@ from proxy.server.estimators import OFF_LOOP_BYTES, Estimators, counted
 from proxy.server.prepared import Attempt, Prepared
 from proxy.server.relay import StreamTap
 from proxy.server.request_line import RequestLine
-from proxy.server.retry_attempts import after_rejection, fixed
+from proxy.server.retry_attempts import after_rejection, fixed, further_fix
 from proxy.server.retry_lessons import RetryLessons
 from proxy.server.taps import ChatTap, ResponsesTap
 from proxy.server.upstream import UpstreamClient
@@ -260,6 +260,12 @@ class Pipeline:
         if first.retry or inbound.entries is None or status < 400:
             if first.forced:  # the compaction the overflow bought made it, and it was refused
                 self.flow.forced_retry_refused(prepared, line, status, body)
+            elif first.retry and first.fix is not None:
+                # Relayed, as any refused retry; the thread's next request names that one too.
+                more = further_fix(first.fix, status, body)
+                if more is not None:
+                    self.lessons.learn(prepared.key, inbound.model, more)
+                    line.set(retry_lesson_carried_on=len(more.items))
             return None
         if inbound.stateful_upstream:
             return None  # passed through, and would be again: the same body, the same answer

@@ -33,10 +33,37 @@ _FIXES = {
 def fixed(fix: Retry, *, reason: str | None = None, lesson: bool = False) -> Attempt:
     """The attempt that answers `fix`: a retry (`reason` given), or a lesson applied at once."""
     policy, keep_loop, placeholders = _FIXES[fix.action]
-    if fix.item is not None and placeholders is not None:  # the fix takes the item named too
-        placeholders = partial(placeholders, named=fix.item)
+    if fix.items and placeholders is not None:  # the fix takes the items named too
+        placeholders = partial(placeholders, named=fix.items)
     return Attempt(policy=policy, keep_loop=keep_loop, placeholders=placeholders, reason=reason,
                    fix=fix, lesson=lesson)
+
+
+def carried_on(fix: Retry, rejection: Retry) -> Retry | None:
+    """`fix` naming as well the items `rejection` (a refusal that asks for the same fix) names
+    that it did not; None when it names none new. A refusal names one item (the first it
+    finds), so a client that left out several reasoning items (or their references, which
+    the strip keeps) is told of them one refusal at a time."""
+    new = tuple(item for item in rejection.items if item not in fix.items)
+    if not new or len(fix.items) + len(new) > MAX_NAMED:
+        return None
+    return replace(rejection, items=fix.items + new)
+
+
+def further_fix(fix: Retry, status: int, body: Any) -> Retry | None:
+    """For a retry with `fix` refused in turn (`status`, `body`) by a refusal that asks for that
+    very fix, for an item it does not name: the fix naming that one too, which the thread's
+    next request goes up with. Else each of its requests would be refused twice over, the
+    same two refusals, and no retry would ever pass."""
+    rejection = private_state_rejection(status, body)
+    if rejection is None or rejection.action is not fix.action:
+        return None
+    return carried_on(fix, rejection)
+
+
+# How many items a fix names at most: past that a thread goes back to the usual path, one
+# retry a request, each naming one item (a list that left out this many is beyond repair).
+MAX_NAMED = 32
 
 
 def after_rejection(first: Attempt, status: int, body: Any, *, can_compact: bool,
@@ -55,7 +82,9 @@ def after_rejection(first: Attempt, status: int, body: Any, *, can_compact: bool
     if rejection is None or rejection.action not in _FIXES:
         return None, refused
     if first.fix is not None and rejection.action is first.fix.action:
-        return None, refused  # its retry would send this very request again
+        rejection = carried_on(first.fix, rejection)
+        if rejection is None:
+            return None, refused  # its retry would send this very request again
     attempt = fixed(rejection, reason=rejection.reason)
     if attempt.keep_loop and not first.lesson and not compacted:
         return None, refused  # the client's own blocks went up untouched: nothing to restore

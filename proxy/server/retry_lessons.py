@@ -9,7 +9,10 @@ back in a compacted request. Each such turn paid a refused round trip first (twi
 and some providers bill the refused input). Once a retry's fix has passed, the thread's later
 requests for that model are prepared with it from the first attempt. A request that goes up
 with a lesson and is refused in turn (a 4xx other than a rate limit or an overflow) forgets it,
-and the usual retry follows, unless the refusal asks for the very fix the request already had.
+and the usual retry follows, unless the refusal asks for the very fix the request already had
+(the fix that names the items whose reasoning item is missing goes on naming one more, when
+the refusal names another: `retry_attempts.carried_on`). A retry refused so in turn is relayed,
+and teaches the thread that fix naming both.
 
 Uncompacted requests go up as the client sent them (SPEC §7.3, §11), yet a lesson changes them
 before the upstream has refused them. That is defensible because each fix is one this upstream
