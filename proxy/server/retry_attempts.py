@@ -39,6 +39,11 @@ def fixed(fix: Retry, *, reason: str | None = None, lesson: bool = False) -> Att
                    fix=fix, lesson=lesson)
 
 
+# How many items a fix names at most: past that a thread goes back to the usual path, one
+# retry a request, each naming one item (a list that left out this many is beyond repair).
+MAX_NAMED = 32
+
+
 def carried_on(fix: Retry, rejection: Retry) -> Retry | None:
     """`fix` naming as well the items `rejection` (a refusal that asks for the same fix) names
     that it did not; None when it names none new. A refusal names one item (the first it
@@ -59,11 +64,6 @@ def further_fix(fix: Retry, status: int, body: Any) -> Retry | None:
     if rejection is None or rejection.action is not fix.action:
         return None
     return carried_on(fix, rejection)
-
-
-# How many items a fix names at most: past that a thread goes back to the usual path, one
-# retry a request, each naming one item (a list that left out this many is beyond repair).
-MAX_NAMED = 32
 
 
 def after_rejection(first: Attempt, status: int, body: Any, *, can_compact: bool,
