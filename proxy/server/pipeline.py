@@ -163,6 +163,11 @@ class Pipeline:
         if command is not None:
             return await self.flow.manual_compact(prepared, view, situation, state, command, line)
         built = build(view, state.event if state else None, situation)
+        if not built.cascade.entries:  # every message a result without its call, say
+            # Nothing to send of the client's list: its own request goes up as it came, and the
+            # upstream's error says what is wrong with it (not one about an empty list).
+            line.set(note="nothing left after repair: passed through")
+            return self._pass_through(prepared, line)
         if may_act(built.tokens, situation.thresholds, prepared.attempt.forced):
             # Else `auto` hands `built` back as it is: no coroutine for the usual request.
             built = await self.flow.auto(prepared, view, situation, state, built, line)
