@@ -41,14 +41,15 @@ def reasoning_dropped(draw: st.DrawFn) -> list[dict[str, Any]]:
 
 
 @st.composite
-def reference_dropped(draw: st.DrawFn) -> list[dict[str, Any]]:
+def references_dropped(draw: st.DrawFn, several: bool = True) -> list[dict[str, Any]]:
     """A store-on client's conversation: each reasoning item echoed as an `item_reference`
-    (which the strip's policy keeps), one of them missing."""
+    (which the strip's policy keeps), some of them missing (`several=False`: one)."""
     elements = [{"type": "item_reference", "id": e["id"]} if e.get("type") == "reasoning" else e
                 for e in draw(conversations("responses"))]
     at = [i for i, e in enumerate(elements) if e.get("type") == "item_reference"]
-    gone = draw(st.sampled_from(at)) if at else None
-    return [e for i, e in enumerate(elements) if i != gone]
+    gone = set(draw(st.lists(st.sampled_from(at), min_size=1, max_size=None if several else 1,
+                             unique=True))) if at else set()
+    return [e for i, e in enumerate(elements) if i not in gone]
 
 
 def _visible(item: dict[str, Any]) -> dict[str, Any]:
@@ -81,14 +82,14 @@ def test_the_retry_without_ids_that_name_missing_reasoning_passes(elements: list
     assert changed == 0 and again == out
 
 
-@given(st.one_of(reasoning_dropped(), reference_dropped()))
+@given(st.one_of(reasoning_dropped(), references_dropped(several=False)))
 def test_the_retry_after_the_refusal_it_answers_passes(elements: list) -> None:
     """As the proxy retries: the client's list (repaired) is refused for an item whose
     reasoning item is missing, and the retry (the strip's policy, then the fix, told the item
     the refusal named) passes. A reference the client left out hides its response's items
     from the rule when another reference comes before them in their turn, and the refusal
     names the first of them only. (Two left out, a kept one between, need two refusals to be
-    known: the second is relayed; README, Limits.)"""
+    known: the second is relayed, and the next request passes: the property below.)"""
     first = repair(responses(*elements)).entries
     refused = _refusal(wire(first))
     retry = None if refused is None else private_state_rejection(refused.status, refused.body)
@@ -97,16 +98,6 @@ def test_the_retry_after_the_refusal_it_answers_passes(elements: list) -> None:
     out, _ = without_unreasoned_items(retried, named=retry.items)
     again = _refusal(wire(out))
     assert again is None, again.body
-
-
-@st.composite
-def references_dropped(draw: st.DrawFn) -> list[dict[str, Any]]:
-    """A store-on client's conversation, some of its reasoning references missing."""
-    elements = [{"type": "item_reference", "id": e["id"]} if e.get("type") == "reasoning" else e
-                for e in draw(conversations("responses"))]
-    at = [i for i, e in enumerate(elements) if e.get("type") == "item_reference"]
-    gone = set(draw(st.lists(st.sampled_from(at), min_size=1, unique=True))) if at else set()
-    return [e for i, e in enumerate(elements) if i not in gone]
 
 
 def _sent(first: Any, attempt: Attempt) -> list[dict[str, Any]]:
