@@ -163,7 +163,7 @@ class Pipeline:
         if command is not None:
             return await self.flow.manual_compact(prepared, view, situation, state, command, line)
         built = build(view, state.event if state else None, situation)
-        if not built.cascade.entries:  # every message a result without its call, say
+        if not built.cascade.entries and inbound.entries:  # all results without their call
             # Nothing to send of the client's list: its own request goes up as it came, and the
             # upstream's error says what is wrong with it (not one about an empty list).
             line.set(note="nothing left after repair: passed through")
