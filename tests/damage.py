@@ -49,7 +49,18 @@ def damaged(draw: st.DrawFn, elements: list[Wire], api: str) -> list[Wire]:
             places = [k for k in range(len(out) + 1)
                       if k == len(out) or out[k].get("type") not in ID_REQUIRED]
             out.insert(draw(st.sampled_from(places)), dangling)
-    return out
+    # Nor before one with only results between (an orphan, a duplicate): repair drops or moves
+    # those, and the dangling item ends up right before the server item all the same.
+    return [e for k, e in enumerate(out) if not (_is_dangling(e) and _server_item_next(out, k))]
+
+
+def _is_dangling(element: Wire) -> bool:
+    return element.get("type") == "reasoning" and str(element.get("id")).startswith("rs_dangling")
+
+
+def _server_item_next(out: list[Wire], k: int) -> bool:
+    after = next((e for e in out[k + 1:] if not is_answer(e) and not _is_dangling(e)), None)
+    return after is not None and after.get("type") in ID_REQUIRED
 
 
 # A stray `tool` message, and `function` ones: one named after a tool the strategies draw (it
