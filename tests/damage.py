@@ -43,14 +43,11 @@ def damaged(draw: st.DrawFn, elements: list[Wire], api: str) -> list[Wire]:
             # (upstream's "Duplicate item found", `responses_rules._duplicate`).
             dangling = {"type": "reasoning", "id": f"rs_dangling{n}", "summary": [],
                         "encrypted_content": "gAAAAABx"}
-            # Not right before a server tool's item: it would stand between that item and the
-            # reasoning item its id names, and read as its owner (no response sends two
-            # reasoning items in a row; the retry for the refusal is tested on its own).
-            places = [k for k in range(len(out) + 1)
-                      if k == len(out) or out[k].get("type") not in ID_REQUIRED]
-            out.insert(draw(st.sampled_from(places)), dangling)
-    # Nor before one with only results between (an orphan, a duplicate): repair drops or moves
-    # those, and the dangling item ends up right before the server item all the same.
+            out.insert(draw(st.integers(0, len(out))), dangling)
+    # None is left before a server tool's item, nor before one with only results between (repair
+    # drops or moves those): it would stand between that item and the reasoning item its id
+    # names, and read as its owner (no response sends two reasoning items in a row; the retry
+    # for the refusal is tested on its own).
     return [e for k, e in enumerate(out) if not (_is_dangling(e) and _server_item_next(out, k))]
 
 
