@@ -107,9 +107,9 @@ class Upstream(FakeUpstream):
         self.counts_more = counts_more
 
     def turn(self, body: Mapping[str, Any], reply: Reply, prompt: int, units: list[Any],
-             credential: str = "") -> Any:
+             credential: str = "", **options: Any) -> Any:
         return super().turn(body, reply, prompt * 5 // 4 if self.counts_more else prompt, units,
-                            credential)
+                            credential, **options)
 
 
 class Rig:

@@ -2,7 +2,8 @@
 
 Non-streamed: one `chat.completion` object. Streamed: `chat.completion.chunk` objects: a role
 chunk, reasoning and content pieces, tool-call headers and argument fragments interleaved across
-indexes, the finish chunk, and the `choices: []` usage chunk when asked for. Dialects decide where
+indexes, the finish chunk, and the `choices: []` usage chunk when asked for. With `n` above 1,
+each choice is a message (streamed: the choices' chunks interleave). Dialects decide where
 reasoning goes: `reasoning_content` (DeepSeek, Kimi), `reasoning` + signed `reasoning_details`
 (OpenRouter), `reasoning` (Cerebras, vLLM), a `thought_signature` on the first call (Gemini), nowhere
 (OpenAI: hidden, only counted).
@@ -10,8 +11,10 @@ reasoning goes: `reasoning_content` (DeepSeek, Kimi), `reasoning` + signed `reas
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from proxy.testing.replies import Reply
 from proxy.testing.signing import Signer
 from proxy.testing.turn import Ids, Turn, split_json, split_text
 from proxy.testing.usage import chat_usage
@@ -47,35 +50,59 @@ def wire_calls(turn: Turn, signer: Signer, ids: Ids) -> list[dict[str, Any]]:
     return calls
 
 
+# One choice of an answer as rendered: its turn, wire calls and reasoning fields.
+Rendered = tuple[Turn, list[dict[str, Any]], dict[str, Any]]
+
+
 def completion(turn: Turn, completion_id: str, calls: list[dict[str, Any]],
-               reasoning: dict[str, Any]) -> dict[str, Any]:
-    reply = turn.reply
-    message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": None,
-                               "annotations": [], **reasoning}
-    if calls:
-        message["tool_calls"] = calls
+               reasoning: dict[str, Any], more: Sequence[Rendered] = ()) -> dict[str, Any]:
+    """The answer; `more`: the choices after the first (a request's `n`)."""
+    choices = [{"index": index, "message": _message(choice.reply, choice_calls, fields),
+                "logprobs": None, "finish_reason": choice.reply.finish()}
+               for index, (choice, choice_calls, fields)
+               in enumerate([(turn, calls, reasoning), *more])]
     return {"id": completion_id, "object": "chat.completion", "created": turn.created,
-            "model": turn.model,
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": reply.finish()}],
+            "model": turn.model, "choices": choices,
             "usage": chat_usage(turn.counts, turn.usage_style),
             "service_tier": "default", "system_fingerprint": FINGERPRINT}
 
 
+def _message(reply: Reply, calls: list[dict[str, Any]],
+             reasoning: dict[str, Any]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": None,
+                               "annotations": [], **reasoning}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
 def chunks(turn: Turn, completion_id: str, calls: list[dict[str, Any]],
-           reasoning: dict[str, Any], ids: Ids) -> list[dict[str, Any]]:
-    reply = turn.reply
+           reasoning: dict[str, Any], ids: Ids, more: Sequence[Rendered] = ()) -> list[dict[str, Any]]:
+    """The stream's chunks, one choice's delta each; with `more` (a request's `n`) the
+    choices' deltas interleave, as upstream sends them, then each choice's finish."""
+    rendered = [(turn, calls, reasoning), *more]
+    streams = [_deltas(choice.reply, choice_calls, fields)
+               for choice, choice_calls, fields in rendered]
+    out = []
+    for depth in range(max(len(stream) for stream in streams)):
+        out += [_chunk(turn, completion_id, [_choice(stream[depth], None, index)], ids)
+                for index, stream in enumerate(streams) if depth < len(stream)]
+    out += [_chunk(turn, completion_id, [_choice({}, choice.reply.finish(), index)], ids)
+            for index, (choice, _, _) in enumerate(rendered)]
+    if turn.include_usage:
+        out.append(_chunk(turn, completion_id, [], ids, chat_usage(turn.counts, turn.usage_style)))
+    return out
+
+
+def _deltas(reply: Reply, calls: list[dict[str, Any]],
+            reasoning: dict[str, Any]) -> list[dict[str, Any]]:
     deltas: list[dict[str, Any]] = [{"role": "assistant", "content": "" if reply.content else None,
                                      "refusal": None}]
     deltas += _reasoning_deltas(reasoning)
     if reply.content:
         deltas += [{"content": piece} for piece in split_text(reply.content)]
     deltas += [{"tool_calls": [fragment]} for fragment in _call_fragments(calls)]
-    out = [_chunk(turn, completion_id, [_choice(delta, None)], ids) for delta in deltas]
-    out.append(_chunk(turn, completion_id, [_choice({}, reply.finish())], ids))
-    if turn.include_usage:
-        out.append(_chunk(turn, completion_id, [], ids, chat_usage(turn.counts, turn.usage_style)))
-    return out
+    return deltas
 
 
 def _reasoning_deltas(reasoning: dict[str, Any]) -> list[dict[str, Any]]:
@@ -107,8 +134,8 @@ def _call_fragments(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _choice(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
-    return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+def _choice(delta: dict[str, Any], finish: str | None, index: int = 0) -> dict[str, Any]:
+    return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
 
 
 def _chunk(turn: Turn, completion_id: str, choices: list[dict[str, Any]], ids: Ids,

@@ -13,6 +13,7 @@ with scripted `Reply`s, a responder hook, or a short default text.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import fnmatch
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -35,7 +36,8 @@ from proxy.testing.rules import Rejection
 from proxy.testing.signing import DEFAULT_KEY, Signer
 from proxy.testing.sse import PEER_GONE, reject
 from proxy.testing.stored_items import StoredItems
-from proxy.testing.turn import Ids, Turn, call_ids, completion_tokens, stream_options
+from proxy.testing.turn import (Ids, Turn, call_ids, completion_tokens, sampled,
+                                stream_options)
 from proxy.testing.usage import USAGE_STYLES, Counts, PromptCache
 
 DEFAULT_MODEL = "fake-model"
@@ -200,18 +202,24 @@ class FakeUpstream:
         return reply
 
     def turn(self, body: Mapping[str, Any], reply: Reply, prompt: int, units: list[Unit],
-             credential: str = "") -> Turn:
+             credential: str = "", *, samples: int = 1) -> Turn:
         """The answer to render: ids assigned, usage counted, the prompt cache of the
-        credential consulted."""
-        completion, reasoning = completion_tokens(reply)
+        credential consulted. `samples`: the choices asked for (chat's `n`); the usage counts
+        the output of all, the prompt once."""
+        replies = [reply, *(sampled(reply, index) for index in range(1, samples))]
+        counted = [completion_tokens(r) for r in replies]
+        completion, reasoning = sum(c for c, _ in counted), sum(r for _, r in counted)
         cached, written = self.cache.lookup(body["model"], units, credential)
         cached = min(cached, prompt)
         counts = Counts(prompt, completion, reasoning, cached, min(written, prompt - cached))
         include_usage, obfuscate = stream_options(body)
         # OpenRouter always ends a stream with usage (PROTOCOL.md §1.3).
         include_usage = include_usage or self.usage_style == "openrouter"
-        return Turn(body["model"], reply, counts, call_ids(reply, self.ids, self.dialect),
-                    int(time.time()), self.dialect, self.usage_style, include_usage, obfuscate)
+        created = int(time.time())
+        first, *others = [Turn(body["model"], r, counts, call_ids(r, self.ids, self.dialect),
+                               created, self.dialect, self.usage_style, include_usage,
+                               obfuscate) for r in replies]
+        return dataclasses.replace(first, more=tuple(others)) if others else first
 
     def limit_for(self, model: str) -> int | None:
         for pattern, limit in self.limits.items():

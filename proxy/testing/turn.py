@@ -7,6 +7,7 @@ the same request carry the same ids and usage.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import string
 from collections.abc import Mapping
@@ -50,6 +51,13 @@ class Turn:
     usage_style: str = "openai"
     include_usage: bool = False
     obfuscate: bool = True
+    # The other choices a request's `n` asked for: each with its own reply and call ids.
+    # `counts` (of this turn, the first choice) covers them all, as upstream's usage does.
+    more: tuple[Turn, ...] = ()
+
+    def samples(self) -> tuple[Turn, ...]:
+        """Every choice of the answer, by index."""
+        return (self, *self.more)
 
 
 def completion_tokens(reply: Reply) -> tuple[int, int]:
@@ -59,6 +67,16 @@ def completion_tokens(reply: Reply) -> tuple[int, int]:
     for call in reply.calls:
         total += TOKENS_PER_CALL + count_text(call.name) + count_text(call.arguments)
     return total, reasoning
+
+
+def sampled(reply: Reply, index: int) -> Reply:
+    """Choice `index` (from 1) of `n`: the scripted reply told apart by its text, its calls
+    the same but given ids of their own, as independent samples of a model would be."""
+    content = reply.content
+    if content or not reply.calls:
+        content = f"{content or ''} (sample {index + 1})".lstrip()
+    calls = tuple(dataclasses.replace(call, id=None) for call in reply.calls)
+    return dataclasses.replace(reply, content=content, calls=calls)
 
 
 def call_ids(reply: Reply, ids: Ids, dialect: str) -> tuple[str, ...]:
