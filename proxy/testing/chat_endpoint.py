@@ -62,7 +62,7 @@ async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
         if failed is not None:
             return failed
     turn = fake.turn(body, reply, prompt, units, credential_of(recorded.headers),
-                     samples=samples)
+                     samples=samples, cap=requested_completion(body))
     return await _answer(fake, request, body, turn, stream)
 
 

@@ -36,7 +36,7 @@ from proxy.testing.rules import Rejection
 from proxy.testing.signing import DEFAULT_KEY, Signer
 from proxy.testing.sse import PEER_GONE, reject
 from proxy.testing.stored_items import StoredItems
-from proxy.testing.turn import (Ids, Turn, call_ids, completion_tokens, sampled,
+from proxy.testing.turn import (Ids, Turn, call_ids, capped, completion_tokens, sampled,
                                 stream_options)
 from proxy.testing.usage import USAGE_STYLES, Counts, PromptCache
 
@@ -202,11 +202,13 @@ class FakeUpstream:
         return reply
 
     def turn(self, body: Mapping[str, Any], reply: Reply, prompt: int, units: list[Unit],
-             credential: str = "", *, samples: int = 1) -> Turn:
+             credential: str = "", *, samples: int = 1, cap: int = 0) -> Turn:
         """The answer to render: ids assigned, usage counted, the prompt cache of the
         credential consulted. `samples`: the choices asked for (chat's `n`); the usage counts
-        the output of all, the prompt once."""
-        replies = [reply, *(sampled(reply, index) for index in range(1, samples))]
+        the output of all, the prompt once. `cap`: the output tokens the request allows each
+        choice (0: no cap), where the model stops."""
+        replies = [capped(r, cap)
+                   for r in (reply, *(sampled(reply, index) for index in range(1, samples)))]
         counted = [completion_tokens(r) for r in replies]
         completion, reasoning = sum(c for c, _ in counted), sum(r for _, r in counted)
         cached, written = self.cache.lookup(body["model"], units, credential)

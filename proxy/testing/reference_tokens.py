@@ -34,6 +34,21 @@ def count_text(text: str) -> int:
     return len(_encoding().encode(text, disallowed_special=()))
 
 
+def token_prefix(text: str, tokens: int) -> tuple[str, int]:
+    """The start of `text` that its first `tokens` tokens spell, and how many tokens it
+    takes: a last token that ends inside a character is left out, as a model's output never
+    holds half a character."""
+    encoded = _encoding().encode(text, disallowed_special=())
+    if len(encoded) <= tokens:
+        return text, len(encoded)
+    for end in range(tokens, -1, -1):
+        try:
+            return _encoding().decode_bytes(encoded[:end]).decode("utf-8"), end
+        except UnicodeDecodeError:
+            continue
+    return "", 0
+
+
 def _value_text(value: Any) -> str:
     return value if isinstance(value, str) else jsonio.dumps_text(value)
 

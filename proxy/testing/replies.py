@@ -50,6 +50,8 @@ class Reply:
     error_after: int | None = None  # stream: chunks sent before an error frame
     error_frame: Any = None
     hang_after: int | None = None  # stream: chunks sent before going silent; non-stream: silent
+    # Written whole past the request's output cap, as an upstream that ignores `max_tokens` does.
+    ignores_cap: bool = False
 
     # ------------------------------------------------------------ constructors
 

@@ -76,7 +76,7 @@ async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
         if failed is not None:
             return failed
     chain = [*prior, *checked]
-    turn = fake.turn(body, reply, prompt, units, credential)
+    turn = fake.turn(body, reply, prompt, units, credential, cap=_output_cap(body))
     return await _answer(fake, request, body, turn, chain, stream, credential)
 
 
@@ -178,3 +178,9 @@ async def retrieve(fake: FakeUpstream, request: web.Request) -> web.Response:
         return reject(rejections.openai(f"Response with id '{response_id}' not found.",
                                         status=404))
     return web.Response(body=jsonio.dumps(stored.response), content_type="application/json")
+
+
+def _output_cap(body: dict[str, Any]) -> int:
+    """`max_output_tokens` when the request sets one (0: none)."""
+    cap = body.get("max_output_tokens")
+    return cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else 0

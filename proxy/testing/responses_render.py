@@ -48,7 +48,9 @@ def output_items(turn: Turn, history: Sequence[Any], options: OutputOptions, sig
         if options.include_encrypted:
             item["encrypted_content"] = signer.encrypted_content(history, ids.bytes(16))
         items.append(item)
-    if reply.content is not None or not reply.calls:
+    cut = reply.finish_reason == "length"
+    # A model stopped inside its reasoning wrote no message (the output is the reasoning item).
+    if reply.content is not None or not (reply.calls or (cut and reasoned)):
         items.append({"id": signer.item_id("msg", nonce, len(items), reasoned=reasoned),
                       "type": "message", "status": "completed", "role": "assistant",
                       "content": [_text_part(reply.content or "")]})
@@ -59,6 +61,8 @@ def output_items(turn: Turn, history: Sequence[Any], options: OutputOptions, sig
                 "call_id": call_id, "name": call.name}
         item["input" if call.custom else "arguments"] = call.arguments
         items.append(item)
+    if cut and items[-1]["type"] != "reasoning":
+        items[-1]["status"] = "incomplete"  # where the output tokens ran out
     return items
 
 

@@ -9,6 +9,7 @@ answer a 200 that holds no usable summary (`SHAPES`), in the dialect it was aske
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,7 +54,7 @@ class FakeSummarizer:
     fail: int = 0  # answer the next N requests with HTTP 500
     cut_short: int = 0  # answer the next N with finish_reason "length"
     hang: int = 0  # never answer the next N
-    padding: int = 0  # extra words in each summary (to make one too big)
+    padding: int = 0  # extra words in each summary (to make one too big), past any output cap
     # Answer the next ones so, one each (`SHAPES`); None: this one as usual.
     shapes: list[str | None] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -94,7 +95,9 @@ class FakeSummarizer:
         if self.cut_short:
             self.cut_short -= 1
             return Reply.length(text)
-        return Reply.text(text)
+        # Padded past the request's cap, it is a summarizer that ignores the cap (or it would
+        # be cut short, which `cut_short` asks for).
+        return dataclasses.replace(Reply.text(text), ignores_cap=self.padding > 0)
 
 
 @dataclass(frozen=True)

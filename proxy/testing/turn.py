@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.testing.reference_tokens import TOKENS_PER_CALL, count_text
+from proxy.testing.reference_tokens import TOKENS_PER_CALL, count_text, token_prefix
 from proxy.testing.replies import Reply
 from proxy.testing.usage import Counts
 
@@ -67,6 +67,35 @@ def completion_tokens(reply: Reply) -> tuple[int, int]:
     for call in reply.calls:
         total += TOKENS_PER_CALL + count_text(call.name) + count_text(call.arguments)
     return total, reasoning
+
+
+def capped(reply: Reply, limit: int) -> Reply:
+    """`reply` as a model stops it at `limit` output tokens (`max_completion_tokens`,
+    `max_tokens`, `max_output_tokens`): the reasoning first, then the text, then the calls,
+    each as far as the tokens left reach (a call cut short keeps the start of its arguments,
+    which are then no JSON), ending with `finish_reason: length`. As it is when it fits, when
+    `limit` is 0 (none asked), or when the reply `ignores_cap`."""
+    if limit <= 0 or reply.ignores_cap or completion_tokens(reply)[0] <= limit:
+        return reply
+    reasoning, left = _cut(reply.reasoning, limit)
+    content, left = _cut(reply.content, left)
+    calls = []
+    for call in reply.calls:
+        header = TOKENS_PER_CALL + count_text(call.name)
+        if left <= header:
+            break
+        arguments, left = _cut(call.arguments, left - header)
+        calls.append(dataclasses.replace(call, arguments=arguments or ""))
+    return dataclasses.replace(reply, reasoning=reasoning, content=content, calls=tuple(calls),
+                               finish_reason="length")
+
+
+def _cut(text: str | None, left: int) -> tuple[str | None, int]:
+    """`text` as far as `left` tokens reach (None when none do), and the tokens left after."""
+    if not text:
+        return text, left
+    kept, used = token_prefix(text, left)
+    return kept or None, left - used
 
 
 def sampled(reply: Reply, index: int) -> Reply:
