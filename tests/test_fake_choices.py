@@ -11,13 +11,13 @@ from typing import Any
 
 import openai
 import pytest
-from openai import AsyncOpenAI
 
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.messages import tool_result, user
 from proxy.testing.replies import Reply, call
 from proxy.testing.rules import check_chat
 from proxy.testing.turn import completion_tokens, sampled
+from tests.test_fake_openai_client import client
 
 TEXT = "Red is the colour of the first sample."
 TOOLS = Reply.tool_calls(call("read_file", {"path": "a.py"}), call("grep", {"pattern": "x"}),
@@ -28,10 +28,6 @@ TOOLS = Reply.tool_calls(call("read_file", {"path": "a.py"}), call("grep", {"pat
 async def fake() -> AsyncIterator[FakeUpstream]:
     async with FakeUpstream() as upstream:
         yield upstream
-
-
-def client(fake: FakeUpstream) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=fake.url, api_key="sk-test", max_retries=0)
 
 
 async def test_each_choice_is_a_sample_and_the_usage_counts_them_all(fake: FakeUpstream) -> None:

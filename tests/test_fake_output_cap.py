@@ -8,33 +8,22 @@ came and anchors the next turn."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from openai import AsyncOpenAI
 
 from proxy.testing.fake_upstream import FakeUpstream
 from proxy.testing.messages import user
 from proxy.testing.reference_tokens import count_text, token_prefix
 from proxy.testing.replies import Reply, call
 from proxy.testing.turn import capped, completion_tokens
+from tests.test_fake_choices import client, fake  # noqa: F401 - the fixture
 
 LONG = "The first part of a long answer, " + "and then some more words, " * 40
 TOOLS = Reply.tool_calls(call("write_file", {"path": "notes.md", "text": "line " * 60}),
                          content="Writing it down.")
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeUpstream]:
-    async with FakeUpstream() as upstream:
-        yield upstream
-
-
-def client(fake: FakeUpstream) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=fake.url, api_key="sk-test", max_retries=0)
 
 
 def test_a_cap_cuts_reasoning_then_text_then_calls_and_never_half_a_character() -> None:
