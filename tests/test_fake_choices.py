@@ -9,7 +9,6 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import openai
 import pytest
 
 from proxy.testing.fake_upstream import FakeUpstream
@@ -91,32 +90,6 @@ async def test_a_stream_interleaves_the_choices_and_adds_up_to_the_whole_answer(
             (c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls or ()]
     assert chunks[-1].choices == [] and chunks[-1].usage is not None
     assert whole.usage is not None and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
-
-
-@pytest.mark.parametrize(("n", "message", "code"), [
-    (0, "Invalid 'n': integer below minimum value. Expected a value >= 1, but got 0 instead.",
-     "integer_below_min_value"),
-    (129, "Invalid 'n': integer above maximum value. Expected a value <= 128, but got 129 "
-          "instead.", "integer_above_max_value"),
-    ("2", "Invalid type for 'n': expected an integer, but got a string instead.", "invalid_type"),
-    (True, "Invalid type for 'n': expected an integer, but got a boolean instead.",
-     "invalid_type"),
-    (1.5, "Invalid type for 'n': expected an integer, but got a decimal number instead.",
-     "invalid_type"),
-])
-async def test_an_n_out_of_range_or_not_an_integer_is_refused_as_openai_does(
-        fake: FakeUpstream, n: Any, message: str, code: str) -> None:
-    fake.script(Reply.text(TEXT))
-    async with client(fake) as api:
-        with pytest.raises(openai.BadRequestError) as refused:
-            await api.chat.completions.create(model="gpt-4o", messages=[user("hi")],
-                                              extra_body={"n": n})
-        assert refused.value.body == {"message": message, "type": "invalid_request_error",
-                                      "param": "n", "code": code}
-        # A refused request consumes no scripted reply; a null `n` is one choice.
-        done = await api.chat.completions.create(model="gpt-4o", messages=[user("hi")],
-                                                 extra_body={"n": None})
-    assert [c.message.content for c in done.choices] == [TEXT]
 
 
 @pytest.mark.parametrize("stream", [False, True])

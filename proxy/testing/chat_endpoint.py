@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
-from proxy.testing import rejections, stored_chat
+from proxy.testing import integer_options, stored_chat
 from proxy.testing.chat_render import chunks, completion, reasoning_fields, wire_calls
-from proxy.testing.chat_wording import type_name
+from proxy.testing.dialects import DIALECTS
+from proxy.testing.integer_options import refused_integer, samples_asked
 from proxy.testing.misc_endpoints import parse_body, request_headers
 from proxy.testing.overflow import (Size, chat_overflow, exceeds, requested_completion,
                                     silently_truncates)
@@ -29,8 +30,6 @@ from proxy.testing.turn import Turn
 if TYPE_CHECKING:
     from proxy.testing.fake_upstream import FakeUpstream
 
-MAX_SAMPLES = 128  # OpenAI's most choices a request may ask for
-
 
 async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse:
     recorded = fake.recorded(request)
@@ -40,9 +39,10 @@ async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
     found = check_chat(body, fake.dialect, signer=fake.signer)
     if found is not None:
         return reject(found)
-    samples = sample_count(body)
-    if isinstance(samples, Rejection):
-        return reject(samples)
+    refused = (refused_integer(body, integer_options.CHAT)
+               if DIALECTS[fake.dialect].integer_options else None)
+    if refused is not None:
+        return reject(refused)
     units = fake.units.chat(body)
     prompt = prompt_tokens(units)
     limit = fake.limit_for(body["model"])
@@ -62,7 +62,7 @@ async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
         if failed is not None:
             return failed
     turn = fake.turn(body, reply, prompt, units, credential_of(recorded.headers),
-                     samples=samples, cap=requested_completion(body))
+                     samples=samples_asked(body), cap=requested_completion(body))
     return await _answer(fake, request, body, turn, stream)
 
 
@@ -88,23 +88,3 @@ async def _answer(fake: FakeUpstream, request: web.Request, body: dict[str, Any]
     error = data_frame(turn.reply.error_frame) if turn.reply.error_frame is not None else None
     return await send_stream(request, frames, turn.reply, error, fake.stopping, fake.chunk_delay, headers)
 
-
-def sample_count(body: dict[str, Any]) -> int | Rejection:
-    """`n`, the choices asked for (1 when absent or null), or OpenAI's refusal of it: an
-    integer from 1 to 128 [OBS: the above-maximum text, param and code, quoted from OpenAI's
-    answer; below the minimum as OpenAI words it for `max_tokens`]."""
-    n = body.get("n")
-    if n is None:
-        return 1
-    if isinstance(n, bool) or not isinstance(n, int):
-        return rejections.openai(f"Invalid type for 'n': expected an integer, but got "
-                                 f"{type_name(n)} instead.", param="n", code="invalid_type")
-    if n < 1:
-        return rejections.openai(f"Invalid 'n': integer below minimum value. Expected a value "
-                                 f">= 1, but got {n} instead.", param="n",
-                                 code="integer_below_min_value")
-    if n > MAX_SAMPLES:
-        return rejections.openai(f"Invalid 'n': integer above maximum value. Expected a value "
-                                 f"<= {MAX_SAMPLES}, but got {n} instead.", param="n",
-                                 code="integer_above_max_value")
-    return n

@@ -287,11 +287,14 @@ class Dialect:
     pairing: bool = True  # the shared `chat_rules.find_violation` checks
     # `stream_options` only beside `stream: true` (OpenAI, Azure); others' answers unknown.
     options_need_stream: bool = False
+    # `n` and the output caps refused out of range as OpenAI words it; others' answers unknown.
+    integer_options: bool = False
 
 
 DIALECTS: dict[str, Dialect] = {
-    "openai": Dialect(options_need_stream=True),
-    "openai-strict": Dialect(schema=(strict_keys, assistant_parts), options_need_stream=True),
+    "openai": Dialect(options_need_stream=True, integer_options=True),
+    "openai-strict": Dialect(schema=(strict_keys, assistant_parts), options_need_stream=True,
+                             integer_options=True),
     "cerebras": Dialect(schema=(cerebras_reasoning,)),
     "deepseek-thinking": Dialect(wording="deepseek", semantic=(deepseek_reasoning,)),
     "deepseek-r1-legacy": Dialect(wording="deepseek", schema=(legacy_reasoning,)),

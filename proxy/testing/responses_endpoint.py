@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from proxy import jsonio
-from proxy.testing import rejections
+from proxy.testing import integer_options, rejections
 from proxy.testing.conversations import unknown as unknown_conversation
+from proxy.testing.integer_options import refused_integer
 from proxy.testing.misc_endpoints import parse_body, request_headers
 from proxy.testing.overflow import responses_overflow
 from proxy.testing.prompt_units import Unit, prompt_tokens, truncated_front
@@ -59,6 +60,9 @@ async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
                                     resolve=fake.items.resolver(credential))
     if isinstance(checked, Rejection):
         return reject(checked)
+    refused = refused_integer(body, integer_options.RESPONSES)
+    if refused is not None:
+        return reject(refused)
     body = _expanded(body, checked)
     limit = fake.limit_for(body["model"])
     units = _units(fake, body, prior, limit)
@@ -180,7 +184,7 @@ async def retrieve(fake: FakeUpstream, request: web.Request) -> web.Response:
     return web.Response(body=jsonio.dumps(stored.response), content_type="application/json")
 
 
+
 def _output_cap(body: dict[str, Any]) -> int:
-    """`max_output_tokens` when the request sets one (0: none)."""
-    cap = body.get("max_output_tokens")
-    return cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else 0
+    """`max_output_tokens` when the request sets one (0: none; a set one is checked)."""
+    return body.get("max_output_tokens") or 0
