@@ -170,3 +170,29 @@ def test_through_the_proxy_a_cut_answer_is_relayed_and_anchors_the_next_turn(
     api.chat.completions.create(model="gpt-4o", messages=follow, extra_headers=thread)
     assert fake.last("/chat/completions").json["messages"] == follow
     assert proxy.requests()[-1]["anchor_used"] is True
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_through_the_proxy_an_incomplete_response_anchors_the_next_turn(
+        make_fake, make_proxy, make_client, stream: bool) -> None:
+    fake = make_fake()
+    fake.script(Reply.text(LONG), Reply.text("Go on."))
+    proxy = make_proxy(fake)
+    api = make_client(proxy.base_url)
+    thread = {"x-thread-id": f"incomplete-{stream}"}
+    asked = [{"role": "user", "content": "go"}]
+    if stream:
+        events = list(api.responses.create(model="gpt-4o", input=asked, max_output_tokens=16,
+                                           stream=True, extra_headers=thread))
+        assert events[-1].type == "response.incomplete"
+        response: Any = events[-1].response
+    else:
+        response = api.responses.create(model="gpt-4o", input=asked, max_output_tokens=16,
+                                        extra_headers=thread)
+    assert response.status == "incomplete" and response.usage.output_tokens == 16
+    kept = [item.model_dump(exclude_none=True) for item in response.output]
+    follow = [*asked, *kept, {"role": "user", "content": "continue"}]
+    api.responses.create(model="gpt-4o", input=follow, extra_headers=thread)
+    assert fake.last("/responses").json["input"] == follow
+    line = proxy.requests()[-1]
+    assert line["status"] == 200 and line["anchor_used"] is True
