@@ -15,7 +15,7 @@ from aiohttp import web
 from proxy.testing import integer_options, stored_chat
 from proxy.testing.chat_render import chunks, completion, reasoning_fields, wire_calls
 from proxy.testing.dialects import DIALECTS
-from proxy.testing.integer_options import refused_integer, samples_asked
+from proxy.testing.integer_options import asked, refused_integer
 from proxy.testing.misc_endpoints import parse_body, request_headers
 from proxy.testing.overflow import (Size, chat_overflow, exceeds, requested_completion,
                                     silently_truncates)
@@ -61,8 +61,9 @@ async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
         failed = await send_failure(request, reply, fake.stopping, reply.error_frame)
         if failed is not None:
             return failed
+    samples = asked(body, "n", integer_options.CHAT, 1)
     turn = fake.turn(body, reply, prompt, units, credential_of(recorded.headers),
-                     samples=samples_asked(body), cap=requested_completion(body))
+                     samples=samples, cap=requested_completion(body))
     return await _answer(fake, request, body, turn, stream)
 
 

@@ -45,8 +45,13 @@ def refused_integer(body: Mapping[str, Any], bounds: Mapping[str, tuple[int, int
     return None
 
 
-def samples_asked(body: Mapping[str, Any]) -> int:
-    """The choices a chat request asks for (`n`): 1 unless it is an integer in range (a
-    dialect that does not check it answers with one)."""
-    n = body.get("n")
-    return n if type(n) is int and 1 <= n <= MAX_SAMPLES else 1
+
+def asked(body: Mapping[str, Any], key: str, bounds: Mapping[str, tuple[int, int | None]],
+          default: int) -> int:
+    """The option `key` as the request sets it, or `default` when it is unset or would be
+    refused (a dialect that does not check it answers as if it were unset)."""
+    value = body.get(key)
+    least, most = bounds[key]
+    if type(value) is not int or value < least or (most is not None and value > most):
+        return default
+    return value

@@ -20,7 +20,7 @@ from aiohttp import web
 from proxy import jsonio
 from proxy.testing import integer_options, rejections
 from proxy.testing.conversations import unknown as unknown_conversation
-from proxy.testing.integer_options import refused_integer
+from proxy.testing.integer_options import asked, refused_integer
 from proxy.testing.misc_endpoints import parse_body, request_headers
 from proxy.testing.overflow import responses_overflow
 from proxy.testing.prompt_units import Unit, prompt_tokens, truncated_front
@@ -80,7 +80,8 @@ async def handle(fake: FakeUpstream, request: web.Request) -> web.StreamResponse
         if failed is not None:
             return failed
     chain = [*prior, *checked]
-    turn = fake.turn(body, reply, prompt, units, credential, cap=_output_cap(body))
+    cap = asked(body, "max_output_tokens", integer_options.RESPONSES, 0)
+    turn = fake.turn(body, reply, prompt, units, credential, cap=cap)
     return await _answer(fake, request, body, turn, chain, stream, credential)
 
 
@@ -182,9 +183,3 @@ async def retrieve(fake: FakeUpstream, request: web.Request) -> web.Response:
         return reject(rejections.openai(f"Response with id '{response_id}' not found.",
                                         status=404))
     return web.Response(body=jsonio.dumps(stored.response), content_type="application/json")
-
-
-
-def _output_cap(body: dict[str, Any]) -> int:
-    """`max_output_tokens` when the request sets one (0: none; a set one is checked)."""
-    return body.get("max_output_tokens") or 0
