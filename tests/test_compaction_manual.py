@@ -7,9 +7,10 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from proxy.compaction.manual import (MARKER, chat_completion, chat_stream, compacted_text,
-                                     detect, include_usage, nothing_text, response_object,
-                                     response_stream, strip_exchanges, synthetic_ids)
+from proxy.compaction.manual import (MARKER, chat_completion, chat_stream, choice_count,
+                                     compacted_text, detect, include_usage, nothing_text,
+                                     response_object, response_stream, strip_exchanges,
+                                     synthetic_ids)
 from proxy.conversation import Api
 from tests.test_compaction_support import (assistant, conv, ids_of, r_assistant, r_user, system,
                                            user)
@@ -100,6 +101,33 @@ def test_chat_stream_with_usage_chunk_last() -> None:
     assert chunks[-1].choices == [] and chunks[-1].usage is not None
     assert all(c.usage is None for c in chunks[:-1])
     assert all(orjson.loads(d)["usage"] is None for _, d in frames[:-2])
+
+
+def test_chat_answer_has_as_many_choices_as_n_asks() -> None:
+    body = chat_completion(TEXT, model="m", created=1, completion_id=IDS.completion, choices=3)
+    parsed = ChatCompletion.model_validate(body)
+    assert [c.index for c in parsed.choices] == [0, 1, 2]
+    assert all(c.message.content == TEXT and c.finish_reason == "stop" for c in parsed.choices)
+
+
+def test_chat_stream_interleaves_the_choices_and_adds_up_to_each() -> None:
+    frames = sse(chat_stream(TEXT, model="m", created=1, completion_id=IDS.completion,
+                             include_usage=True, choices=2))
+    chunks = [ChatCompletionChunk.model_validate(orjson.loads(d)) for _, d in frames[:-1]]
+    assert [c.choices[0].index for c in chunks[:-1]] == [0, 1, 0, 1, 0, 1]
+    for index in (0, 1):
+        mine = [c.choices[0] for c in chunks[:-1] if c.choices[0].index == index]
+        assert [c.delta.role for c in mine] == ["assistant", None, None]
+        assert "".join(c.delta.content or "" for c in mine) == TEXT
+        assert [c.finish_reason for c in mine] == [None, None, "stop"]
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+
+
+def test_choice_count_reads_n_within_openais_range_only() -> None:
+    assert [choice_count({"n": n}) for n in (1, 2, 128)] == [1, 2, 128]
+    for odd in (0, -1, 129, True, 2.0, "2", None):
+        assert choice_count({"n": odd}) == 1, odd
+    assert choice_count({}) == 1
 
 
 def test_responses_json_parses_with_the_openai_types() -> None:

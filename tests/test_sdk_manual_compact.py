@@ -34,3 +34,18 @@ def test_responses_stream_helper_reads_the_proxys_answer(client: openai.OpenAI, 
                                                     extra_headers=THREAD)
     assert raw.headers["x-compaction"] == "none" and raw.parse().output_text
     assert fake.requests == []
+
+
+def test_n_choices_each_carry_the_answer(client: openai.OpenAI, fake) -> None:
+    made = client.chat.completions.create(model="gpt-4o", messages=HISTORY, n=2,
+                                          extra_headers=THREAD)
+    assert [c.index for c in made.choices] == [0, 1]
+    assert made.choices[0].message.content == made.choices[1].message.content
+    assert made.choices[0].message.content
+    texts = {0: "", 1: ""}
+    for chunk in client.chat.completions.create(model="gpt-4o", messages=HISTORY, n=2,
+                                                stream=True, extra_headers=THREAD):
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+    assert texts[0] == texts[1] == made.choices[0].message.content
+    assert fake.requests == []

@@ -163,33 +163,49 @@ _ZERO_CHAT_USAGE = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 
 
 # ---------------------------------------------------------------- chat completions
 
-def chat_completion(text: str, *, model: str, created: int, completion_id: str) -> dict[str, Any]:
+def chat_completion(text: str, *, model: str, created: int, completion_id: str,
+                    choices: int = 1) -> dict[str, Any]:
+    """`choices`: as many as the request's `n` asked, each the same answer."""
     return {"id": completion_id, "object": "chat.completion", "created": created, "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text,
-                                                 "refusal": None},
-                         "logprobs": None, "finish_reason": "stop"}],
+            "choices": [{"index": index, "message": {"role": "assistant", "content": text,
+                                                     "refusal": None},
+                         "logprobs": None, "finish_reason": "stop"} for index in range(choices)],
             "usage": dict(_ZERO_CHAT_USAGE)}
 
 
 def chat_stream(text: str, *, model: str, created: int, completion_id: str,
-                include_usage: bool) -> bytes:
-    """The SSE body: role, content, finish; the usage chunk only when the client asked."""
+                include_usage: bool, choices: int = 1) -> bytes:
+    """The SSE body: role, content, finish (each for every choice in turn, as OpenAI interleaves
+    `n` choices); the usage chunk only when the client asked."""
     deltas: list[tuple[dict[str, Any], str | None]] = [
         ({"role": "assistant", "content": ""}, None), ({"content": text}, None), ({}, "stop")]
     chunks = []
     for delta, finish in deltas:
-        chunk: dict[str, Any] = {
-            "id": completion_id, "object": "chat.completion.chunk", "created": created,
-            "model": model, "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                         "finish_reason": finish}]}
-        if include_usage:
-            chunk["usage"] = None
-        chunks.append(chunk)
+        for index in range(choices):
+            chunk: dict[str, Any] = {
+                "id": completion_id, "object": "chat.completion.chunk", "created": created,
+                "model": model, "choices": [{"index": index, "delta": delta, "logprobs": None,
+                                             "finish_reason": finish}]}
+            if include_usage:
+                chunk["usage"] = None
+            chunks.append(chunk)
     if include_usage:
         chunks.append({"id": completion_id, "object": "chat.completion.chunk",
                        "created": created, "model": model, "choices": [],
                        "usage": dict(_ZERO_CHAT_USAGE)})
     return b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+
+
+# OpenAI's range for `n`; the command's answer is the proxy's, so a value outside it (which the
+# model's upstream would refuse) gets the one answer rather than an error about a model call
+# that is never made.
+_MAX_CHOICES = 128
+
+
+def choice_count(doc: Mapping[str, Any]) -> int:
+    """How many choices a chat request's `n` asks for: 1 unless an integer in OpenAI's range."""
+    n = doc.get("n")
+    return n if type(n) is int and 1 <= n <= _MAX_CHOICES else 1
 
 
 def include_usage(doc: Mapping[str, Any]) -> bool:

@@ -25,11 +25,13 @@ def answer(inbound: Inbound, text: str, seed: str, headers: dict[str, str]) -> w
     model = inbound.model
     if inbound.api is Api.CHAT and inbound.stream:
         body = manual.chat_stream(text, model=model, created=created, completion_id=ids.completion,
-                                  include_usage=manual.include_usage(inbound.doc))
+                                  include_usage=manual.include_usage(inbound.doc),
+                                  choices=manual.choice_count(inbound.doc))
         return _sse(body, headers)
     if inbound.api is Api.CHAT:
         doc = manual.chat_completion(text, model=model, created=created,
-                                     completion_id=ids.completion)
+                                     completion_id=ids.completion,
+                                     choices=manual.choice_count(inbound.doc))
         return _json(jsonio.dumps(doc), headers)
     if inbound.stream:
         return _sse(manual.response_stream(text, model=model, created=created, ids=ids,
