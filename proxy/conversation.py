@@ -194,9 +194,12 @@ def entry_from_responses(item: Any, source: bytes | None = None) -> Entry:
 
 def reference_id(entry: Entry) -> str | None:
     """The id a Responses `item_reference` names (an item upstream keeps stored, PROTOCOL.md
-    §6.2); None for any other entry."""
+    §6.2); None for any other entry. Its `type` is optional (the SDK's `ItemReference`):
+    `{"id": "fc_..."}` is one too, as no other input item goes without both type and role."""
     if entry.kind is OTHER and entry.api is RESPONSES and entry.item_id is not None:
-        return entry.item_id if entry.raw.get("type") == "item_reference" else None
+        type_ = entry.raw.get("type")
+        if type_ == "item_reference" or (type_ is None and entry.role is None):
+            return entry.item_id
     return None
 
 

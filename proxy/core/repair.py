@@ -47,7 +47,7 @@ from itertools import compress, count, repeat
 from operator import attrgetter, is_, itemgetter
 
 from proxy.conversation import (Api, Entries, Entry, Kind, ToolCall, content_text, make_assistant,
-                                make_result)
+                                make_result, reference_id)
 from proxy.core.checked import CheckedLists
 from proxy.core.computer_calls import NOTE_OPENING
 from proxy.core.kinds import CALL, REASONING, RESULT
@@ -305,7 +305,7 @@ def _valid_responses_from(entries: Entries, start: int, referenced: bool = False
             open_ids.discard(answer)
             answered.add(answer)
             pending.discard(answer)
-        elif entry.raw.get("type") == "item_reference":
+        elif reference_id(entry) is not None:
             referenced = True
         last = kind
     return None if pending else referenced

@@ -10,7 +10,8 @@ the reasoning items and counts.
 
 from __future__ import annotations
 
-from proxy.conversation import Api, Entries, Entry, Kind, make_assistant, make_result
+from proxy.conversation import (Api, Entries, Entry, Kind, make_assistant, make_result,
+                                reference_id)
 from proxy.core.computer_calls import interrupted_computer_note
 from proxy.core.kinds import CALL, RESULT
 from proxy.core.reasoning_items import is_server_tool_item
@@ -67,7 +68,7 @@ def _kept_outputs(entries: Entries) -> tuple[list[bool], set[int]]:
     `item_reference` (its call may be stored upstream), once per id."""
     calls, outputs = call_slots(entries)
     referenced_from = next((i for i, e in enumerate(entries)
-                            if e.raw.get("type") == "item_reference"), len(entries))
+                            if reference_id(e) is not None), len(entries))
     keep = [True] * len(entries)
     answered: set[Slot] = set()
     unseen_kept: set[str] = set()  # ids of outputs kept behind an item_reference
@@ -123,7 +124,7 @@ def _unanswered_screens(entries: Entries, answered: set[int]) -> set[int]:
     """The computer calls no kept output follows. One an `item_reference` comes after stays:
     the stored screenshot it names may answer it, unseen here."""
     last_reference = max((i for i, e in enumerate(entries)
-                          if e.raw.get("type") == "item_reference"), default=-1)
+                          if reference_id(e) is not None), default=-1)
     return {i for i, e in enumerate(entries)
             if e.kind is Kind.CALL and e.raw.get("type") == SCREENSHOT_CALL
             and i not in answered and last_reference < i}

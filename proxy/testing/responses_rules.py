@@ -19,7 +19,7 @@ from proxy.testing import rejections
 from proxy.testing.chat_wording import type_name
 from proxy.testing.rejections import Rejection
 from proxy.testing.signing import DEFAULT_SIGNER, Signer
-from proxy.testing.stored_items import Resolve, expand
+from proxy.testing.stored_items import Resolve, expand, is_reference
 
 Item = Mapping[str, Any]
 VerifyEncrypted = Callable[[Item, Sequence[Any]], bool]
@@ -94,7 +94,11 @@ def input_items(body: Mapping[str, Any]) -> list[Any]:
 
 
 def item_type(item: Any) -> str:
-    return (item.get("type") or "message") if isinstance(item, Mapping) else ""
+    if not isinstance(item, Mapping):
+        return ""
+    if is_reference(item):
+        return "item_reference"
+    return item.get("type") or "message"
 
 
 def check_items(body: Mapping[str, Any], *, prior: Sequence[Any] = (),

@@ -58,12 +58,22 @@ def _stored_form(item: Item) -> Item:
     return {k: v for k, v in item.items() if k != "encrypted_content"}
 
 
+def is_reference(item: Any) -> bool:
+    """An `item_reference`: typed so, or with neither `type` nor `role` (the type is optional on
+    a reference, openai-python's `ItemReference`; a message is the other item without one)."""
+    if not isinstance(item, Mapping):
+        return False
+    found = item.get("type")
+    return found == "item_reference" or (
+        found is None and "role" not in item and isinstance(item.get("id"), str))
+
+
 def expand(items: Sequence[Any], resolve: Resolve) -> list[Any] | Rejection:
     """`items` with each `item_reference` replaced by the stored item it names; the rejection
     for the first reference to an item the store does not hold."""
     out: list[Any] = []
     for item in items:
-        if not (isinstance(item, Mapping) and item.get("type") == "item_reference"):
+        if not is_reference(item):
             out.append(item)
             continue
         found = resolve(item.get("id"))
