@@ -7,18 +7,20 @@ SSE). Ids and times come in as arguments; `synthetic_ids` derives them from a se
 
 Exclusion. Next turn the client sends the command and our answer back; they are shown to the
 user but are not model context, so `strip_exchanges` removes every command message and the
-assistant message right after it when that message begins with `MARKER`. Recognition is by the
-marker plus adjacency, not by a stored digest: it needs no state, so it survives restarts,
-later checkpoints replacing the manual one, and both APIs alike (clients re-serialize and may
-drop ids, but they echo visible text). A user cannot forge it without also sending the command
-right before it, and an assistant answer right after a command exists only when the proxy
-answered it. Run it on the raw list before everything else, filtering the ids in step, so every
-index (the checkpoint's `cutoff_index` included) refers to the command-free list.
+assistant message right after it when that message begins with `MARKER` (or is a reference to
+our answer's id: `is_our_answer`). Recognition is by the marker plus adjacency, not by a stored
+digest: it needs no state, so it survives restarts, later checkpoints replacing the manual one,
+and both APIs alike (clients re-serialize and may drop ids, but they echo visible text). A user
+cannot forge it without also sending the command right before it, and an assistant answer right
+after a command exists only when the proxy answered it. Run it on the raw list before
+everything else, filtering the ids in step, so every index (the checkpoint's `cutoff_index`
+included) refers to the command-free list.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -28,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from proxy.conversation import USER, Entries, Entry, Kind, content_text
+from proxy.conversation import USER, Entries, Entry, Kind, content_text, reference_id
 from proxy.core.memo import memoized, memoized_each
 
 MARKER = "[context compaction]"
@@ -90,7 +92,12 @@ _MEMO = attrgetter("memo")
 
 
 def is_our_answer(entry: Entry) -> bool:
-    return entry.kind is Kind.ASSISTANT and content_text(entry).lstrip().startswith(MARKER)
+    """Our answer echoed whole, or (a Responses client with `store` on) by an `item_reference`
+    to its message's id, which upstream never held: sent on, it would be refused every turn."""
+    if entry.kind is Kind.ASSISTANT:
+        return content_text(entry).lstrip().startswith(MARKER)
+    named = reference_id(entry)
+    return named is not None and _OUR_MESSAGE_ID.fullmatch(named) is not None
 
 
 def strip_exchanges(entries: Sequence[Entry], ids: Sequence[str],
@@ -150,6 +157,10 @@ class SyntheticIds:
     completion: str
     response: str
     message: str
+
+
+# `synthetic_ids`' message id: the proxy's own scheme, no upstream's.
+_OUR_MESSAGE_ID = re.compile(r"msg_compact[0-9a-f]{24}")
 
 
 def synthetic_ids(seed: str) -> SyntheticIds:
