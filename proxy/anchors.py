@@ -296,12 +296,48 @@ def _referenced_tokens(referenced: Sequence[str], anchors: Sequence[Anchor],
             tokens += kept.reasoning_tokens
         unknown -= answer | reasoning
     if unknown:
-        items = sum(len(a.response_digests) for a in anchors if a.output_tokens > 0)
-        average = (math.ceil(sum(a.output_tokens for a in anchors) / items) if items
-                   else REFERENCED_ITEM)
-        tokens += len(unknown) * average
+        tokens += len(unknown) * _average_item(anchors)
     # The entries' own sizes already hold each reference's JSON: a few tokens, left in.
     return math.ceil(tokens * (1.0 + margin))
+
+
+def _average_item(anchors: Sequence[Anchor]) -> int:
+    """What a referenced item the proxy never saw counts: the thread's average anchored answer
+    item, else `REFERENCED_ITEM`."""
+    items = sum(len(a.response_digests) for a in anchors if a.output_tokens > 0)
+    return math.ceil(sum(a.output_tokens for a in anchors) / items) if items else REFERENCED_ITEM
+
+
+def with_references(entries: Sequence[Entry], sizes: list[int],
+                    anchors: Sequence[Anchor]) -> list[int]:
+    """`sizes` with each `item_reference` weighing the item it stands for, for what places a
+    cut or a window by tokens (the kept tail, the protected window): a reference's own JSON is
+    a few tokens, so a tail measured by it holds a context's worth of stored answers, and the
+    estimate (`_referenced_tokens`) finds that tail alone over the trigger. An item of a kept
+    anchor's answer weighs its share of that answer's output (or reasoning), any other the
+    thread's average answer item. `sizes` itself when no entry is a reference."""
+    if not entries or entries[0].api is not _RESPONSES:
+        return sizes
+    others = compress(range(len(entries)), map(OTHER.__eq__, map(_KIND, entries)))
+    found = [(i, named) for i in others if (named := reference_id(entries[i])) is not None]
+    if not found:
+        return sizes
+    weights: dict[str, int] = {}
+    for kept in anchors:  # latest first: its share wins
+        names = [digest.split(_SEP) for digest in kept.response_digests]
+        answer = [n[1] for n in names if len(n) > 1]
+        reasoning = [r for n in names for r in n[2:]]
+        if kept.output_tokens > 0 and answer:
+            share = math.ceil(kept.output_tokens / len(answer))
+            weights.update((named, share) for named in answer if named not in weights)
+        if kept.reasoning_tokens > 0 and reasoning:
+            share = math.ceil(kept.reasoning_tokens / len(reasoning))
+            weights.update((named, share) for named in reasoning if named not in weights)
+    average = _average_item(anchors)
+    out = list(sizes)
+    for i, named in found:
+        out[i] += weights.get(named, average)
+    return out
 
 
 _KIND = attrgetter("kind")

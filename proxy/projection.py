@@ -107,7 +107,8 @@ def build(view: View, event: CompactionEvent | None, situation: Situation) -> Bu
     rebuilt = apply.rebuild(view.entries, view.ids, event) if event is not None else None
     base = rebuilt.projection if rebuilt is not None else view.entries
     sizes = situation.estimator.sizes(base)
-    cascade = cascade_of(base, situation, compacted=rebuilt is not None, sizes=sizes)
+    cascade = cascade_of(base, situation, compacted=rebuilt is not None,
+                         sizes=anchors.with_references(base, sizes, situation.anchors))
     # The cascade usually hands back the very list it got: then its sizes are known already.
     tokens, anchor = estimate(cascade.entries, view, situation,
                               sizes if cascade.entries is base else None)
@@ -116,7 +117,8 @@ def build(view: View, event: CompactionEvent | None, situation: Situation) -> Bu
 
 def cascade_of(entries: Entries, situation: Situation, *, compacted: bool,
                sizes: list[int] | None = None) -> CascadeResult:
-    """`sizes`: the entries' token counts, when the caller has them."""
+    """`sizes`: the entries' token counts, when the caller has them, with references weighed
+    as their items (`anchors.with_references`): the cascade's window is placed by them."""
     if inert(entries, compacted=compacted, policy=situation.policy,
              keep_loop=situation.keep_loop):
         return unchanged(tuple(entries), situation.mark)
@@ -126,7 +128,8 @@ def cascade_of(entries: Entries, situation: Situation, *, compacted: bool,
     # dict and out again, about 500 instructions each (callgrind), on most agents' requests.
     context = CascadeContext(
         situation.settings, situation.estimator.entry_tokens,  # settings, measure
-        sizes if sizes is not None else situation.estimator.sizes(entries),
+        sizes if sizes is not None else anchors.with_references(
+            entries, situation.estimator.sizes(entries), situation.anchors),
         th.keep_tokens, th.keep_messages, step,  # keep_tokens, keep_messages, window_step
         LazyIds(situation.identities, entries), situation.now,  # message_ids, now
         situation.last_activity, situation.mark, compacted,

@@ -153,7 +153,7 @@ class CompactionFlow:
                    thresholds=situation.thresholds, strategy=strategy,
                    tokens_before=built.tokens, estimate=measure_projection(view, situation),
                    estimator=prepared.estimator, client_doc=inbound.doc, focus=focus,
-                   forced=prepared.attempt.forced)
+                   forced=prepared.attempt.forced, anchors=situation.anchors)
 
     def _refuse(self, prepared: Prepared, built: Built, th: Thresholds, line: RequestLine) -> None:
         """Hysteresis: over the limit, and too soon after the last compaction for another."""

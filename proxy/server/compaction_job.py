@@ -10,7 +10,7 @@ from typing import Any
 from proxy.compaction.cutoff import Previous
 from proxy.compaction.trigger import Thresholds
 from proxy.conversation import Api, Entries
-from proxy.records import ThreadKey
+from proxy.records import Anchor, ThreadKey
 from proxy.settings import UpstreamSettings
 from proxy.tokens.estimate import TokenEstimator
 
@@ -34,6 +34,7 @@ class Job:
     client_doc: Mapping[str, Any]
     focus: str | None = None
     forced: bool = False  # an upstream overflow bought this compaction
+    anchors: tuple[Anchor, ...] = ()  # the thread's: what an `item_reference` weighs
 
     @property
     def who(self) -> dict[str, str]:

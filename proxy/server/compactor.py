@@ -23,6 +23,7 @@ from functools import partial
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
+from proxy.anchors import with_references
 from proxy.compaction import apply, breaker, restore, summarizer
 from proxy.compaction.budgets import TailCap, restore_budgets, tail_cap
 from proxy.compaction.cutoff import Cutoff, choose_cutoff
@@ -148,7 +149,7 @@ class Compactor:
         """Summarize, check, offload and checkpoint; raises CompactionFailed, NothingToCompact
         or BreakerOpen (before anything is logged)."""
         started = time.perf_counter()
-        sizes = job.estimator.sizes(job.entries)
+        sizes = with_references(job.entries, job.estimator.sizes(job.entries), job.anchors)
         budgets = restore_budgets(self.settings.compaction.restore, job.thresholds.trigger)
         cutoff = choose_cutoff(job.entries, sizes, job.thresholds,
                                "full" if job.strategy == "full" else "partial", job.previous,
