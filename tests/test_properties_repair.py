@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from proxy.conversation import Api, Entries, Entry, Kind, content_text, latest_user_index
 from proxy.core.computer_calls import NOTE_OPENING
-from proxy.core.repair import CANCELLED_TEXT, INTERRUPTED_NOTE, Repaired, repair
+from proxy.core.repair import CANCELLED_TEXT, INTERRUPTED_NOTE, MOVED_NOTE, Repaired, repair
 from proxy.testing.rules import check_responses
 from proxy.testing.signing import DEFAULT_SIGNER as SIGNER
 from tests.factories import entries_of, wire
@@ -122,11 +122,43 @@ def _with_references(draw: st.DrawFn, elements: list) -> list:
     return out
 
 
+@st.composite
+def _with_late_results(draw: st.DrawFn, elements: list) -> list:
+    """Chat: user or system messages put into a call's run of results (a client that let the
+    user speak while a tool ran, or a reminder): the results after them come late."""
+    out = list(elements)
+    starts = [k for k in range(1, len(out))
+              if out[k].get("role") == "tool" and out[k - 1].get("tool_calls")]
+    if not starts:
+        return out
+    start = draw(st.sampled_from(starts))
+    end = start
+    while end < len(out) and out[end].get("role") == "tool":
+        end += 1
+    between = draw(st.lists(st.sampled_from([{"role": "user", "content": "also this"},
+                                             {"role": "system", "content": "a reminder"}]),
+                            min_size=1, max_size=2))
+    at = draw(st.integers(start, end))
+    out[at:at] = between
+    return out
+
+
+_LATE = ("chat", [{"role": "user", "content": "deploy"},
+                  {"role": "assistant", "content": None, "tool_calls": [
+                      {"id": "call_a", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+                      {"id": "call_b", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+                  {"role": "tool", "tool_call_id": "call_a", "content": "a done"},
+                  {"role": "user", "content": "also this"},
+                  {"role": "tool", "tool_call_id": "call_b", "content": "b done"},
+                  {"role": "user", "content": "and that"}])
+
+
 damaged = st.sampled_from(("chat", "responses")).flatmap(lambda api: st.tuples(
     st.just(api), conversations(api, messy=True) | interrupted(api)
     | (conversations(api, messy=True, legacy=True) | interrupted(api, legacy=True)
        if api == "chat" else st.nothing())
     | interrupted(api).flatmap(with_shared_id)
+    | (interrupted(api).flatmap(_with_late_results) if api == "chat" else st.nothing())
     | (interrupted(api).flatmap(_with_computer_calls) if api == "responses" else st.nothing())
     | (interrupted(api).flatmap(_with_shell_calls) if api == "responses" else st.nothing())
     | ((conversations(api, messy=True) | interrupted(api)).flatmap(_with_computer_calls)
@@ -162,36 +194,52 @@ def _expected_chat(entries: Entries) -> tuple[list[int], list[str]]:
     cancelled, in the order of the calls (a legacy one as `_called` names it)."""
     kept: list[int] = []
     missing: list[str] = []
-    for a, entry in enumerate(entries):
-        ids = _called(entry)
-        if not ids:
-            continue
-        answered: set[str] = set()
-        j = a + 1
-        while j < len(entries) and _answer(entries[j]):
-            answer = _answered(entries[j], legacy=not entry.calls)
-            if answer in ids and answer not in answered:
-                answered.add(answer)  # type: ignore[arg-type]
-                kept.append(j)
-            j += 1
-        missing += [i for i in dict.fromkeys(ids) if i not in answered]
+    for a in range(len(entries)):
+        found, left, _ = _expected_group(entries, a)
+        kept += found
+        missing += left
     return kept, missing
 
 
-def _expected_notes(entries: Entries) -> list[int]:
-    """Chat: the input indexes of the user messages a note must come right before: each one
-    that directly follows the run of results of a call message with a call left unanswered
-    (the run's results, kept or dropped, are skipped)."""
-    notes: list[int] = []
-    for a, entry in enumerate(entries):
-        if not _called(entry):
-            continue
-        j = a + 1
-        while j < len(entries) and _answer(entries[j]):
-            j += 1
-        _, missing = _expected_chat(entries[a:j])
-        if missing and j < len(entries) and entries[j].kind is Kind.USER:
-            notes.append(j)
+def _expected_group(entries: Entries, a: int) -> tuple[list[int], list[str], int]:
+    """For the message at `a`: the results it keeps, its calls left unanswered, and where its
+    run of results ends. A tool call's result after the run is kept (moved) while only user,
+    system or developer messages and results stand between."""
+    entry = entries[a]
+    ids = _called(entry)
+    if not ids:
+        return [], [], a + 1
+    kept: list[int] = []
+    answered: set[str] = set()
+    j = a + 1
+    while j < len(entries) and _answer(entries[j]):
+        answer = _answered(entries[j], legacy=not entry.calls)
+        if answer in ids and answer not in answered:
+            answered.add(answer)  # type: ignore[arg-type]
+            kept.append(j)
+        j += 1
+    k = j
+    while entry.calls and k < len(entries) and (
+            entries[k].kind in (Kind.USER, Kind.INSTRUCTION) or _answer(entries[k])):
+        late = entries[k]
+        if late.raw.get("role") == "tool" and late.answers in ids and late.answers not in answered:
+            answered.add(late.answers)  # type: ignore[arg-type]
+            kept.append(k)
+        k += 1
+    return kept, [i for i in dict.fromkeys(ids) if i not in answered], j
+
+
+def _expected_notes(entries: Entries) -> list[tuple[int, str]]:
+    """Chat: the input indexes of the user messages a note must come right before, with the
+    note: each one that directly follows the run of results of a call message (the run's
+    results, kept or dropped, are skipped) with a call left unanswered (`INTERRUPTED_NOTE`),
+    or with a late result moved to the run's end (`MOVED_NOTE`)."""
+    notes: list[tuple[int, str]] = []
+    for a in range(len(entries)):
+        kept, missing, j = _expected_group(entries, a)
+        moved = any(k >= j for k in kept)
+        if (missing or moved) and j < len(entries) and entries[j].kind is Kind.USER:
+            notes.append((j, INTERRUPTED_NOTE if missing else MOVED_NOTE))
     return notes
 
 
@@ -202,7 +250,7 @@ def _made(out: Repaired) -> list:
 def _computer_notes(out: Repaired) -> list[int]:
     return [p for p, (e, o) in enumerate(zip(out.entries, out.origins, strict=True))
             if o is None and e.kind is Kind.ASSISTANT and content_text(e).startswith(NOTE_OPENING)
-            and content_text(e) != INTERRUPTED_NOTE]
+            and content_text(e) not in (INTERRUPTED_NOTE, MOVED_NOTE)]
 
 
 def _unanswered_computer_calls(entries: Entries) -> list[int]:
@@ -362,6 +410,7 @@ _NONCE = "0123456789abcdef01234567"
                         {"type": "reasoning", "id": "rs_cu0", "summary": []}, _STORED, _SCREEN_CALL, _SCREEN]))
 @example(("responses", [_USER, {"type": "reasoning", "id": "rs_cu0", "summary": []}, _STORED, _SCREEN_CALL,
                         _SCREEN]))
+@example(_LATE)
 @given(damaged)
 def test_every_first_real_answer_is_kept_as_the_clients_entry(drawn: tuple[str, list]) -> None:
     api, elements = drawn
@@ -408,6 +457,7 @@ def test_a_cancelled_result_is_made_only_for_a_call_with_no_answer(drawn: tuple[
     assert out.cancelled == len(made_ids)
 
 
+@example(_LATE)
 @given(damaged)
 def test_in_chat_each_group_is_its_call_then_real_answers_then_cancellations(
         drawn: tuple[str, list]) -> None:
@@ -437,6 +487,7 @@ def test_in_chat_each_group_is_its_call_then_real_answers_then_cancellations(
         assert made == [i for i in ids if i in made]  # cancellations in the order of the calls
 
 
+@example(_LATE)
 @given(damaged)
 def test_a_note_stands_exactly_between_a_cancelled_result_and_a_user_message(
         drawn: tuple[str, list]) -> None:
@@ -445,14 +496,16 @@ def test_a_note_stands_exactly_between_a_cancelled_result_and_a_user_message(
     out = repair(entries)
     notes = [p for p, (e, o) in enumerate(zip(out.entries, out.origins, strict=True))
              if o is None and not _answer(e) and p not in _computer_notes(out)]
-    assert all(out.entries[p].kind is Kind.ASSISTANT and content_text(out.entries[p]) == INTERRUPTED_NOTE
-               and not out.entries[p].calls for p in notes)
+    assert all(out.entries[p].kind is Kind.ASSISTANT and not out.entries[p].calls for p in notes)
     expected = _expected_notes(entries) if api == "chat" else []
-    assert [out.origins[p + 1] for p in notes] == expected  # each one right before its user message
-    assert all(out.origins[p - 1] is None and _answer(out.entries[p - 1]) for p in notes)
+    # Each one right before its user message, saying what came before it.
+    assert [(out.origins[p + 1], content_text(out.entries[p])) for p in notes] == expected
+    assert all(_answer(out.entries[p - 1]) and (out.origins[p - 1] is None) is (
+        content_text(out.entries[p]) == INTERRUPTED_NOTE) for p in notes)
     assert out.notes == len(expected)
     assert out.changed == (out.cancelled + out.dropped_results + out.dropped_reasoning
-                           + out.ids_removed + out.dropped_items + out.notes + out.dropped_calls)
+                           + out.ids_removed + out.dropped_items + out.notes + out.dropped_calls
+                           + out.moved_results)
     if api == "chat":  # no user message right after a tool message repair made
         assert not [p for p in range(len(out.entries) - 1) if out.origins[p] is None
                     and _answer(out.entries[p]) and out.entries[p + 1].kind is Kind.USER]
@@ -465,6 +518,7 @@ def test_a_note_stands_exactly_between_a_cancelled_result_and_a_user_message(
                         {"type": "function_call_output", "call_id": "call_early0", "output": "done"},
                         {"type": _SHELL, "id": "lsh_0", "call_id": "call_shell0", "status": "completed",
                          "action": {"type": "exec", "command": ["make"], "env": {}}}, _USER]))
+@example(_LATE)
 @given(damaged)
 def test_every_count_is_what_the_lists_show(drawn: tuple[str, list]) -> None:
     """Each count of the report read from the input and output lists, not from how repair
@@ -475,7 +529,8 @@ def test_every_count_is_what_the_lists_show(drawn: tuple[str, list]) -> None:
     out = repair(entries)
     made = _made(out)
     cancelled = [e for e in made if _answer(e) and content_text(e) == CANCELLED_TEXT]
-    notes = [e for e in made if e.kind is Kind.ASSISTANT and content_text(e) == INTERRUPTED_NOTE]
+    notes = [e for e in made if e.kind is Kind.ASSISTANT
+             and content_text(e) in (INTERRUPTED_NOTE, MOVED_NOTE)]
     left = set(range(len(entries))) - {o for o in out.origins if o is not None}
     reasoning_left = [j for j in left if entries[j].kind is Kind.REASONING]
     unstamped = [p for p, o in enumerate(out.origins)
@@ -487,6 +542,9 @@ def test_every_count_is_what_the_lists_show(drawn: tuple[str, list]) -> None:
     assert out.dropped_reasoning == len(reasoning_left)
     assert out.dropped_results + out.dropped_items + out.dropped_calls == len(left) - len(reasoning_left)
     assert out.ids_removed == len(unstamped)
+    if api == "chat":
+        groups = [_expected_group(entries, a) for a in range(len(entries))]
+        assert out.moved_results == sum(k >= end for kept, _, end in groups for k in kept)
     assert (out.changed == 0) == (out.entries is entries)
 
 

@@ -5,7 +5,11 @@
   input, so the same input gives the same bytes and prompt caches stay warm. The text says the
   call was cancelled; it never claims an outcome.
 - A result with no call before it is dropped; in chat also one that is not in the run of tool
-  messages right after its call's message (the providers pair by adjacency there). Responses
+  messages right after its call's message (the providers pair by adjacency there), unless it
+  answers a call of that message left open and only user, system or developer messages stand
+  between: then it is moved to the end of the run (a client that let the user speak while a
+  tool ran, or put a reminder there). Its output is real: cancelling the call would tell the
+  model that nothing was recorded, and a model told so may run a deploy again. Responses
   pairs by `call_id` anywhere later, so a later output still answers its call. An
   `item_reference` before an output may stand for its call (stored upstream, unseen here):
   such an output is not provably orphaned and stays.
@@ -23,7 +27,8 @@
   note (`INTERRUPTED_NOTE`) goes between them. Mistral refuses a `user` right after a `tool`
   (code 3230, PROTOCOL.md §2.1); an assistant text message is valid after tool results and
   before a user message everywhere (collapse's docstring says why not a user or system one).
-  It opens with a bracketed note that the proxy wrote it and claims no outcome. Responses is
+  It opens with a bracketed note that the proxy wrote it and claims no outcome. After a moved
+  result, the note (`MOVED_NOTE`) says the result came after the message that follows. Responses is
   left as it is: Mistral has no Responses API, and no Responses rule in PROTOCOL.md refuses
   a user item after an output.
 - Responses: a `computer_call` with no output is refused upstream too ("No tool output found
@@ -63,6 +68,8 @@ _CANCELLED_SHELL_OUTPUT = make_result(Api.RESPONSES, ToolCall("", "shell_call", 
                                       "shell_call").raw["output"]
 INTERRUPTED_NOTE = (NOTE_OPENING + "the tool call(s) above marked cancelled were interrupted "
                     "before returning a result; the outcome is unknown.]")
+MOVED_NOTE = (NOTE_OPENING + "the tool result(s) above arrived after the message below was "
+              "sent; they are placed here to keep each tool call with its result.]")
 # Lists found valid: a steady thread's check walks only what its last request did not have.
 # What a valid chat list leaves open: nothing. A Responses one: whether an item_reference came.
 _VALID_CHAT: CheckedLists[tuple[()]] = CheckedLists(4096, ())
@@ -80,11 +87,12 @@ class Repaired:
     dropped_items: int = 0  # client items gone with their reasoning item (server items, outputs)
     notes: int = 0  # chat: assistant notes put between a cancelled result and a user message
     dropped_calls: int = 0  # Responses: unanswered computer calls, each replaced by a note
+    moved_results: int = 0  # chat: results moved back to their call's run
 
     @property
     def changed(self) -> int:
         return (self.cancelled + self.dropped_results + self.dropped_reasoning + self.ids_removed
-                + self.dropped_items + self.notes + self.dropped_calls)
+                + self.dropped_items + self.notes + self.dropped_calls + self.moved_results)
 
 
 def is_cancelled(entry: Entry) -> bool:
@@ -106,9 +114,9 @@ def repair(entries: Sequence[Entry]) -> Repaired:
     if entries[0].api is Api.CHAT:
         if _valid_chat(entries):
             return Repaired(entries, tuple(range(len(entries))))
-        out, origins, cancelled, dropped = _pair_chat(entries)
-        notes = _note_before_users(out, origins)
-        return _finish(entries, out, origins, cancelled, dropped, notes)
+        out, origins, cancelled, dropped, moved = _pair_chat(entries)
+        notes = _note_before_users(out, origins, moved)
+        return _finish(entries, out, origins, cancelled, dropped, notes, moved=len(moved))
     if _valid_responses(entries):
         return Repaired(entries, tuple(range(len(entries))))
     out, origins, cancelled, dropped, replaced = _pair_responses(entries)
@@ -121,19 +129,19 @@ def repair(entries: Sequence[Entry]) -> Repaired:
 
 def _finish(original: Entries, out: list[Entry], origins: list[int | None], cancelled: int,
             dropped: int, notes: int = 0, doomed: frozenset[int] | set[int] = frozenset(),
-            dropped_calls: int = 0, step_ends: Sequence[int] = ()) -> Repaired:
+            dropped_calls: int = 0, step_ends: Sequence[int] = (), moved: int = 0) -> Repaired:
     gone = unfollowed_reasoning(out) | doomed if original[0].api is Api.RESPONSES else set()
     # A note ends its step as the output it stands in for would: what follows it is another
     # response's, even when no reasoning item of its own comes before it.
     lost = drop_reasoning(out, origins, lambda i, _: i in gone, step_ends=step_ends)
-    if not (cancelled or dropped or lost.reasoning or dropped_calls):
+    if not (cancelled or dropped or lost.reasoning or dropped_calls or moved):
         return Repaired(original, tuple(range(len(original))))
     # A cancelled output made for an id-required call (a local shell call) goes with the call
     # when its reasoning item goes (a note answers nothing: it never goes). The counts are of
     # what goes upstream and of what of the input was left out.
     made_gone = origins.count(None) - lost.origins.count(None)
     done = Repaired(lost.entries, lost.origins, cancelled - made_gone, dropped, lost.reasoning,
-                    lost.ids_removed, lost.items_dropped - made_gone, notes, dropped_calls)
+                    lost.ids_removed, lost.items_dropped - made_gone, notes, dropped_calls, moved)
     # An output gone with its call answered another call of its step too (one id): that one
     # is open again. Each pass only takes items out or answers calls, so this ends.
     return _then(done, repair(lost.entries)) if lost.items_dropped else done
@@ -151,7 +159,8 @@ def _then(first: Repaired, second: Repaired) -> Repaired:
                     first.dropped_reasoning + second.dropped_reasoning,
                     first.ids_removed + second.ids_removed,
                     first.dropped_items + second.dropped_items - made_gone,
-                    first.notes + second.notes, first.dropped_calls + second.dropped_calls)
+                    first.notes + second.notes, first.dropped_calls + second.dropped_calls,
+                    first.moved_results + second.moved_results)
 
 
 def _valid_chat(entries: Entries) -> bool:
@@ -194,16 +203,20 @@ def _valid_chat_from(entries: Entries, start: int, _: tuple[()] = ()) -> tuple[(
     return ()
 
 
-def _pair_chat(entries: Entries) -> tuple[list[Entry], list[int | None], int, int]:
+def _pair_chat(entries: Entries) -> tuple[list[Entry], list[int | None], int, int, set[int]]:
+    """The repaired list, its origins, how many results were made and dropped, and the input
+    indexes of the results moved back to their call's run."""
     out: list[Entry] = []
     origins: list[int | None] = []
     cancelled = dropped = 0
+    moved: set[int] = set()
     i = 0
     while i < len(entries):
         entry = entries[i]
         i += 1
         if is_chat_result(entry):
-            dropped += 1  # not in the run of results right after its call
+            if i - 1 not in moved:
+                dropped += 1  # not in the run of results right after its call
             continue
         out.append(entry)
         origins.append(i - 1)
@@ -223,22 +236,52 @@ def _pair_chat(entries: Entries) -> tuple[list[Entry], list[int | None], int, in
             else:
                 dropped += 1
             i += 1
-        for call in _unanswered(calls, answered):
+        missing = _unanswered(calls, answered)
+        if missing and entry.calls:
+            for late in _late_results(entries, i, {c.id for c in missing}):
+                answered.add(entries[late].answers)  # type: ignore[arg-type]
+                out.append(entries[late])
+                origins.append(late)
+                moved.add(late)
+            missing = _unanswered(calls, answered)
+        for call in missing:
             out.append(make_result(Api.CHAT, call, CANCELLED_TEXT) if entry.calls
                        else make_legacy_result(call, CANCELLED_TEXT))
             origins.append(None)
             cancelled += 1
-    return out, origins, cancelled, dropped
+    return out, origins, cancelled, dropped, moved
 
 
-def _note_before_users(out: list[Entry], origins: list[int | None]) -> int:
+def _late_results(entries: Entries, start: int, missing: set[str]) -> list[int]:
+    """The indexes of the first `tool` message answering each of `missing` after `start` (the
+    end of the calls' run), where nothing but user, system or developer messages (and other
+    results, orphans there) stands between: past an assistant message the model went on
+    without the result, and it is no longer this run's."""
+    found: list[int] = []
+    for k in range(start, len(entries)):
+        entry = entries[k]
+        if entry.kind is not Kind.USER and entry.kind is not Kind.INSTRUCTION and not (
+                is_chat_result(entry)):
+            break
+        answer = entry.answers if entry.kind is Kind.RESULT else None
+        if answer in missing and entry.raw.get("role") == "tool":
+            missing = missing - {answer}
+            found.append(k)
+            if not missing:
+                break
+    return found
+
+
+def _note_before_users(out: list[Entry], origins: list[int | None], moved: set[int]) -> int:
     """Puts `INTERRUPTED_NOTE` between each cancelled result made here and a user message
-    right after it, in place; how many. A made result ends its call's run of results, so the
-    note never splits a run."""
+    right after it, in place, and `MOVED_NOTE` after a moved result there; how many. A made
+    result ends its call's run of results, so the note never splits a run."""
     at = [p + 1 for p in range(len(out) - 1)
-          if origins[p] is None and is_chat_result(out[p]) and out[p + 1].kind is Kind.USER]
+          if (origins[p] is None or origins[p] in moved) and is_chat_result(out[p])
+          and out[p + 1].kind is Kind.USER]
     for p in reversed(at):
-        out.insert(p, make_assistant(Api.CHAT, INTERRUPTED_NOTE))
+        note = INTERRUPTED_NOTE if origins[p - 1] is None else MOVED_NOTE
+        out.insert(p, make_assistant(Api.CHAT, note))
         origins.insert(p, None)
     return len(at)
 
