@@ -268,14 +268,16 @@ def _parts_text(content: Any) -> str:
     return "\n".join(texts)
 
 
+TEXT_PARTS = frozenset(("text", "input_text", "output_text", "refusal"))
+
+
 def has_non_text_parts(entry: Entry) -> bool:
     """True when content carries images, audio or files (never restored as text)."""
     key = "output" if entry.kind is RESULT and entry.api is RESPONSES else "content"
     content = entry.raw.get(key)
     if not isinstance(content, list):
         return False
-    return any(isinstance(p, dict) and p.get("type") not in ("text", "input_text", "output_text",
-                                                               "refusal") for p in content)
+    return any(isinstance(p, dict) and p.get("type") not in TEXT_PARTS for p in content)
 
 
 def tool_name(entry: Entry) -> str | None:
@@ -359,6 +361,13 @@ def make_user(api: Api, text: str) -> Entry:
         return entry_from_chat({"role": "user", "content": text})
     return entry_from_responses({"type": "message", "role": "user",
                                  "content": [{"type": "input_text", "text": text}]})
+
+
+def make_user_parts(api: Api, parts: list[Any]) -> Entry:
+    """A user message of content parts, as each API writes them."""
+    if api is CHAT:
+        return entry_from_chat({"role": "user", "content": parts})
+    return entry_from_responses({"type": "message", "role": "user", "content": parts})
 
 
 def make_assistant(api: Api, text: str) -> Entry:

@@ -15,11 +15,13 @@ From the summarized part only:
   only shows it), unless the tail has a newer one.
 - the user's own messages, verbatim, chosen newest first within `user_messages_tokens` (a
   message that does not fit is skipped, older short ones may still fit); the latest one always,
-  whole, however long (SPEC §4, §5: the latest user message is never cut). When it is the
-  user's current request (no user message in the kept tail) and cannot fit the window beside
-  the summary, the post-check fails the compaction with the clear error. When a newer user
-  message is kept raw, it is an earlier instruction: the post-check's last resort holds it to
-  the budget like the others (`users_within_budget`), and the summary covers it.
+  whole, however long (SPEC §4, §5: the latest user message is never cut), and when it is the
+  user's current request its images, audio clips and files go along after the quote (older
+  messages' are left to a note). When it is the user's current request (no user message in the
+  kept tail) and cannot fit the window beside the summary, the post-check fails the compaction
+  with the clear error. When a newer user message is kept raw, it is an earlier instruction: the
+  post-check's last resort holds it to the budget like the others (`users_within_budget`), and
+  the summary covers it.
 
 Each becomes a user message that says plainly what it is; the server counts their tokens in
 the post-check, which may drop the files (then the plan) when they alone break the window.
@@ -35,8 +37,8 @@ from typing import Any
 from proxy.compaction.cutoff import Cutoff
 from proxy.compaction.file_reads import ReadTools, directory_view
 from proxy.compaction.transcript import middle_cut
-from proxy.conversation import (Api, Entry, Kind, ToolCall, content_text, has_non_text_parts,
-                                make_user)
+from proxy.conversation import (TEXT_PARTS, Api, Entry, Kind, ToolCall, content_text,
+                                has_non_text_parts, make_user, make_user_parts)
 from proxy.core.legacy_calls import answered, step_calls
 from proxy.core.shell_calls import outcome
 from proxy.core.tool_names import sets_plan
@@ -53,6 +55,7 @@ _MAX_TOKEN_CHARS = 16
 _JOIN_TOKENS = 2
 _PROBE_CHARS = 6  # characters per budgeted token looked at first in a long file
 _ATTACHED_NOTE = "[an image, audio clip or file was attached; it is not restored]"
+_ATTACHED_BELOW = "[the image(s), audio clip(s) or file(s) attached to it follow this quote]"
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,8 @@ def collect(entries: Sequence[Entry], cutoff: Cutoff, settings: RestoreSettings,
     users, budgeted = _users(entries, span, cutoff.index, settings.user_messages_tokens, count)
     return Restored(tuple(_message(api, t) for t, _ in files),
                     tuple(_message(api, t) for t in plan),
-                    tuple(_message(api, t) for t in users.texts), tuple(paths), users.quoted,
+                    tuple(_message(api, t, users.attached) for t in users.texts), tuple(paths),
+                    users.quoted,
                     tuple(notes), tuple(files),
                     None if budgeted is None else tuple(_message(api, t) for t in budgeted.texts),
                     0 if budgeted is None else budgeted.quoted)
@@ -305,21 +309,27 @@ def _plan(entries: Sequence[Entry], span: range, tail_start: int, settings: Rest
 class _Quote:
     texts: list[str]  # the one quoting message, or none
     quoted: int  # how many user messages it quotes
+    # The non-text parts of the user's current request, carried after the quote's text.
+    attached: tuple[Any, ...] = ()
 
 
 def _users(entries: Sequence[Entry], span: range, tail_start: int, budget: int,
            count: Count) -> tuple[_Quote, _Quote | None]:
     """The quote of the summarized user messages, and the same held to the budget when that
     differs (None: it does not)."""
-    texts = [(i, _user_text(entries[i])) for i in reversed(span) if entries[i].kind is Kind.USER]
-    if not texts:
-        return _Quote([], 0), None
     # An agent that runs a long tool loop after one request has that request summarized: the
     # latest quoted message is then the task still under way, and must not read as history.
     current = not any(e.kind is Kind.USER for e in entries[tail_start:])
+    users = [i for i in reversed(span) if entries[i].kind is Kind.USER]
+    if not users:
+        return _Quote([], 0), None
+    # The current request keeps its images, audio and files (SPEC §4: never cut); the older
+    # messages' are left to a note (restored as text, within a budget of text tokens).
+    attached = _attached_parts(entries[users[0]]) if current else ()
+    texts = [(i, _user_text(entries[i], n == 0 and bool(attached))) for n, i in enumerate(users)]
     sizes = [count(text) for _, text in texts]
     whole = _within(texts, sizes, budget, latest_whole=True)  # the latest: always, whole
-    quote = _Quote([_users_message(whole, len(texts), current)], len(whole))
+    quote = _Quote([_users_message(whole, len(texts), current)], len(whole), attached)
     if current:
         return quote, None
     # A newer user message is kept raw: this one is an earlier instruction, which the
@@ -345,12 +355,22 @@ def _within(texts: list[tuple[int, str]], sizes: list[int], budget: int, *,
     return chosen
 
 
-def _user_text(entry: Entry) -> str:
+def _user_text(entry: Entry, attached: bool = False) -> str:
+    """`attached`: its non-text parts go along after the quote (`_attached_parts`)."""
     text = content_text(entry)
     if not has_non_text_parts(entry):
         return text
+    note = _ATTACHED_BELOW if attached else _ATTACHED_NOTE
     # The note goes after the text, which is never stripped: verbatim includes its whitespace.
-    return f"{text}\n{_ATTACHED_NOTE}" if text else _ATTACHED_NOTE
+    return f"{text}\n{note}" if text else note
+
+
+def _attached_parts(entry: Entry) -> tuple[Any, ...]:
+    """The content parts of a user message that are not text, as the client sent them."""
+    content = entry.raw.get("content")
+    if not isinstance(content, list):
+        return ()
+    return tuple(p for p in content if isinstance(p, dict) and p.get("type") not in TEXT_PARTS)
 
 
 def _users_message(chosen: list[tuple[int, str]], total: int, current: bool) -> str:
@@ -376,5 +396,8 @@ def _users_message(chosen: list[tuple[int, str]], total: int, current: bool) -> 
             f"\n\n{quoted}")
 
 
-def _message(api: Api, text: str) -> dict[str, Any]:
-    return make_user(api, text).raw
+def _message(api: Api, text: str, attached: tuple[Any, ...] = ()) -> dict[str, Any]:
+    if not attached:
+        return make_user(api, text).raw
+    part = {"type": "text" if api is Api.CHAT else "input_text", "text": text}
+    return make_user_parts(api, [part, *attached]).raw
