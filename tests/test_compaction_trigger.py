@@ -41,6 +41,17 @@ def test_output_reservation_counts_only_with_context_window() -> None:
     assert thresholds(SETTINGS, no_window, 60_000).trigger == 75_000
 
 
+def test_a_reservation_that_fills_the_window_is_left_to_upstream() -> None:
+    """Its `max_tokens` alone fills the window: no compaction makes room, so none is planned for
+    it (the upstream's refusal names the cause; a limit of no input would have refused it as
+    `context_compaction_insufficient`, with advice to start a new thread)."""
+    window = ModelProfile("m", context_window=8_000)
+    for reserved in (8_000, 9_000):
+        th = thresholds(SETTINGS, window, reserved)
+        assert (th.limit, th.trigger, th.reserved_output) == (8_000, 6_000, 0)
+    assert thresholds(SETTINGS, window, 7_999).limit == 1
+
+
 def test_context_window_alone_is_the_input_limit() -> None:
     th = thresholds(SETTINGS, ModelProfile("m", context_window=10_000), 2_000)
     assert (th.limit, th.trigger) == (8_000, 6_000)

@@ -102,3 +102,20 @@ def test_a_completion_no_compaction_can_make_room_for_is_relayed_after_one_retry
     assert error["code"] == "context_length_exceeded"
     assert f"in the messages, {LIMIT} in the completion)" in error["message"]
     assert len(_main(fake)) == 2, "one compaction and one retry, no more"
+
+
+def test_max_tokens_that_fill_the_window_get_the_upstreams_own_refusal(make_fake,
+                                                                       make_proxy) -> None:
+    """A new thread whose `max_tokens` is the profile's whole `context_window`: the upstream's
+    refusal names `max_tokens`; the proxy's own would have called the input limit 1 token and
+    asked for a new thread, which fails the same way."""
+    fake = make_fake(limits={"small-*": 8_000}, overflow_style="vllm",
+                     window_counts_completion=True)
+    proxy = make_proxy(fake, models={"small-*": {"context_window": 8_000}})
+    answer = _post(proxy, {"model": "small-1", "max_tokens": 8_000,
+                           "messages": [{"role": "user", "content": "hi"}]})
+    assert answer.status_code == 400
+    assert "max_tokens" in answer.json()["error"]["message"]
+    assert answer.json()["error"]["code"] != "context_compaction_insufficient"
+    assert _main(fake) == [{"model": "small-1", "max_tokens": 8_000,
+                            "messages": [{"role": "user", "content": "hi"}]}]

@@ -83,7 +83,8 @@ def thresholds(settings: CompactionSettings, profile: ModelProfile | None,
         return Thresholds(trigger, trigger, None, settings.fallback_keep_messages, False)
     trigger_ratio = _ratio(profile, "trigger_ratio", settings.trigger_ratio)
     keep_ratio = _ratio(profile, "keep_ratio", settings.keep_ratio)
-    reserved = reserved_output if profile is not None and profile.context_window else 0
+    applied = profile is not None and profile.context_window and reserved_output < profile.context_window
+    reserved = reserved_output if applied else 0
     return Thresholds(max(1, math.floor(window * trigger_ratio)), window,
                       math.floor(window * keep_ratio), None, True, reserved)
 
@@ -94,7 +95,10 @@ def _usable_input(profile: ModelProfile | None, reserved_output: int) -> int | N
     window = profile.max_input_tokens or profile.context_window
     if window is None:
         return None
-    if profile.context_window and reserved_output > 0:
+    # A reservation that leaves no input at all is the request's own error (its `max_tokens`
+    # alone fills the window): no compaction can make room, and the upstream's refusal names
+    # the cause, where a compaction's would name an input limit of nothing.
+    if profile.context_window and 0 < reserved_output < profile.context_window:
         window = min(window, profile.context_window - reserved_output)
     return max(1, window)
 
