@@ -303,7 +303,8 @@ class Pipeline:
 
     # Plain calls, not coroutines: nothing here waits (the store queues its writes).
     def finish_body(self, prepared: Prepared, data: bytes, status: int, line: RequestLine) -> None:
-        if status != 200 or prepared.key is None:
+        """The usage an answer reports, on the request's line and (a thread's) as its anchor."""
+        if status != 200:
             return
         if prepared.attempt.fix:  # a retry's fix passed, or a lesson applied did
             self._learn(prepared)
@@ -312,6 +313,11 @@ class Pipeline:
         except ValueError:
             return
         if prepared.inbound.api is not _CHAT:
+            if type(body) is dict and body.get("status") == "failed":
+                # No answer the client keeps: its usage is said, nothing anchored.
+                line.set(upstream_error=_error_named("response failed", body.get("error")))
+                self._record_usage(prepared, None, usage_of(body), line)
+                return
             self._record_usage(prepared, responses_output(body), usage_of(body), line)
             return
         usual = one_choice(body)
@@ -334,15 +340,16 @@ class Pipeline:
         error = tap.stream.error
         if error is not None and line.fields.get("upstream_error") is None:
             # A 200 stream that ended in an error frame (or `response.failed`): relayed as it
-            # came, and said on the line. Its code and type only: a message may quote the prompt.
-            named = ", ".join(str(error[k]) for k in ("code", "type") if error.get(k))
-            line.set(upstream_error=f"error frame: {named}" if named else "error frame")
+            # came, and said on the line.
+            line.set(upstream_error=_error_named("error frame", error))
         if tap.unread is not None:  # the answer is not known whole (an event or it too large)
             line.set(usage_ignored=tap.unread)
-        elif prepared.key is not None and tap.complete:
+        elif tap.complete:
             choices = tap.stream.messages() if isinstance(tap, ChatTap) else None
             response = tap.response() if choices is None else next(iter(choices), None)
             self._record_usage(prepared, response, tap.usage(), line, choices)
+        elif error is not None and tap.usage():  # `response.failed` with its usage: said only
+            self._record_usage(prepared, None, tap.usage(), line)
 
     def _learn(self, prepared: Prepared) -> None:
         """A retry's fix passed: the thread's later requests for this model get it at once."""
@@ -416,6 +423,13 @@ class Pipeline:
     @staticmethod
     def _tap_factory(api: Api, hide_usage: bool) -> Callable[[], StreamTap]:
         return (_HIDING_CHAT_TAP if hide_usage else _CHAT_TAP) if api is _CHAT else ResponsesTap
+
+
+def _error_named(what: str, error: Any) -> str:
+    """`what`, with the error's code and type only: a message may quote the prompt."""
+    named = (", ".join(str(error[k]) for k in ("code", "type") if error.get(k))
+             if isinstance(error, Mapping) else "")
+    return f"{what}: {named}" if named else what
 
 
 def _needs_usage_chunk(inbound: Inbound) -> bool:
