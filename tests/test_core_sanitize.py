@@ -81,7 +81,16 @@ def test_compacted_drops_blobs_keeps_loop_plain_text_and_stands_in_for_gemini() 
     loop = wire(out.entries)[5]
     assert loop["reasoning_content"] == "loop thought" and "reasoning_details" not in loop
     assert loop["tool_calls"][0]["extra_content"] == {"google": {"thought_signature": GEMINI_STAND_IN}}
-    assert out.stand_ins == 1
+    assert out.stand_ins == 2  # the past turn's call's signature too: see the next test
+
+
+def test_a_compacted_loop_keeps_its_bytes_when_the_next_user_message_makes_it_past() -> None:
+    """Gemini: the stand-in stays where it was (it was removed, and every user turn changed the
+    previous loop's bytes, a prompt-cache miss from there on)."""
+    loop = _history()[4:]  # the second user message and its tool loop, Gemini-signed
+    now = sanitize(loop, Policy.COMPACTED).entries
+    later = sanitize((*loop, *chat(user("third"))), Policy.COMPACTED).entries
+    assert [e.to_bytes() for e in later[:len(now)]] == [e.to_bytes() for e in now]
 
 
 def test_keep_loop_keeps_the_current_loop_exactly() -> None:

@@ -12,7 +12,7 @@ current tool loop):
 | policy              | past            | current tool loop                                      |
 | TRANSPARENT         | untouched       | untouched                                              |
 | CHEAP               | both kinds gone*†| untouched, except chain-bound items whose chain changed |
-| COMPACTED           | both kinds gone†| blobs gone, Gemini stand-in signatures, plain kept     |
+| COMPACTED           | both kinds gone†‡| blobs gone, Gemini stand-in signatures, plain kept    |
 | COMPACTED_KEEP_LOOP | both kinds gone | untouched (the retry after a missing-thinking error)   |
 | PRIVATE_FREE        | both kinds gone | both kinds gone, no stand-ins                          |
 † Except plain reasoning in a past turn that made tool calls: DeepSeek's thinking mode wants the
@@ -20,6 +20,9 @@ current tool loop):
 back "in all subsequent" requests, or answers 400 (its thinking-mode guide), so such a turn's
 plain reasoning stays as the client sent it. SPEC §7.2 drops it on the premise that no provider
 needs past turns' reasoning; DeepSeek does.
+‡ With Gemini's stand-in where a signature was, as in the current loop: a loop's bytes then do not
+change when the next user message makes it past, and the provider's prompt cache keeps hitting
+(the stand-in is no blob; Gemini validates only the current turn's signatures).
 PRIVATE_FREE also removes LiteLLM's `provider_specific_fields` everywhere: it is the policy of
 summarizer requests, history files and the retry after a strict upstream rejected such fields.
 * A Responses `compaction` item stands for all the history before it (PROTOCOL.md §4.2: opaque,
@@ -61,6 +64,7 @@ _EVERYTHING = Rule(blobs=True, plain=True)
 _NO_PRIVATE_STATE = Rule(blobs=True, plain=True, extras=True)
 _BLOBS_WITH_STAND_INS = Rule(blobs=True, plain=False, stand_in=True)
 _BLOBS = Rule(blobs=True, plain=False)
+_EVERYTHING_WITH_STAND_INS = Rule(blobs=True, plain=True, stand_in=True)
 _LOOP_RULE = {
     Policy.TRANSPARENT: _NOTHING,
     Policy.CHEAP: _NOTHING,
@@ -103,8 +107,12 @@ def sanitize(entries: Sequence[Entry], policy: Policy, *, changed_at: int | None
     loop_rule = _LOOP_RULE[policy]
     tally = private.Tally()
     private_free = policy is Policy.PRIVATE_FREE
-    past_rule = _NO_PRIVATE_STATE if private_free else _EVERYTHING
-    past_calls_rule = _NO_PRIVATE_STATE if private_free else _BLOBS
+    if private_free:
+        past_rule = past_calls_rule = _NO_PRIVATE_STATE
+    elif policy is Policy.COMPACTED:  # ‡ in the table above
+        past_rule, past_calls_rule = _EVERYTHING_WITH_STAND_INS, _BLOBS_WITH_STAND_INS
+    else:
+        past_rule, past_calls_rule = _EVERYTHING, _BLOBS
     stripped = _stripped(entries, past, (past_rule, past_calls_rule), loop_rule, tally)
     doomed = _doomed_items(stripped, past, loop_rule, policy, changed_at, tally)
     if not doomed and stripped is entries:
