@@ -35,6 +35,7 @@ from proxy.server import manual_answer
 from proxy.server.compaction_flow import CompactionFlow
 from proxy.server.compactor import Compactor
 from proxy.server.estimators import OFF_LOOP_BYTES, Estimators, counted
+from proxy.server.line_fields import error_named, stage_fields
 from proxy.server.prepared import Attempt, Prepared
 from proxy.server.relay import StreamTap
 from proxy.server.request_line import RequestLine
@@ -219,7 +220,7 @@ class Pipeline:
                  compaction=compaction, checkpoint=event.seq if event else None,
                  protected=built.protected)
         if cascade.changed:
-            line.set(**_stage_fields(built))
+            line.set(**stage_fields(built))
         return prepared
 
     @staticmethod
@@ -315,7 +316,7 @@ class Pipeline:
         if prepared.inbound.api is not _CHAT:
             if type(body) is dict and body.get("status") == "failed":
                 # No answer the client keeps: its usage is said, nothing anchored.
-                line.set(upstream_error=_error_named("response failed", body.get("error")))
+                line.set(upstream_error=error_named("response failed", body.get("error")))
                 self._record_usage(prepared, None, usage_of(body), line)
                 return
             self._record_usage(prepared, responses_output(body), usage_of(body), line)
@@ -341,7 +342,7 @@ class Pipeline:
         if error is not None and line.fields.get("upstream_error") is None:
             # A 200 stream that ended in an error frame (or `response.failed`): relayed as it
             # came, and said on the line.
-            line.set(upstream_error=_error_named("error frame", error))
+            line.set(upstream_error=error_named("error frame", error))
         if tap.unread is not None:  # the answer is not known whole (an event or it too large)
             line.set(usage_ignored=tap.unread)
         elif tap.complete:
@@ -425,13 +426,6 @@ class Pipeline:
         return (_HIDING_CHAT_TAP if hide_usage else _CHAT_TAP) if api is _CHAT else ResponsesTap
 
 
-def _error_named(what: str, error: Any) -> str:
-    """`what`, with the error's code and type only: a message may quote the prompt."""
-    named = (", ".join(str(error[k]) for k in ("code", "type") if error.get(k))
-             if isinstance(error, Mapping) else "")
-    return f"{what}: {named}" if named else what
-
-
 def _needs_usage_chunk(inbound: Inbound) -> bool:
     """A chat stream whose client did not ask for usage: ask for it, then hide it."""
     if inbound.api is not _CHAT or not inbound.stream:
@@ -454,10 +448,3 @@ def _thread_key(named: tuple[str, str]) -> ThreadKey:
 # its thread the same way each time: one lookup, one key object.
 _THREAD_KEYS: Memo[tuple[str, str], ThreadKey] = Memo(
     _thread_key, max_entries=8192, max_chars=MAX_KEPT_CHARS, chars=lambda named: len(named[1]))
-
-
-def _stage_fields(built: Built) -> Mapping[str, Any]:
-    """What the stages changed; asked only when one did (`cascade.changed`)."""
-    stages = {r.name: {"changed": r.changed, "tokens_saved": r.tokens_saved}
-              for r in built.cascade.reports if r.changed}
-    return {"stages": stages, "tokens_saved": built.cascade.tokens_saved} if stages else {}
