@@ -1,12 +1,14 @@
 """`compaction-proxy threads`, `inspect` and `check-state`: the operator's view of the state.
 
-All three open the state database read-only (`proxy.store.open_read_only`): they create nothing,
-never write, and read alongside a running proxy. A problem is one line on stderr and exit 1.
+All three open the state database read-only (`proxy.store.reader.read_only_view`): they never
+write, read alongside a running proxy, and leave the directory as they found it. A problem is
+one line on stderr and exit 1.
 `threads` prints every id whole, as stored, so any id it lists can be given to `inspect`.
 
-With `state.backend: redis` they read through the `StateStore` interface (its read methods
-only: no write, no lease) and print the same; `check-state` decodes every thread's records
-and history lines there, and warns when the server would lose checkpoints on a restart.
+With `state.backend: redis` they read through a store opened `read_only` (no write command, no
+script loaded: a read-only replica serves them) and print the same; `check-state` decodes every
+thread's records and history lines there, and warns when the server would lose checkpoints on a
+restart.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import sqlite3
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import closing
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
@@ -26,10 +27,10 @@ from proxy import jsonio
 from proxy.records import CompactionEvent, ThreadKey, ThreadState
 from proxy.redaction import redacted_url
 from proxy.settings import Settings
-from proxy.store import (History, StateDb, StateStore, StoreError, ThreadSummary,
-                         create_history, create_store, open_read_only, thread_key_text)
+from proxy.store import History, StateDb, StateStore, StoreError, ThreadSummary, thread_key_text
 from proxy.store.damage import REMEDY, damaged_message, is_damage
 from proxy.store.db_file import DB_FILE
+from proxy.store.reader import read_only_view
 from proxy.store.redis_probe import Probe, probe
 
 T = TypeVar("T")
@@ -42,7 +43,7 @@ def list_threads(settings: Settings, limit: int) -> int:
     # SQLite's LIMIT is a 64-bit integer; any larger limit already means every thread.
     limit = min(limit, _SQLITE_MAX_INT)
     summaries = _read_either(settings, lambda db: db.list_threads(limit),
-                             lambda store: store.list_threads(limit), [])
+                             lambda store: store.list_threads(limit))
     if summaries is None:
         return 1
     if not summaries:
@@ -68,8 +69,7 @@ def threads_table(summaries: list[ThreadSummary]) -> list[str]:
 def inspect_thread(settings: Settings, thread_id: str) -> int:
     """Prints a JSON list, one state per tenant that has the id (most often one)."""
     wanted = thread_key_text(thread_id)
-    states = _read_either(settings, lambda db: db.find(wanted), lambda store: store.find(wanted),
-                          [])
+    states = _read_either(settings, lambda db: db.find(wanted), lambda store: store.find(wanted))
     if states is None:
         return 1
     if not states:
@@ -109,7 +109,7 @@ def _check_redis(settings: Settings) -> int:
     and the history's read methods; a warning when the server would lose checkpoints on a
     restart. Exit 0 when all decode, 1 when anything is damaged or unreadable."""
     started = time.monotonic()
-    found = _read_redis(settings, partial(_every_thread_read, settings), ([], 0, 0))
+    found = _read_redis(settings, partial(_every_thread_read, settings))
     if found is None:
         return 1
     probed, (problems, threads, lines) = found
@@ -134,7 +134,7 @@ async def _every_thread_read(settings: Settings, store: StateStore) -> tuple[lis
     """(the problems found, the threads read, the history lines decoded). A record that does
     not decode is a problem; the server failing is not damage: it ends the check."""
     from proxy.store.redis_records import StateUnreadable
-    history = create_history(settings.state)
+    history = _history_reader(settings)
     await history.open()
     try:
         problems: list[str] = []
@@ -202,20 +202,19 @@ def state_as_data(state: ThreadState) -> dict[str, Any]:
 
 
 def _read_either(settings: Settings, on_sqlite: Callable[[StateDb], T],
-                 on_redis: Callable[[StateStore], Awaitable[T]], empty: T) -> T | None:
+                 on_redis: Callable[[StateStore], Awaitable[T]]) -> T | None:
     if settings.state.backend != "redis":
         return _read(settings, on_sqlite)
-    read = _read_redis(settings, on_redis, empty)
+    read = _read_redis(settings, on_redis)
     return None if read is None else read[1]
 
 
-def _read_redis(settings: Settings, action: Callable[[StateStore], Awaitable[T]],
-                empty: T) -> tuple[Probe, T] | None:
-    """What the server said of itself and the action's result over an open store (`empty`
-    where no proxy wrote under the prefix), or None after reporting why it could not be read
-    (the server named by its redacted URL)."""
+def _read_redis(settings: Settings,
+                action: Callable[[StateStore], Awaitable[T]]) -> tuple[Probe, T] | None:
+    """What the server said of itself and the action's result over a read-only store, or None
+    after reporting why it could not be read (the server named by its redacted URL)."""
     try:
-        return asyncio.run(_with_store(settings, action, empty))
+        return asyncio.run(_with_store(settings, action))
     except StoreError as error:
         _error(str(error))
     except Exception as error:  # noqa: BLE001 - the client library's errors, one line each
@@ -223,17 +222,32 @@ def _read_redis(settings: Settings, action: Callable[[StateStore], Awaitable[T]]
     return None
 
 
-async def _with_store(settings: Settings, action: Callable[[StateStore], Awaitable[T]],
-                      empty: T) -> tuple[Probe, T]:
-    probed = await probe(settings.state.redis)
-    if not probed.has_state:  # opening the store would write its layout version there
-        return probed, empty
-    store = create_store(settings.state)
+async def _with_store(settings: Settings,
+                      action: Callable[[StateStore], Awaitable[T]]) -> tuple[Probe, T]:
+    probed = await probe(settings.state.redis)  # redis is installed once it answered
+    from proxy.store.redis_store import RedisStore
+    server = settings.state.redis
+    store = RedisStore(server.url, prefix=server.prefix, timeout_s=server.timeout_s,
+                       read_only=True)
     await store.open()
     try:
         return probed, await action(store)
     finally:
         await store.close()
+
+
+def _history_reader(settings: Settings) -> History:
+    """The Redis history, for reading only: `RedisHistory.open` loads the scripts that write
+    (filling the server's script cache), which reading needs none of."""
+    from proxy.store.redis_connection import connect
+    from proxy.store.redis_history import RedisHistory
+
+    class HistoryReader(RedisHistory):
+        async def open(self) -> None:
+            if self._client is None:  # the store has PINGed the server
+                self._client = connect(self.settings.url, self.settings.timeout_s)
+
+    return HistoryReader(settings.state.redis)
 
 
 def _where(settings: Settings) -> str:
@@ -246,7 +260,7 @@ def _where(settings: Settings) -> str:
 def _read(settings: Settings, action: Callable[[StateDb], T]) -> T | None:
     """The action's result, or None after reporting why the database could not be read."""
     try:
-        with closing(open_read_only(Path(settings.state.path))) as db:
+        with read_only_view(Path(settings.state.path)) as db:
             return action(db)
     except StoreError as error:
         _error(str(error))

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from proxy.records import ThreadKey
 from proxy.store import SqliteStore, StoreError
+from proxy.store.lock import LOCK_FILE, StateLock
 from tests.process import cli, write_config
 
 KEY = ThreadKey("tenant-a", "thread-1")
@@ -101,3 +104,12 @@ async def test_the_read_only_cli_works_while_the_owner_holds_the_directory(
 
 def _root() -> str:
     return str(Path(__file__).resolve().parents[1])
+
+
+def test_a_proxy_waits_out_a_cli_readers_moment_on_the_lock(tmp_path: Path) -> None:
+    """The read-only CLI holds `state.lock` shared for a moment while it tidies SQLite's side
+    files (`reader.read_only_view`): a proxy starting then locks it once that is over."""
+    fd = os.open(tmp_path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    threading.Timer(0.2, os.close, (fd,)).start()
+    StateLock.acquire(tmp_path).release()

@@ -1,24 +1,101 @@
-"""The read-only view of a state directory, for the `threads` and `inspect` commands.
+"""The read-only view of a state directory, for the `threads`, `inspect` and `check-state`
+commands.
 
-The database is opened with SQLite's `mode=ro`: nothing is created (a mistyped `state.path`
-is an error, not an empty store), nothing migrated, the journal mode left as it is, and the
-owner's lock (`proxy/store/lock.py`) not taken, so it reads alongside a running proxy (WAL
-gives a reader every commit). An older schema version is read as it is, down to
+The database is opened with SQLite's `mode=ro`: no database is created (a mistyped
+`state.path` is an error, not an empty store), nothing migrated, the journal mode left as it
+is, and the owner's lock (`proxy/store/lock.py`) not taken to read, so it reads alongside a
+running proxy (WAL gives a reader every commit). An older schema version is read as it is, down to
 `schema.READABLE_FROM`: the new package's commands work beside the old proxy during an upgrade.
 A file a first start left before its schema committed (a kill) reads as the empty state.
+
+`mode=ro` still makes the -wal and -shm of a WAL database when they are missing (a clean stop
+removes them) and the directory is writable. `read_only_view` removes them again after closing,
+when no one else can be using them: no proxy holds `state.lock` (taken shared for the few
+system calls of the removal, so none starts in between; without the file a proxy may be making
+it) and no other connection holds the -shm's DMS lock byte, which SQLite holds shared in every
+connection that has the -shm open. Otherwise they are left: the proxy's, or another reader's.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
+from collections.abc import Iterator
+from contextlib import closing, contextmanager, suppress
 from pathlib import Path
 
 from proxy.store.base import StoreError
 from proxy.store.damage import damaged_message, is_damage
+from proxy.store.lock import LOCK_FILE
 from proxy.store.schema import (MIGRATIONS, READABLE_FROM, current_version, migrate,
                                 unversioned_problem)
 from proxy.store.db_file import DB_FILE
 from proxy.store.sqlite_db import StateDb
+
+
+@contextmanager
+def read_only_view(root: Path) -> Iterator[StateDb]:
+    """`open_read_only(root)`, closed on leaving, with the directory left as it was found."""
+    path = root / DB_FILE
+    found = _side_files(path)
+    try:
+        with closing(open_read_only(root)) as db:
+            yield db
+    finally:  # an open that failed after SQLite made them too
+        _remove_unused(root, _side_files(path) - found)
+
+
+def _side_files(path: Path) -> set[Path]:
+    return {side for side in (_wal(path), _shm(path)) if side.exists()}
+
+
+def _wal(path: Path) -> Path:
+    return path.with_name(path.name + "-wal")
+
+
+def _shm(path: Path) -> Path:
+    return path.with_name(path.name + "-shm")
+
+
+def _remove_unused(root: Path, made: set[Path]) -> None:
+    if not made:
+        return
+    held: list[int] = []
+    try:
+        if _unused(root, _shm(root / DB_FILE), held):
+            for side in sorted(made):
+                _remove_if_no_commit(side)
+    finally:
+        for fd in reversed(held):  # the locks go with the descriptors
+            with suppress(OSError):
+                os.close(fd)
+
+
+def _remove_if_no_commit(side: Path) -> None:
+    """A -wal that holds something came from a writer: never ours to remove."""
+    with suppress(FileNotFoundError):
+        if side.name.endswith("-shm") or side.stat().st_size == 0:
+            side.unlink()
+
+
+# SQLite's unix VFS: the dead-man-switch byte of the -shm, after its 8 WAL lock bytes at 120.
+_SHM_DMS_BYTE = 128
+
+
+def _unused(root: Path, shm: Path, held: list[int]) -> bool:
+    """Whether no proxy and no other connection has the database open, kept so (no proxy
+    starts, no connection opens the -shm) until the descriptors added to `held` close. Without
+    a `state.lock` a proxy could be creating one: that counts as in use."""
+    try:
+        held.append(os.open(root / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC))
+        fcntl.flock(held[-1], fcntl.LOCK_SH | fcntl.LOCK_NB)  # a proxy holds it LOCK_EX
+        if shm.exists():
+            held.append(os.open(shm, os.O_RDWR | os.O_CLOEXEC))
+            fcntl.lockf(held[-1], fcntl.LOCK_EX | fcntl.LOCK_NB, 1, _SHM_DMS_BYTE)
+    except OSError:  # no lock file, or a lock someone holds: leave the files be
+        return False
+    return True
 
 
 def open_read_only(root: Path) -> StateDb:

@@ -1,8 +1,9 @@
 """What the state commands ask the Redis server behind `state.backend: redis` before they read:
-whether it answers, whether any state lies under the prefix, what it keeps across a restart.
+whether it answers, and what it keeps across a restart.
 
-The store's `open` writes the layout's version when there is none; the CLI never writes, so
-it opens the store only where a proxy has already written that key.
+The CLI never writes: it reads through a store opened `read_only`
+(`proxy/store/redis_store.py`), which sends no write command, so it needs no look first at
+whether a proxy has written under the prefix (an empty prefix reads as no threads).
 
 Checkpoints are worth a summarizer's tokens each, so a server that keeps them only in memory
 (or in snapshots taken every few minutes) loses work when it restarts: that earns a warning.
@@ -17,7 +18,6 @@ from typing import Any
 
 from proxy.settings import RedisSettings
 from proxy.store.base import REDIS_MISSING, StoreError
-from proxy.store.redis_keys import RedisKeys
 
 
 @dataclass(frozen=True)
@@ -52,12 +52,11 @@ class Persistence:
 
 @dataclass(frozen=True)
 class Probe:
-    has_state: bool  # the prefix's layout version is there: a proxy has written under it
     persistence: Persistence
 
 
 async def probe(settings: RedisSettings) -> Probe:
-    """PING, then look; an unreachable server is a StoreError naming its redacted URL."""
+    """PING, then ask; an unreachable server is a StoreError naming its redacted URL."""
     try:
         from proxy.store.redis_connection import SERVER_ERRORS, connect, unreachable
     except ImportError:
@@ -65,8 +64,7 @@ async def probe(settings: RedisSettings) -> Probe:
     client = connect(settings.url, settings.timeout_s)
     try:
         await client.ping()
-        found = bool(await client.exists(RedisKeys(settings.prefix).version))
-        return Probe(found, await _persistence(client))
+        return Probe(await _persistence(client))
     except SERVER_ERRORS as error:
         raise unreachable(error, settings.url) from None
     finally:

@@ -15,6 +15,12 @@ Queued writes that fail are logged as `state_write_failed` (rate-limited,
 `proxy/store/failures.py`); reads and awaited writes that fail raise `StateUnavailable`,
 logged as `state_unavailable` (rate-limited too). Every lost write is told, unthrottled, to
 the `FailureHooks`. Origins expire `origins_kept_s` after they were made (a key's TTL).
+
+Opened `read_only` (the state commands of the CLI), the store sends no write at all, so it
+reads a read-only replica too: `open` writes no layout version (a missing one reads as this
+layout: a Redis restart without persistence, an eviction) and loads no script, as loading one
+fills the server's script cache; `load` reads in a MULTI/EXEC instead of the `LOAD` script; the
+writing methods raise StoreError.
 """
 
 from __future__ import annotations
@@ -64,8 +70,9 @@ class RedisStore:
     def __init__(self, url: str, *, prefix: str = "compaction-proxy:", timeout_s: float = 5.0,
                  lease_s: float = 30.0, anchors_kept: int = ANCHORS_KEPT,
                  origins_kept_s: float = ORIGINS_KEPT_S, log: Any = None,
-                 hooks: FailureHooks = NO_HOOKS) -> None:
+                 hooks: FailureHooks = NO_HOOKS, read_only: bool = False) -> None:
         self.url = url
+        self.read_only = read_only
         self.keys = RedisKeys(prefix)
         self._timeout_s = timeout_s
         self._lease_s = lease_s
@@ -88,7 +95,8 @@ class RedisStore:
         try:
             await client.ping()
             await self._check_layout(client)
-            await load_scripts(client, ALL)
+            if not self.read_only:
+                await load_scripts(client, ALL)
         except SERVER_ERRORS as error:
             await client.aclose()
             raise unreachable(error, self.url) from None
@@ -126,17 +134,18 @@ class RedisStore:
         digest = thread_digest(key)
         thread = self.keys.thread(digest)
         await self.writer.settled_for(thread)  # this thread's queued writes: see them
-        reply = await self._awaited(LOAD, (thread, self.keys.anchors(digest),
-                                           self.keys.events(digest)), (self._anchors_kept,))
-        return thread_state(key, reply)
+        keys = (thread, self.keys.anchors(digest), self.keys.events(digest))
+        if self.read_only:
+            return thread_state(key, await self._read_thread(*keys))
+        return thread_state(key, await self._awaited(LOAD, keys, (self._anchors_kept,)))
 
     def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
-        self._require_client()
+        self._require_writable()
         keys, args = self._touch(key, at, estimate)
         self.writer.put(evalsha_args(TOUCH, keys, args), keys[0])
 
     async def record_requests(self, touches: Sequence[Touch]) -> None:
-        self._require_client()
+        self._require_writable()
         if not touches:
             return
         keys: list[str] = []
@@ -155,7 +164,7 @@ class RedisStore:
             raise
 
     def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
-        self._require_client()
+        self._require_writable()
         digest, keys, args = self._thread_args(key, anchor.created_at)
         self.writer.put(evalsha_args(
             ADD_ANCHOR, (*keys, self.keys.anchors(digest)),
@@ -163,7 +172,7 @@ class RedisStore:
             keys[0])
 
     async def add_origin(self, made_id: str, upstream: str, at: float) -> None:
-        self._require_client()
+        self._require_writable()
         expires_ms = int(at * 1000) + self._origins_kept_ms
         name = self.keys.origin(made_id)
         self.writer.put(("SET", name, upstream, "PXAT", expires_ms), name)
@@ -179,7 +188,7 @@ class RedisStore:
         return found.decode("utf-8", "replace") if found is not None else None
 
     async def add_event(self, key: ThreadKey, event: CompactionEvent) -> CompactionEvent:
-        self._require_client()
+        self._require_writable()
         digest, keys, args = self._thread_args(key, event.created_at)
         data = event.to_data()
         del data["seq"]  # the script puts it first, counted on the server
@@ -195,7 +204,7 @@ class RedisStore:
         return replace(event, seq=int(seq))
 
     async def set_microcompact(self, key: ThreadKey, mark: MicrocompactMark) -> None:
-        self._require_client()
+        self._require_writable()
         _, keys, args = self._thread_args(key, mark.created_at)
         await self._awaited_write(SET_MICROCOMPACT, keys,
                                   (*args, jsoncodec.dumps(mark.to_data())))
@@ -242,7 +251,7 @@ class RedisStore:
         """Held by one instance at a time per thread (see `proxy/store/redis_lease.py`); a
         checkpoint written under it is refused once another holder has it or has written one
         since (`LeaseLost`)."""
-        client = self._require_client()
+        client = self._require_writable()
         digest = thread_digest(key)
         async with held_lease(client, self.keys.lease(digest), self._lease_s, self._script,
                               self._log, self._unavailable_error) as token:
@@ -274,6 +283,22 @@ class RedisStore:
         keys = (self.keys.thread(digest), self.keys.threads, self.keys.tenants_of(stored.thread))
         return keys, (digest, stored.tenant, stored.thread, float(at),
                       "" if estimate is None else int(estimate))
+
+    async def _read_thread(self, thread: str, anchors: str, events: str) -> list[Any]:
+        """What the `LOAD` script answers, read without a script: the three keys at one moment
+        (MULTI/EXEC), which a read-only replica serves."""
+        client = self._require_client()
+        try:
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.hgetall(thread)
+                pipe.lrange(anchors, 0, self._anchors_kept - 1)
+                pipe.lindex(events, -1)
+                fields, anchor_texts, event_text = await pipe.execute()
+        except SERVER_ERRORS as error:
+            raise self._unavailable_error(error) from None
+        if not fields:
+            return []
+        return [[part for pair in fields.items() for part in pair], anchor_texts, event_text]
 
     async def _script(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         return await run_script(self._require_client(), script, keys, args)
@@ -332,9 +357,12 @@ class RedisStore:
         return unavailable
 
     async def _check_layout(self, client: redis.asyncio.Redis) -> None:
-        await client.set(self.keys.version, LAYOUT_VERSION, nx=True)
+        """Refuses a newer layout. A missing version (lost in a restart without persistence,
+        evicted) is this layout's: a serving store writes it back as it opens."""
+        if not self.read_only:
+            await client.set(self.keys.version, LAYOUT_VERSION, nx=True)
         found = await client.get(self.keys.version)
-        if found is None or not found.isdigit() or int(found) > LAYOUT_VERSION:
+        if found is not None and (not found.isdigit() or int(found) > LAYOUT_VERSION):
             raise StoreError(
                 f"the state under prefix {self.keys.prefix!r} at {redacted_url(self.url)} was "
                 f"written by a newer proxy (layout {found!r}; this one knows "
@@ -344,6 +372,11 @@ class RedisStore:
         if self._client is None or self._closing:
             raise StoreError("state store is not open")
         return self._client
+
+    def _require_writable(self) -> redis.asyncio.Redis:
+        if self.read_only:
+            raise StoreError("the state store was opened read-only")
+        return self._require_client()
 
 
 def _as_exception(error: BaseException) -> Exception:
