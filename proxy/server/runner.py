@@ -8,30 +8,39 @@ control characters, ...) itself, before any middleware runs,
 in plain text quoting the offending bytes. Those bytes may be a credential, so here the answer
 and the log line name the kind of problem only. The connection is closed after the answer, as
 aiohttp does.
+
+A `CONNECT` (what a client given the proxy as its `HTTPS_PROXY` sends) reaches the proxy's own
+answer through here too: aiohttp's router cannot route one (its URL has no path) and gives it
+a plain-text 404, with no line and no count.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiohttp import web
-from aiohttp.http_exceptions import (BadStatusLine, ContentLengthError, HttpProcessingError,
-                                     InvalidHeader, InvalidURLError, LineTooLong,
-                                     TransferEncodingError)
+from aiohttp import hdrs, web
+from aiohttp.http_exceptions import (BadHttpMessage, BadStatusLine, ContentLengthError,
+                                     HttpProcessingError, InvalidHeader, InvalidURLError,
+                                     LineTooLong, TransferEncodingError)
 
 from proxy.errors import ProxyError
-from proxy.server.serving import render_error, unhandled_error
+from proxy.server.serving import refuse_tunnel, render_error, unhandled_error
 from proxy.server.logs import get_logger
-from proxy.server.services import SERVICES
+from proxy.server.services import SERVICES, Services
 
 _Kinds = type[BaseException] | tuple[type[BaseException], ...]
+Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+
+# The handlers' words for the same broken body (`proxy/server/client_body.py`): one problem,
+# one answer, whoever meets it.
+_BODY_FRAMING = "The request body could not be read: it does not match its Transfer-Encoding."
 
 # First match wins: subclasses before the classes they refine.
 _PARSE_ERRORS: tuple[tuple[_Kinds, int, str, str], ...] = (
     (LineTooLong, 431, "request_header_too_large",
      "A request header line (or the request line) is longer than the proxy accepts."),
-    ((TransferEncodingError, ContentLengthError), 400, "invalid_body_framing",
-     "The request body's framing (Transfer-Encoding or Content-Length) is invalid."),
+    ((TransferEncodingError, ContentLengthError), 400, "invalid_body_encoding", _BODY_FRAMING),
     (InvalidHeader, 400, "invalid_header", "A request header is malformed."),
     ((BadStatusLine, InvalidURLError), 400, "invalid_request_line",
      "The request line is malformed."),
@@ -43,6 +52,10 @@ _PARSE_ERRORS: tuple[tuple[_Kinds, int, str, str], ...] = (
 
 def parse_error(status: int, exc: BaseException | None) -> ProxyError:
     """The proxy's error for what aiohttp refused to hand to a handler, in its own words."""
+    if _chunks_broke(exc):
+        error = ProxyError(_BODY_FRAMING, code="invalid_body_encoding")
+        error.status, error.type = 400, "invalid_request_error"
+        return error
     for kinds, code_status, code, message in _PARSE_ERRORS:
         if isinstance(exc, kinds):
             error = ProxyError(message, code=code)
@@ -53,6 +66,16 @@ def parse_error(status: int, exc: BaseException | None) -> ProxyError:
     error = ProxyError("The request could not be handled.")
     error.status, error.type = status, "invalid_request_error"
     return error
+
+
+def _chunks_broke(exc: BaseException | None) -> bool:
+    """A chunked body's framing broken in the read that brought its head: aiohttp's C parser
+    then refuses the whole request with the class it uses for a malformed head, and only its
+    words ("Invalid character in chunk size", "Expected LF after chunk data") tell them apart.
+    (A malformed trailer reads as a malformed header, which it is.)"""
+    # Its words only, not the bytes it quotes after them (a header's `chunked`).
+    return (type(exc) is BadHttpMessage and isinstance(exc.message, str)
+            and "chunk" in exc.message.partition(":")[0].lower())
 
 
 try:  # aiohttp's record of a parse error, queued for the connection's next request (private)
@@ -125,6 +148,18 @@ class _Server(web.Server):
                 connection.close()
 
 
+def _tunnels_refused(handle: Handler, services: Services) -> Handler:
+    """`handle` (the application's), with a `CONNECT` answered by the proxy (`refuse_tunnel`)."""
+
+    def route(request: web.BaseRequest) -> Awaitable[web.StreamResponse]:
+        # Not a coroutine itself: every other request's is awaited as it is, no frame more.
+        if request.method == hdrs.METH_CONNECT:
+            return refuse_tunnel(services, request)
+        return handle(request)
+
+    return route
+
+
 class ProxyRunner(web.AppRunner):
     __slots__ = ()
 
@@ -135,8 +170,11 @@ class ProxyRunner(web.AppRunner):
         # The parser then hands a compressed body over as it came: aiohttp reads no zstd here
         # and inflates a bomb far past the limit before refusing it.
         kwargs = {**plain._kwargs, "auto_decompress": False}
-        server = _Server(plain.request_handler, request_factory=plain.request_factory,
-                         handler_cancellation=plain.handler_cancellation, **kwargs)
         services = self.app.get(SERVICES)
+        handle = plain.request_handler
+        if services is not None:
+            handle = _tunnels_refused(handle, services)
+        server = _Server(handle, request_factory=plain.request_factory,
+                         handler_cancellation=plain.handler_cancellation, **kwargs)
         server.metrics = services.metrics if services is not None else None
         return server

@@ -19,7 +19,7 @@ from aiohttp.web_urldispatcher import _default_expect_handler
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError, ShuttingDown
 from proxy.server.drain import CUT_MESSAGE, Drain, is_cut, resume_after_cut
 from proxy.server.request_line import RequestLine
-from proxy.server.services import SERVICES
+from proxy.server.services import SERVICES, Services
 from proxy.threads import tenant_digest
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -109,7 +109,7 @@ class Unserved(web.PlainResource):
     """The last resource, which takes every request the others do not (`OPTIONS *` and a path
     with an encoded newline, which no route pattern matches, included): the proxy answers it,
     so it has a request line like any other request, and a client whose base URL lacks `/v1`
-    shows up in the log and the metrics."""
+    shows up in the log and the metrics. (A `CONNECT` never gets here: `refuse_tunnel`.)"""
 
     def __init__(self) -> None:
         super().__init__("/")
@@ -133,6 +133,21 @@ class Unserved(web.PlainResource):
             if resource is not self:
                 allowed |= (await resource.resolve(request))[1]
         return _not_served(request, 405 if allowed else 404)
+
+
+async def refuse_tunnel(services: Services, request: web.BaseRequest) -> web.Response:
+    """A `CONNECT`: what a client given the proxy as its `HTTPS_PROXY` sends. No route can take
+    one (aiohttp gives its URL no path), so the runner hands it here, to be answered as
+    `Unserved` answers a method no route serves: a 405 and the request's line, its target as
+    the path. The connection closes: the client meant a tunnel, and what follows is no HTTP."""
+    error = MethodNotAllowed("The proxy is not a forward proxy and opens no CONNECT tunnels: "
+                             "give it to the client as the OpenAI base URL "
+                             "(http://<proxy host>:<port>/v1), not as HTTPS_PROXY.",
+                             headers={"Connection": "close"})
+    with RequestLine(services.log, services.metrics, "other", path=request.raw_path,
+                     method=request.method, tenant=tenant_digest(request.headers)) as line:
+        line.set(status=error.status, error=error.code)
+    return render_error(error)
 
 
 def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ProxyError:
