@@ -237,17 +237,9 @@ async def _with_store(settings: Settings,
 
 
 def _history_reader(settings: Settings) -> History:
-    """The Redis history, for reading only: `RedisHistory.open` loads the scripts that write
-    (filling the server's script cache), which reading needs none of."""
-    from proxy.store.redis_connection import connect
+    """The Redis history, for reading only: no script loaded."""
     from proxy.store.redis_history import RedisHistory
-
-    class HistoryReader(RedisHistory):
-        async def open(self) -> None:
-            if self._client is None:  # the store has PINGed the server
-                self._client = connect(self.settings.url, self.settings.timeout_s)
-
-    return HistoryReader(settings.state.redis)
+    return RedisHistory(settings.state.redis, read_only=True)
 
 
 def _where(settings: Settings) -> str:

@@ -82,8 +82,11 @@ class RedisHistoryError(OSError):
 class RedisHistory:
     unit = "lines"
 
-    def __init__(self, settings: RedisSettings) -> None:
+    def __init__(self, settings: RedisSettings, *, read_only: bool = False) -> None:
+        """`read_only`: for the state commands, which only read (no script is loaded: that
+        fills the server's script cache, and a read-only replica refuses it)."""
         self.settings = settings
+        self.read_only = read_only
         self.shown_url = redacted_url(settings.url)
         self._client: Any = None  # redis.asyncio.Redis once open
         self._keys = RedisKeys(settings.prefix)
@@ -102,8 +105,8 @@ class RedisHistory:
         client = connect(self.settings.url, self.settings.timeout_s)
         try:
             await self._guarded("PING", client.ping())
-            # a script's first run is then one command
-            await self._guarded("SCRIPT LOAD", load_scripts(client, _SCRIPTS))
+            if not self.read_only:  # a script's first run is then one command
+                await self._guarded("SCRIPT LOAD", load_scripts(client, _SCRIPTS))
         except BaseException:
             await client.aclose()
             raise
