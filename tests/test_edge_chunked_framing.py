@@ -9,10 +9,11 @@ brought the head reads as a malformed header: `invalid_header`.)"""
 from __future__ import annotations
 
 import socket
-import time
 
 import orjson
 import pytest
+
+from tests.raw_http import exchange, header, openai_error
 
 HEAD = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\nContent-Type: application/json\r\n"
         b"Transfer-Encoding: chunked\r\n\r\n")
@@ -22,44 +23,6 @@ BROKEN = [
     b"5\r\n" + CHAT + b"\r\n0\r\n\r\n",  # a chunk longer than its size
     b"%x\r\n" % len(CHAT) + CHAT + b"\r\n0\r\nno colon here\r\n\r\n",  # a malformed trailer
 ]
-
-
-def _exchange(port: int, *parts: bytes) -> tuple[bytes, bytes, bool]:
-    """Send `parts` half a second apart; the answer's head and body (read to its length), and
-    whether the proxy then closed the connection (within a second)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        for index, part in enumerate(parts):
-            if index:
-                time.sleep(0.5)
-            sock.sendall(part)
-        answer = b""
-        while b"\r\n\r\n" not in answer and (chunk := sock.recv(65536)):
-            answer += chunk
-        head, _, body = answer.partition(b"\r\n\r\n")
-        length = int(_header(head, b"content-length") or 0)
-        while len(body) < length and (chunk := sock.recv(65536)):
-            body += chunk
-        sock.settimeout(1)
-        try:
-            closed = sock.recv(65536) == b""
-        except (TimeoutError, ConnectionError) as exc:
-            closed = isinstance(exc, ConnectionError)
-    return head, body, closed
-
-
-def _header(head: bytes, name: bytes) -> bytes | None:
-    for line in head.split(b"\r\n")[1:]:
-        key, _, value = line.partition(b":")
-        if key.strip().lower() == name:
-            return value.strip()
-    return None
-
-
-def _error(body: bytes) -> dict[str, object]:
-    error = orjson.loads(body)["error"]
-    assert set(error) == {"message", "type", "param", "code"}
-    assert error["type"] == "invalid_request_error"
-    return error
 
 
 def _no_error_lines(proxy) -> bool:
@@ -73,15 +36,15 @@ def _no_error_lines(proxy) -> bool:
          "chunk_too_long-body_later", "bad_trailer-body_later"])
 def test_broken_chunked_framing_is_the_same_400_however_the_body_arrives(
         fake, proxy, body: bytes, apart: bool) -> None:
-    head, payload, closed = _exchange(proxy.port, *((HEAD, body) if apart else (HEAD + body,)))
+    head, payload, closed = exchange(proxy.port, *((HEAD, body) if apart else (HEAD + body,)))
     assert head.split(b" ", 2)[1] == b"400"
-    error = _error(payload)
+    error = openai_error(payload)
     assert error["code"] == "invalid_body_encoding"
     assert "Transfer-Encoding" in str(error["message"])
     assert "head" not in str(error["message"])
     assert closed
     if apart:  # the handler met it: the request's own line says so
-        assert _header(head, b"connection") == b"close"
+        assert header(head, b"connection") == b"close"
         [line] = proxy.requests()
         assert (line["status"], line["error"]) == (400, "invalid_body_encoding")
         assert line["path"] == "/v1/chat/completions"
@@ -93,8 +56,8 @@ def test_broken_chunked_framing_is_the_same_400_however_the_body_arrives(
 
 
 def test_both_timings_give_the_very_same_answer(proxy) -> None:
-    one_write = _exchange(proxy.port, HEAD + BROKEN[0])
-    body_later = _exchange(proxy.port, HEAD, BROKEN[0])
+    one_write = exchange(proxy.port, HEAD + BROKEN[0])
+    body_later = exchange(proxy.port, HEAD, BROKEN[0])
     assert one_write[1] == body_later[1]
 
 
@@ -111,9 +74,9 @@ def test_both_timings_give_the_very_same_answer(proxy) -> None:
 ])
 def test_a_malformed_head_before_a_broken_body_keeps_its_own_code(
         fake, proxy, request_bytes: bytes, code: str) -> None:
-    head, payload, closed = _exchange(proxy.port, request_bytes)
+    head, payload, closed = exchange(proxy.port, request_bytes)
     assert head.split(b" ", 2)[1] == b"400"
-    assert _error(payload)["code"] == code
+    assert openai_error(payload)["code"] == code
     assert closed
     assert [event["error"] for event in proxy.logs.events("bad_http_request")] == [code]
     assert proxy.requests() == []
@@ -123,7 +86,7 @@ def test_a_malformed_head_before_a_broken_body_keeps_its_own_code(
 @pytest.mark.parametrize("apart", [False, True], ids=["one_write", "body_later"])
 def test_whole_chunked_framing_still_reaches_upstream(fake, proxy, apart: bool) -> None:
     body = b"%x\r\n" % len(CHAT) + CHAT + b"\r\n0\r\n\r\n"
-    head, payload, closed = _exchange(proxy.port, *((HEAD, body) if apart else (HEAD + body,)))
+    head, payload, closed = exchange(proxy.port, *((HEAD, body) if apart else (HEAD + body,)))
     assert head.split(b" ", 2)[1] == b"200"
     assert orjson.loads(payload)["choices"]
     assert not closed  # kept alive for the next request

@@ -8,47 +8,12 @@ answered it the client got aiohttp's plain-text 404 and no line told the operato
 
 from __future__ import annotations
 
-import socket
-
 import httpx
 import orjson
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-
-def _requests_total(proxy) -> dict[tuple[str, str], float]:
-    text = httpx.get(f"{proxy.url}/metrics", timeout=10).text
-    return {(s.labels["kind"], s.labels["status"]): s.value
-            for family in text_string_to_metric_families(text) if family.name == "proxy_requests"
-            for s in family.samples if s.name == "proxy_requests_total"}
-
-
-def _exchange(port: int, request: bytes) -> tuple[bytes, bytes, bool]:
-    """The answer's head and body (read to its length), and whether the proxy then closed the
-    connection (within a second)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(request)
-        answer = b""
-        while b"\r\n\r\n" not in answer and (chunk := sock.recv(65536)):
-            answer += chunk
-        head, _, body = answer.partition(b"\r\n\r\n")
-        length = int(_header(head, b"content-length") or 0)
-        while len(body) < length and (chunk := sock.recv(65536)):
-            body += chunk
-        sock.settimeout(1)
-        try:
-            closed = sock.recv(65536) == b""
-        except (TimeoutError, ConnectionError) as exc:
-            closed = isinstance(exc, ConnectionError)
-    return head, body, closed
-
-
-def _header(head: bytes, name: bytes) -> bytes | None:
-    for line in head.split(b"\r\n")[1:]:
-        key, _, value = line.partition(b":")
-        if key.strip().lower() == name:
-            return value.strip()
-    return None
+from tests.raw_http import exchange, header
+from tests.test_metrics_parser_refusals import _requests_total
 
 
 @pytest.mark.parametrize("target, tail", [
@@ -62,10 +27,10 @@ def test_a_connect_gets_the_proxys_405_its_line_and_its_count(fake, proxy, targe
                                                                tail: bytes) -> None:
     request = (b"CONNECT " + target + b" HTTP/1.1\r\nHost: " + target
                + b"\r\nUser-Agent: test\r\n\r\n" + tail)
-    head, body, closed = _exchange(proxy.port, request)
+    head, body, closed = exchange(proxy.port, request)
 
     assert head.split(b" ", 2)[1] == b"405"
-    assert _header(head, b"content-type") == b"application/json"
+    assert header(head, b"content-type") == b"application/json"
     error = orjson.loads(body)["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert (error["type"], error["code"], error["param"]) == ("invalid_request_error",

@@ -5,10 +5,10 @@ from __future__ import annotations
 import socket
 import time
 
-import orjson
 import pytest
 
 from tests.harness import RunningProxy
+from tests.raw_http import openai_error
 
 SECRET = b"sk-SECRET-0123456789"
 BODY = b'{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}'
@@ -52,13 +52,6 @@ def _content_length(head: bytes) -> int | None:
     return None
 
 
-def _openai_error(payload: bytes) -> dict[str, object]:
-    error = orjson.loads(payload)["error"]
-    assert set(error) == {"message", "type", "param", "code"}
-    assert error["type"] == "invalid_request_error"
-    return error
-
-
 @pytest.mark.parametrize("header", [
     b"Authorization: Bearer " + SECRET + b"\x01\r\n",  # a control character
     b"Authorization: Bearer " + SECRET + b"\x00x\r\n",  # NUL
@@ -68,7 +61,7 @@ def test_a_malformed_header_is_a_400_in_openai_shape_without_its_value(
         proxy: RunningProxy, header: bytes) -> None:
     status, payload = _exchange(proxy.port, header)
     assert status == 400
-    assert _openai_error(payload)["code"] == "invalid_http_request"
+    assert openai_error(payload)["code"] == "invalid_http_request"
     assert SECRET not in payload
     assert SECRET.decode() not in proxy.logs.text
     assert proxy.logs.events("bad_http_request")[-1]["status"] == 400
@@ -79,7 +72,7 @@ def test_an_over_long_header_line_is_a_431_in_openai_shape_without_its_value(
     status, payload = _exchange(proxy.port, b"Authorization: Bearer " + SECRET
                                 + b"A" * 70_000 + b"\r\n")
     assert status == 431
-    assert _openai_error(payload)["code"] == "request_header_too_large"
+    assert openai_error(payload)["code"] == "request_header_too_large"
     assert SECRET not in payload and b"AAAA" not in payload
     assert SECRET.decode() not in proxy.logs.text
 
@@ -87,14 +80,14 @@ def test_an_over_long_header_line_is_a_431_in_openai_shape_without_its_value(
 def test_an_unknown_content_encoding_is_a_415(proxy: RunningProxy, fake) -> None:
     status, payload = _exchange(proxy.port, b"Content-Encoding: compress\r\n")
     assert status == 415
-    assert _openai_error(payload)["code"] == "unsupported_content_encoding"
+    assert openai_error(payload)["code"] == "unsupported_content_encoding"
     assert not fake.requests
 
 
 def test_a_body_that_is_not_the_gzip_it_claims_is_a_400(proxy: RunningProxy, fake) -> None:
     status, payload = _exchange(proxy.port, b"Content-Encoding: gzip\r\n")
     assert status == 400
-    assert _openai_error(payload)["code"] == "invalid_body_encoding"
+    assert openai_error(payload)["code"] == "invalid_body_encoding"
     assert not fake.requests
 
 
@@ -115,7 +108,7 @@ def test_an_undecodable_body_is_the_client_error_alone_not_an_error_line(
     # a traceback ("Unhandled exception"), as for a proxy bug, once for every such request.
     status, payload = _sent(proxy.port, request_bytes)
     assert status == 400
-    assert _openai_error(payload)["code"] == "invalid_body_encoding"
+    assert openai_error(payload)["code"] == "invalid_body_encoding"
     assert [line["status"] for line in proxy.requests()] == [400]
     assert [line for line in proxy.logs.lines if line.get("level") in ("error", "critical")] == []
 
