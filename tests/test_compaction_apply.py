@@ -255,8 +255,10 @@ def test_a_summarized_latest_user_message_with_an_image_keeps_its_text_verbatim(
                         tokens_before=1, created_at=0.0, model="m", summarizer_model="m")
     rebuilt = rebuild(entries, ids_of(entries), roundtrip(event))
     assert rebuilt is not None and rebuilt.cut == cutoff.index
-    quoted = content_text(rebuilt.projection[rebuilt.head - 1])
-    assert f"--- user message 1 of 1 (their current request) ---\n{text}\n[an image" in quoted
+    restored = rebuilt.projection[rebuilt.head - 1]
+    quoted = content_text(restored)
+    assert f"--- user message 1 of 1 (their current request) ---\n{text}\n[the image" in quoted
+    assert restored.raw["content"][1:] == user_with_image(api, text)["content"][1:]  # it follows
 
 
 def test_finish_reports_a_summary_that_does_not_shrink() -> None:
