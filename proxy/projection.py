@@ -61,6 +61,9 @@ class Built:
     cascade: CascadeResult
     tokens: int
     anchor: Anchor | None
+    # The thread's checkpoint no longer applies: the client changed the part it summarizes
+    # (an edit, a branch, its own trimming of old messages), so a compaction starts afresh.
+    stale: bool = False
 
     @property
     def projection(self) -> Entries:
@@ -112,7 +115,7 @@ def build(view: View, event: CompactionEvent | None, situation: Situation) -> Bu
     # The cascade usually hands back the very list it got: then its sizes are known already.
     tokens, anchor = estimate(cascade.entries, view, situation,
                               sizes if cascade.entries is base else None)
-    return Built(rebuilt, cascade, tokens, anchor)
+    return Built(rebuilt, cascade, tokens, anchor, event is not None and rebuilt is None)
 
 
 def cascade_of(entries: Entries, situation: Situation, *, compacted: bool,

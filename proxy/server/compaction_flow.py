@@ -153,7 +153,8 @@ class CompactionFlow:
                    thresholds=situation.thresholds, strategy=strategy,
                    tokens_before=built.tokens, estimate=measure_projection(view, situation),
                    estimator=prepared.estimator, client_doc=inbound.doc, focus=focus,
-                   forced=prepared.attempt.forced, anchors=situation.anchors)
+                   forced=prepared.attempt.forced, anchors=situation.anchors,
+                   stale=built.stale)
 
     def _refuse(self, prepared: Prepared, built: Built, th: Thresholds, line: RequestLine) -> None:
         """Hysteresis: over the limit, and too soon after the last compaction for another."""

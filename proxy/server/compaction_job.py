@@ -35,6 +35,7 @@ class Job:
     focus: str | None = None
     forced: bool = False  # an upstream overflow bought this compaction
     anchors: tuple[Anchor, ...] = ()  # the thread's: what an `item_reference` weighs
+    stale: bool = False  # the thread's checkpoint did not apply (`Built.stale`)
 
     @property
     def who(self) -> dict[str, str]:

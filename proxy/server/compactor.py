@@ -175,7 +175,7 @@ class Compactor:
                           tokens_before=job.tokens_before, cutoff_index=cutoff.index,
                           summarized_messages=len(cutoff.new_entries),
                           summarizer_calls=plan.steps, summarizer_model=clipped(summary_model),
-                          forced=job.forced)
+                          forced=job.forced, **({"stale_checkpoint": True} if job.stale else {}))
             outcome = await self._summarize(job, plan, window, plan_for, summary_upstream)
             refusal = client_refusal(outcome.refusal, summary_upstream)
             by_inputs = outcome.replan_calls > 0 or content_refused(refusal)

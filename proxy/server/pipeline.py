@@ -35,7 +35,7 @@ from proxy.server import manual_answer
 from proxy.server.compaction_flow import CompactionFlow
 from proxy.server.compactor import Compactor
 from proxy.server.estimators import OFF_LOOP_BYTES, Estimators, counted
-from proxy.server.line_fields import error_named, stage_fields
+from proxy.server.line_fields import error_named, lesson_fields, stage_fields
 from proxy.server.prepared import Attempt, Prepared
 from proxy.server.relay import StreamTap
 from proxy.server.request_line import RequestLine
@@ -164,6 +164,7 @@ class Pipeline:
         if command is not None:
             return await self.flow.manual_compact(prepared, view, situation, state, command, line)
         built = build(view, state.event if state else None, situation)
+        line.set(checkpoint_stale=built.stale or None)  # said before any compaction rebuilds
         if not built.cascade.entries and inbound.entries:  # all results without their call
             # Nothing to send of the client's list: its own request goes up as it came, and the
             # upstream's error says what is wrong with it (not one about an empty list).
@@ -197,7 +198,7 @@ class Pipeline:
             if changed:  # the body is not the client's: `x-compaction` says so
                 built, edited = replace(built, cascade=replace(cascade, entries=entries)), True
         if prepared.attempt.lesson:
-            self._say_lesson(prepared.attempt, built, line)
+            line.set(**lesson_fields(prepared.attempt, built))
         # `stream` first: most requests do not stream, and then nothing more is asked.
         hide_usage = (inbound.stream and prepared.upstream.stream_usage
                       and _needs_usage_chunk(inbound))
@@ -222,12 +223,6 @@ class Pipeline:
         if cascade.changed:
             line.set(**stage_fields(built))
         return prepared
-
-    @staticmethod
-    def _say_lesson(attempt: Attempt, built: Built, line: RequestLine) -> None:
-        # Restoring the loop's blocks changes only a projection rebuilt from a checkpoint.
-        if attempt.fix and (not attempt.keep_loop or built.event is not None):
-            line.set(retry_lesson=attempt.fix.reason)
 
     async def _keep_mark(self, prepared: Prepared, key: ThreadKey, mark: MicrocompactMark) -> None:
         """Persist how far microcompaction reached. A mark the store refuses (a full disk) costs
