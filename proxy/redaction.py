@@ -17,6 +17,7 @@ path words (`v1`, `openai`, `deployments/gpt-4o-mini-2024-07-18`) stay readable.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from urllib.parse import unquote
 
 # A credential header's value runs to the end of its line: a real line break, or the `\r` or
@@ -54,6 +55,31 @@ def redact(text: str) -> str:
     text = _BEARER.sub(r"\1***", text)
     text = _SK_KEY.sub("sk-***", text)
     return _TOO_LONG_EXCERPT.sub(r"\1***", text)
+
+
+def without_secrets(text: str, secrets: Iterable[str]) -> str:
+    """`text` with each of `secrets` (the very credentials a request carried, whatever their
+    form: `redact` knows only the shapes it can recognize) replaced by `***`, then `redact`ed."""
+    for secret in secrets:
+        if len(secret) >= _SHORTEST_SECRET:
+            text = text.replace(secret, "***")
+    return redact(text)
+
+
+def sent_secrets(headers: Mapping[str, str], api_key: str | None = None) -> list[str]:
+    """The credential values of request `headers` (a scheme word such as `Bearer` left out) and
+    the upstream's own `api_key`, longest first (a key inside another is masked with it)."""
+    found = [api_key] if api_key else []
+    for name, value in headers.items():
+        if name.lower() in _CREDENTIAL_NAMES and value:
+            scheme, _, token = value.partition(" ")
+            found.append(token.strip() if token and scheme.isalpha() else value)
+    return sorted(set(found), key=len, reverse=True)
+
+
+# Shorter than this, a "secret" would mask ordinary words of an error text; no key is so short.
+_SHORTEST_SECRET = 8
+_CREDENTIAL_NAMES = frozenset(("authorization", "api-key", "x-api-key"))
 
 
 def _redacted_match(match: re.Match[str]) -> str:

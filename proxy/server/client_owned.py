@@ -21,14 +21,14 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 
 from proxy import jsonio
 from proxy.compaction.summary_reply import CONTENT_REFUSED
 from proxy.errors import CompactionInsufficient, SummarizerRefused
-from proxy.redaction import redact
+from proxy.redaction import without_secrets
 from proxy.settings import ModelProfile, UpstreamSettings
 
 CREDENTIAL_REFUSED = (401, 403)
@@ -63,10 +63,12 @@ class Refusal:
     said: str = ""  # a refusal in a 200: where the answer says so (`SummaryReply.said`)
 
 
-def read_refusal(status: int, data: bytes, headers: Mapping[str, str]) -> Refusal:
+def read_refusal(status: int, data: bytes, headers: Mapping[str, str],
+                 secrets: Iterable[str] = ()) -> Refusal:
     """The upstream's error: `error.code`, `error.type` and `error.message` of an OpenAI-shaped
     body (Anthropic's has the same `error` object), its `Retry-After` / `retry-after-ms` and
-    its `x-ratelimit-*` headers."""
+    its `x-ratelimit-*` headers. `secrets`: the credentials the request carried (`sent_secrets`),
+    masked in the message wherever it echoes them."""
     try:
         doc = jsonio.loads(data)
     except ValueError:
@@ -75,7 +77,7 @@ def read_refusal(status: int, data: bytes, headers: Mapping[str, str]) -> Refusa
     error = error if isinstance(error, dict) else {}
     message = error.get("message")
     return Refusal(status, _identifier(error.get("code")), _identifier(error.get("type")),
-                   _clipped(redact(message)) if isinstance(message, str) else "",
+                   _clipped(without_secrets(message, secrets)) if isinstance(message, str) else "",
                    _waits(headers), _limits(headers), clock())
 
 

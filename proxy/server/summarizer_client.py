@@ -26,7 +26,7 @@ from proxy.server.client_owned import (Refusal, content_refusal_reason, content_
                                        read_refusal, refused_in_answer)
 from proxy.server.headers import upstream_request_headers
 from proxy.server.inflate import AnswerTooLarge, answer_encoding, inflated
-from proxy.redaction import redact
+from proxy.redaction import sent_secrets, without_secrets
 from proxy.server.upstream import UpstreamClient, answer_failed, read_body
 from proxy.settings import UpstreamSettings
 
@@ -51,6 +51,7 @@ class SummaryOutcome:
 async def run_summary(plan: SummaryPlan, upstream: UpstreamSettings, client: UpstreamClient,
                       credentials: Mapping[str, str], timeout_s: float) -> SummaryOutcome:
     started = time.perf_counter()
+    secrets = sent_secrets(credentials, upstream.api_key)  # what an error body may echo
     carried = plan.previous_summary
     output_tokens = 0
     for step in range(plan.steps):
@@ -63,9 +64,9 @@ async def run_summary(plan: SummaryPlan, upstream: UpstreamSettings, client: Ups
         except ProxyError as error:
             return _failed(error.message, step, started)
         if status != 200:
-            refusal = read_refusal(status, data, headers)
+            refusal = read_refusal(status, data, headers, secrets)
             said = (content_refusal_reason(refusal) if content_refused(refusal)
-                    else f"the summarizer answered HTTP {status}: {_excerpt(data)}")
+                    else f"the summarizer answered HTTP {status}: {_excerpt(data, secrets)}")
             return replace(_failed(said, step, started), refusal=refusal,
                            overflow=is_context_overflow(status, data))
         reply = read_reply(plan.api, data)
@@ -139,8 +140,9 @@ def _ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 2)
 
 
-def _excerpt(data: bytes) -> str:
+def _excerpt(data: bytes, secrets: list[str]) -> str:
     # Logged (`compaction_failed`) and quoted in the client's 503: an upstream may echo the
-    # credential it refused.
-    text = redact(data[:300].decode("utf-8", "replace"))
-    return text + ("..." if len(data) > 300 else "")
+    # credential it refused, the proxy's own `api_key` or the client's, in any form. Masked
+    # before the cut, so that no start of one is left at the end.
+    text = without_secrets(data[:4096].decode("utf-8", "replace"), secrets)
+    return text[:300] + ("..." if len(text) > 300 or len(data) > 4096 else "")
