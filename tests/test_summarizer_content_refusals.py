@@ -43,9 +43,10 @@ CONTENT_FILTER = {"error": {"message": "The response was filtered due to the pro
                                            "content_filter_result": {
                                                "violence": {"filtered": True,
                                                             "severity": "medium"}}}}}
-UNSUPPORTED = {"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with "
+# Not `max_tokens`'s refusal: that one buys a retry with the newer key (test_summarizer_output_key).
+UNSUPPORTED = {"error": {"message": "Unsupported parameter: 'stop' is not supported with "
                                     "this model.", "type": "invalid_request_error",
-                         "param": "max_tokens", "code": "unsupported_parameter"}}
+                         "param": "stop", "code": "unsupported_parameter"}}
 
 
 

@@ -15,6 +15,7 @@ with `store: false`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -96,7 +97,7 @@ def plan_summary(entries: Sequence[Entry], cutoff: Cutoff, *, api: Api, model: s
                  else Direction.EARLIER)
     return SummaryPlan(api, model, direction, tuple(transcript.chunk(blocks, budget, max_chars)),
                        cutoff.previous_summary, clock, focus, settings.max_output_tokens,
-                       _output_key(api, client_doc), cutoff)
+                       _output_key(api, client_doc, model), cutoff)
 
 
 def _chunk_budget(window: int, max_output: int, clock: str, focus: str | None,
@@ -119,10 +120,18 @@ def _chunk_chars(max_output: int, clock: str, focus: str | None, previous: str |
     return max(_MIN_CHUNK_CHARS, MAX_CONTENT_CHARS - frame - carried)
 
 
-def _output_key(api: Api, client_doc: Mapping[str, Any] | None) -> str:
+def _output_key(api: Api, client_doc: Mapping[str, Any] | None, model: str = "") -> str:
+    """The chat key of the summary's output cap. OpenAI's reasoning models refuse `max_tokens`
+    (400 `unsupported_parameter`), as a client that used the newer key knows of its model; many
+    other OpenAI-compatible servers know only `max_tokens`. A name not told apart here (an Azure
+    deployment) gets the newer key on the retry the refusal buys (`summarizer_client`)."""
     if api is Api.RESPONSES:
         return "max_output_tokens"
-    # Reasoning models reject `max_tokens`; a client that used the newer key knows its model.
     if client_doc is not None and "max_completion_tokens" in client_doc:
         return "max_completion_tokens"
-    return "max_tokens"
+    return COMPLETION_KEY if _REASONING_MODEL.match(model) else "max_tokens"
+
+
+COMPLETION_KEY = "max_completion_tokens"
+# o1, o3, o4-mini, gpt-5 and their dated or provider-prefixed names (`openai/o3-mini`).
+_REASONING_MODEL = re.compile(r"(?:[\w.-]+/)?(?:o[1-9](?![0-9])|gpt-5)", re.IGNORECASE)

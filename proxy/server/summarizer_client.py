@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from proxy import jsonio
 from proxy.compaction import postcheck
 from proxy.compaction.overflow import is_context_overflow
-from proxy.compaction.summarizer import SummaryPlan
+from proxy.compaction.summarizer import COMPLETION_KEY, SummaryPlan
 from proxy.compaction.summary_reply import read_reply
 from proxy.conversation import Api
 from proxy.errors import ProxyError
@@ -31,6 +31,8 @@ from proxy.server.upstream import UpstreamClient, answer_failed, read_body
 from proxy.settings import UpstreamSettings
 
 _PATHS = {Api.CHAT: "/chat/completions", Api.RESPONSES: "/responses"}
+# (upstream, model) pairs that refused `max_tokens`: a few, named in the config or by clients.
+_NEWER_KEY: set[tuple[str, str]] = set()
 _OVERFLOW_REPLANS = 4  # halvings of the summarizer's window when it refuses a step as too long
 
 
@@ -52,6 +54,8 @@ async def run_summary(plan: SummaryPlan, upstream: UpstreamSettings, client: Ups
                       credentials: Mapping[str, str], timeout_s: float) -> SummaryOutcome:
     started = time.perf_counter()
     secrets = sent_secrets(credentials, upstream.api_key)  # what an error body may echo
+    if plan.output_key == "max_tokens" and (upstream.name, plan.model) in _NEWER_KEY:
+        plan = replace(plan, output_key=COMPLETION_KEY)
     carried = plan.previous_summary
     output_tokens = 0
     for step in range(plan.steps):
@@ -59,6 +63,15 @@ async def run_summary(plan: SummaryPlan, upstream: UpstreamSettings, client: Ups
         try:
             status, data, headers = await asyncio.wait_for(
                 _post(client, upstream, plan.api, credentials, body), timeout_s)
+            if status == 400 and plan.output_key == "max_tokens" and _wants_newer_key(data):
+                # A reasoning model the name did not tell (`summarizer._output_key`): once,
+                # and for this upstream's model from now on.
+                if len(_NEWER_KEY) < 1024:
+                    _NEWER_KEY.add((upstream.name, plan.model))
+                plan = replace(plan, output_key=COMPLETION_KEY)
+                body = jsonio.dumps(plan.request(step, carried))
+                status, data, headers = await asyncio.wait_for(
+                    _post(client, upstream, plan.api, credentials, body), timeout_s)
         except asyncio.TimeoutError:
             return _failed(f"the summarizer did not answer within {timeout_s:g}s", step, started)
         except ProxyError as error:
@@ -130,6 +143,18 @@ async def _post(client: UpstreamClient, upstream: UpstreamSettings, api: Api,
         except AnswerTooLarge as exc:
             raise answer_failed(upstream, exc) from None
         return response.status, plain, response.headers
+
+
+def _wants_newer_key(data: bytes) -> bool:
+    """OpenAI's refusal of `max_tokens` for a reasoning model: `unsupported_parameter`, param
+    `max_tokens` ("... Use 'max_completion_tokens' instead.")."""
+    try:
+        error = jsonio.loads(data).get("error")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(error, dict) and error.get("param") == "max_tokens" and (
+        error.get("code") == "unsupported_parameter"
+        or COMPLETION_KEY in str(error.get("message")))
 
 
 def _failed(error: str, step: int, started: float) -> SummaryOutcome:
