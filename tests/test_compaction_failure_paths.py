@@ -205,8 +205,12 @@ def test_every_compaction_unavailable_says_when_to_retry(make_fake, make_proxy) 
     assert failed_trial.headers["retry-after"] == "4"
     assert summarizer.calls == 3
     assert stages(proxy) == ["summarize"] * 3
-    # Every one of them ended as a 503: none went on without its compaction.
+    # Every one of them ended as a 503: none went on without its compaction, and no request
+    # line says it was degraded (forwarded with the cheap stages only) either.
     assert [f["degraded"] for f in proxy.logs.events("compaction_failed")] == [False] * 3
+    lines = proxy.requests()
+    assert [line["status"] for line in lines] == [503] * 3
+    assert [line.get("compaction_degraded") for line in lines] == [None] * 3
 
 
 def test_a_manual_compact_while_the_breaker_is_open_is_a_503_with_retry_after(

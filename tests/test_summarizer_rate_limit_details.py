@@ -89,3 +89,12 @@ def test_the_wait_left_is_counted_from_when_the_refusal_was_read(
     assert refusal_error(refusal).headers["Retry-After"] == "30"
     waited = refusal_error(refusal, waited=True).headers
     assert (waited["Retry-After"], waited["retry-after-ms"]) == ("18", "17100")
+
+
+@pytest.mark.parametrize(("millis", "seconds"), [("1500", "2"), ("200", "1"), ("3000", "3")])
+def test_a_wait_in_milliseconds_alone_gives_its_seconds_too(millis: str, seconds: str) -> None:
+    """`Retry-After` was the default second beside `retry-after-ms: 1500`: a client that reads
+    only `Retry-After` came back early, and paid for another summary attempt."""
+    refusal = Refusal(429, retry_after={"retry-after-ms": millis}, read_at=client_owned.clock())
+    headers = refusal_error(refusal).headers
+    assert (headers["Retry-After"], headers["retry-after-ms"]) == (seconds, millis)

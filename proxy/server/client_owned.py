@@ -151,7 +151,7 @@ def refusal_error(refusal: Refusal, waited: bool = False) -> SummarizerRefused:
             "credential the request carries; retry once its limit allows. Nothing was changed.",
             status=RATE_LIMITED, type_=refusal.type or "rate_limit_error", code=refusal.code,
             headers={"Retry-After": "1", **refusal.limits,
-                     **(_left(refusal) if waited else refusal.retry_after)})
+                     **_in_seconds_too(_left(refusal) if waited else refusal.retry_after)})
     return SummarizerRefused(
         f"Context compaction could not run: the summarizer's upstream refused this request's "
         f"credential (HTTP {refusal.status}{code}). The proxy summarizes with the credential "
@@ -227,6 +227,15 @@ def _left(refusal: Refusal) -> dict[str, str]:
         left["retry-after-ms"] = str(max(1000, round(float(left["retry-after-ms"])
                                                      - elapsed * 1000)))
     return left
+
+
+def _in_seconds_too(waits: dict[str, str]) -> dict[str, str]:
+    """`waits`, with a `Retry-After` of the `retry-after-ms` it has alone (whole seconds, up):
+    a client that reads only `Retry-After` would read the default second, and come back early."""
+    millis = waits.get("retry-after-ms")
+    if millis is None or "Retry-After" in waits:
+        return waits
+    return {"Retry-After": str(max(1, math.ceil(float(millis) / 1000))), **waits}
 
 
 def _http_date(text: str) -> bool:

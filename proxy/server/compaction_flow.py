@@ -197,7 +197,8 @@ class CompactionFlow:
             self._failed_line(line, prepared, stage, reason, strategy, degraded=fits,
                               retry_after=blocked.wait_s if blocked else None,
                               **({"shared": True} if shared else {}))
-        line.set(compaction_degraded=stage, compaction_shared=shared or None)
+        # Degraded is forwarded with the cheap stages only: a refused request is not.
+        line.set(compaction_degraded=stage if fits else None, compaction_shared=shared or None)
         if fits:
             if self.metrics is not None:
                 self.metrics.observe_degraded(stage)
