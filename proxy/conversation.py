@@ -273,11 +273,16 @@ TEXT_PARTS = frozenset(("text", "input_text", "output_text", "refusal"))
 
 def has_non_text_parts(entry: Entry) -> bool:
     """True when content carries images, audio or files (never restored as text)."""
+    return bool(non_text_parts(entry))
+
+
+def non_text_parts(entry: Entry) -> tuple[dict[str, Any], ...]:
+    """The content parts that are not text (images, audio, files), as the client sent them."""
     key = "output" if entry.kind is RESULT and entry.api is RESPONSES else "content"
     content = entry.raw.get(key)
     if not isinstance(content, list):
-        return False
-    return any(isinstance(p, dict) and p.get("type") not in TEXT_PARTS for p in content)
+        return ()
+    return tuple(p for p in content if isinstance(p, dict) and p.get("type") not in TEXT_PARTS)
 
 
 def tool_name(entry: Entry) -> str | None:

@@ -110,8 +110,7 @@ def build(view: View, event: CompactionEvent | None, situation: Situation) -> Bu
     rebuilt = apply.rebuild(view.entries, view.ids, event) if event is not None else None
     base = rebuilt.projection if rebuilt is not None else view.entries
     sizes = situation.estimator.sizes(base)
-    cascade = cascade_of(base, situation, compacted=rebuilt is not None,
-                         sizes=anchors.with_references(base, sizes, situation.anchors))
+    cascade = cascade_of(base, situation, compacted=rebuilt is not None, sizes=sizes)
     # The cascade usually hands back the very list it got: then its sizes are known already.
     tokens, anchor = estimate(cascade.entries, view, situation,
                               sizes if cascade.entries is base else None)
@@ -120,8 +119,8 @@ def build(view: View, event: CompactionEvent | None, situation: Situation) -> Bu
 
 def cascade_of(entries: Entries, situation: Situation, *, compacted: bool,
                sizes: list[int] | None = None) -> CascadeResult:
-    """`sizes`: the entries' token counts, when the caller has them, with references weighed
-    as their items (`anchors.with_references`): the cascade's window is placed by them."""
+    """`sizes`: the entries' token counts, when the caller has them. The cascade's window is
+    placed by them with each reference weighed as its item (`anchors.with_references`)."""
     if inert(entries, compacted=compacted, policy=situation.policy,
              keep_loop=situation.keep_loop):
         return unchanged(tuple(entries), situation.mark)
@@ -131,8 +130,8 @@ def cascade_of(entries: Entries, situation: Situation, *, compacted: bool,
     # dict and out again, about 500 instructions each (callgrind), on most agents' requests.
     context = CascadeContext(
         situation.settings, situation.estimator.entry_tokens,  # settings, measure
-        sizes if sizes is not None else anchors.with_references(
-            entries, situation.estimator.sizes(entries), situation.anchors),
+        anchors.with_references(entries, situation.estimator.sizes(entries) if sizes is None
+                                else sizes, situation.anchors),
         th.keep_tokens, th.keep_messages, step,  # keep_tokens, keep_messages, window_step
         LazyIds(situation.identities, entries), situation.now,  # message_ids, now
         situation.last_activity, situation.mark, compacted,

@@ -57,6 +57,11 @@ def redact(text: str) -> str:
     return _TOO_LONG_EXCERPT.sub(r"\1***", text)
 
 
+# The request headers that carry a client's credential, in the order a tenant is named by them
+# (`threads.tenant_digest`).
+CREDENTIAL_HEADERS = ("authorization", "api-key", "x-api-key")
+
+
 def without_secrets(text: str, secrets: Iterable[str]) -> str:
     """`text` with each of `secrets` (the very credentials a request carried, whatever their
     form: `redact` knows only the shapes it can recognize) replaced by `***`, then `redact`ed."""
@@ -71,7 +76,7 @@ def sent_secrets(headers: Mapping[str, str], api_key: str | None = None) -> list
     the upstream's own `api_key`, longest first (a key inside another is masked with it)."""
     found = [api_key] if api_key else []
     for name, value in headers.items():
-        if name.lower() in _CREDENTIAL_NAMES and value:
+        if name.lower() in CREDENTIAL_HEADERS and value:
             scheme, _, token = value.partition(" ")
             found.append(token.strip() if token and scheme.isalpha() else value)
     return sorted(set(found), key=len, reverse=True)
@@ -79,7 +84,6 @@ def sent_secrets(headers: Mapping[str, str], api_key: str | None = None) -> list
 
 # Shorter than this, a "secret" would mask ordinary words of an error text; no key is so short.
 _SHORTEST_SECRET = 8
-_CREDENTIAL_NAMES = frozenset(("authorization", "api-key", "x-api-key"))
 
 
 def _redacted_match(match: re.Match[str]) -> str:

@@ -16,11 +16,11 @@ from functools import lru_cache
 from typing import Any
 
 from proxy.lru import Memo
+from proxy.redaction import CREDENTIAL_HEADERS
 from proxy.settings import ThreadSettings
 from proxy.store.keys import MAX_KEPT_CHARS, thread_key_text
 
 ANONYMOUS = "anonymous"
-_CREDENTIAL_HEADERS = ("authorization", "api-key", "x-api-key")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,7 @@ class ThreadIdentity:
 
 def tenant_digest(headers: Mapping[str, str]) -> str:
     """A digest of the presented credential: equal keys share state, nothing else does."""
-    for name in _CREDENTIAL_HEADERS:
+    for name in CREDENTIAL_HEADERS:
         value = headers.get(name)
         if value:
             return _CREDENTIAL_DIGESTS[name, value]

@@ -37,8 +37,8 @@ from typing import Any
 from proxy.compaction.cutoff import Cutoff
 from proxy.compaction.file_reads import ReadTools, directory_view
 from proxy.compaction.transcript import middle_cut
-from proxy.conversation import (TEXT_PARTS, Api, Entry, Kind, ToolCall, content_text,
-                                has_non_text_parts, make_user, make_user_parts)
+from proxy.conversation import (Api, Entry, Kind, ToolCall, content_text, has_non_text_parts,
+                                make_user, make_user_parts, non_text_parts)
 from proxy.core.legacy_calls import answered, step_calls
 from proxy.core.shell_calls import outcome
 from proxy.core.tool_names import sets_plan
@@ -325,7 +325,7 @@ def _users(entries: Sequence[Entry], span: range, tail_start: int, budget: int,
         return _Quote([], 0), None
     # The current request keeps its images, audio and files (SPEC §4: never cut); the older
     # messages' are left to a note (restored as text, within a budget of text tokens).
-    attached = _attached_parts(entries[users[0]]) if current else ()
+    attached = non_text_parts(entries[users[0]]) if current else ()
     texts = [(i, _user_text(entries[i], n == 0 and bool(attached))) for n, i in enumerate(users)]
     sizes = [count(text) for _, text in texts]
     whole = _within(texts, sizes, budget, latest_whole=True)  # the latest: always, whole
@@ -356,21 +356,13 @@ def _within(texts: list[tuple[int, str]], sizes: list[int], budget: int, *,
 
 
 def _user_text(entry: Entry, attached: bool = False) -> str:
-    """`attached`: its non-text parts go along after the quote (`_attached_parts`)."""
+    """`attached`: its non-text parts go along after the quote (`non_text_parts`)."""
     text = content_text(entry)
     if not has_non_text_parts(entry):
         return text
     note = _ATTACHED_BELOW if attached else _ATTACHED_NOTE
     # The note goes after the text, which is never stripped: verbatim includes its whitespace.
     return f"{text}\n{note}" if text else note
-
-
-def _attached_parts(entry: Entry) -> tuple[Any, ...]:
-    """The content parts of a user message that are not text, as the client sent them."""
-    content = entry.raw.get("content")
-    if not isinstance(content, list):
-        return ()
-    return tuple(p for p in content if isinstance(p, dict) and p.get("type") not in TEXT_PARTS)
 
 
 def _users_message(chosen: list[tuple[int, str]], total: int, current: bool) -> str:

@@ -76,30 +76,35 @@ def requested_output_tokens(doc: Mapping[str, Any]) -> int:
 
 def thresholds(settings: CompactionSettings, profile: ModelProfile | None,
                reserved_output: int = 0) -> Thresholds:
-    window = _usable_input(profile, reserved_output)
+    reserved = _reserved(profile, reserved_output)
+    window = _usable_input(profile, reserved)
     if window is None:
         trigger = settings.fallback_trigger_tokens
         # Without a known window the trigger is the only number we can trust as a limit.
         return Thresholds(trigger, trigger, None, settings.fallback_keep_messages, False)
     trigger_ratio = _ratio(profile, "trigger_ratio", settings.trigger_ratio)
     keep_ratio = _ratio(profile, "keep_ratio", settings.keep_ratio)
-    applied = profile is not None and profile.context_window and reserved_output < profile.context_window
-    reserved = reserved_output if applied else 0
     return Thresholds(max(1, math.floor(window * trigger_ratio)), window,
                       math.floor(window * keep_ratio), None, True, reserved)
 
 
-def _usable_input(profile: ModelProfile | None, reserved_output: int) -> int | None:
+def _reserved(profile: ModelProfile | None, reserved_output: int) -> int:
+    """The output the request reserves in a total `context_window`; 0 without one, and for a
+    reservation that leaves no input at all: that is the request's own error (its `max_tokens`
+    alone fills the window), no compaction can make room, and the upstream's refusal names the
+    cause, where a compaction's would name an input limit of nothing."""
+    window = profile.context_window if profile is not None else None
+    return reserved_output if window and reserved_output < window else 0
+
+
+def _usable_input(profile: ModelProfile | None, reserved: int) -> int | None:
     if profile is None:
         return None
     window = profile.max_input_tokens or profile.context_window
     if window is None:
         return None
-    # A reservation that leaves no input at all is the request's own error (its `max_tokens`
-    # alone fills the window): no compaction can make room, and the upstream's refusal names
-    # the cause, where a compaction's would name an input limit of nothing.
-    if profile.context_window and 0 < reserved_output < profile.context_window:
-        window = min(window, profile.context_window - reserved_output)
+    if reserved > 0:  # `_reserved`: only with a context window
+        window = min(window, profile.context_window - reserved)  # type: ignore[operator]
     return max(1, window)
 
 

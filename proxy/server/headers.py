@@ -29,17 +29,18 @@ from functools import lru_cache
 from aiohttp import hdrs
 from multidict import CIMultiDict, CIMultiDictProxy, istr
 
+from proxy.redaction import CREDENTIAL_HEADERS
+
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
     "te", "trailer", "transfer-encoding", "upgrade",
 })
 _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "content-encoding", "expect"}
 _RESPONSE_DROP = HOP_BY_HOP | {"content-length", "server", "date"}
-_CREDENTIALS = ("authorization", "api-key", "x-api-key")
 # What scopes the client's credential: beside the upstream's key it would name an organization
 # or project that key may not belong to, and OpenAI refuses the request (401
 # `mismatched_organization`). Replaced with the credential.
-_CREDENTIAL_SCOPE = ("openai-organization", "openai-project")
+CREDENTIAL_SCOPE = ("openai-organization", "openai-project")
 # Stripe's and the IETF draft's name, and the `X-` form some gateways read.
 IDEMPOTENCY_KEYS = (istr("Idempotency-Key"), istr("X-Idempotency-Key"))
 _BOUND_KEYS = uuid.UUID("5f3c8a1e-2b7d-4f0a-9c61-0d4e8b2a7f35")  # the namespace of derived keys
@@ -99,7 +100,7 @@ def _request_drop(drop: tuple[str, ...], replace_credentials: bool) -> frozenset
     """The request headers never forwarded, for one setting of `drop`: built once, not per
     request."""
     names = _REQUEST_DROP | {d.lower() for d in drop}
-    return names | {*_CREDENTIALS, *_CREDENTIAL_SCOPE} if replace_credentials else names
+    return names | {*CREDENTIAL_HEADERS, *CREDENTIAL_SCOPE} if replace_credentials else names
 
 
 def _forwarded(headers: Mapping[str, str] | CIMultiDictProxy[str],

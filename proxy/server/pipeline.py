@@ -164,7 +164,8 @@ class Pipeline:
         if command is not None:
             return await self.flow.manual_compact(prepared, view, situation, state, command, line)
         built = build(view, state.event if state else None, situation)
-        line.set(checkpoint_stale=built.stale or None)  # said before any compaction rebuilds
+        if built.stale:  # said before a compaction's own build, which applies
+            line.set(checkpoint_stale=True)
         if not built.cascade.entries and inbound.entries:  # all results without their call
             # Nothing to send of the client's list: its own request goes up as it came, and the
             # upstream's error says what is wrong with it (not one about an empty list).

@@ -12,6 +12,8 @@ from proxy.conversation import Entries, Entry
 from proxy.core.sanitize import Policy
 from proxy.inbound import Inbound
 from proxy.records import ThreadKey
+from proxy.redaction import CREDENTIAL_HEADERS
+from proxy.server.headers import CREDENTIAL_SCOPE
 from proxy.server.relay import PlainTap, StreamTap
 from proxy.settings import UpstreamSettings
 from proxy.threads import ThreadIdentity
@@ -20,7 +22,7 @@ from proxy.tokens.estimate import TokenEstimator
 # The credential headers, and those that scope the credential (a summary asked for with the
 # client's key is billed where its request is; `upstream_request_headers` drops all of them
 # when the upstream has a key of its own).
-_CREDENTIALS = ("authorization", "api-key", "x-api-key", "openai-organization", "openai-project")
+_CREDENTIALS = (*CREDENTIAL_HEADERS, *CREDENTIAL_SCOPE)
 
 
 @dataclass(frozen=True)

@@ -59,19 +59,19 @@ async def run_summary(plan: SummaryPlan, upstream: UpstreamSettings, client: Ups
     carried = plan.previous_summary
     output_tokens = 0
     for step in range(plan.steps):
-        body = jsonio.dumps(plan.request(step, carried))
         try:
-            status, data, headers = await asyncio.wait_for(
-                _post(client, upstream, plan.api, credentials, body), timeout_s)
-            if status == 400 and plan.output_key == "max_tokens" and _wants_newer_key(data):
-                # A reasoning model the name did not tell (`summarizer._output_key`): once,
-                # and for this upstream's model from now on.
-                if len(_NEWER_KEY) < 1024:
-                    _NEWER_KEY.add((upstream.name, plan.model))
-                plan = replace(plan, output_key=COMPLETION_KEY)
+            for _ in range(2):  # a second time only with the newer output key
                 body = jsonio.dumps(plan.request(step, carried))
                 status, data, headers = await asyncio.wait_for(
                     _post(client, upstream, plan.api, credentials, body), timeout_s)
+                if not (status == 400 and plan.output_key == "max_tokens"
+                        and _wants_newer_key(data)):
+                    break
+                # A reasoning model the name did not tell (`summarizer._output_key`), for this
+                # upstream's model from now on.
+                if len(_NEWER_KEY) < 1024:
+                    _NEWER_KEY.add((upstream.name, plan.model))
+                plan = replace(plan, output_key=COMPLETION_KEY)
         except asyncio.TimeoutError:
             return _failed(f"the summarizer did not answer within {timeout_s:g}s", step, started)
         except ProxyError as error:
