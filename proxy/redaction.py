@@ -71,12 +71,14 @@ def without_secrets(text: str, secrets: Iterable[str]) -> str:
     return redact(text)
 
 
-def sent_secrets(headers: Mapping[str, str], api_key: str | None = None) -> list[str]:
-    """The credential values of request `headers` (a scheme word such as `Bearer` left out) and
-    the upstream's own `api_key`, longest first (a key inside another is masked with it)."""
+def sent_secrets(credentials: Mapping[str, str], api_key: str | None = None) -> list[str]:
+    """The values of the credential headers a request carried (`credentials`, those alone: the
+    configured `threads.credential_headers` and the headers that scope them), a scheme word
+    such as `Bearer` left out, and the upstream's own `api_key`, longest first (a key inside
+    another is masked with it)."""
     found = [api_key] if api_key else []
-    for name, value in headers.items():
-        if name.lower() in CREDENTIAL_HEADERS and value:
+    for value in credentials.values():
+        if value:
             scheme, _, token = value.partition(" ")
             found.append(token.strip() if token and scheme.isalpha() else value)
     return sorted(set(found), key=len, reverse=True)

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from proxy.redaction import redacted_url
+from proxy.redaction import CREDENTIAL_HEADERS, redacted_url
 from proxy.settings_reader import Reader, home_expanded, not_empty, shown
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -22,6 +22,9 @@ class ThreadSettings:
     body_fields: tuple[str, ...] = ("prompt_cache_key", "metadata.thread_id")
     fallback: str = "fingerprint"
     forward_headers: bool = True
+    # The request headers that carry a client's credential, in the order they name its tenant
+    # (`proxy.threads.tenant_digest`); a summary made for the client carries them.
+    credential_headers: tuple[str, ...] = CREDENTIAL_HEADERS
 
 
 @dataclass(frozen=True)
@@ -63,9 +66,21 @@ def parse_threads(r: Reader) -> ThreadSettings:
                               "is not a dotted path (names joined by single dots)"),
         fallback=r.string("fallback", d.fallback, choices=("fingerprint", "none")),
         forward_headers=r.boolean("forward_headers", d.forward_headers),
+        credential_headers=_credential_headers(r, d.credential_headers),
     )
     r.finish()
     return s
+
+
+def _credential_headers(r: Reader, default: tuple[str, ...]) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(h.lower() for h in r.strings(
+        "credential_headers", default, _HEADER_NAME.fullmatch, "is not an HTTP header name")))
+    if not names:
+        # Every client would be one tenant, sharing every thread id's state.
+        r.problem("credential_headers", "expected at least one header name (the default: "
+                  + ", ".join(default) + ")")
+        return default
+    return names
 
 
 def _dotted_path(path: str) -> bool:

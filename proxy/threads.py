@@ -30,9 +30,11 @@ class ThreadIdentity:
     tenant: str
 
 
-def tenant_digest(headers: Mapping[str, str]) -> str:
-    """A digest of the presented credential: equal keys share state, nothing else does."""
-    for name in CREDENTIAL_HEADERS:
+def tenant_digest(headers: Mapping[str, str],
+                  names: Sequence[str] = CREDENTIAL_HEADERS) -> str:
+    """A digest of the presented credential, found under the first of `names` (lower case,
+    `threads.credential_headers`) the request has: equal keys share state, nothing else does."""
+    for name in names:
         value = headers.get(name)
         if value:
             return _CREDENTIAL_DIGESTS[name, value]
@@ -106,7 +108,7 @@ def resolve_thread(headers: Mapping[str, str], body: Mapping[str, Any] | None,
     """`leading` may be a callable: the fingerprint material is built only when needed.
     `tenant` is the caller's `tenant_digest(headers)`, when it has it already."""
     if tenant is None:
-        tenant = tenant_digest(headers)
+        tenant = tenant_digest(headers, settings.credential_headers)
     found = header_thread(headers, settings, tenant)
     if found is not None:
         return found

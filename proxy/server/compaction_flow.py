@@ -148,7 +148,8 @@ class CompactionFlow:
         inbound = prepared.inbound
         return Job(key=prepared.key, thread=loggable(prepared.identity.thread), api=inbound.api,
                    model=inbound.model, upstream=prepared.upstream,
-                   credentials=prepared.credentials, entries=view.entries, ids=view.ids,
+                   credentials=prepared.credentials(self.settings.threads.credential_headers),
+                   entries=view.entries, ids=view.ids,
                    previous=built.rebuilt.previous if built.rebuilt else None,
                    thresholds=situation.thresholds, strategy=strategy,
                    tokens_before=built.tokens, estimate=measure_projection(view, situation),

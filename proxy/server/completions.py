@@ -59,7 +59,7 @@ def handler(services: Services,
 async def _complete(services: Services, api: Api, request: web.Request) -> web.StreamResponse:
     # The config in force now, for this request to its end (a reload replaces it whole).
     conf = services.configured
-    tenant = tenant_digest(request.headers)
+    tenant = tenant_digest(request.headers, conf.settings.threads.credential_headers)
     with RequestLine(services.log, services.metrics, str(api), path=request.path,
                      method=request.method, tenant=tenant) as line:
         path = upstream_path(request.raw_path)

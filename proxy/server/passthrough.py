@@ -54,7 +54,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     conf = services.configured  # the config in force now, for this request to its end
     threads = conf.settings.threads
     with RequestLine(services.log, services.metrics, "passthrough", path=request.path, method=request.method, passthrough=True,
-                     tenant=tenant_digest(request.headers)) as line:
+                     tenant=tenant_digest(request.headers, threads.credential_headers)) as line:
         path = upstream_path(request.raw_path)
         upload = streamed_upload(request, conf.settings.server)
         body = b"" if upload is not None else await read_client_body(

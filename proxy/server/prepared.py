@@ -12,17 +12,11 @@ from proxy.conversation import Entries, Entry
 from proxy.core.sanitize import Policy
 from proxy.inbound import Inbound
 from proxy.records import ThreadKey
-from proxy.redaction import CREDENTIAL_HEADERS
 from proxy.server.headers import CREDENTIAL_SCOPE
 from proxy.server.relay import PlainTap, StreamTap
 from proxy.settings import UpstreamSettings
 from proxy.threads import ThreadIdentity
 from proxy.tokens.estimate import TokenEstimator
-
-# The credential headers, and those that scope the credential (a summary asked for with the
-# client's key is billed where its request is; `upstream_request_headers` drops all of them
-# when the upstream has a key of its own).
-_CREDENTIALS = (*CREDENTIAL_HEADERS, *CREDENTIAL_SCOPE)
 
 
 @dataclass(frozen=True)
@@ -66,9 +60,10 @@ class Prepared:
     estimate: int | None = field(default=None, init=False)
     waits_end: float | None = field(default=None, init=False)  # `shared_waits.within`
 
-    @property
-    def credentials(self) -> Mapping[str, str]:
-        """The credential headers the client sent, for a summary call made on its behalf.
-        Built when asked: only a compaction needs them, not every request."""
+    def credentials(self, names: Sequence[str]) -> Mapping[str, str]:
+        """The credential headers the client sent (`names`: `threads.credential_headers`), and
+        those that scope its credential (a summary asked for with the client's key is billed
+        where its request is), for a summary call made on its behalf. Built when asked: only a
+        compaction needs them, not every request."""
         headers = self.client_headers
-        return {name: headers[name] for name in _CREDENTIALS if name in headers}
+        return {name: headers[name] for name in (*names, *CREDENTIAL_SCOPE) if name in headers}

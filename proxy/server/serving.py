@@ -26,6 +26,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ExpectHandler = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
 
 
+def tenant_of(services: Services, request: web.BaseRequest) -> str:
+    """The request's tenant, by the credential headers of the config in force."""
+    return tenant_digest(request.headers, services.configured.settings.threads.credential_headers)
+
+
 def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(status=status, body=orjson.dumps(body), headers=headers,
                         content_type="application/json")
@@ -98,7 +103,7 @@ def expecting(kind: str, expect: ExpectHandler = _default_expect_handler) -> Exp
             services = request.app[SERVICES]
             error = _from_http_exception(request, exc)
             with RequestLine(services.log, services.metrics, kind, path=request.path,
-                             method=request.method, tenant=tenant_digest(request.headers)) as line:
+                             method=request.method, tenant=tenant_of(services, request)) as line:
                 line.set(status=error.status, error=error.code or error.type)
             return render_error(error)
 
@@ -122,7 +127,7 @@ class Unserved(web.PlainResource):
         services = request.app[SERVICES]
         error = await self._error(request)
         with RequestLine(services.log, services.metrics, "other", path=request.path,
-                         method=request.method, tenant=tenant_digest(request.headers)) as line:
+                         method=request.method, tenant=tenant_of(services, request)) as line:
             line.set(status=error.status, error=error.code or error.type)
         return render_error(error)
 
@@ -145,7 +150,7 @@ async def refuse_tunnel(services: Services, request: web.BaseRequest) -> web.Res
                              "(http://<proxy host>:<port>/v1), not as HTTPS_PROXY.",
                              headers={"Connection": "close"})
     with RequestLine(services.log, services.metrics, "other", path=request.raw_path,
-                     method=request.method, tenant=tenant_digest(request.headers)) as line:
+                     method=request.method, tenant=tenant_of(services, request)) as line:
         line.set(status=error.status, error=error.code)
     return render_error(error)
 
