@@ -216,6 +216,13 @@ PRIVATE = {
                    "'messages.1.assistant.reasoning_details' is unsupported",
         "type": "invalid_request_error", "param": "validation_error",
         "code": "wrong_api_format"}, RetryAction.DROP_PLAIN_REASONING),
+    # As DeepSeek sends it (public reports quote the body whole); the fake sends the same.
+    "deepseek r1 legacy": (400, {
+        "message": "The reasoning_content is an intermediate result for display purposes only "
+                   "and will not be included in the context for inference. Please remove the "
+                   "reasoning_content from your message to reduce network traffic.",
+        "type": "invalid_request_error", "param": None, "code": "invalid_request_error"},
+        RetryAction.DROP_PLAIN_REASONING),
 }
 
 

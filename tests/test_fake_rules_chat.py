@@ -219,12 +219,13 @@ def test_cerebras_rejects_reasoning_content() -> None:
     assert check_chat(body(user("hi"), assistant("x", reasoning="r")), "cerebras") is None
 
 
-def test_deepseek_r1_legacy_rejects_any_reasoning_content_in_its_own_marked_words() -> None:
+def test_deepseek_r1_legacy_rejects_any_reasoning_content_in_deepseeks_observed_words() -> None:
     messages = body(system("s"), user("hi"), assistant("x", reasoning_content=""), user("more"))
-    found = error(check_chat(messages, "deepseek-r1-legacy"))
-    assert found["message"].startswith("Fake upstream's own wording")
-    assert "reasoning_content field is included" in found["message"] and "messages[2]" in found["message"]
-    assert found["code"] == "invalid_request_error"
+    assert check_chat(messages, "deepseek-r1-legacy") == Rejection(400, {"error": {
+        "message": "The reasoning_content is an intermediate result for display purposes only "
+                   "and will not be included in the context for inference. Please remove the "
+                   "reasoning_content from your message to reduce network traffic.",
+        "type": "invalid_request_error", "param": None, "code": "invalid_request_error"}})
     assert check_chat(body(user("hi"), assistant("x", reasoning="r")), "deepseek-r1-legacy") is None
     assert error(check_chat(body(user("hi"), tool_result("c1")), "deepseek-r1-legacy"))["message"] \
         .startswith("Messages with role 'tool' must be a response to a preceding message")

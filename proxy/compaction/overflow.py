@@ -201,7 +201,9 @@ _PRIVATE_RULES: tuple[tuple[tuple[str, ...], RetryAction, str], ...] = (
      "thinking parts not accepted"),
     (("invalid value: 'redacted_thinking'",), RetryAction.DROP_PLAIN_REASONING,
      "thinking parts not accepted"),
-    (("reasoning_content field is included",), RetryAction.DROP_PLAIN_REASONING,
+    # Legacy DeepSeek R1 [OBS]: "The reasoning_content is an intermediate result for display
+    # purposes only ... Please remove the reasoning_content from your message ...".
+    (("remove the reasoning_content",), RetryAction.DROP_PLAIN_REASONING,
      "reasoning_content not accepted"),
     (("unknown parameter", "reasoning_content"), RetryAction.DROP_PLAIN_REASONING,
      "reasoning_content not accepted"),

@@ -120,14 +120,14 @@ def cerebras_reasoning(messages: Messages, _: Signer) -> Rejection | None:
 def legacy_reasoning(messages: Messages, _: Signer) -> Rejection | None:
     """DeepSeek R1's first API: "if the reasoning_content field is included in the sequence of
     input messages, the API will return a 400 error" (PROTOCOL.md §4.4, archived doc). The
-    status and envelope are DeepSeek's; the doc gives no text, so the message is THE FAKE'S
-    OWN WORDING, built from the doc's sentence (it says so)."""
-    for i, message in enumerate(messages):
-        if "reasoning_content" in message:
-            return rejections.deepseek(
-                "Fake upstream's own wording (no provider text is documented): the "
-                f"reasoning_content field is included in the sequence of input messages "
-                f"(messages[{i}]); remove it before making the API request.")
+    doc gives no text; this is the one DeepSeek was observed to send (quoted whole in public
+    reports, e.g. the Berkeley function-calling leaderboard's DeepSeek handler), in DeepSeek's
+    envelope. It names no message."""
+    if any("reasoning_content" in message for message in messages):
+        return rejections.deepseek(
+            "The reasoning_content is an intermediate result for display purposes only and "
+            "will not be included in the context for inference. Please remove the "
+            "reasoning_content from your message to reduce network traffic.")
     return None
 
 
