@@ -393,3 +393,23 @@ def test_every_dialect_is_listed() -> None:
     assert set(DIALECTS) == {"openai", "openai-strict", "cerebras", "deepseek-thinking",
                              "deepseek-r1-legacy", "gemini", "kimi-thinking", "mistral", "openrouter",
                              "vllm"}
+
+
+def test_gemini_words_pairing_errors_as_its_native_api_in_googles_array_envelope() -> None:
+    missing = check_chat(body(user("hi"), assistant_calls("c1", "c2"), tool_result("c1"),
+                              user("next")), "gemini")
+    assert missing == Rejection(400, [{"error": {
+        "code": 400, "status": "INVALID_ARGUMENT",
+        "message": "Please ensure that the number of function response parts is equal to the "
+                   "number of function call parts of the function call turn."}}])
+    orphan = check_chat(body(user("hi"), tool_result("c1")), "gemini")
+    assert orphan is not None and orphan.body[0]["error"]["message"] == (
+        "Please ensure that function response turn comes immediately after a function call turn.")
+    empty = check_chat({"model": "gemini-2.5-pro", "messages": []}, "gemini")
+    assert empty is not None and isinstance(empty.body, list)
+    assert empty.body[0]["error"]["status"] == "INVALID_ARGUMENT"
+
+
+def test_vllm_refuses_a_malformed_list_in_its_own_envelope() -> None:
+    found = error(check_chat({"model": "m", "messages": []}, "vllm"))
+    assert found["type"] == "BadRequestError" and found["code"] == 400

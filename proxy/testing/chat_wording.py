@@ -1,5 +1,6 @@
 """How each OpenAI-compatible family words a `chat_rules.Violation`: OpenAI's texts, and the
-DeepSeek and Mistral ones where they differ (PROTOCOL.md §2.1). Each text says how sure it is."""
+DeepSeek, Mistral and Gemini ones where they differ (PROTOCOL.md §2.1), in each family's
+envelope (vLLM's and Gemini's too). Each text says how sure it is."""
 
 from __future__ import annotations
 
@@ -191,6 +192,31 @@ def mistral_text(v: Violation) -> Rejection:
     return openai_text(v)
 
 
+def gemini_text(v: Violation) -> Rejection:
+    """Gemini's OpenAI-compatible endpoint: every error in Google's array envelope
+    (PROTOCOL.md §2.1). The pairing texts are those its native API gives [OBS: quoted whole in
+    client reports]; the compatible endpoint is assumed to pass them through [MEM]. Other
+    violations keep OpenAI's text, for want of a recorded one."""
+    if v.kind in ("missing_responses", "unknown_call_id"):
+        return rejections.gemini("Please ensure that the number of function response parts is "
+                                 "equal to the number of function call parts of the function "
+                                 "call turn.")
+    if v.kind == "orphan_tool":
+        return rejections.gemini("Please ensure that function response turn comes immediately "
+                                 "after a function call turn.")
+    return _reworded(openai_text(v), rejections.gemini)
+
+
+def vllm_text(v: Violation) -> Rejection:
+    """vLLM checks no pairing; its schema errors come in its own envelope (PROTOCOL.md §1.4)."""
+    return _reworded(openai_text(v), rejections.vllm)
+
+
+def _reworded(rejection: Rejection, envelope: Callable[[str], Rejection]) -> Rejection:
+    return envelope(rejection.body["error"]["message"])
+
+
 WORDING: dict[str, Callable[[Violation], Rejection]] = {
     "openai": openai_text, "deepseek": deepseek_text, "mistral": mistral_text,
+    "gemini": gemini_text, "vllm": vllm_text,
 }

@@ -298,10 +298,10 @@ DIALECTS: dict[str, Dialect] = {
     "cerebras": Dialect(schema=(cerebras_reasoning,)),
     "deepseek-thinking": Dialect(wording="deepseek", semantic=(deepseek_reasoning,)),
     "deepseek-r1-legacy": Dialect(wording="deepseek", schema=(legacy_reasoning,)),
-    "gemini": Dialect(semantic=(gemini_signatures,)),
+    "gemini": Dialect(wording="gemini", semantic=(gemini_signatures,)),
     "kimi-thinking": Dialect(semantic=(kimi_reasoning,)),
     "mistral": Dialect(wording="mistral", semantic=(mistral_order,)),
     "openrouter": Dialect(semantic=(openrouter_details,)),
     # No API-level adjacency validation (PROTOCOL.md §2.1); tool-call ids `chatcmpl-tool-<hex>`.
-    "vllm": Dialect(schema=(json_arguments,), pairing=False),
+    "vllm": Dialect(wording="vllm", schema=(json_arguments,), pairing=False),
 }
