@@ -78,9 +78,13 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         if upload is not None:
             headers["Content-Length"] = str(upload)  # the upstream gets it sized, not chunked
         line.calling_upstream()
-        response = await services.upstream.send(
-            upstream, request.method, path, headers,
-            request.content if upload is not None else body or None)
+        try:
+            response = await services.upstream.send(
+                upstream, request.method, path, headers,
+                request.content if upload is not None else body or None)
+        finally:
+            if upload is not None:  # what came, of what was announced: all of it, or less
+                line.set(bytes_in=request.content.total_bytes)
         async with response:
             line.set(status=response.status)
             line.mark_upstream()
@@ -97,11 +101,18 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
                 await conf.origins.conversation_made(  # type: ignore[union-attr]
                     upstream, _made_answer(read, response))
             tap = _tap_for(tail, response, length)
+            # An event stream (a stored response read again with `stream=true`) is logged as
+            # the pipeline's streams are: `stream` and the time to its first byte.
+            events = is_event_stream(response)
+            if events:
+                line.set(stream=True)
             outcome = await relay_stream(
                 request, response, out_headers, tap, line.started, read,
                 left=lambda got: line.set(bytes_out=got.bytes_out, client_left_after_end=(
-                    left_after_end(tap, got.bytes_out))))
-            line.set(bytes_out=outcome.bytes_out, upstream_error=outcome.upstream_error)
+                    left_after_end(tap, got.bytes_out)),
+                    ttfb_ms=got.first_byte_ms if events else None))
+            line.set(bytes_out=outcome.bytes_out, upstream_error=outcome.upstream_error,
+                     ttfb_ms=outcome.first_byte_ms if events else None)
             return outcome.response
 
 

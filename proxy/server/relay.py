@@ -118,7 +118,8 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
     The caller returns `outcome.response` from its handler unfinished; aiohttp ends it. A
     client that leaves mid-way raises out of here; `left` is first told what it got so far.
     """
-    out = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
+    kind = web.StreamResponse if hdrs.CONTENT_TYPE in headers else _Untyped
+    out = kind(status=upstream.status, reason=upstream.reason, headers=headers)
     outcome = RelayOutcome(out)
     await out.prepare(request)
     try:
@@ -227,6 +228,15 @@ def _break_off(request: web.Request) -> None:
     Content-Length would leave the client waiting, then reading the next answer as the rest."""
     if request.transport is not None:
         request.transport.close()  # aiohttp's final write then fails: no last chunk follows
+
+
+class _Untyped(web.StreamResponse):
+    """An answer the upstream sent without a `Content-Type`: relayed without one too. (aiohttp
+    gives a response with a body `application/octet-stream`, which a client would then trust.)"""
+
+    async def _prepare_headers(self) -> None:
+        await super()._prepare_headers()
+        self._headers.popall(hdrs.CONTENT_TYPE, None)
 
 
 def _sent(outcome: RelayOutcome, data: bytes, started: float) -> None:

@@ -8,13 +8,14 @@ failures become `UpstreamUnavailable` (502) or `UpstreamTimeout` (504) here and 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import lru_cache
 from urllib.parse import unquote
 
 import aiohttp
 from aiohttp import hdrs
+from multidict import CIMultiDict
 from yarl import URL
 
 from proxy.errors import BadRequest, NotFound, UpstreamTimeout, UpstreamUnavailable
@@ -54,6 +55,8 @@ class UpstreamClient:
         assert self._session is not None, "UpstreamClient.start() was not awaited"
         url = _url(upstream.base_url, path_qs)
         try:
+            if body is not None and (type(body) is not bytes or len(body) > _WATCHED_BODY):
+                return await self._watched(upstream, method, url, headers, body)
             return await self._session.request(method, url, headers=headers, data=body,
                                                timeout=_timeout(upstream.connect_timeout_s, upstream.timeout_s),
                                                skip_auto_headers=_skip_auto_headers(headers),
@@ -69,6 +72,62 @@ class UpstreamClient:
         except aiohttp.ClientError as exc:
             raise UpstreamUnavailable(f"upstream {upstream.name!r} is unreachable: "
                                       f"{describe(exc)}") from None
+
+
+    async def _watched(self, upstream: UpstreamSettings, method: str, url: URL,
+                       headers: Mapping[str, str], body: bytes | aiohttp.StreamReader
+                       ) -> aiohttp.ClientResponse:
+        """`send` for a body the sockets' buffers may not hold: aiohttp's read timeout starts
+        once the whole body is written, so an upstream that stops reading it would hold the
+        request (and a client's upload) for ever. Here `timeout_s` of it reading nothing is an
+        `UpstreamTimeout`; the time spent waiting for the client's next piece is not counted."""
+        assert self._session is not None
+        if type(body) is bytes:  # sized as it would be whole, not sent chunked
+            headers = CIMultiDict(headers)
+            headers[hdrs.CONTENT_LENGTH] = str(len(body))
+        loop = asyncio.get_running_loop()
+        silence = asyncio.timeout(None)
+
+        def upstream_to_read(waiting: bool) -> None:
+            silence.reschedule(loop.time() + upstream.timeout_s if waiting else None)
+
+        try:
+            async with silence:
+                return await self._session.request(
+                    method, url, headers=headers, data=_pieces(body, upstream_to_read),
+                    timeout=_timeout(upstream.connect_timeout_s, upstream.timeout_s),
+                    skip_auto_headers=_skip_auto_headers(headers), allow_redirects=False)
+        except TimeoutError:
+            if not silence.expired():
+                raise
+        raise UpstreamTimeout(f"upstream {upstream.name!r} read none of the request body for "
+                              f"{upstream.timeout_s:g}s")
+
+
+# A body larger than the sockets' buffers hold at their first sizes (Linux: 16 KiB to send,
+# 128 KiB to receive) can stall while it is written: `_watched`.
+_WATCHED_BODY = 1 << 17
+_PIECE = 1 << 18
+
+
+async def _pieces(body: bytes | aiohttp.StreamReader,
+                  upstream_to_read: Callable[[bool], None]) -> AsyncIterator[bytes | memoryview]:
+    """`body` in pieces, telling `upstream_to_read` when the upstream has one to take (aiohttp
+    asks for the next once the last is written and drained) and when the client's is awaited."""
+    if type(body) is bytes:
+        whole = memoryview(body)  # its pieces are views, not copies
+        for start in range(0, len(body), _PIECE):
+            upstream_to_read(True)
+            yield whole[start:start + _PIECE]  # type: ignore[misc]
+    else:
+        while True:
+            upstream_to_read(False)
+            piece = await body.readany()  # type: ignore[union-attr]
+            if not piece:
+                break
+            upstream_to_read(True)
+            yield piece
+    upstream_to_read(False)  # all written: the answer's read timeout takes over
 
 
 def _skip_auto_headers(headers: Mapping[str, str]) -> tuple[str, ...] | None:
