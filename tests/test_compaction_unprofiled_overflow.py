@@ -108,3 +108,24 @@ def test_a_profile_larger_than_the_models_window_is_named_when_the_retry_is_refu
     assert [e["cause"] for e in failed] == ["refused_again"]
     assert "below the 100,000 tokens models.small-*.max_input_tokens allows" in failed[0]["hint"]
     assert "has no profile" not in failed[0]["hint"]
+
+
+def test_a_profile_larger_than_the_window_is_named_when_its_compaction_cannot_fit(
+        make_fake, make_proxy) -> None:
+    # README's "Try it locally": the fake refuses over 3,000 tokens, the profile says 128,000.
+    # The forced compaction's own tail is over the window the refusal named, so no retry goes
+    # up; the line names the key all the same.
+    fake = make_fake(limits={"gpt-4o*": 3_000})
+    FakeSummarizer.install(fake)
+    proxy = make_proxy(fake, models={"gpt-4o*": {"max_input_tokens": 128_000}})
+    words = " ".join(f"word{i}" for i in range(700))
+    request = [{"role": "user", "content": f"q{turn}: {words}"} if turn % 2 == 0 else
+               {"role": "assistant", "content": f"a{turn}: {words}"} for turn in range(7)]
+    answer = httpx.post(f"{proxy.base_url}/chat/completions", timeout=60,
+                        content=orjson.dumps({"model": "gpt-4o", "messages": request}),
+                        headers={"content-type": "application/json", "x-thread-id": "readme",
+                                 "authorization": f"Bearer {API_KEY}"})
+    assert answer.status_code == 400
+    failed = [e for e in proxy.logs.events("compaction_failed") if e["stage"] == "overflow_retry"]
+    assert len(failed) == 1 and failed[0]["cause"] != "refused_again"
+    assert "below the 128,000 tokens models.gpt-4o*.max_input_tokens allows" in failed[0]["hint"]

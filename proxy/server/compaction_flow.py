@@ -222,7 +222,10 @@ class CompactionFlow:
         """The compaction an upstream overflow bought did not help: the client gets the
         upstream's own error, and the log says why (`cause`: the stage that failed)."""
         cause = line.fields.get("compaction_failed")
-        hint = window_hint(self.settings, prepared.inbound.model, None)
+        # Refused at about the estimate of what went up: a profile whose window is above it
+        # is the profile to fix, as when the retry itself is refused.
+        hint = window_hint(self.settings, prepared.inbound.model,
+                           line.fields.get("tokens_estimate"))
         self._failed_line(line, prepared, "overflow_retry", error.message,
                           self.settings.compaction.strategy, degraded=False, cause=cause,
                           **({"hint": hint} if hint else {}))
