@@ -57,6 +57,11 @@ class MethodNotAllowed(ProxyError):
     code = "method_not_allowed"
 
 
+class NotImplementedHere(ProxyError):
+    status = 501
+    type = "invalid_request_error"
+
+
 class UpstreamUnavailable(ProxyError):
     status = 502
     code = "upstream_unreachable"

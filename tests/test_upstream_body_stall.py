@@ -3,7 +3,8 @@ on the pass-through paths (a streamed upload, a read body) and the pipeline's al
 read timeout starts only once the whole body is written, so such a request (and a client's
 upload behind it) waited for ever. A client that sends its upload slowly is not the upstream's
 silence. Also here: what else a pass-through answer's relay keeps as it came (no
-`Content-Type` added) and logs (an event stream's `stream` and `ttfb_ms`)."""
+`Content-Type` added) and logs (an event stream's `stream` and `ttfb_ms`), and the proxy's own
+answer to a WebSocket handshake."""
 
 from __future__ import annotations
 
@@ -173,3 +174,14 @@ def test_a_pass_through_event_stream_is_logged_as_a_stream(bare_upstream, make_p
     plain = httpx.get(f"{proxy.base_url}/files/file-1/content", timeout=10)
     assert plain.status_code == 200
     assert "stream" not in proxy.requests()[-1] and "ttfb_ms" not in proxy.requests()[-1]
+
+
+def test_a_websocket_handshake_gets_the_proxys_own_501(bare_upstream, make_proxy) -> None:
+    proxy = make_proxy(bare_upstream)
+    answer = httpx.get(f"{proxy.base_url}/realtime?model=gpt-realtime", timeout=10, headers={
+        "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Authorization": "Bearer sk-t"})
+    assert answer.status_code == 501
+    error = answer.json()["error"]
+    assert error["code"] == "websocket_not_supported" and "WebSocket" in error["message"]
+    assert proxy.requests()[-1]["status"] == 501

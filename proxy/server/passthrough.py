@@ -18,7 +18,7 @@ from __future__ import annotations
 from aiohttp import ClientResponse, hdrs, web
 
 from proxy import jsonio
-from proxy.errors import NotFound
+from proxy.errors import NotFound, NotImplementedHere
 from proxy.server.client_body import read_client_body, streamed_upload
 from proxy.server.headers import client_response_headers, upstream_request_headers
 from proxy.server.inflate import AnswerTooLarge, answer_encoding, inflated
@@ -56,6 +56,13 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     with RequestLine(services.log, services.metrics, "passthrough", path=request.path, method=request.method, passthrough=True,
                      tenant=tenant_digest(request.headers, threads.credential_headers)) as line:
         path = upstream_path(request.raw_path)
+        if "websocket" in request.headers.get(hdrs.UPGRADE, "").lower():
+            # `Upgrade` is hop-by-hop: forwarded without it, the handshake would reach the
+            # upstream as a plain GET and come back as whatever it makes of one.
+            raise NotImplementedHere(
+                "The proxy does not relay WebSocket connections (the Realtime API, the "
+                "Responses WebSocket): connect those to the upstream directly.",
+                code="websocket_not_supported")
         upload = streamed_upload(request, conf.settings.server)
         body = b"" if upload is not None else await read_client_body(
             request, conf.settings.server.max_body_mb)
