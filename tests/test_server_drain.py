@@ -241,3 +241,44 @@ def _wait_for(found: Any, timeout: float) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def test_a_connection_busy_at_sigterm_ends_with_its_answer(loop_thread: LoopThread, make_fake,
+                                                           tmp_path: Path) -> None:
+    # aiohttp takes a connection's keep-alive from each answer: the busy connection the
+    # shutdown only stopped keeping alive went on reading requests, and served them (or took
+    # them and closed without an answer), for the whole grace.
+    fake = make_fake(chunk_delay=0.1)
+    fake.responder = _chat_by_topic
+    proxy = loop_thread.run(start_proxy(proxy_settings(
+        fake.url, str(tmp_path / "state"), server={"shutdown_grace_s": 5.0})))
+    long = StreamRead(f"{proxy.base_url}/chat/completions", _streamed_chat("long"), "long")
+    assert long.started.wait(10)  # holds the shutdown in its grace
+    body = orjson.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "short"}]})
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\nContent-Type: "
+            f"application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as client:
+        client.sendall(head + body[:10])
+        deadline = time.monotonic() + 10
+        while proxy.app[SERVICES].drain.in_flight < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        stopping = _stopping(loop_thread, proxy)
+        time.sleep(0.3)
+        client.sendall(body[10:])
+        answer = b""
+        while b"a short answer" not in answer:
+            answer += client.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200")
+        assert b"connection: close" in answer.lower().partition(b"\r\n\r\n")[0].split(b"\r\n")
+        upstream_calls = len(fake.requests)
+        try:
+            client.sendall(head + body)  # the client's next request on that connection
+            client.settimeout(3)
+            after = client.recv(65536)
+        except ConnectionError:
+            after = b""
+        assert after == b"", "the connection stays open after the shutdown began"
+        assert len(fake.requests) == upstream_calls
+    stopping.result(15)
+    long.join(10)

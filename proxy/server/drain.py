@@ -53,6 +53,9 @@ class Drain:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._forget = self._tasks.discard  # bound once: every request's task ends with it
         self._hurried = asyncio.Event()
+        # Set as the shutdown begins (`runner._Server.pre_shutdown`): an answer then ends its
+        # connection, which aiohttp would otherwise keep reading requests from.
+        self.stopping = False
 
     @property
     def in_flight(self) -> int:

@@ -133,6 +133,7 @@ class _Connection(web.RequestHandler):
 
 class _Server(web.Server):
     metrics: Any = None  # the application's `Metrics`, for the requests no handler sees
+    drain: Any = None  # the application's `Drain`, told when the shutdown begins
 
     def __call__(self) -> web.RequestHandler:
         return _Connection(self, loop=self._loop, **self._kwargs)
@@ -141,11 +142,25 @@ class _Server(web.Server):
         # aiohttp closes every connection here, and a closed connection drops the bytes that
         # arrive next: a request whose body was still coming in would wait out the grace and
         # get a 503. Such a connection only stops being kept alive; the idle ones close.
+        # aiohttp takes keep-alive again from each answer: the request in progress is made
+        # one whose client asked to close (its answer says `Connection: close`), and one
+        # already answering is closed by `Drain.stopping` when it ends.
+        if self.drain is not None:
+            self.drain.stopping = True
         for connection in self._connections:
             if getattr(connection, "_request_in_progress", False):
                 connection.keep_alive(False)
+                _closes_after(getattr(connection, "_current_request", None))
             else:
                 connection.close()
+
+
+def _closes_after(request: web.BaseRequest | None) -> None:
+    """`request` read as one whose client sent `Connection: close` (aiohttp's cached
+    `keep_alive`, private: a later aiohttp without it still closes by `Drain.stopping`)."""
+    cache = getattr(request, "_cache", None)
+    if isinstance(cache, dict):
+        cache["keep_alive"] = False
 
 
 def _tunnels_refused(handle: Handler, services: Services) -> Handler:
@@ -177,4 +192,5 @@ class ProxyRunner(web.AppRunner):
         server = _Server(handle, request_factory=plain.request_factory,
                          handler_cancellation=plain.handler_cancellation, **kwargs)
         server.metrics = services.metrics if services is not None else None
+        server.drain = services.drain if services is not None else None
         return server

@@ -61,7 +61,12 @@ def served(handler: Handler, drain: Drain) -> Handler:
     async def serve(request: web.Request) -> web.StreamResponse:
         drain.track(asyncio.current_task())
         try:
-            return await handler(request)
+            response = await handler(request)
+            if drain.stopping:
+                # `Connection: close` with it if it has not started yet; in any case the
+                # connection ends with it (aiohttp takes its keep-alive from the answer).
+                response.force_close()
+            return response
         except ProxyError as error:
             return _instead(request, error)
         except asyncio.CancelledError as exc:
