@@ -8,6 +8,7 @@ printed a "--- Logging error ---" traceback on stderr."""
 from __future__ import annotations
 
 import io
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -77,3 +78,42 @@ def test_a_log_output_closed_in_the_process_drops_lines_and_says_so_once(capsys)
     assert capsys.readouterr().err == (
         "compaction-proxy: the log output is closed (I/O operation on closed file.): log "
         "lines are dropped from now on\n")
+
+
+class _FillingDisk:
+    """os.write on a disk that fills: each call writes at most what is left of `room`, then
+    raises ENOSPC; `room` can be given more, as when space is freed."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+
+    def __call__(self, fd: int, data: bytes) -> int:
+        if self.room <= 0:
+            raise OSError(28, "No space left on device")
+        n = os.write(fd, data[:self.room])
+        self.room -= n
+        return n
+
+
+def test_a_line_a_full_disk_cuts_short_is_ended_before_the_next(capsys, monkeypatch) -> None:
+    read, write = os.pipe()
+    try:
+        with os.fdopen(write, "wb") as output:
+            sink = LogSink(output)
+            disk = _FillingDisk(30)
+            monkeypatch.setattr(sink, "_os_write", disk)
+            sink.info(b'{"event":"first","n":1}')  # 24 bytes with its newline: room for it
+            sink.info(b'{"event":"request","duration_ms":3.2}')  # cut after 6 bytes
+            sink.info(b'{"event":"dropped"}')  # no room at all
+            disk.room = 1000  # space freed
+            sink.info(b'{"event":"after","n":2}')
+        with os.fdopen(read, "rb") as written:
+            lines = written.read().split(b"\n")
+        read = -1
+    finally:
+        if read != -1:
+            os.close(read)
+    assert lines == [b'{"event":"first","n":1}', b'{"even', b'{"event":"after","n":2}', b""]
+    assert capsys.readouterr().err == (
+        "compaction-proxy: a log line could not be written (No space left on device): such "
+        "lines are dropped\n")
