@@ -6,6 +6,7 @@ import httpx
 import orjson
 import pytest
 
+from proxy.store.base import StoreError
 from proxy.testing.reference_tokens import chat_prompt_tokens
 from proxy.testing.replies import Reply
 from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request
@@ -189,9 +190,9 @@ def test_a_failed_offload_does_not_stop_the_summary(make_fake, make_proxy, tmp_p
     fake = make_fake(limits={"small-*": LIMIT})
     FakeSummarizer.install(fake)
     state = tmp_path / "offload-state"
-    state.mkdir()
-    (state / "history").write_text("not a directory: every history append fails")
     proxy = make_proxy(fake, models=MODELS, state_path=str(state))
+    (state / "history").rmdir()  # lost while the proxy runs: every history append fails
+    (state / "history").write_text("not a directory")
     messages, _ = planted_session(120)
     run = replay(proxy.base_url, fake, messages, "no-history")
     assert set(run.statuses) == {200}
@@ -199,5 +200,16 @@ def test_a_failed_offload_does_not_stop_the_summary(make_fake, make_proxy, tmp_p
     assert completed and completed[0]["history_file"] is None
     assert "NotADirectoryError" in completed[0]["offload_error"]
     failed = [e for e in proxy.logs.events("compaction_failed") if e["stage"] == "offload"]
-    assert failed and failed[0]["degraded"] is True
+    # Not degraded: the request went up with its summary, only its history is missing.
+    assert failed and failed[0]["degraded"] is False
+    assert not any(line.get("compaction_degraded") for line in proxy.requests())
     assert summary_of(run.upstream[-1]) is not None
+
+
+def test_a_history_directory_that_cannot_take_files_stops_the_start(make_fake, make_proxy,
+                                                                     tmp_path) -> None:
+    state = tmp_path / "unwritable-history"
+    state.mkdir()
+    (state / "history").write_text("not a directory")
+    with pytest.raises(StoreError, match="history directory .* cannot take files"):
+        make_proxy(make_fake(), state_path=str(state))

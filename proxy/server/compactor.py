@@ -314,8 +314,9 @@ class Compactor:
             return appended, None, appended.end
         except OSError as exc:
             reason = _describe(exc)
+            # The summary goes on (SPEC §5): the request is not degraded.
             self.log.warning("compaction_failed", **job.who, stage="offload",
-                             error=reason, degraded=True, **self._detached_field())
+                             error=reason, degraded=False, **self._detached_field())
             self._count_failed(job, "offload")
             return None, reason, end  # anything ours left lies past it, for the next cut
 

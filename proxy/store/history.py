@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from proxy.lru import LRU
 from proxy.records import ThreadKey
 from proxy.store import jsoncodec
+from proxy.store.base import StoreError
 from proxy.store.keys import storable_key
 
 HISTORY_DIR = "history"
@@ -186,7 +187,20 @@ class HistoryFiles:
         return parse_lines(self._inside(Path(path)).read_bytes())
 
     async def open(self) -> None:
-        """Nothing to connect: the directory is made by the first append."""
+        """Nothing to connect; the directory, made now if it is not there, must take files.
+        Found unwritable only by a compaction, each one would keep its summary and lose the
+        messages it summarized from the history, with a warning line each time."""
+        await asyncio.to_thread(self._probe)
+
+    def _probe(self) -> None:
+        try:
+            self._ensure_root()
+            probe = self.root / f".probe-{os.getpid()}"
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+            os.unlink(probe)
+        except OSError as exc:
+            raise StoreError(f"the history directory {self.root} cannot take files: "
+                             f"{exc.strerror or exc}") from None
 
     async def close(self) -> None:
         """Nothing to release: every call opens and closes its file."""
