@@ -80,7 +80,9 @@ async def test_a_lease_another_took_is_reported_lost_and_never_released_by_its_o
         async with store.compaction_lease(KEY):
             await client.set(name, b"someone-else", px=5000)  # as if ours had run out
             await asyncio.sleep(LEASE_S * 0.6)  # a renewal finds it
-            assert log.named("compaction_lease_lost") == [{"lease_s": LEASE_S}]
+            # Named as the compaction's own lines name it: which thread, whose.
+            assert log.named("compaction_lease_lost") == [
+                {"thread": KEY.thread, "tenant": KEY.tenant, "lease_s": LEASE_S}]
         assert await client.get(name) == b"someone-else"
     finally:
         await store.close()

@@ -33,9 +33,12 @@ RunScript = Callable[..., Any]  # `RedisStore._script`: (script, keys, args) -> 
 @asynccontextmanager
 async def held_lease(client: redis.asyncio.Redis, name: str, lease_s: float,
                      run_script: RunScript, log: Any,
-                     unavailable: Callable[[BaseException], Exception]) -> AsyncIterator[str]:
+                     unavailable: Callable[[BaseException], Exception],
+                     who: dict[str, Any] | None = None) -> AsyncIterator[str]:
     """Hold the lease `name` for the body, which gets the holder's token; waits while another
-    holds it. `unavailable` makes the error raised when Redis cannot be asked."""
+    holds it. `unavailable` makes the error raised when Redis cannot be asked; `who` (thread
+    and tenant) goes on the lease's log lines, as on the compaction's own."""
+    who = who or {}
     token = secrets.token_hex(16)
     lease_ms = max(1, int(lease_s * 1000))
     await _acquire(client, name, token, lease_ms, unavailable)
@@ -43,14 +46,14 @@ async def held_lease(client: redis.asyncio.Redis, name: str, lease_s: float,
     # in flight can come back as that command's error, which the loop outlives.
     stopping = asyncio.Event()
     renewing = asyncio.get_running_loop().create_task(
-        _renew(name, token, lease_ms, run_script, log, stopping), name="compaction-lease")
+        _renew(name, token, lease_ms, run_script, log, stopping, who), name="compaction-lease")
     try:
         yield token
     finally:
         stopping.set()
         renewing.cancel()
         await asyncio.wait([renewing])
-        await _release(name, token, run_script, log)
+        await _release(name, token, run_script, log, who)
 
 
 async def _acquire(client: redis.asyncio.Redis, name: str, token: str, lease_ms: int,
@@ -67,7 +70,7 @@ async def _acquire(client: redis.asyncio.Redis, name: str, token: str, lease_ms:
 
 
 async def _renew(name: str, token: str, lease_ms: int, run_script: RunScript,
-                 log: Any, stopping: asyncio.Event) -> None:
+                 log: Any, stopping: asyncio.Event, who: dict[str, Any]) -> None:
     every_s = lease_ms / 3000
     while not stopping.is_set():
         await asyncio.sleep(every_s)
@@ -75,16 +78,18 @@ async def _renew(name: str, token: str, lease_ms: int, run_script: RunScript,
             renewed = await run_script(RENEW_LEASE, (name,), (token, lease_ms))
         except SERVER_ERRORS as error:  # tried again next time; the lease may still hold
             if not stopping.is_set():
-                log.warning("compaction_lease_renewal_failed", error=type(error).__name__)
+                log.warning("compaction_lease_renewal_failed", **who,
+                            error=type(error).__name__)
             continue
         if not renewed:
-            log.warning("compaction_lease_lost", lease_s=lease_ms / 1000)
+            log.warning("compaction_lease_lost", **who, lease_s=lease_ms / 1000)
             return
 
 
-async def _release(name: str, token: str, run_script: RunScript, log: Any) -> None:
+async def _release(name: str, token: str, run_script: RunScript, log: Any,
+                   who: dict[str, Any]) -> None:
     try:
         await run_script(RELEASE_LEASE, (name,), (token,))
     except SERVER_ERRORS as error:  # it runs out by itself; the body's outcome stands
-        log.warning("compaction_lease_release_failed", error=type(error).__name__)
+        log.warning("compaction_lease_release_failed", **who, error=type(error).__name__)
 

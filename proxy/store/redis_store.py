@@ -253,8 +253,9 @@ class RedisStore:
         since (`LeaseLost`)."""
         client = self._require_writable()
         digest = thread_digest(key)
+        who = {"thread": thread_key_text(key.thread), "tenant": key.tenant}
         async with held_lease(client, self.keys.lease(digest), self._lease_s, self._script,
-                              self._log, self._unavailable_error) as token:
+                              self._log, self._unavailable_error, who) as token:
             try:  # read under the lease: only its holder adds a checkpoint until it lets go
                 seen = await client.llen(self.keys.events(digest))
             except SERVER_ERRORS as error:
