@@ -76,6 +76,9 @@ class _Store:
         self.events.append(replace(written, seq=len(self.events) + 1))
         return self.events[-1]
 
+    async def lease_check(self, key: ThreadKey) -> None:
+        return None
+
 
 class _Log:
     def info(self, name: str, **fields: Any) -> None: ...

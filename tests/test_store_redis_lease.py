@@ -175,3 +175,49 @@ async def test_a_checkpoint_of_a_holder_whose_lease_passed_and_ended_is_refused(
         with pytest.raises(LeaseLost):
             await a.add_event(KEY, event(2))
     assert [e.summary_message for e in await a.events(KEY)] == [event(1).summary_message]
+
+
+async def test_the_lease_check_before_the_history_judges_as_the_checkpoint_does(
+        two: tuple[RedisStore, RedisStore], client: redis.asyncio.Redis,
+        redis_prefix: str) -> None:
+    # Asked before a compaction cuts and appends to the thread's history: a stalled holder
+    # must not touch the lines under another holder's committed checkpoint.
+    a, b = two
+    name = RedisKeys(redis_prefix).lease(thread_digest(KEY))
+    async with a.compaction_lease(KEY):
+        await a.lease_check(KEY)
+        await client.set(name, b"another-instance", px=5000)  # ours ran out, another took it
+        with pytest.raises(LeaseLost):
+            await a.lease_check(KEY)
+        await client.delete(name)  # it ran out and nobody took it
+        await a.lease_check(KEY)
+        async with b.compaction_lease(KEY):  # another took it, wrote, and let it go
+            await b.add_event(KEY, event(1))
+        with pytest.raises(LeaseLost):
+            await a.lease_check(KEY)
+    await b.lease_check(KEY)  # no lease of its own here: nothing to check
+
+
+async def test_a_release_redis_refused_is_tried_again(monkeypatch) -> None:
+    # A stall at the compaction's end: the next compaction of the thread would wait out the
+    # rest of the lease (30 s by default) for a holder long done.
+    from proxy.store import redis_lease
+    monkeypatch.setattr(redis_lease, "RELEASE_RETRY_FIRST_S", 0.05)
+    calls: list[tuple[object, ...]] = []
+
+    async def run_script(script: str, keys: tuple[str, ...], args: tuple[str, ...]) -> int:
+        calls.append(keys)
+        if len(calls) < 3:
+            raise redis.exceptions.TimeoutError("stalled")
+        return 1
+
+    log = LogLines()
+    await redis_lease._release("lease-key", "token", run_script, log, {"thread": "t"}, 5.0)
+    assert log.named("compaction_lease_release_failed") == [
+        {"thread": "t", "error": "TimeoutError"}]
+    for _ in range(100):
+        if len(calls) == 3:
+            break
+        await asyncio.sleep(0.02)
+    assert calls == [("lease-key",)] * 3
+    assert not redis_lease._RELEASING

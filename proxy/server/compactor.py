@@ -272,6 +272,11 @@ class Compactor:
         """Offload, then write the event; a checkpoint that cannot be written takes its history
         lines back, so the next attempt does not offload them a second time. A kill in between
         leaves them in: the next attempt cuts them off first (`_offload`)."""
+        try:
+            await self.store.lease_check(job.key)
+        except Exception as exc:  # lost, or Redis cannot say: the history stays as it is
+            raise self._failed(job, "checkpoint", "the checkpoint could not be written: "
+                               f"{_describe(exc)}") from exc
         committed = await self._committed_end(job)
         appended, error, end = await self._offload(job, cutoff, committed)
         event = replace(event, history_file=appended.path if appended else None, history_end=end,

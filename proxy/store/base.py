@@ -116,3 +116,8 @@ class StateStore(Protocol):
         """Held while the thread is compacted: entering waits while another holder (another
         instance, for a shared store) has it. It outlives a holder that died by a bounded time
         only (`state.redis.lease_s`)."""
+
+    async def lease_check(self, key: ThreadKey) -> None:
+        """Raise `StoreError` when this holder's `compaction_lease` of the thread is no longer
+        its own (it stalled past the lease, and another may have written since): asked before
+        the thread's history is touched. Nothing to check where the lease is a local lock."""

@@ -112,6 +112,9 @@ class CachedStore:
     def compaction_lease(self, key: ThreadKey) -> AbstractAsyncContextManager[None]:
         return self.store.compaction_lease(key)
 
+    async def lease_check(self, key: ThreadKey) -> None:
+        await self.store.lease_check(key)
+
     def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
         held = self._held.pop(key, None)
         # `_merged`, inline for the usual case: a thread's requests come in order.

@@ -53,7 +53,7 @@ async def held_lease(client: redis.asyncio.Redis, name: str, lease_s: float,
         stopping.set()
         renewing.cancel()
         await asyncio.wait([renewing])
-        await _release(name, token, run_script, log, who)
+        await _release(name, token, run_script, log, who, lease_s)
 
 
 async def _acquire(client: redis.asyncio.Redis, name: str, token: str, lease_ms: int,
@@ -87,9 +87,34 @@ async def _renew(name: str, token: str, lease_ms: int, run_script: RunScript,
 
 
 async def _release(name: str, token: str, run_script: RunScript, log: Any,
-                   who: dict[str, Any]) -> None:
+                   who: dict[str, Any], lease_s: float) -> None:
     try:
         await run_script(RELEASE_LEASE, (name,), (token,))
-    except SERVER_ERRORS as error:  # it runs out by itself; the body's outcome stands
+    except SERVER_ERRORS as error:  # the body's outcome stands; the lease is let go later
         log.warning("compaction_lease_release_failed", **who, error=type(error).__name__)
+        retry = asyncio.get_running_loop().create_task(
+            _release_later(name, token, run_script, lease_s), name="compaction-lease-release")
+        _RELEASING.add(retry)
+        retry.add_done_callback(_RELEASING.discard)
+
+
+# Releases tried again in the background, held here so that they are not collected mid-way.
+_RELEASING: set[asyncio.Task[None]] = set()
+RELEASE_RETRY_FIRST_S = 0.25
+
+
+async def _release_later(name: str, token: str, run_script: RunScript, lease_s: float) -> None:
+    """A release Redis refused (a stall, a restart), tried again while the lease would still
+    stand: the thread's next compaction, on this instance or another, would otherwise wait out
+    what is left of it (30 s by default) for a holder that is long done."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + lease_s
+    wait_s = RELEASE_RETRY_FIRST_S
+    while loop.time() + wait_s < deadline:
+        await asyncio.sleep(wait_s)
+        try:
+            await run_script(RELEASE_LEASE, (name,), (token,))
+            return
+        except SERVER_ERRORS:
+            wait_s = min(wait_s * 2, 2.0)
 

@@ -203,6 +203,28 @@ class RedisStore:
             self._lease_tokens[digest] = (token, int(seq))
         return replace(event, seq=int(seq))
 
+    async def lease_check(self, key: ThreadKey) -> None:
+        """`LeaseLost` when the lease is another's now, or a checkpoint was written since it
+        was taken: the conditions `ADD_EVENT` refuses a checkpoint on, asked before the
+        history is cut and appended to (a stalled holder's lines would land among the new
+        holder's, under its committed checkpoint)."""
+        digest = thread_digest(key)
+        held = self._lease_tokens.get(digest)
+        if held is None:
+            return  # not compacting under a lease here (a store used without one)
+        client = self._require_writable()
+        try:
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.get(self.keys.lease(digest))
+                pipe.llen(self.keys.events(digest))
+                holder, written = await pipe.execute()
+        except SERVER_ERRORS as error:
+            raise self._unavailable_error(error) from None
+        token, seen = held
+        # As `ADD_EVENT` judges: a lease that ran out with no one taking it protects nothing.
+        if (holder is not None and holder.decode() != token) or int(written) != seen:
+            raise LeaseLost()
+
     async def set_microcompact(self, key: ThreadKey, mark: MicrocompactMark) -> None:
         self._require_writable()
         _, keys, args = self._thread_args(key, mark.created_at)

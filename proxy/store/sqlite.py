@@ -154,6 +154,9 @@ class SqliteStore:
     def compaction_lease(self, key: ThreadKey) -> AbstractAsyncContextManager[None]:
         return nullcontext()  # the one owner's per-thread lock keeps compactions apart
 
+    async def lease_check(self, key: ThreadKey) -> None:
+        return None  # one owner: the lease is never another's
+
     async def integrity_check(self) -> str:
         """`PRAGMA integrity_check`: "ok" for a sound database."""
         return await self._run(self._require_db().integrity_check)
