@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.core import shell_reads
 from proxy.core.shell_reads import (FileRead, _tokens, argv_file_read, argv_only_reads,
                                     file_read, only_reads)
 
@@ -217,3 +218,27 @@ def test_words_split_as_a_posix_shell_splits_them(line: str) -> None:
     assert tokens is not None
     assert [word for word, operator, _ in tokens if not operator] == expected
     assert not any(operator for _, operator, _ in tokens)
+
+
+class _Slices(list):  # type: ignore[type-arg]
+    """A word list that counts the copies slicing makes of it."""
+
+    copies = 0
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        if isinstance(index, slice):
+            _Slices.copies += 1
+            return _Slices(super().__getitem__(index))  # a copy of a copy counts too
+        return super().__getitem__(index)
+
+
+@pytest.mark.parametrize("check", [
+    lambda: shell_reads._reads(_Slices(["LANG=C"] * 5000 + ["cat", "x"]), 0),
+    lambda: shell_reads._git(_Slices(["-C", "a"] * 5000 + ["log"])),
+])
+def test_a_long_line_is_read_once_not_copied_a_word_at_a_time(check) -> None:  # type: ignore[no-untyped-def]
+    # A copy of the rest for each assignment or `-C` made the check quadratic: a 200 KB
+    # command in a client's old tool call held the event loop (every tenant) for seconds.
+    _Slices.copies = 0
+    assert check() is True
+    assert _Slices.copies <= 2

@@ -219,13 +219,16 @@ def _harmless_redirect(operator: str, target: str | None) -> bool:
 # ---------------------------------------------------------------- programs
 
 def _reads(words: Sequence[str], depth: int) -> bool:
-    while words and _ASSIGNMENT.match(words[0]):
-        if not _HARMLESS_ASSIGNMENT.match(words[0]):
+    # By index: a slice a word would copy the rest each time (quadratic in a line of
+    # thousands of assignments, on the event loop).
+    start = 0
+    while start < len(words) and _ASSIGNMENT.match(words[start]):
+        if not _HARMLESS_ASSIGNMENT.match(words[start]):
             return False
-        words = words[1:]
-    if not words:
+        start += 1
+    if start == len(words):
         return False
-    program, args = words[0], words[1:]
+    program, args = words[start], words[start + 1:]
     if program in _PLAIN:
         return True
     check = _CHECKS.get(program)
@@ -276,12 +279,12 @@ def _ag(args: Sequence[str]) -> bool:
 
 
 def _git(args: Sequence[str]) -> bool:
-    args = list(args)
-    while args and args[0] in ("-C", "--no-pager"):
-        args = args[2:] if args[0] == "-C" else args[1:]
-    if not args or args[0] not in _GIT_LOOKS:
+    at = 0  # by index, as in `_reads`
+    while at < len(args) and args[at] in ("-C", "--no-pager"):
+        at += 2 if args[at] == "-C" else 1
+    if at >= len(args) or args[at] not in _GIT_LOOKS:
         return False
-    return not any(a.startswith(_GIT_WRITES) for a in args[1:])
+    return not any(a.startswith(_GIT_WRITES) for a in args[at + 1:])
 
 
 def _tree(args: Sequence[str]) -> bool:
