@@ -252,3 +252,17 @@ def test_private_state_rejection_ignores_other_errors() -> None:
     event = {"type": "error", "error": {"code": "invalid_encrypted_content", "message": "x"}}
     retry = private_state_rejection(200, orjson.dumps(event))
     assert retry is not None and retry.action is RetryAction.STRIP_BLOBS
+
+
+def test_a_refusal_quoting_a_huge_client_value_is_read_only_at_its_start() -> None:
+    # An upstream that quotes the client's value back ("Invalid value: '...'") gave the
+    # patterns here a client-sized text; one of them rescans the rest of it at each of its
+    # openings, so a 200 KB value held the event loop for 9 s (a security audit).
+    from proxy.compaction.overflow import _TEXT_READ, _error_strings
+    value = "additional properties are not allowed (" * 20_000
+    body = orjson.dumps({"error": {"message": f"Invalid value: '{value}'", "param": value,
+                                   "type": "invalid_request_error"}})
+    texts = _error_strings(body, 400)
+    assert texts and all(len(text) <= _TEXT_READ for text in texts)
+    assert texts[0].startswith("Invalid value: 'additional properties")
+    assert private_state_rejection(400, body) is None

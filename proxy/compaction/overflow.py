@@ -60,11 +60,16 @@ def error_texts(body: Any, status: int = 400) -> list[str]:
 
 
 def _error_strings(body: Any, status: int) -> list[str]:
-    """The strings of the error objects in `body`, as they are spelled."""
+    """The strings of the error objects in `body`, as they are spelled, each cut to its first
+    `_TEXT_READ` characters: what a provider says comes first, and the rest may be a client's
+    value quoted back (a megabyte of it), which the patterns here would scan again and again."""
     doc = _parsed(body)
     if isinstance(doc, str):
-        return [doc] if status >= 400 and doc.strip() else []
-    return list(_from_doc(doc, status, 0))
+        return [doc[:_TEXT_READ]] if status >= 400 and doc.strip() else []
+    return [text[:_TEXT_READ] for text in _from_doc(doc, status, 0)]
+
+
+_TEXT_READ = 16_384
 
 
 def _parsed(body: Any) -> Any:
