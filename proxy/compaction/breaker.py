@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from proxy.settings import BreakerSettings
+from proxy.store.keys import kept_name
 
 
 class Status(StrEnum):
@@ -63,8 +64,8 @@ BreakerKey = tuple[str, str]  # (upstream name, summarizer model)
 
 def breaker_key(model: str, upstream: str) -> BreakerKey:
     # A pair, not a joined string: the model is any client's text, and the metrics read the
-    # upstream back out of the key.
-    return upstream, model
+    # upstream back out of the key. A model name of any length is kept bounded.
+    return upstream, kept_name(model)
 
 
 def status(state: BreakerState, now: float) -> Status:

@@ -30,11 +30,20 @@ VIEW_COMMAND = "view"
 
 
 def named(name: str, globs: Collection[str]) -> bool:
+    if len(name) > _LONGEST_CACHED:  # no tool's: 4,096 such names could hold gigabytes
+        return _matches(name, globs)
     return _named(name, globs if isinstance(globs, (tuple, frozenset)) else tuple(globs))
+
+
+_LONGEST_CACHED = 256
 
 
 @lru_cache(maxsize=4096)  # a thread asks it of every call, again on every request
 def _named(name: str, globs: tuple[str, ...] | frozenset[str]) -> bool:
+    return _matches(name, globs)
+
+
+def _matches(name: str, globs: Collection[str]) -> bool:
     return any(name == g or fnmatchcase(name, g) for g in globs)
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from proxy.compaction.trigger import Thresholds, thresholds
 from proxy.conversation import Entry
 from proxy.settings import Settings
+from proxy.store.keys import MAX_KEPT_CHARS
 from proxy.tokens.encoding import encoding_name, tokenizer_for
 from proxy.tokens.estimate import TokenEstimator
 from proxy.tokens.images import image_rule
@@ -80,7 +81,7 @@ class Estimators:
         if found is None:
             found = thresholds(self.settings.compaction, self.settings.profile(model),
                                reserved_output)
-            if len(self._thresholds_by) < MAX_REMEMBERED:
+            if len(self._thresholds_by) < MAX_REMEMBERED and len(model) <= MAX_KEPT_CHARS:
                 self._thresholds_by[key] = found
         return found
 
@@ -111,7 +112,8 @@ class Estimators:
         self._loaded = {}
 
     def _remember(self, model: str, found: TokenEstimator) -> TokenEstimator:
-        if len(self._by_model) < MAX_REMEMBERED:
+        # A longer name is no model's: kept, 4,096 of them could hold gigabytes.
+        if len(self._by_model) < MAX_REMEMBERED and len(model) <= MAX_KEPT_CHARS:
             self._by_model[model] = found
         return found
 

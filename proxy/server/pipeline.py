@@ -30,6 +30,7 @@ from proxy.lru import Memo, WeightedLRU
 from proxy.outbound import build_body
 from proxy.projection import Built, Situation, View, build, view_of
 from proxy.records import MicrocompactMark, ThreadKey, ThreadState
+from proxy.store.keys import kept_name
 from proxy.reparse import Known, known_of, reparse
 from proxy.server import manual_answer
 from proxy.server.compaction_flow import CompactionFlow
@@ -372,13 +373,14 @@ class Pipeline:
         if choices is None or len(choices) < 2:
             digests = anchors.response_digests(api, response, self.identities)
             self.store.add_anchor(prepared.key, anchors.anchor_for(
-                prepared.projection, prepared.context, digests, usage, prepared.inbound.model,
-                self.clock()))
+                prepared.projection, prepared.context, digests, usage,
+                kept_name(prepared.inbound.model), self.clock()))
             return
         # Several choices (`n` > 1): the client keeps any one of them.
         digests = [anchors.response_digests(api, a, self.identities) for a in choices]
         for anchor in anchors.choice_anchors(prepared.projection, prepared.context, digests,
-                                             usage, prepared.inbound.model, self.clock()):
+                                             usage, kept_name(prepared.inbound.model),
+                                             self.clock()):
             self.store.add_anchor(prepared.key, anchor)
 
     def _plausible(self, prepared: Prepared, usage: Usage, line: RequestLine) -> bool:

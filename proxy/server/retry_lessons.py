@@ -32,6 +32,7 @@ from __future__ import annotations
 from proxy.compaction.overflow import Retry, RetryAction
 from proxy.lru import LRU
 from proxy.records import ThreadKey
+from proxy.store.keys import kept_name
 
 
 # A strip serves this many requests, then the thread's next request goes without it: a client
@@ -50,6 +51,7 @@ class RetryLessons:
 
     def lesson(self, key: ThreadKey | None, model: str) -> Retry | None:
         """The thread's lesson for `model`, counted as used once."""
+        model = kept_name(model)
         found = self._learned.get((key, model)) if key is not None else None
         if found is None:
             return None
@@ -64,9 +66,10 @@ class RetryLessons:
 
     def learn(self, key: ThreadKey | None, model: str, fix: Retry) -> None:
         if key is not None:
-            self._learned.put((key, model), (fix, self._uses if fix.action in _SPENT else None))
+            self._learned.put((key, kept_name(model)),
+                              (fix, self._uses if fix.action in _SPENT else None))
             self.some = True
 
     def forget(self, key: ThreadKey | None, model: str) -> None:
         if key is not None:
-            self._learned.pop((key, model))
+            self._learned.pop((key, kept_name(model)))

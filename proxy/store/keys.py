@@ -27,6 +27,13 @@ def thread_key_text(raw: str) -> str:
     return _KEY_TEXTS[raw]
 
 
+def kept_name(name: str) -> str:
+    """A client-chosen name (a model's) as caches and stored records keep it: itself up to
+    `MAX_KEPT_CHARS` characters, else `thread_key_text`'s digest form, so that what the proxy
+    keeps per name does not grow with the name (a client can send a megabyte of one)."""
+    return name if len(name) <= MAX_KEPT_CHARS else thread_key_text(name)
+
+
 def storable_key(key: ThreadKey) -> ThreadKey:
     """The key as the stores persist it: both parts normalized."""
     return _STORABLE_KEYS[key]
