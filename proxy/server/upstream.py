@@ -73,16 +73,15 @@ class UpstreamClient:
             raise UpstreamUnavailable(f"upstream {upstream.name!r} is unreachable: "
                                       f"{describe(exc)}") from None
 
-
     async def _watched(self, upstream: UpstreamSettings, method: str, url: URL,
-                       headers: Mapping[str, str], body: bytes | aiohttp.StreamReader
+                       headers: Mapping[str, str], body: bytes | bytearray | aiohttp.StreamReader
                        ) -> aiohttp.ClientResponse:
         """`send` for a body the sockets' buffers may not hold: aiohttp's read timeout starts
         once the whole body is written, so an upstream that stops reading it would hold the
         request (and a client's upload) for ever. Here `timeout_s` of it reading nothing is an
         `UpstreamTimeout`; the time spent waiting for the client's next piece is not counted."""
         assert self._session is not None
-        if type(body) is bytes:  # sized as it would be whole, not sent chunked
+        if not isinstance(body, aiohttp.StreamReader):  # sized as it would be whole, not chunked
             headers = CIMultiDict(headers)
             headers[hdrs.CONTENT_LENGTH] = str(len(body))
         loop = asyncio.get_running_loop()
@@ -110,11 +109,11 @@ _WATCHED_BODY = 1 << 17
 _PIECE = 1 << 18
 
 
-async def _pieces(body: bytes | aiohttp.StreamReader,
+async def _pieces(body: bytes | bytearray | aiohttp.StreamReader,
                   upstream_to_read: Callable[[bool], None]) -> AsyncIterator[bytes | memoryview]:
     """`body` in pieces, telling `upstream_to_read` when the upstream has one to take (aiohttp
     asks for the next once the last is written and drained) and when the client's is awaited."""
-    if type(body) is bytes:
+    if not isinstance(body, aiohttp.StreamReader):
         whole = memoryview(body)  # its pieces are views, not copies
         for start in range(0, len(body), _PIECE):
             upstream_to_read(True)
@@ -122,7 +121,7 @@ async def _pieces(body: bytes | aiohttp.StreamReader,
     else:
         while True:
             upstream_to_read(False)
-            piece = await body.readany()  # type: ignore[union-attr]
+            piece = await body.readany()
             if not piece:
                 break
             upstream_to_read(True)
