@@ -92,18 +92,26 @@ def test_an_overflow_the_fallback_tail_cannot_fix_says_to_set_a_profile(make_fak
     assert "100,000 tokens" in hint and "max_input_tokens" in hint
 
 
-def test_a_profile_larger_than_the_models_window_is_named_when_the_retry_is_refused(make_fake, make_proxy) -> None:
-    fake = make_fake(limits={"small-*": 3_000})
+def _overflowing(make_fake, make_proxy, glob: str, profile_window: int, model: str,
+                 turns: int) -> Any:
+    """A proxy whose profile for `glob` says `profile_window` while the fake refuses over
+    3,000 tokens, after one request of `turns` long turns of `model`: refused (400)."""
+    fake = make_fake(limits={glob: 3_000})
     FakeSummarizer.install(fake)
-    proxy = make_proxy(fake, models={"small-*": {"max_input_tokens": 100_000}})
+    proxy = make_proxy(fake, models={glob: {"max_input_tokens": profile_window}})
     words = " ".join(f"word{i}" for i in range(700))
     request = [{"role": "user", "content": f"q{turn}: {words}"} if turn % 2 == 0 else
-               {"role": "assistant", "content": f"a{turn}: {words}"} for turn in range(11)]
+               {"role": "assistant", "content": f"a{turn}: {words}"} for turn in range(turns)]
     answer = httpx.post(f"{proxy.base_url}/chat/completions", timeout=60,
-                        content=orjson.dumps({"model": "small-model", "messages": request}),
-                        headers={"content-type": "application/json", "x-thread-id": "profiled",
+                        content=orjson.dumps({"model": model, "messages": request}),
+                        headers={"content-type": "application/json", "x-thread-id": model,
                                  "authorization": f"Bearer {API_KEY}"})
     assert answer.status_code == 400
+    return proxy
+
+
+def test_a_profile_larger_than_the_models_window_is_named_when_the_retry_is_refused(make_fake, make_proxy) -> None:
+    proxy = _overflowing(make_fake, make_proxy, "small-*", 100_000, "small-model", 11)
     failed = proxy.logs.events("compaction_failed")
     assert [e["cause"] for e in failed] == ["refused_again"]
     assert "below the 100,000 tokens models.small-*.max_input_tokens allows" in failed[0]["hint"]
@@ -115,17 +123,7 @@ def test_a_profile_larger_than_the_window_is_named_when_its_compaction_cannot_fi
     # README's "Try it locally": the fake refuses over 3,000 tokens, the profile says 128,000.
     # The forced compaction's own tail is over the window the refusal named, so no retry goes
     # up; the line names the key all the same.
-    fake = make_fake(limits={"gpt-4o*": 3_000})
-    FakeSummarizer.install(fake)
-    proxy = make_proxy(fake, models={"gpt-4o*": {"max_input_tokens": 128_000}})
-    words = " ".join(f"word{i}" for i in range(700))
-    request = [{"role": "user", "content": f"q{turn}: {words}"} if turn % 2 == 0 else
-               {"role": "assistant", "content": f"a{turn}: {words}"} for turn in range(7)]
-    answer = httpx.post(f"{proxy.base_url}/chat/completions", timeout=60,
-                        content=orjson.dumps({"model": "gpt-4o", "messages": request}),
-                        headers={"content-type": "application/json", "x-thread-id": "readme",
-                                 "authorization": f"Bearer {API_KEY}"})
-    assert answer.status_code == 400
+    proxy = _overflowing(make_fake, make_proxy, "gpt-4o*", 128_000, "gpt-4o", 7)
     failed = [e for e in proxy.logs.events("compaction_failed") if e["stage"] == "overflow_retry"]
     assert len(failed) == 1 and failed[0]["cause"] != "refused_again"
     assert "below the 128,000 tokens models.gpt-4o*.max_input_tokens allows" in failed[0]["hint"]
