@@ -140,9 +140,10 @@ def test_a_request_queued_behind_a_checkpoint_written_without_its_history_reuses
     with its `offload_error`): a success, which the request that waited reuses."""
     summarizer = FakeSummarizer.install(gated)
     state = tmp_path / "offload-state"
-    state.mkdir()
-    (state / "history").write_text("not a directory: every history append fails")
     proxy = make_proxy(gated, models=MODELS, compaction=COMPACTION, state_path=str(state))
+    # Lost while the proxy runs (one that cannot take files at start stops the start).
+    (state / "history").rmdir()
+    (state / "history").write_text("not a directory: every history append fails")
     over = over_the_limit()
     gated.script(Reply.text("first"), Reply.text("second"))
     answers = second_waits(loop_thread, gated, proxy, over, over, "no-history")

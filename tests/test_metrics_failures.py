@@ -141,9 +141,10 @@ def test_a_failed_offload_is_counted_beside_the_completed_compaction(
     fake = make_fake(limits={"small-*": LIMIT})
     FakeSummarizer.install(fake)
     state = tmp_path / "offload-state"
-    state.mkdir()
-    (state / "history").write_text("not a directory: every history append fails")
     proxy = make_proxy(fake, models=MODELS, compaction=NO_CHEAP, state_path=str(state))
+    # Lost while the proxy runs (one that cannot take files at start stops the start).
+    (state / "history").rmdir()
+    (state / "history").write_text("not a directory: every history append fails")
     fake.script(Reply.text("ok"))
     assert post(proxy, over_the_limit(), "no-history").status_code == 200
     samples = scrape(proxy)
