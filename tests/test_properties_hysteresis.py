@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 from proxy.compaction.trigger import Action, Thresholds, decide, thresholds
 from proxy.records import CompactionEvent
-from proxy.settings import CompactionSettings, ModelProfile
+from proxy.settings import CompactionSettings
+from tests.test_properties_trigger import profiles_and_outputs
 
 
 @dataclass(frozen=True)
@@ -47,14 +48,7 @@ def request_thresholds(draw: st.DrawFn) -> Thresholds:
     settings = CompactionSettings(trigger_ratio=draw(st.floats(0.05, 1.0)),
                                   keep_ratio=draw(st.floats(0.01, 0.5)),
                                   fallback_trigger_tokens=draw(st.integers(1000, 200_000)))
-    window = draw(st.none() | st.integers(1000, 400_000))
-    total = draw(st.none() | st.integers(1000, 500_000))
-    if window is not None and total is not None and window > total:
-        window, total = total, window  # the settings refuse an input larger than the whole window
-    profile = draw(st.none() | st.just(ModelProfile("m*", max_input_tokens=window, context_window=total)))
-    output = draw(st.just(0) | st.integers(1, 64_000))
-    if profile is not None and total is not None and output >= total:
-        output = total // 2
+    profile, output = draw(profiles_and_outputs())
     return thresholds(settings, profile, output)
 
 

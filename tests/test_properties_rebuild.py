@@ -46,10 +46,14 @@ def _roundtrip(event_: CompactionEvent) -> CompactionEvent:
 
 
 @st.composite
-def checkpointed(draw: st.DrawFn) -> dict[str, Any]:
-    """A conversation, a checkpoint made on one of its request points, and a later request."""
+def checkpointed(draw: st.DrawFn, sound: bool = False,
+                 summary: str = "THE SUMMARY") -> dict[str, Any]:
+    """A conversation, a checkpoint made on one of its request points, and a later request.
+    `sound`: no damaged results and no rewinds, the later request extends the list the
+    checkpoint was made on (`cut`: the checkpoint's cut, None without one)."""
     api = draw(st.sampled_from(("chat", "responses")))
-    messy = draw(st.sampled_from((False, False, True)))  # results lost, duplicated, moved away
+    # Results lost, duplicated, moved away.
+    messy = False if sound else draw(st.sampled_from((False, False, True)))
     elements = draw(conversations(api, messy=messy, max_turns=6))
     points = request_points(elements) or [len(elements)]
     made_at = draw(st.sampled_from(points[len(points) // 2:]), "made on the first")
@@ -62,7 +66,7 @@ def checkpointed(draw: st.DrawFn) -> dict[str, Any]:
                            Thresholds(10**9, 10**9, keep, None, True), strategy)
     made: CompactionEvent | None = None
     if cutoff is not None:
-        made = build_event(made_on, ids_of(made_on), cutoff, "THE SUMMARY",
+        made = build_event(made_on, ids_of(made_on), cutoff, summary,
                            collect(made_on, cutoff, RestoreSettings(), count), strategy=strategy,
                            tokens_before=total, created_at=0.0, model="m", summarizer_model="m")
         if draw(st.integers(0, 3)) == 0:  # no id for the cut: the index decides
@@ -70,10 +74,10 @@ def checkpointed(draw: st.DrawFn) -> dict[str, Any]:
     # A rewind: an earlier request point, or the list that ends right before the cut (a
     # regenerated answer), which the checkpoint must not serve with the summary as its end.
     earlier = [p for p in points if p < made_at] + ([cutoff.index] if cutoff is not None else [])
-    rewind = bool(earlier) and draw(st.sampled_from((False,) * 7 + (True,)))
+    rewind = bool(earlier) and not sound and draw(st.sampled_from((False,) * 7 + (True,)))
     sent = draw(st.sampled_from(earlier if rewind else [p for p in points if p >= made_at]), "sent")
     return {"api": api, "messy": messy, "elements": elements, "made_at": made_at, "sent": sent,
-            "event": made}
+            "event": made, "cut": cutoff.index if cutoff is not None else None}
 
 
 def _check_valid(api: str, projection: Entries) -> None:

@@ -22,16 +22,12 @@ import orjson
 from hypothesis import assume, event, given
 from hypothesis import strategies as st
 
-from proxy.compaction.apply import build_event, rebuild
-from proxy.compaction.cutoff import FULL, PARTIAL, choose_cutoff
-from proxy.compaction.restore import collect
-from proxy.compaction.trigger import Thresholds
+from proxy.compaction.apply import rebuild
 from proxy.conversation import content_text, leading_instructions
 from proxy.records import CompactionEvent
-from proxy.settings import RestoreSettings
-from tests.factories import entries_of, measure
-from tests.strategies import conversations, request_points
-from tests.test_compaction_support import count, ids_of
+from tests.factories import entries_of
+from tests.test_compaction_support import ids_of
+from tests.test_properties_rebuild import checkpointed as made_checkpoint
 
 Wire = dict[str, Any]
 
@@ -64,28 +60,13 @@ def _summary_applied(api: str, elements: list[Wire], checkpoint: CompactionEvent
 
 @st.composite
 def checkpointed(draw: st.DrawFn) -> Checkpointed:
-    """As `test_properties_rebuild.checkpointed`, without damage or rewinds: the later request
-    extends the list the checkpoint was made on, so the checkpoint applies to it as sent."""
-    api = draw(st.sampled_from(("chat", "responses")))
-    elements = draw(conversations(api, max_turns=6))
-    points = request_points(elements) or [len(elements)]
-    made_at = draw(st.sampled_from(points[len(points) // 2:]), "made on the first")
-    made_on = entries_of(api, elements[:made_at])
-    total = sum(map(measure, made_on))
-    keep = draw(st.integers(total // 10, total // 2), "keep tokens")
-    strategy = draw(st.sampled_from((PARTIAL, FULL)))
-    cutoff = choose_cutoff(made_on, [measure(e) for e in made_on],
-                           Thresholds(10**9, 10**9, keep, None, True), strategy)
-    assume(cutoff is not None)  # nothing to summarize: no checkpoint
-    made = build_event(made_on, ids_of(made_on), cutoff, SUMMARY_TEXT,
-                       collect(made_on, cutoff, RestoreSettings(), count), strategy=strategy,
-                       tokens_before=total, created_at=0.0, model="m", summarizer_model="m")
-    if draw(st.integers(0, 3)) == 0:  # no id for the cut: the index finds it
-        made = CompactionEvent(**{**made.to_data(), "cutoff_message_id": None})
-    sent_at = draw(st.sampled_from([p for p in points if p >= made_at]), "sent")
-    sent = elements[:sent_at]
-    return Checkpointed(api, sent, _roundtrip(made), leading_instructions(entries_of(api, sent)),
-                        cutoff.index)
+    """`test_properties_rebuild.checkpointed`, sound: the later request extends the list the
+    checkpoint was made on, so the checkpoint applies to it as sent."""
+    drawn = draw(made_checkpoint(sound=True, summary=SUMMARY_TEXT))
+    assume(drawn["event"] is not None)  # nothing to summarize: no checkpoint
+    api, sent = drawn["api"], drawn["elements"][:drawn["sent"]]
+    return Checkpointed(api, sent, _roundtrip(drawn["event"]),
+                        leading_instructions(entries_of(api, sent)), drawn["cut"])
 
 
 def _editable(api: str, element: Wire) -> bool:

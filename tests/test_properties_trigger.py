@@ -26,8 +26,8 @@ _RANK = {Action.NONE: 0, Action.HOLD: 1, Action.COMPACT: 2, Action.REFUSE: 2}
 
 
 @st.composite
-def situations(draw: st.DrawFn) -> dict:
-    settings = CompactionSettings(trigger_ratio=draw(st.floats(0.05, 1.0)), keep_ratio=draw(st.floats(0.01, 0.5)))
+def profiles_and_outputs(draw: st.DrawFn) -> tuple[ModelProfile | None, int]:
+    """A model's profile (or none) and the output a request reserves, as the settings allow."""
     window = draw(st.none() | st.integers(1000, 400_000))
     total = draw(st.none() | st.integers(1000, 500_000))
     if window is not None and total is not None and window > total:
@@ -36,6 +36,13 @@ def situations(draw: st.DrawFn) -> dict:
     output = draw(st.just(0) | st.integers(1, 64_000))
     if profile is not None and total is not None and output >= total:
         output = total // 2  # a request that asks for more output than the window holds is upstream's to refuse
+    return profile, output
+
+
+@st.composite
+def situations(draw: st.DrawFn) -> dict:
+    settings = CompactionSettings(trigger_ratio=draw(st.floats(0.05, 1.0)), keep_ratio=draw(st.floats(0.01, 0.5)))
+    profile, output = draw(profiles_and_outputs())
     th = thresholds(settings, profile, output)
     event = None
     if draw(st.booleans()):
