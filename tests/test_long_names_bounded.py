@@ -62,11 +62,12 @@ def test_breakers_and_lessons_key_a_long_model_by_its_digest() -> None:
 
 def test_a_stored_anchor_keeps_a_long_model_name_bounded(fake, make_proxy, tmp_path: Path) -> None:
     state = tmp_path / "state"
-    proxy = make_proxy(fake, state_path=str(state))
+    # A context past half the trigger (450): its anchor is written, not kept in memory alone.
+    proxy = make_proxy(fake, state_path=str(state), models={"*": {"max_input_tokens": 600}})
     fake.script(Reply.text("ok"))
     answer = httpx.post(f"{proxy.base_url}/chat/completions", timeout=30,
                         content=orjson.dumps({"model": LONG, "messages": [
-                            {"role": "user", "content": "hi"}]}),
+                            {"role": "user", "content": "hi " * 300}]}),
                         headers={"content-type": "application/json", "x-thread-id": "long",
                                  "authorization": "Bearer sk-t"})
     assert answer.status_code == 200

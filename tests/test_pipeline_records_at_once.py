@@ -82,6 +82,8 @@ async def test_a_failing_recording_raises_from_the_call(pipeline: Pipeline,
     def broken(*args: Any) -> None:
         raise RuntimeError("store went away")
 
+    # Whichever way the anchor is kept: written (`add_anchor`) or in the cache alone.
     monkeypatch.setattr(pipeline.store, "add_anchor", broken)
+    monkeypatch.setattr(pipeline.store, "keep_anchor", broken)
     with pytest.raises(RuntimeError):
         pipeline.finish_body(prepared, ANSWER, 200, RequestLine(None, None, "chat"))

@@ -72,14 +72,17 @@ def test_sigterm_cuts_a_long_stream_at_the_grace_and_lets_a_short_one_finish(
         tmp_path: Path, make_fake) -> None:
     fake = make_fake(chunk_delay=0.1)
     fake.responder = _chat_by_topic
+    # The short thread's context is past half its trigger (450): its anchor is written at
+    # the stop, not kept in memory alone.
     config = write_config(tmp_path / "p.yaml", fake.url, tmp_path / "state",
-                          server={"shutdown_grace_s": GRACE})
+                          server={"shutdown_grace_s": GRACE},
+                          models={"gpt-4o": {"max_input_tokens": 600}})
     proxy = ProxyProcess(config)
     try:
         url = f"{proxy.base_url}/chat/completions"
         long = StreamRead(url, _streamed_chat("long"), "long-thread")
         assert long.started.wait(10)
-        short = StreamRead(url, _streamed_chat("short"), "short-thread")
+        short = StreamRead(url, _streamed_chat("short " * 300), "short-thread")
         assert short.started.wait(10)
         signalled = time.monotonic()
         proxy.signal(signal.SIGTERM)

@@ -148,11 +148,14 @@ def test_hostile_thread_ids_are_safe(proxy, fake, tmp_path: Path) -> None:
 
 def test_restart_after_sigkill_keeps_state_and_anchors(tmp_path: Path, make_fake) -> None:
     fake = make_fake()
-    config = write_config(tmp_path / "p.yaml", fake.url, tmp_path / "state")
+    # A context past half the trigger (750): the answer's anchor is written, not kept in
+    # memory alone.
+    config = write_config(tmp_path / "p.yaml", fake.url, tmp_path / "state",
+                          models={"gpt-4o": {"max_input_tokens": 1000}})
     proxy = ProxyProcess(config)
     try:
         fake.script(Reply.text("First answer, about the parser."))
-        messages = [SYSTEM, {"role": "user", "content": "Explain the parser."}]
+        messages = [SYSTEM, {"role": "user", "content": "Explain the parser: " + "token " * 400}]
         first = _post(proxy.base_url, {"model": "gpt-4o", "messages": messages}, "k1")
         assert first.status_code == 200
         # Right after a response: queued writes commit within WRITE_DELAY_S (50 ms).

@@ -30,7 +30,6 @@ from proxy.lru import Memo, WeightedLRU
 from proxy.outbound import build_body
 from proxy.projection import Built, Situation, View, build, view_of
 from proxy.records import MicrocompactMark, ThreadKey, ThreadState
-from proxy.store.keys import kept_name
 from proxy.reparse import Known, known_of, reparse
 from proxy.server import manual_answer
 from proxy.server.compaction_flow import CompactionFlow
@@ -44,6 +43,7 @@ from proxy.server.retry_attempts import after_rejection, fixed, further_fix
 from proxy.server.retry_lessons import RetryLessons
 from proxy.server.taps import ChatTap, ResponsesTap
 from proxy.server.upstream import UpstreamClient
+from proxy.server.usage_record import UsageRecorder
 from proxy.settings import Settings, UpstreamSettings
 from proxy.store import (NO_HOOKS, History, StateStore, create_history, create_store,
                          thread_key_text)
@@ -54,7 +54,6 @@ from proxy.streams import chat_message, chat_messages, one_choice, responses_out
 from proxy.threads import ThreadIdentity, loggable
 from proxy.tokens.estimate import TokenEstimator
 from proxy.tokens.rules import request_definitions
-from proxy.usage import Usage, normalize, plausible_usage, usage_ceiling
 
 
 class Pipeline:
@@ -79,6 +78,7 @@ class Pipeline:
             metrics.watch_breakers(self.compactor.breakers.not_closed, settings.upstreams)
         self.lessons = RetryLessons()
         self.estimators = Estimators(settings)
+        self.recorder = UsageRecorder(self.store, self.identities, self.estimators, log)
         # Each thread's last request, so a steady one parses and builds only what is new;
         # bounded by the bytes of the client's messages they hold.
         self._recent: WeightedLRU[ThreadKey, Known] = WeightedLRU(
@@ -357,41 +357,7 @@ class Pipeline:
 
     def _record_usage(self, prepared: Prepared, response: Any, raw_usage: Any,
                       line: RequestLine, choices: list[Any] | None = None) -> None:
-        api = prepared.inbound.api
-        estimator = prepared.estimator
-        usage = normalize(raw_usage, api, response, estimator.tokenizer.count if estimator else None)
-        if usage is None or not self._plausible(prepared, usage, line):
-            if usage is None and raw_usage:  # counts of no shape or value the proxy reads
-                line.set(usage_ignored="unreadable")
-            return
-        line.set(usage_input=usage.input, usage_output=usage.output, usage_cached=usage.cached,
-                 usage_reasoning=usage.reasoning)
-        # Passed through (state kept upstream): no projection, and a usage that counts context
-        # the proxy never saw, so no anchor.
-        if not response or prepared.key is None or not prepared.projection:
-            return
-        if choices is None or len(choices) < 2:
-            digests = anchors.response_digests(api, response, self.identities)
-            self.store.add_anchor(prepared.key, anchors.anchor_for(
-                prepared.projection, prepared.context, digests, usage,
-                kept_name(prepared.inbound.model), self.clock()))
-            return
-        # Several choices (`n` > 1): the client keeps any one of them.
-        digests = [anchors.response_digests(api, a, self.identities) for a in choices]
-        for anchor in anchors.choice_anchors(prepared.projection, prepared.context, digests,
-                                             usage, kept_name(prepared.inbound.model),
-                                             self.clock()):
-            self.store.add_anchor(prepared.key, anchor)
-
-    def _plausible(self, prepared: Prepared, usage: Usage, line: RequestLine) -> bool:
-        th = self.estimators.thresholds(prepared.inbound.model, 0)
-        if plausible_usage(usage, usage_ceiling(th.limit if th.profiled else None)):
-            return True
-        line.set(usage_ignored="implausible")
-        if self.log is not None:
-            self.log.warning("usage_ignored", thread=loggable(prepared.identity.thread),
-                             tenant=prepared.identity.tenant, reason="implausible")
-        return False
+        self.recorder.record(prepared, response, raw_usage, line, choices, self.clock)
 
     # ---------------------------------------------------------------- helpers
 

@@ -137,6 +137,15 @@ class CachedStore:
         self.store.add_anchor(key, anchor)
         self._states.update(key, _anchored, anchor)
 
+    def keep_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
+        """`anchor` in the cached state alone, not written: one the thread can do without
+        after a restart (`Pipeline._anchor_keeper`). Over a shared store, which caches nothing,
+        it is written as `add_anchor` writes it: the store's copy is its only one."""
+        if self.shared:
+            self.add_anchor(key, anchor)
+        else:
+            self._states.update(key, _anchored, anchor)
+
     async def add_origin(self, made_id: str, upstream: str, at: float) -> None:
         await self.store.add_origin(made_id, upstream, at)
 
