@@ -49,7 +49,8 @@ def restart_only(key: str) -> bool:
 def changed_keys(before: Settings, after: Settings) -> tuple[str, ...]:
     """The dotted keys whose values differ (a list is one value: `routes`, `threads.headers`),
     by section in the file reference's order, the running ones before the added ones; a profile
-    or upstream added or removed is one key (`models.<pattern>`, `upstreams.<name>`)."""
+    or upstream added or removed is one key (`models.<pattern>`, `upstreams.<name>`), profiles
+    put in another order the whole section (`models`)."""
     after_data = plain(after)
     old, new = dict(_leaves(plain(before))), dict(_leaves(after_data))
     sections = {name: n for n, name in enumerate(after_data)}
@@ -57,8 +58,20 @@ def changed_keys(before: Settings, after: Settings) -> tuple[str, ...]:
                    key=lambda path: sections[path[0]])
     changed = [path for path in paths if old.get(path, _ABSENT) != new.get(path, _ABSENT)]
     whole = {path for path in changed if path not in old or path not in new}
+    if _reordered(before, after):  # the first matching glob wins: the order is a value too
+        changed.insert(0, ("models",))
+        whole.add(("models",))
+        changed.sort(key=lambda path: sections[path[0]])
     return tuple(".".join(path) for path in changed
                  if not any(path[:n] in whole for n in range(1, len(path))))
+
+
+def _reordered(before: Settings, after: Settings) -> bool:
+    """Whether the profiles both files have come in another order (`Settings.profile` takes
+    the first whose glob matches), which a comparison by pattern does not see."""
+    kept = {p.pattern for p in before.models} & {p.pattern for p in after.models}
+    return ([p.pattern for p in before.models if p.pattern in kept]
+            != [p.pattern for p in after.models if p.pattern in kept])
 
 
 def digest(settings: Settings) -> str:

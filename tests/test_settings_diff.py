@@ -109,6 +109,20 @@ def test_a_profile_or_upstream_added_or_removed_is_one_key() -> None:
         "upstreams.second", "routes", "models.o[134]*", "models.new-*")
 
 
+def test_profiles_put_in_another_order_change_the_models_section() -> None:
+    # The first glob that matches wins: swapping two is a change a reload must apply.
+    raw = _raw(BASE)
+    assert len(raw["models"]) >= 2
+    swapped = dict(reversed(list(raw["models"].items())))
+    loaded = parse_settings({**raw, "models": swapped}, {})
+    plan = plan_reload(BASE, loaded)
+    assert plan.changed == ("models",) and plan.sections == ("models",)
+    assert [p.pattern for p in plan.applied.models] == list(swapped)
+    # One profile more, the others in their order: that one key alone.
+    raw["models"]["new-*"] = {"max_input_tokens": 9000}
+    assert plan_reload(BASE, parse_settings(raw, {})).changed == ("models.new-*",)
+
+
 def test_a_rotated_api_key_is_a_change_though_check_config_shows_it_masked_alike() -> None:
     one = _edited([("upstreams|openai|api_key", "sk-one-0123456789")])
     two = _edited([("upstreams|openai|api_key", "sk-one-9876543210")])
