@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
+# First, before the slow imports below: a SIGHUP while they load is noted for `serve` (which
+# reloads once it listens), not the end of the process.
+from proxy import hangups as early_hangups
+
+early_hangups.note_early()
+
+import argparse  # noqa: E402 - after the line above, on purpose
 import asyncio
 import gc
 import os
@@ -31,6 +37,8 @@ if TYPE_CHECKING:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.run is not _serve:
+        early_hangups.release()
     try:
         settings = _read_config(args)
     except ConfigError as error:
@@ -221,6 +229,9 @@ class _Hangups:
         self.pending = False
         if SIGHUP is not None:
             signal.signal(SIGHUP, self.noted)
+        # Read after its own handler is set: one that came before is not lost in between.
+        if early_hangups.taken():
+            self.pending = True
 
     def noted(self, *_: object) -> None:
         self.pending = True
@@ -269,7 +280,22 @@ async def _run(app: web.Application, settings: Settings, log: object, reloader: 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, hurry)
     await runner.cleanup()
+    _ignore_hangups_from_now(loop)
     log.info("stopped")  # type: ignore[attr-defined]
+
+
+def _ignore_hangups_from_now(loop: asyncio.AbstractEventLoop) -> None:
+    """A SIGHUP in the stop's last moments is ignored, as one earlier in it is: closing the
+    loop would give SIGHUP its default action back, which ends the process (exit 129 after
+    `stopped`). Blocked meanwhile: none lands between the loop's handler and `SIG_IGN`."""
+    if SIGHUP is None:
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {SIGHUP})
+    try:
+        loop.remove_signal_handler(SIGHUP)
+        signal.signal(SIGHUP, signal.SIG_IGN)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {SIGHUP})
 
 
 def _stop_soon(loop: asyncio.AbstractEventLoop, stop: asyncio.Event, signum: int) -> None:

@@ -20,7 +20,7 @@ LAYERS: dict[str, int] = {
     # The storable form of a thread id is pure text work, shared by the log lines and the stores.
     "proxy.store.keys": 1,
     "proxy.store": 2, "proxy.testing": 2,
-    "proxy.server": 3, "proxy.cli_state": 3, "proxy.__main__": 3,
+    "proxy.server": 3, "proxy.cli_state": 3, "proxy.__main__": 3, "proxy.hangups": 3,
 }
 PURE = ("proxy.core", "proxy.compaction", "proxy.tokens", "proxy.anchors", "proxy.usage",
         "proxy.sse", "proxy.streams", "proxy.conversation", "proxy.identity", "proxy.jsonspan",

@@ -5,6 +5,7 @@ a reload (its own lines written whichever way it moves)."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import threading
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 from proxy.testing.replies import Reply
 from tests.conftest import API_KEY
-from tests.process import ProxyProcess, write_config
+from tests.process import ProxyProcess, child_env, proxy_command, write_config
 from tests.reload_serving import serve  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP here")
@@ -117,3 +118,58 @@ def test_a_reload_that_raises_the_level_to_error_still_names_what_waits_for_a_re
     [partial] = proxy.wait_for("config_reload_partial")
     assert partial["restart_needed"] == ["logging.format"]
     assert proxy.events("config_reloaded")[0]["changed"] == ["logging"]
+
+
+# SIGHUP while `serve`'s own modules load (PyYAML first of the slow ones): before the proxy's
+# handler exists. Its default action used to end the process there, with no line.
+_HUP_WHILE_IMPORTING = """
+import importlib.abc, os, signal, sys
+class _HupOnYaml(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "yaml":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGHUP)
+        return None
+sys.meta_path.insert(0, _HupOnYaml())
+"""
+
+
+def test_a_sighup_while_serve_loads_its_modules_reloads_once_it_serves(
+        tmp_path: Path, make_fake) -> None:
+    fake = make_fake()
+    config = write_config(tmp_path / "p.yaml", fake.url, tmp_path / "state")
+    proxy = ProxyProcess(config, prelude=_HUP_WHILE_IMPORTING)
+    try:
+        [line] = proxy.wait_for("config_reloaded")
+        names = [event["event"] for event in proxy.lines]
+        assert names.index("listening") < names.index("config_reloaded")
+        assert _chat(proxy, "t-early").status_code == 200
+    finally:
+        proxy.kill()
+
+
+def test_a_sighup_while_another_command_loads_acts_as_it_would_unhandled(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "p.yaml", "http://127.0.0.1:9/v1", tmp_path / "state")
+    done = subprocess.run(proxy_command("check-config", "--config", str(config),
+                                        prelude=_HUP_WHILE_IMPORTING),
+                          capture_output=True, timeout=60, env=child_env())
+    assert done.returncode == -signal.SIGHUP, done.stderr.decode()
+
+
+def test_sighups_all_through_the_stop_never_end_the_process(tmp_path: Path) -> None:
+    # Closing the loop, then the interpreter's own exit, gave SIGHUP its default action back:
+    # one in the stop's last moments ended the process after `stopped` (-SIGHUP, not 0).
+    config = write_config(tmp_path / "p.yaml", "http://127.0.0.1:9/v1", tmp_path / "state")
+    proxy = ProxyProcess(config)
+    try:
+        proxy.signal(signal.SIGTERM)
+        while proxy.process.poll() is None:
+            try:
+                proxy.signal(signal.SIGHUP)
+            except ProcessLookupError:
+                break
+            threading.Event().wait(0.001)
+        assert proxy.wait(20) == 0
+        assert proxy.wait_for("stopped")
+    finally:
+        proxy.kill()
