@@ -55,13 +55,15 @@ def test_upstream_latency_leaves_out_the_proxys_own_time(fake, proxy) -> None:
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=20) as client:
         client.sendall(head + body[:5])
-        time.sleep(0.5)  # the proxy waits for the rest of the body: its time, not upstream's
+        time.sleep(1.0)  # the proxy waits for the rest of the body: its time, not upstream's
         client.sendall(body[5:])
         while client.recv(65536):
             pass
     line = proxy.requests()[-1]
-    assert line["status"] == 200 and line["duration_ms"] >= 500
-    assert line["upstream_ms"] < 400, line
+    # Bounds with room for a loaded machine: the handler may start a little after the head
+    # came (on two busy cores it measured 493 ms of a 500 ms wait).
+    assert line["status"] == 200 and line["duration_ms"] >= 800
+    assert line["upstream_ms"] < line["duration_ms"] - 500, line
 
 
 @pytest.mark.parametrize("created_series", [True, False])
