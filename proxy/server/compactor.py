@@ -9,18 +9,19 @@ Every `compaction_started` is followed by one `compaction_completed` or `compact
 a cancelled one included (stage `cancelled`), and every attempt the breaker let run settles
 it: success, failure, or abandoned. A compaction whose client leaves goes on to its end
 (`compact_past_client`): summarizer tokens already spent are not thrown away, and the client's
-retry, queued on the thread's lock, finds the checkpoint. Only the shutdown's cut cancels it.
+retry, queued on the thread's lock, finds the checkpoint. Only the shutdown's cut cancels it,
+and a lost lease (`proxy/server/thread_lease.py`) while the summarizer works: `LeasePassed`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from proxy.anchors import with_references
@@ -37,19 +38,18 @@ from proxy.server.breakers import SummarizerBreakers
 from proxy.server.client_owned import (Refusal, client_refusal, content_refused,
                                        replan_over_max_calls, summarizer_verdict, window_setting)
 from proxy.server.compaction_errors import (BreakerOpen, ClientLeft, CompactionCut,
-                                           CompactionFailed, NothingToCompact)
+                                           CompactionFailed, LeasePassed, NothingToCompact)
 from proxy.server.compaction_job import Job
-from proxy.server.detach import outlive_client
+from proxy.server.detach import outlive_client, to_the_end
 from proxy.server.request_line import clipped
 from proxy.server.summarizer_client import SummaryOutcome, run_replanning, too_many_calls
+from proxy.server.thread_lease import LeaseWatch, is_lease_lost, stopped_on_loss
 from proxy.server.turns import SharedFailure, ThreadTurns
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import RestoreSettings, Settings, UpstreamSettings
 from proxy.store import History, StateStore
-from proxy.store.base import StoreError
+from proxy.store.base import LeaseLost, StoreError
 from proxy.store.history import Appended
-
-T = TypeVar("T")
 
 
 class Compactor:
@@ -102,10 +102,11 @@ class Compactor:
 
     # ---------------------------------------------------------------- the compaction
 
-    async def compact_past_client(self, job: Job) -> CompactionEvent:
+    async def compact_past_client(self, job: Job,
+                                  lease: LeaseWatch | None = None) -> CompactionEvent:
         """`compact`, run to its end even when the client leaves meanwhile: then, once it has
         ended, `ClientLeft`. The caller (with the thread's lock it holds) waits until then."""
-        finished, left, cut = await outlive_client(self.compact(job),
+        finished, left, cut = await outlive_client(self.compact(job, lease),
                                                    lambda task: self._detach(job, task))
         error = None if finished.cancelled() else finished.exception()
         turn = self.turns.of(job.key)  # what the requests waiting their turn learn
@@ -137,6 +138,8 @@ class Compactor:
             return ClientLeft(finished.result(), None)
         if isinstance(error, CompactionFailed):
             return ClientLeft(None, error.stage)
+        if isinstance(error, LeasePassed):
+            return ClientLeft(None, "lease_lost")
         if not isinstance(error, (NothingToCompact, BreakerOpen)):
             self.log.error("unhandled_error", **job.who, detached=True, exc_info=error)
         return ClientLeft(None, None)
@@ -145,9 +148,9 @@ class Compactor:
         """`detached=true` on the events of a compaction whose client has left."""
         return {"detached": True} if asyncio.current_task() in self._detached else {}
 
-    async def compact(self, job: Job) -> CompactionEvent:
+    async def compact(self, job: Job, lease: LeaseWatch | None = None) -> CompactionEvent:
         """Summarize, check, offload and checkpoint; raises CompactionFailed, NothingToCompact
-        or BreakerOpen (before anything is logged)."""
+        or BreakerOpen (before anything is logged), or LeasePassed when `lease` was lost."""
         started = time.perf_counter()
         sizes = with_references(job.entries, job.estimator.sizes(job.entries), job.anchors)
         budgets = restore_budgets(self.settings.compaction.restore, job.thresholds.trigger)
@@ -176,7 +179,8 @@ class Compactor:
                           summarized_messages=len(cutoff.new_entries),
                           summarizer_calls=plan.steps, summarizer_model=clipped(summary_model),
                           forced=job.forced, **({"stale_checkpoint": True} if job.stale else {}))
-            outcome = await self._summarize(job, plan, window, plan_for, summary_upstream)
+            outcome = await self._summarize_held(job, lease, plan, window, plan_for,
+                                                 summary_upstream)
             refusal = client_refusal(outcome.refusal, summary_upstream)
             by_inputs = outcome.replan_calls > 0 or content_refused(refusal)
             healthy = summarizer_verdict(outcome.text is not None,
@@ -190,9 +194,11 @@ class Compactor:
                 healthy = failed.stage != "summarize"
                 raise
             healthy = None  # until the write says
-            written, cancelled = await _to_the_end(self._checkpoint(job, cutoff, finished.event))
-            healthy = written.exception() is None
-            if healthy:
+            written, cancelled = await to_the_end(self._checkpoint(job, cutoff, finished.event,
+                                                                   lease))
+            error = written.exception()
+            healthy = error is None or isinstance(error, LeasePassed)  # the summary came
+            if error is None:
                 self._completed(job, written.result(), finished, started, outcome.duration_ms)
             elif cancelled:
                 raise asyncio.CancelledError()
@@ -258,9 +264,11 @@ class Compactor:
                 plan, window, plan_for, config.max_calls,
                 lambda size: self.log.info("summarizer_overflow", **job.who, retry_window=size),
                 upstream, self.client, job.credentials, config.timeout_s)
-        except asyncio.CancelledError:
-            self._failed(job, "cancelled", "the compaction was cancelled while the summarizer "
-                         "worked (the shutdown grace ended); nothing was written", degraded=False)
+        except asyncio.CancelledError as cancelled:
+            if not is_lease_lost(cancelled):  # that one is `_summarize_held`'s to log
+                self._failed(job, "cancelled", "the compaction was cancelled while the "
+                             "summarizer worked (the shutdown grace ended); nothing was written",
+                             degraded=False)
             raise
         if outcome.replan_calls:  # the error names the window setting the operator can fix
             configured = window_setting(self.settings.profile(plan.model), self._window(plan.model))
@@ -268,13 +276,35 @@ class Compactor:
                 outcome.replan_calls, config.max_calls, configured))
         return outcome
 
-    async def _checkpoint(self, job: Job, cutoff: Cutoff, event: CompactionEvent) -> CompactionEvent:
+    async def _summarize_held(self, job: Job, lease: LeaseWatch | None, plan: SummaryPlan,
+                              window: int, plan_for: Callable[[int], SummaryPlan],
+                              upstream: UpstreamSettings) -> SummaryOutcome:
+        """`_summarize`, its call cancelled when the thread's lease is lost meanwhile (another
+        instance took the thread over, and this checkpoint would be refused): LeasePassed."""
+        try:
+            with stopped_on_loss(lease):
+                outcome = await self._summarize(job, plan, window, plan_for, upstream)
+        except asyncio.CancelledError as cancelled:
+            if not is_lease_lost(cancelled):
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()  # taken back: it ends as LeasePassed
+        else:
+            if lease is None or not lease.lost.done():
+                return outcome
+        raise self._passed(job, lease, "while the summarizer worked (its call was cancelled)")
+
+    async def _checkpoint(self, job: Job, cutoff: Cutoff, event: CompactionEvent,
+                          lease: LeaseWatch | None) -> CompactionEvent:
         """Offload, then write the event; a checkpoint that cannot be written takes its history
         lines back, so the next attempt does not offload them a second time. A kill in between
         leaves them in: the next attempt cuts them off first (`_offload`)."""
         try:
             await self.store.lease_check(job.key)
-        except Exception as exc:  # lost, or Redis cannot say: the history stays as it is
+        except LeaseLost as exc:  # the history stays as it is
+            raise self._passed(job, lease, "before its checkpoint was written") from exc
+        except Exception as exc:  # or Redis cannot say
             raise self._failed(job, "checkpoint", "the checkpoint could not be written: "
                                f"{_describe(exc)}") from exc
         committed = await self._committed_end(job)
@@ -292,6 +322,8 @@ class Compactor:
                     await self.history.retract_async(appended)
                 except OSError as undo:
                     reason += f"; its history lines stay in the file ({_describe(undo)})"
+            if isinstance(exc, LeaseLost):  # it stalled between the check and the write
+                raise self._passed(job, lease, "as its checkpoint was written") from exc
             raise self._failed(job, "checkpoint", reason) from exc
 
     async def _committed_end(self, job: Job) -> int | None:
@@ -347,6 +379,20 @@ class Compactor:
         self._count_failed(job, stage)
         return CompactionFailed(stage, reason, verdict, by_inputs, refusal)
 
+    def _passed(self, job: Job, lease: LeaseWatch | None, when: str) -> LeasePassed:
+        """The compaction stopped because its lease passed to another instance; nothing of it
+        is written. Not the summarizer's failure, and not one to share with waiters."""
+        last = lease is None or lease.last
+        detached = self._detached_field()
+        reason = (f"the thread's compaction lease passed to another proxy instance {when}: "
+                  "this instance stalled longer than state.redis.lease_s")
+        self.log.warning("compaction_failed", **job.who, stage="lease_lost", error=reason,
+                         degraded=_forwarded_anyway(job, "lease_lost") if last else False,
+                         strategy=job.strategy, **detached,
+                         **({} if last or detached else {"retrying": True}))
+        self._count_failed(job, "lease_lost")
+        return LeasePassed(reason, last)
+
     def _count_failed(self, job: Job, stage: str) -> None:
         if self.metrics is not None:
             self.metrics.observe_compaction_failed(job.strategy, stage)
@@ -377,20 +423,6 @@ class Compactor:
         compaction = self.settings.compaction
         return thresholds(compaction, self.settings.profile(model),
                           compaction.summarizer.max_output_tokens).limit
-
-
-async def _to_the_end(work: Coroutine[Any, Any, T]) -> tuple[asyncio.Future[T], bool]:
-    """Run `work` to its end even when the caller is cancelled meanwhile; returns the finished
-    future and whether a cancellation came. For the local writes of a checkpoint: a cancelled
-    await would not stop them (they run on worker threads), it would only lose their outcome."""
-    task = asyncio.ensure_future(work)
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.wait([task])
-        except asyncio.CancelledError:
-            cancelled = True
-    return task, cancelled
 
 
 def _forwarded_anyway(job: Job, stage: str) -> bool:
