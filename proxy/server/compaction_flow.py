@@ -29,14 +29,14 @@ from typing import Any
 from proxy.compaction import manual, postcheck
 from proxy.compaction.breaker import Blocked
 from proxy.compaction.overflow import is_context_overflow
-from proxy.compaction.postcheck import Verdict
 from proxy.compaction.trigger import Action, Thresholds, decide
 from proxy.conversation import leading_instructions
 from proxy.errors import CompactionInsufficient, CompactionUnavailable, ProxyError
 from proxy.projection import Built, Situation, View, build, measure_projection
 from proxy.records import CompactionEvent, ThreadState
 from proxy.server import manual_answer
-from proxy.server.client_owned import over_max_calls_error, refusal_error
+from proxy.server.compaction_answers import (manual_failed, owned_error, post_check_error,
+                                             retry_after, waited_for)
 from proxy.server.compaction_errors import LeasePassed
 from proxy.server.compactor import (BreakerOpen, ClientLeft, CompactionCut, CompactionFailed,
                                     Compactor, Job, NothingToCompact)
@@ -106,11 +106,11 @@ class CompactionFlow:
         shared = self._shared(prepared, meanwhile, job)
         if shared is not None and shared.stage == POST_CHECK:
             self._shared_line(line, prepared, shared, job.strategy)
-            raise _post_check_error(shared.verdict, shared.reason)
+            raise post_check_error(shared.verdict, shared.reason)
         if shared is not None:
-            return self._degrade(prepared, built, fits, shared.stage, _waited_for(shared), line,
+            return self._degrade(prepared, built, fits, shared.stage, waited_for(shared), line,
                                  None, job.strategy, shared=True,
-                                 owned=_owned_error(shared, built))
+                                 owned=owned_error(shared, built))
         try:
             event = await self._compact(job, line, lease)
         except BreakerOpen as refused:
@@ -136,10 +136,10 @@ class CompactionFlow:
         except CompactionFailed as failed:
             line.set(compaction_failed=failed.stage)
             if failed.stage == POST_CHECK:
-                raise _post_check_error(failed.verdict, failed.reason) from None
+                raise post_check_error(failed.verdict, failed.reason) from None
             return self._degrade(prepared, built, fits, failed.stage, failed.reason, line,
                                  self._breaker_after(prepared), job.strategy, logged=True,
-                                 owned=_owned_error(failed, built))
+                                 owned=owned_error(failed, built))
         line.set(compacted=True)
         return build(view, event, situation)
 
@@ -184,7 +184,7 @@ class CompactionFlow:
     def _shared_line(self, line: RequestLine, prepared: Prepared, shared: SharedFailure,
                      strategy: str) -> None:
         """A shared failure that does not forward the request (a post-check's, `/compact`)."""
-        self._failed_line(line, prepared, shared.stage, _waited_for(shared), strategy,
+        self._failed_line(line, prepared, shared.stage, waited_for(shared), strategy,
                           degraded=False, shared=True)
         line.set(compaction_shared=True)
 
@@ -192,7 +192,7 @@ class CompactionFlow:
                  line: RequestLine, blocked: Blocked | None, strategy: str, logged: bool = False,
                  shared: bool = False, owned: ProxyError | None = None) -> Built:
         """Forward with the cheap stages only when it fits; else `owned`, the client's own
-        answer to a failure that is the client's (`_owned_error`), or a 503 that says when to
+        answer to a failure that is the client's (`owned_error`), or a 503 that says when to
         retry (`blocked`: the breaker's wait, None when it is closed). `shared`: the failure
         is the compaction's this request waited for."""
         if not logged:
@@ -212,7 +212,7 @@ class CompactionFlow:
         raise CompactionUnavailable(
             f"This conversation (about {built.tokens:,} tokens) needs context compaction, but "
             f"it is unavailable right now ({reason}). Retry later, or start a new thread.",
-            headers=_retry_after(blocked))
+            headers=retry_after(blocked))
 
     def _breaker_after(self, prepared: Prepared) -> Blocked | None:
         """The breaker after a failure: this very failure may have opened it."""
@@ -297,7 +297,7 @@ class CompactionFlow:
                                                       job, line, lease)
             return text, compaction, built
         self._shared_line(line, prepared, shared, job.strategy)
-        return _manual_failed(shared, _waited_for(shared), None, built, situation), "none", built
+        return manual_failed(shared, waited_for(shared), None, built, situation), "none", built
 
     async def _manual_run(self, prepared: Prepared, view: View, situation: Situation,
                           latest: ThreadState, built: Built, job: Job, line: RequestLine,
@@ -314,10 +314,10 @@ class CompactionFlow:
                               degraded=False, retry_after=blocked.wait_s)
             raise CompactionUnavailable(
                 f"Compaction is unavailable right now: {blocked.reason}. The conversation "
-                "is unchanged; try again later.", headers=_retry_after(blocked)) from None
+                "is unchanged; try again later.", headers=retry_after(blocked)) from None
         except CompactionFailed as failed:
             line.set(compaction_failed=failed.stage)
-            return _manual_failed(failed, failed.reason, self._breaker_after(prepared), built,
+            return manual_failed(failed, failed.reason, self._breaker_after(prepared), built,
                                   situation), "none"
         except LeasePassed as passed:
             if not passed.last:
@@ -325,7 +325,7 @@ class CompactionFlow:
             line.set(compaction_failed="lease_lost", compaction_lease_lost=2)
             raise CompactionUnavailable(f"Compaction failed: {passed.reason}. The conversation "
                                         "is unchanged; try again later.",
-                                        headers=_retry_after(None)) from None
+                                        headers=retry_after(None)) from None
         lead = leading_instructions(view.entries)
         return manual.compacted_text(event.cutoff_index - lead,
                                      len(view.entries) - event.cutoff_index,
@@ -343,59 +343,6 @@ class CompactionFlow:
         except asyncio.CancelledError as cancelled:
             _cancelled_line(line, cancelled)
             raise
-
-
-def _manual_failed(failure: CompactionFailed | SharedFailure, reason: str,
-                   blocked: Blocked | None, built: Built, situation: Situation) -> str:
-    """`/compact`'s answer to a failed compaction, its own or the one it waited for (`reason`
-    says which): the text of a thread kept as it is, or the error to raise."""
-    if failure.stage == POST_CHECK:
-        return _kept(failure.reason, failure.verdict, built, situation)
-    # A refusal its inputs decided (a plan over `max_calls`, say) below the trigger: a thread
-    # kept as it is needs no new thread.
-    if failure.by_inputs and built.tokens <= situation.thresholds.trigger:
-        return manual.unchanged_text(failure.reason, built.tokens)
-    owned = _owned_error(failure, built)
-    if owned is not None:
-        raise owned
-    raise CompactionUnavailable(f"Compaction failed: {reason}. The conversation is unchanged; "
-                                "try again later.", headers=_retry_after(blocked))
-
-
-def _kept(reason: str, verdict: Verdict | None, built: Built, situation: Situation) -> str:
-    """`/compact` after a failed post-check: over the trigger, the 400 asking for a new
-    thread; below it, a thread a summary cannot shrink (mostly the user's own words,
-    restored verbatim) needs no new thread: say so and keep it."""
-    if built.tokens > situation.thresholds.trigger:
-        raise _post_check_error(verdict, reason)
-    return manual.unchanged_text(reason, built.tokens)
-
-
-def _owned_error(failure: CompactionFailed | SharedFailure, built: Built) -> ProxyError | None:
-    """The answer to a failure that is the client's, for a request that does not fit: its
-    credential refused or rate-limited by the summarizer's upstream (its status), its content
-    refused by the upstream's content policy (a 400), or a plan or re-plan over `max_calls`
-    (a 400: a retry is refused the same way). None: the summarizer's."""
-    if failure.refusal is not None:
-        return refusal_error(failure.refusal, waited=isinstance(failure, SharedFailure))
-    if failure.by_inputs and failure.stage != POST_CHECK:
-        return over_max_calls_error(failure.reason, built.tokens)
-    return None
-
-
-def _retry_after(blocked: Blocked | None) -> dict[str, str]:
-    # A failure that left the breaker closed may be retried at once; 1 s keeps it from spinning.
-    return {"Retry-After": str(blocked.retry_after if blocked is not None else 1)}
-
-
-def _post_check_error(verdict: Verdict | None, reason: str) -> CompactionInsufficient:
-    # Every failed post-check carries its verdict; the bare reason is for an unforeseen one.
-    return verdict.error() if verdict is not None else postcheck.insufficient(reason, None,
-                                                                               None, None)
-
-
-def _waited_for(failed: SharedFailure) -> str:
-    return f"the compaction this request waited for failed just now ({failed.reason})"
 
 
 def _cancelled_line(line: RequestLine, cancelled: asyncio.CancelledError) -> None:
