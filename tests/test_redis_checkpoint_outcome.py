@@ -143,7 +143,7 @@ def test_a_checkpoint_arriving_after_the_new_holder_finished_is_refused(
         redis_prefix: str, loop_thread: Any) -> None:
     """The lease ran out under a cut-off instance and the one that took it over has written its
     checkpoint and let the lease go: the late checkpoint, built on the state before, must not
-    land on top of the new one."""
+    land on top of the new one. Its request takes its turn again and goes up on that one."""
     FakeSummarizer.install(gated)
     a = start(relay.url, lease_s=2, timeout_s=10)
     b = start(redis_server.url, lease_s=2, timeout_s=10)
@@ -160,12 +160,16 @@ def test_a_checkpoint_arriving_after_the_new_holder_finished_is_refused(
         assert answer_b.headers["x-compaction"] == "compacted"
         relay.release()
         answer_a = at_a.result(60)
-    assert answer_a.status_code == 503, answer_a.text
+    assert answer_a.status_code == 200, answer_a.text
+    assert answer_a.headers["x-compaction"] == "applied"
     [failed] = a.wait_for("compaction_failed")
-    assert failed["stage"] == "checkpoint" and "LeaseLost" in failed["error"]
+    assert (failed["stage"], failed["degraded"]) == ("lease_lost", False)
+    assert "as its checkpoint was written" in failed["error"]
     [completed] = b.wait_for("compaction_completed")
     [event] = assert_lines_accounted_for(redis_server.url, redis_prefix, "late")
     assert event["seq"] == completed["seq"] == 1
+    [line_a] = a.wait_for("request")
+    assert line_a["compaction_reused"] == 1 and line_a["compaction_lease_lost"] == 1
 
 
 def test_a_manual_compact_and_an_automatic_one_at_two_instances_take_turns(

@@ -195,9 +195,12 @@ async def test_calls_on_a_closed_store_fail_clearly_and_close_is_idempotent(
 
 
 async def test_the_compaction_lease_is_held_and_released(any_store: StateStore) -> None:
-    async with any_store.compaction_lease(KEY):
+    async with any_store.compaction_lease(KEY) as lost:
         async with any_store.compaction_lease(ThreadKey("t", "another")):
             pass  # another thread's lease is not in the way
+        # A shared store's lease can be lost to another instance; a local lock cannot.
+        assert (lost is None) is (not any_store.shared)
+        assert lost is None or not lost.done()
     async with any_store.compaction_lease(KEY):  # released: taken again at once
         pass
 

@@ -59,11 +59,12 @@ async def test_a_long_holder_keeps_its_lease_by_renewing_it(
             waiter_in.set()
             return time.monotonic()
 
-    async with a.compaction_lease(KEY):
+    async with a.compaction_lease(KEY) as lost:
         began = time.monotonic()
         waiter = asyncio.create_task(wait_then_hold())
         await asyncio.sleep(LEASE_S * 2.5)  # well past one lease: renewals keep it
         assert not waiter_in.is_set()
+        assert lost is not None and not lost.done()
         released = time.monotonic()
     entered = await asyncio.wait_for(waiter, 2)
     assert entered >= released and entered - began >= LEASE_S * 2.5
@@ -77,9 +78,11 @@ async def test_a_lease_another_took_is_reported_lost_and_never_released_by_its_o
     await store.open()
     name = RedisKeys(redis_prefix).lease(thread_digest(KEY))
     try:
-        async with store.compaction_lease(KEY):
+        async with store.compaction_lease(KEY) as lost:
             await client.set(name, b"someone-else", px=5000)  # as if ours had run out
-            await asyncio.sleep(LEASE_S * 0.6)  # a renewal finds it
+            assert lost is not None
+            # A renewal finds it, and tells the holder (its compaction stops).
+            await asyncio.wait_for(lost, LEASE_S)
             # Named as the compaction's own lines name it: which thread, whose.
             assert log.named("compaction_lease_lost") == [
                 {"thread": KEY.thread, "tenant": KEY.tenant, "lease_s": LEASE_S}]

@@ -63,3 +63,14 @@ class BreakerOpen(Exception):
     def __init__(self, blocked: breaker.Blocked) -> None:
         super().__init__(blocked.reason)
         self.blocked = blocked
+
+
+class LeasePassed(Exception):
+    """The thread's compaction lease passed to another proxy instance while this compaction
+    ran (`proxy/server/thread_lease.py`): it stopped, nothing of it written. `last`: the
+    request's second turn, which degrades instead of taking a third."""
+
+    def __init__(self, reason: str, last: bool) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.last = last

@@ -14,31 +14,35 @@ answers `/compact` (SPEC §8) itself. `overflow_retry_failed` records the forced
 upstream overflow bought that did not help. Both run a started
 compaction to its end when the client leaves (its retry waits on the thread's lock and reuses
 the checkpoint); the request's line, a 499, says so (`compaction_detached`) once it has ended.
+A compaction whose lease passed to another instance stops, and its request takes its turn
+once more (`proxy/server/thread_lease.py`): it reuses the new holder's checkpoint, or decides
+again; a second loss degrades it (stage `lease_lost`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from proxy.compaction import manual, postcheck
 from proxy.compaction.breaker import Blocked
 from proxy.compaction.overflow import is_context_overflow
-from proxy.compaction.postcheck import Verdict
 from proxy.compaction.trigger import Action, Thresholds, decide
 from proxy.conversation import leading_instructions
 from proxy.errors import CompactionInsufficient, CompactionUnavailable, ProxyError
 from proxy.projection import Built, Situation, View, build, measure_projection
-from proxy.records import CompactionEvent, ThreadKey, ThreadState
+from proxy.records import CompactionEvent, ThreadState
 from proxy.server import manual_answer
-from proxy.server.client_owned import over_max_calls_error, refusal_error
+from proxy.server.compaction_answers import (manual_failed, owned_error, post_check_error,
+                                             retry_after, waited_for)
+from proxy.server.compaction_errors import LeasePassed
 from proxy.server.compactor import (BreakerOpen, ClientLeft, CompactionCut, CompactionFailed,
                                     Compactor, Job, NothingToCompact)
 from proxy.server.prepared import Prepared
 from proxy.server.request_line import RequestLine
+from proxy.server.thread_lease import LeaseWatch, in_turns
 from proxy.server.turns import POST_CHECK, Meanwhile, SharedFailure
 from proxy.server.window_hints import window_hint
 from proxy.settings import Settings
@@ -76,22 +80,13 @@ class CompactionFlow:
             if blocked is not None:
                 return self._degrade(prepared, built, th.fits(built.tokens), "breaker_open",
                                      blocked.reason, line, blocked, config.strategy)
-        async with self._turn(prepared.key) as meanwhile:
-            return await self._compact_locked(prepared, view, situation, state, built, line,
-                                              meanwhile)
-
-    @asynccontextmanager
-    async def _turn(self, key: ThreadKey) -> AsyncIterator[Meanwhile]:
-        """The thread's turn at compaction: this process's lock for it, then the store's lease,
-        which another proxy instance on a shared store (Redis) may hold for the same thread.
-        The state is read after both: a checkpoint the holder before wrote is then seen."""
-        async with self.compactor.turns.of(key).take() as meanwhile:
-            async with self.store.compaction_lease(key):
-                yield meanwhile
+        return await in_turns(self.compactor.turns, self.store, prepared.key, line,
+                              partial(self._compact_locked, prepared, view, situation, state,
+                                      built, line))
 
     async def _compact_locked(self, prepared: Prepared, view: View, situation: Situation,
                               state: ThreadState | None, built: Built, line: RequestLine,
-                              meanwhile: Meanwhile) -> Built:
+                              meanwhile: Meanwhile, lease: LeaseWatch | None) -> Built:
         assert prepared.key is not None
         latest = await self.store.load(prepared.key)
         if _seq(latest) != _seq(state):
@@ -111,16 +106,22 @@ class CompactionFlow:
         shared = self._shared(prepared, meanwhile, job)
         if shared is not None and shared.stage == POST_CHECK:
             self._shared_line(line, prepared, shared, job.strategy)
-            raise _post_check_error(shared.verdict, shared.reason)
+            raise post_check_error(shared.verdict, shared.reason)
         if shared is not None:
-            return self._degrade(prepared, built, fits, shared.stage, _waited_for(shared), line,
+            return self._degrade(prepared, built, fits, shared.stage, waited_for(shared), line,
                                  None, job.strategy, shared=True,
-                                 owned=_owned_error(shared, built))
+                                 owned=owned_error(shared, built))
         try:
-            event = await self._compact(job, line)
+            event = await self._compact(job, line, lease)
         except BreakerOpen as refused:
             return self._degrade(prepared, built, fits, "breaker_open", refused.blocked.reason,
                                  line, refused.blocked, job.strategy)
+        except LeasePassed as passed:
+            if not passed.last:
+                raise  # `in_turns` takes the thread's turn again
+            line.set(compaction_failed="lease_lost", compaction_lease_lost=2)
+            return self._degrade(prepared, built, fits, "lease_lost", passed.reason, line, None,
+                                 job.strategy, logged=True)
         except NothingToCompact:
             if fits:
                 return built
@@ -135,10 +136,10 @@ class CompactionFlow:
         except CompactionFailed as failed:
             line.set(compaction_failed=failed.stage)
             if failed.stage == POST_CHECK:
-                raise _post_check_error(failed.verdict, failed.reason) from None
+                raise post_check_error(failed.verdict, failed.reason) from None
             return self._degrade(prepared, built, fits, failed.stage, failed.reason, line,
                                  self._breaker_after(prepared), job.strategy, logged=True,
-                                 owned=_owned_error(failed, built))
+                                 owned=owned_error(failed, built))
         line.set(compacted=True)
         return build(view, event, situation)
 
@@ -183,7 +184,7 @@ class CompactionFlow:
     def _shared_line(self, line: RequestLine, prepared: Prepared, shared: SharedFailure,
                      strategy: str) -> None:
         """A shared failure that does not forward the request (a post-check's, `/compact`)."""
-        self._failed_line(line, prepared, shared.stage, _waited_for(shared), strategy,
+        self._failed_line(line, prepared, shared.stage, waited_for(shared), strategy,
                           degraded=False, shared=True)
         line.set(compaction_shared=True)
 
@@ -191,7 +192,7 @@ class CompactionFlow:
                  line: RequestLine, blocked: Blocked | None, strategy: str, logged: bool = False,
                  shared: bool = False, owned: ProxyError | None = None) -> Built:
         """Forward with the cheap stages only when it fits; else `owned`, the client's own
-        answer to a failure that is the client's (`_owned_error`), or a 503 that says when to
+        answer to a failure that is the client's (`owned_error`), or a 503 that says when to
         retry (`blocked`: the breaker's wait, None when it is closed). `shared`: the failure
         is the compaction's this request waited for."""
         if not logged:
@@ -211,7 +212,7 @@ class CompactionFlow:
         raise CompactionUnavailable(
             f"This conversation (about {built.tokens:,} tokens) needs context compaction, but "
             f"it is unavailable right now ({reason}). Retry later, or start a new thread.",
-            headers=_retry_after(blocked))
+            headers=retry_after(blocked))
 
     def _breaker_after(self, prepared: Prepared) -> Blocked | None:
         """The breaker after a failure: this very failure may have opened it."""
@@ -271,31 +272,39 @@ class CompactionFlow:
                       line: RequestLine) -> Prepared:
         assert prepared.key is not None
         line.set(manual_compact=True)
-        async with self._turn(prepared.key) as meanwhile:
-            latest = await self.store.load(prepared.key)
-            built = build(view, latest.event, replace(situation, anchors=latest.anchors))
-            job = self._job(prepared, view, situation, built, strategy="manual",
-                            focus=command.focus)
-            shared = self._shared(prepared, meanwhile, job)
-            if shared is None:
-                text, compaction = await self._manual_run(prepared, view, situation, latest,
-                                                          built, job, line)
-            else:
-                self._shared_line(line, prepared, shared, job.strategy)
-                text = _manual_failed(shared, _waited_for(shared), None, built, situation)
-                compaction = "none"
+        text, compaction, built = await in_turns(
+            self.compactor.turns, self.store, prepared.key, line,
+            partial(self._manual_locked, prepared, view, situation, command, line))
         headers = {"x-compaction": compaction, "x-context-tokens": str(built.tokens)}
         seed = f"{prepared.key.tenant}\0{prepared.key.thread}\0{len(view.entries)}"
         prepared.answer = manual_answer.answer(prepared.inbound, text, seed, headers)
         line.set(compaction=compaction, tokens_estimate=built.tokens)
         return prepared
 
+    async def _manual_locked(self, prepared: Prepared, view: View, situation: Situation,
+                             command: manual.ManualCommand, line: RequestLine,
+                             meanwhile: Meanwhile,
+                             lease: LeaseWatch | None) -> tuple[str, str, Built]:
+        """`/compact` in the thread's turn: the answer's text, its `x-compaction`, and the
+        projection it measured."""
+        assert prepared.key is not None
+        latest = await self.store.load(prepared.key)
+        built = build(view, latest.event, replace(situation, anchors=latest.anchors))
+        job = self._job(prepared, view, situation, built, strategy="manual", focus=command.focus)
+        shared = self._shared(prepared, meanwhile, job)
+        if shared is None:
+            text, compaction = await self._manual_run(prepared, view, situation, latest, built,
+                                                      job, line, lease)
+            return text, compaction, built
+        self._shared_line(line, prepared, shared, job.strategy)
+        return manual_failed(shared, waited_for(shared), None, built, situation), "none", built
+
     async def _manual_run(self, prepared: Prepared, view: View, situation: Situation,
-                          latest: ThreadState, built: Built, job: Job,
-                          line: RequestLine) -> tuple[str, str]:
+                          latest: ThreadState, built: Built, job: Job, line: RequestLine,
+                          lease: LeaseWatch | None) -> tuple[str, str]:
         """`/compact`'s own compaction: the answer's text and its `x-compaction`."""
         try:
-            event = await self._compact(job, line)
+            event = await self._compact(job, line, lease)
         except NothingToCompact:
             return manual.nothing_text(built.tokens,
                                        compacted_before=latest.event is not None), "none"
@@ -305,80 +314,35 @@ class CompactionFlow:
                               degraded=False, retry_after=blocked.wait_s)
             raise CompactionUnavailable(
                 f"Compaction is unavailable right now: {blocked.reason}. The conversation "
-                "is unchanged; try again later.", headers=_retry_after(blocked)) from None
+                "is unchanged; try again later.", headers=retry_after(blocked)) from None
         except CompactionFailed as failed:
             line.set(compaction_failed=failed.stage)
-            return _manual_failed(failed, failed.reason, self._breaker_after(prepared), built,
+            return manual_failed(failed, failed.reason, self._breaker_after(prepared), built,
                                   situation), "none"
+        except LeasePassed as passed:
+            if not passed.last:
+                raise  # `in_turns` takes the thread's turn again
+            line.set(compaction_failed="lease_lost", compaction_lease_lost=2)
+            raise CompactionUnavailable(f"Compaction failed: {passed.reason}. The conversation "
+                                        "is unchanged; try again later.",
+                                        headers=retry_after(None)) from None
         lead = leading_instructions(view.entries)
         return manual.compacted_text(event.cutoff_index - lead,
                                      len(view.entries) - event.cutoff_index,
                                      event.tokens_before, event.tokens_after), "compacted"
 
-    async def _compact(self, job: Job, line: RequestLine) -> CompactionEvent:
+    async def _compact(self, job: Job, line: RequestLine,
+                       lease: LeaseWatch | None) -> CompactionEvent:
         """The job's compaction, with a departed client or the shutdown's cut said on the line
         (both are cancellations: no `except Exception` of the callers sees them)."""
         try:
-            return await self.compactor.compact_past_client(job)
+            return await self.compactor.compact_past_client(job, lease)
         except ClientLeft as left:
             _detached_line(line, left)
             raise
         except asyncio.CancelledError as cancelled:
             _cancelled_line(line, cancelled)
             raise
-
-
-def _manual_failed(failure: CompactionFailed | SharedFailure, reason: str,
-                   blocked: Blocked | None, built: Built, situation: Situation) -> str:
-    """`/compact`'s answer to a failed compaction, its own or the one it waited for (`reason`
-    says which): the text of a thread kept as it is, or the error to raise."""
-    if failure.stage == POST_CHECK:
-        return _kept(failure.reason, failure.verdict, built, situation)
-    # A refusal its inputs decided (a plan over `max_calls`, say) below the trigger: a thread
-    # kept as it is needs no new thread.
-    if failure.by_inputs and built.tokens <= situation.thresholds.trigger:
-        return manual.unchanged_text(failure.reason, built.tokens)
-    owned = _owned_error(failure, built)
-    if owned is not None:
-        raise owned
-    raise CompactionUnavailable(f"Compaction failed: {reason}. The conversation is unchanged; "
-                                "try again later.", headers=_retry_after(blocked))
-
-
-def _kept(reason: str, verdict: Verdict | None, built: Built, situation: Situation) -> str:
-    """`/compact` after a failed post-check: over the trigger, the 400 asking for a new
-    thread; below it, a thread a summary cannot shrink (mostly the user's own words,
-    restored verbatim) needs no new thread: say so and keep it."""
-    if built.tokens > situation.thresholds.trigger:
-        raise _post_check_error(verdict, reason)
-    return manual.unchanged_text(reason, built.tokens)
-
-
-def _owned_error(failure: CompactionFailed | SharedFailure, built: Built) -> ProxyError | None:
-    """The answer to a failure that is the client's, for a request that does not fit: its
-    credential refused or rate-limited by the summarizer's upstream (its status), its content
-    refused by the upstream's content policy (a 400), or a plan or re-plan over `max_calls`
-    (a 400: a retry is refused the same way). None: the summarizer's."""
-    if failure.refusal is not None:
-        return refusal_error(failure.refusal, waited=isinstance(failure, SharedFailure))
-    if failure.by_inputs and failure.stage != POST_CHECK:
-        return over_max_calls_error(failure.reason, built.tokens)
-    return None
-
-
-def _retry_after(blocked: Blocked | None) -> dict[str, str]:
-    # A failure that left the breaker closed may be retried at once; 1 s keeps it from spinning.
-    return {"Retry-After": str(blocked.retry_after if blocked is not None else 1)}
-
-
-def _post_check_error(verdict: Verdict | None, reason: str) -> CompactionInsufficient:
-    # Every failed post-check carries its verdict; the bare reason is for an unforeseen one.
-    return verdict.error() if verdict is not None else postcheck.insufficient(reason, None,
-                                                                               None, None)
-
-
-def _waited_for(failed: SharedFailure) -> str:
-    return f"the compaction this request waited for failed just now ({failed.reason})"
 
 
 def _cancelled_line(line: RequestLine, cancelled: asyncio.CancelledError) -> None:

@@ -2,54 +2,54 @@
 
 The pure halves live in `proxy/compaction`; this module does what they cannot: the summarizer's
 HTTP calls, the history file, the atomic event write, the per-summarizer circuit breaker, the
-per-thread lock, and the `compaction_*` log events. Failure is a value the pipeline acts on
+per-thread lock, and the `compaction_*` log events (written by `compaction_events.py`). Failure is a value the pipeline acts on
 (`CompactionFailed`, `BreakerOpen`), never a warning followed by the original over-long request.
 
 Every `compaction_started` is followed by one `compaction_completed` or `compaction_failed`,
 a cancelled one included (stage `cancelled`), and every attempt the breaker let run settles
 it: success, failure, or abandoned. A compaction whose client leaves goes on to its end
 (`compact_past_client`): summarizer tokens already spent are not thrown away, and the client's
-retry, queued on the thread's lock, finds the checkpoint. Only the shutdown's cut cancels it.
+retry, queued on the thread's lock, finds the checkpoint. Only the shutdown's cut cancels it,
+and a lost lease (`proxy/server/thread_lease.py`) while the summarizer works: `LeasePassed`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from proxy.anchors import with_references
 from proxy.compaction import apply, breaker, restore, summarizer
 from proxy.compaction.budgets import TailCap, restore_budgets, tail_cap
 from proxy.compaction.cutoff import Cutoff, choose_cutoff
-from proxy.compaction.postcheck import Verdict
 from proxy.compaction.summarizer import SummaryPlan
 from proxy.compaction.trigger import thresholds
 from proxy.conversation import Api, Kind, leading_instructions
 from proxy.core.sanitize import Policy, sanitize
 from proxy.records import CompactionEvent, ThreadKey
 from proxy.server.breakers import SummarizerBreakers
-from proxy.server.client_owned import (Refusal, client_refusal, content_refused,
-                                       replan_over_max_calls, summarizer_verdict, window_setting)
+from proxy.server.client_owned import (client_refusal, content_refused, replan_over_max_calls,
+                                       summarizer_verdict, window_setting)
 from proxy.server.compaction_errors import (BreakerOpen, ClientLeft, CompactionCut,
-                                           CompactionFailed, NothingToCompact)
+                                           CompactionFailed, LeasePassed, NothingToCompact)
+from proxy.server.compaction_events import CompactionEvents
 from proxy.server.compaction_job import Job
-from proxy.server.detach import outlive_client
+from proxy.server.detach import outlive_client, to_the_end
 from proxy.server.request_line import clipped
 from proxy.server.summarizer_client import SummaryOutcome, run_replanning, too_many_calls
+from proxy.server.thread_lease import LeaseWatch, is_lease_lost, stopped_on_loss
 from proxy.server.turns import SharedFailure, ThreadTurns
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import RestoreSettings, Settings, UpstreamSettings
 from proxy.store import History, StateStore
-from proxy.store.base import StoreError
+from proxy.store.base import LeaseLost, StoreError
 from proxy.store.history import Appended
-
-T = TypeVar("T")
 
 
 class Compactor:
@@ -65,7 +65,7 @@ class Compactor:
         self.clock = clock
         self.breakers = SummarizerBreakers(settings.compaction.breaker)
         self.turns = ThreadTurns()  # one compaction per thread at a time
-        self._detached: set[asyncio.Task[CompactionEvent]] = set()  # clients gone, still running
+        self.events = CompactionEvents(log, metrics)
 
     # ---------------------------------------------------------------- guards
 
@@ -102,10 +102,11 @@ class Compactor:
 
     # ---------------------------------------------------------------- the compaction
 
-    async def compact_past_client(self, job: Job) -> CompactionEvent:
+    async def compact_past_client(self, job: Job,
+                                  lease: LeaseWatch | None = None) -> CompactionEvent:
         """`compact`, run to its end even when the client leaves meanwhile: then, once it has
         ended, `ClientLeft`. The caller (with the thread's lock it holds) waits until then."""
-        finished, left, cut = await outlive_client(self.compact(job),
+        finished, left, cut = await outlive_client(self.compact(job, lease),
                                                    lambda task: self._detach(job, task))
         error = None if finished.cancelled() else finished.exception()
         turn = self.turns.of(job.key)  # what the requests waiting their turn learn
@@ -122,8 +123,8 @@ class Compactor:
         return finished.result()
 
     def _detach(self, job: Job, task: asyncio.Task[CompactionEvent]) -> None:
-        self._detached.add(task)
-        task.add_done_callback(self._detached.discard)
+        self.events.detached.add(task)
+        task.add_done_callback(self.events.detached.discard)
         self.log.info("compaction_detached", **job.who, strategy=job.strategy)
 
     def _left(self, job: Job, finished: asyncio.Task[CompactionEvent]) -> ClientLeft:
@@ -137,17 +138,15 @@ class Compactor:
             return ClientLeft(finished.result(), None)
         if isinstance(error, CompactionFailed):
             return ClientLeft(None, error.stage)
+        if isinstance(error, LeasePassed):
+            return ClientLeft(None, "lease_lost")
         if not isinstance(error, (NothingToCompact, BreakerOpen)):
             self.log.error("unhandled_error", **job.who, detached=True, exc_info=error)
         return ClientLeft(None, None)
 
-    def _detached_field(self) -> dict[str, bool]:
-        """`detached=true` on the events of a compaction whose client has left."""
-        return {"detached": True} if asyncio.current_task() in self._detached else {}
-
-    async def compact(self, job: Job) -> CompactionEvent:
+    async def compact(self, job: Job, lease: LeaseWatch | None = None) -> CompactionEvent:
         """Summarize, check, offload and checkpoint; raises CompactionFailed, NothingToCompact
-        or BreakerOpen (before anything is logged)."""
+        or BreakerOpen (before anything is logged), or LeasePassed when `lease` was lost."""
         started = time.perf_counter()
         sizes = with_references(job.entries, job.estimator.sizes(job.entries), job.anchors)
         budgets = restore_budgets(self.settings.compaction.restore, job.thresholds.trigger)
@@ -166,7 +165,7 @@ class Compactor:
         allowed = self.settings.compaction.summarizer.max_calls
         if plan.steps > allowed:
             # Refused before a call: the summarizer did nothing wrong, its breaker is not asked.
-            raise self._failed(job, "summarize", too_many_calls(plan.steps, allowed),
+            raise self.events.failed(job, "summarize", too_many_calls(plan.steps, allowed),
                                by_inputs=True)
         trial = self._claim(job)
         healthy: bool | None = None
@@ -176,13 +175,14 @@ class Compactor:
                           summarized_messages=len(cutoff.new_entries),
                           summarizer_calls=plan.steps, summarizer_model=clipped(summary_model),
                           forced=job.forced, **({"stale_checkpoint": True} if job.stale else {}))
-            outcome = await self._summarize(job, plan, window, plan_for, summary_upstream)
+            outcome = await self._summarize_held(job, lease, plan, window, plan_for,
+                                                 summary_upstream)
             refusal = client_refusal(outcome.refusal, summary_upstream)
             by_inputs = outcome.replan_calls > 0 or content_refused(refusal)
             healthy = summarizer_verdict(outcome.text is not None,
                                          owned=refusal is not None or by_inputs)
             if outcome.text is None:
-                raise self._failed(job, "summarize", outcome.error, refusal=refusal,
+                raise self.events.failed(job, "summarize", outcome.error, refusal=refusal,
                                    by_inputs=by_inputs)
             try:
                 finished = self._finish(job, cutoff, outcome.text, restored, summary_model)
@@ -190,10 +190,12 @@ class Compactor:
                 healthy = failed.stage != "summarize"
                 raise
             healthy = None  # until the write says
-            written, cancelled = await _to_the_end(self._checkpoint(job, cutoff, finished.event))
-            healthy = written.exception() is None
-            if healthy:
-                self._completed(job, written.result(), finished, started, outcome.duration_ms)
+            written, cancelled = await to_the_end(self._checkpoint(job, cutoff, finished.event,
+                                                                   lease))
+            error = written.exception()
+            healthy = error is None or isinstance(error, LeasePassed)  # the summary came
+            if error is None:
+                self.events.completed(job, written.result(), finished, started, outcome.duration_ms)
             elif cancelled:
                 raise asyncio.CancelledError()
             return written.result()  # written: a cancellation that came meanwhile came too late
@@ -220,7 +222,7 @@ class Compactor:
                                  tokens_before=job.tokens_before, strategy=job.strategy,
                                  model=job.model)
         if verdict is not None:
-            raise self._failed(job, "post_check", f"{verdict.reason} (known before summarizing: "
+            raise self.events.failed(job, "post_check", f"{verdict.reason} (known before summarizing: "
                                "no summary was asked for)", verdict, by_inputs=True)
 
     def _plan(self, job: Job, cutoff: Cutoff, model: str, upstream: UpstreamSettings,
@@ -244,9 +246,9 @@ class Compactor:
         if verdict.summary_grew and job.tokens_before > job.thresholds.trigger:
             # Over the trigger the summarized part is most of the context: a summary no smaller
             # failed like an empty one (SPEC §5); degrade and count it (§9), no 400.
-            raise self._failed(job, "summarize", verdict.reason)
+            raise self.events.failed(job, "summarize", verdict.reason)
         if not verdict.ok or finished.event is None:
-            raise self._failed(job, "post_check", verdict.reason, verdict)
+            raise self.events.failed(job, "post_check", verdict.reason, verdict)
         return finished
 
     async def _summarize(self, job: Job, plan: SummaryPlan, window: int,
@@ -258,9 +260,11 @@ class Compactor:
                 plan, window, plan_for, config.max_calls,
                 lambda size: self.log.info("summarizer_overflow", **job.who, retry_window=size),
                 upstream, self.client, job.credentials, config.timeout_s)
-        except asyncio.CancelledError:
-            self._failed(job, "cancelled", "the compaction was cancelled while the summarizer "
-                         "worked (the shutdown grace ended); nothing was written", degraded=False)
+        except asyncio.CancelledError as cancelled:
+            if not is_lease_lost(cancelled):  # that one is `_summarize_held`'s to log
+                self.events.failed(job, "cancelled", "the compaction was cancelled while the "
+                             "summarizer worked (the shutdown grace ended); nothing was written",
+                             degraded=False)
             raise
         if outcome.replan_calls:  # the error names the window setting the operator can fix
             configured = window_setting(self.settings.profile(plan.model), self._window(plan.model))
@@ -268,14 +272,36 @@ class Compactor:
                 outcome.replan_calls, config.max_calls, configured))
         return outcome
 
-    async def _checkpoint(self, job: Job, cutoff: Cutoff, event: CompactionEvent) -> CompactionEvent:
+    async def _summarize_held(self, job: Job, lease: LeaseWatch | None, plan: SummaryPlan,
+                              window: int, plan_for: Callable[[int], SummaryPlan],
+                              upstream: UpstreamSettings) -> SummaryOutcome:
+        """`_summarize`, its call cancelled when the thread's lease is lost meanwhile (another
+        instance took the thread over, and this checkpoint would be refused): LeasePassed."""
+        try:
+            with stopped_on_loss(lease):
+                outcome = await self._summarize(job, plan, window, plan_for, upstream)
+        except asyncio.CancelledError as cancelled:
+            if not is_lease_lost(cancelled):
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()  # taken back: it ends as LeasePassed
+        else:
+            if lease is None or not lease.lost.done():
+                return outcome
+        raise self.events.passed(job, lease, "while the summarizer worked (its call was cancelled)")
+
+    async def _checkpoint(self, job: Job, cutoff: Cutoff, event: CompactionEvent,
+                          lease: LeaseWatch | None) -> CompactionEvent:
         """Offload, then write the event; a checkpoint that cannot be written takes its history
         lines back, so the next attempt does not offload them a second time. A kill in between
         leaves them in: the next attempt cuts them off first (`_offload`)."""
         try:
             await self.store.lease_check(job.key)
-        except Exception as exc:  # lost, or Redis cannot say: the history stays as it is
-            raise self._failed(job, "checkpoint", "the checkpoint could not be written: "
+        except LeaseLost as exc:  # the history stays as it is
+            raise self.events.passed(job, lease, "before its checkpoint was written") from exc
+        except Exception as exc:  # or Redis cannot say
+            raise self.events.failed(job, "checkpoint", "the checkpoint could not be written: "
                                f"{_describe(exc)}") from exc
         committed = await self._committed_end(job)
         appended, error, end = await self._offload(job, cutoff, committed)
@@ -292,13 +318,15 @@ class Compactor:
                     await self.history.retract_async(appended)
                 except OSError as undo:
                     reason += f"; its history lines stay in the file ({_describe(undo)})"
-            raise self._failed(job, "checkpoint", reason) from exc
+            if isinstance(exc, LeaseLost):  # it stalled between the check and the write
+                raise self.events.passed(job, lease, "as its checkpoint was written") from exc
+            raise self.events.failed(job, "checkpoint", reason) from exc
 
     async def _committed_end(self, job: Job) -> int | None:
         try:
             latest = (await self.store.load(job.key)).event
         except Exception as exc:  # nothing is written yet: this attempt fails whole
-            raise self._failed(job, "checkpoint", "the thread's last checkpoint could not be "
+            raise self.events.failed(job, "checkpoint", "the thread's last checkpoint could not be "
                                f"read: {_describe(exc)}") from exc
         return committed_end(latest)
 
@@ -321,8 +349,8 @@ class Compactor:
             reason = _describe(exc)
             # The summary goes on (SPEC §5): the request is not degraded.
             self.log.warning("compaction_failed", **job.who, stage="offload",
-                             error=reason, degraded=False, **self._detached_field())
-            self._count_failed(job, "offload")
+                             error=reason, degraded=False, **self.events.detached_field())
+            self.events.count_failed(job, "offload")
             return None, reason, end  # anything ours left lies past it, for the next cut
 
     async def _discard_tail(self, job: Job, end: int) -> int:
@@ -336,35 +364,7 @@ class Compactor:
     def refused(self, job: Job, reason: str) -> None:
         """Record a compaction that was needed but had nothing left to summarize: a failed
         post-check like any other (SPEC §5: a recent message alone that cannot fit)."""
-        self._failed(job, "post_check", reason)
-
-    def _failed(self, job: Job, stage: str, reason: str, verdict: Verdict | None = None,
-                degraded: bool | None = None, by_inputs: bool = False,
-                refusal: Refusal | None = None) -> CompactionFailed:
-        self.log.warning("compaction_failed", **job.who, stage=stage, error=reason,
-                         degraded=_forwarded_anyway(job, stage) if degraded is None else degraded,
-                         strategy=job.strategy, **self._detached_field())
-        self._count_failed(job, stage)
-        return CompactionFailed(stage, reason, verdict, by_inputs, refusal)
-
-    def _count_failed(self, job: Job, stage: str) -> None:
-        if self.metrics is not None:
-            self.metrics.observe_compaction_failed(job.strategy, stage)
-
-    def _completed(self, job: Job, event: CompactionEvent, finished: apply.Finished,
-                   started: float, summarizer_ms: float) -> None:
-        self.log.info("compaction_completed", **job.who, strategy=event.strategy,
-                      tokens_before=event.tokens_before, tokens_after=event.tokens_after,
-                      cutoff_index=event.cutoff_index, cutoff_message_id=event.cutoff_message_id,
-                      summary_tokens=finished.summary_tokens, restored=len(event.restore_messages),
-                      restore_tokens=finished.restore_tokens,
-                      duration_ms=round((time.perf_counter() - started) * 1000, 2),
-                      summarizer_ms=summarizer_ms, history_file=event.history_file,
-                      offload_error=event.offload_error, seq=event.seq, forced=job.forced,
-                      **self._detached_field())
-        if self.metrics is not None:
-            self.metrics.compactions.labels(event.strategy, "completed").inc()
-            self.metrics.observe_saved("llm", event.tokens_before - event.tokens_after)
+        self.events.failed(job, "post_check", reason)
 
     def _now(self) -> datetime:
         zone = self.settings.compaction.timezone
@@ -377,26 +377,6 @@ class Compactor:
         compaction = self.settings.compaction
         return thresholds(compaction, self.settings.profile(model),
                           compaction.summarizer.max_output_tokens).limit
-
-
-async def _to_the_end(work: Coroutine[Any, Any, T]) -> tuple[asyncio.Future[T], bool]:
-    """Run `work` to its end even when the caller is cancelled meanwhile; returns the finished
-    future and whether a cancellation came. For the local writes of a checkpoint: a cancelled
-    await would not stop them (they run on worker threads), it would only lose their outcome."""
-    task = asyncio.ensure_future(work)
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.wait([task])
-        except asyncio.CancelledError:
-            cancelled = True
-    return task, cancelled
-
-
-def _forwarded_anyway(job: Job, stage: str) -> bool:
-    """Whether the request goes on without this compaction (`degraded`), as the flow decides:
-    a failed post-check and `/compact` never forward the request, whatever the size."""
-    return stage != "post_check" and job.strategy != "manual" and job.fits_without_compaction
 
 
 def committed_end(latest: CompactionEvent | None) -> int | None:

@@ -4,7 +4,8 @@ client goes away, and only the shutdown's cut stops it.
 aiohttp cancels a handler whose client disconnects. The work runs as a task of its own that
 the handler keeps waiting for, whatever cancellation comes: so the handler (tracked by the
 drain, holding the thread's lock) ends only after the work, and the shutdown's grace and cut
-apply to it as to any request in flight.
+apply to it as to any request in flight. `to_the_end` runs work that no cancellation stops
+(a checkpoint's local writes).
 """
 
 from __future__ import annotations
@@ -38,3 +39,17 @@ async def outlive_client(work: Coroutine[Any, Any, T], on_leave: Callable[[async
                 left = True
                 on_leave(task)
     return task, left, cut is not None
+
+
+async def to_the_end(work: Coroutine[Any, Any, T]) -> tuple[asyncio.Future[T], bool]:
+    """Run `work` to its end even when the caller is cancelled meanwhile; returns the finished
+    future and whether a cancellation came. For the local writes of a checkpoint: a cancelled
+    await would not stop them (they run on worker threads), it would only lose their outcome."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait([task])
+        except asyncio.CancelledError:
+            cancelled = True
+    return task, cancelled

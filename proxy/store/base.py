@@ -17,15 +17,18 @@ A store is `shared` when other processes write the same state (Redis: several pr
 instances); then nothing may be cached across requests, and a thread is compacted under its
 `compaction_lease`, which one holder at a time has across all of them. A store that is not
 shared (SQLite: one process owns the directory) hands out a lease that does nothing: the
-server's own per-thread lock already keeps its compactions apart.
+server's own per-thread lock already keeps its compactions apart, and there is no lease to
+lose. A shared store's lease says when it was lost (its holder stalled past it and another
+took it over), so that the compaction under it stops.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
 
@@ -43,6 +46,22 @@ class StoreError(Exception):
     # its history lines may be another writer's by now: the compactor leaves them in the list
     # for the next compaction to account for or cut off, never takes them back itself.
     keeps_history_lines = False
+
+
+class LeaseLost(StoreError):
+    """A checkpoint refused, or refused in advance (`lease_check`): its compaction outlived
+    the thread's lease, which another instance holds now or has written under since."""
+
+    keeps_history_lines = True  # the new holder has cut them off and may have offloaded its own
+
+    def __init__(self) -> None:
+        super().__init__("the thread's compaction lease passed to another proxy instance "
+                         "before this checkpoint was written (state.redis.lease_s)")
+
+
+# What a store's `compaction_lease` yields: a future done once the lease is lost (another holder
+# took it), or None where there is no lease to lose (a local lock).
+LeaseLoss: TypeAlias = asyncio.Future[None] | None
 
 
 @dataclass(frozen=True)
@@ -112,10 +131,10 @@ class StateStore(Protocol):
     async def events(self, key: ThreadKey) -> list[CompactionEvent]:
         """All checkpoints of a thread, oldest first."""
 
-    def compaction_lease(self, key: ThreadKey) -> AbstractAsyncContextManager[None]:
+    def compaction_lease(self, key: ThreadKey) -> AbstractAsyncContextManager[LeaseLoss]:
         """Held while the thread is compacted: entering waits while another holder (another
         instance, for a shared store) has it. It outlives a holder that died by a bounded time
-        only (`state.redis.lease_s`)."""
+        only (`state.redis.lease_s`); it yields what says when it was lost (`LeaseLoss`)."""
 
     async def lease_check(self, key: ThreadKey) -> None:
         """Raise `StoreError` when this holder's `compaction_lease` of the thread is no longer

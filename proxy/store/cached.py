@@ -32,7 +32,7 @@ from typing import Any
 
 from proxy.lru import LRU
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
-from proxy.store.base import ANCHORS_KEPT, StateStore, ThreadSummary, Touch
+from proxy.store.base import ANCHORS_KEPT, LeaseLoss, StateStore, ThreadSummary, Touch
 
 DEFAULT_THREADS = 8192
 # A thread's activity is written by its request at most this often (a touch per request would
@@ -109,7 +109,7 @@ class CachedStore:
             self._states.put(key, found)
         return found
 
-    def compaction_lease(self, key: ThreadKey) -> AbstractAsyncContextManager[None]:
+    def compaction_lease(self, key: ThreadKey) -> AbstractAsyncContextManager[LeaseLoss]:
         return self.store.compaction_lease(key)
 
     async def lease_check(self, key: ThreadKey) -> None:

@@ -7,9 +7,10 @@ whose process dies frees it when the lease runs out. A waiter polls, backing off
 to 200 ms: a compaction takes seconds, and a waiter wants to start soon after it ends.
 
 A renewal that finds the lease taken (the holder stalled longer than the lease) logs
-`compaction_lease_lost`; the holder's checkpoint is then refused (`LeaseLost`: the store's
-checkpoint script compares the holder's token with the lease's), since the new holder may have
-cut the history back and offloaded lines of its own meanwhile.
+`compaction_lease_lost` and sets the holder's `lost` future, which stops its compaction; its
+checkpoint would be refused anyway (`LeaseLost`: the store's checkpoint script compares the
+holder's token with the lease's), since the new holder may have cut the history back and
+offloaded lines of its own meanwhile.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import asyncio
 import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio
@@ -30,25 +32,34 @@ LONGEST_WAIT_S = 0.2
 RunScript = Callable[..., Any]  # `RedisStore._script`: (script, keys, args) -> its answer
 
 
+@dataclass(frozen=True)
+class Held:
+    token: str
+    lost: asyncio.Future[None]  # done once a renewal found the lease another's
+
+
 @asynccontextmanager
 async def held_lease(client: redis.asyncio.Redis, name: str, lease_s: float,
                      run_script: RunScript, log: Any,
                      unavailable: Callable[[BaseException], Exception],
-                     who: dict[str, Any] | None = None) -> AsyncIterator[str]:
-    """Hold the lease `name` for the body, which gets the holder's token; waits while another
-    holds it. `unavailable` makes the error raised when Redis cannot be asked; `who` (thread
-    and tenant) goes on the lease's log lines, as on the compaction's own."""
+                     who: dict[str, Any] | None = None) -> AsyncIterator[Held]:
+    """Hold the lease `name` for the body, which gets the holder's token and what says when
+    the lease was lost; waits while another holds it. `unavailable` makes the error raised
+    when Redis cannot be asked; `who` (thread and tenant) goes on the lease's log lines, as
+    on the compaction's own."""
     who = who or {}
     token = secrets.token_hex(16)
     lease_ms = max(1, int(lease_s * 1000))
     await _acquire(client, name, token, lease_ms, unavailable)
+    loop = asyncio.get_running_loop()
+    held = Held(token, loop.create_future())
     # Its cancel alone may not stop the renewal: one that lands while redis-py's command is
     # in flight can come back as that command's error, which the loop outlives.
     stopping = asyncio.Event()
-    renewing = asyncio.get_running_loop().create_task(
-        _renew(name, token, lease_ms, run_script, log, stopping, who), name="compaction-lease")
+    renewing = loop.create_task(
+        _renew(name, held, lease_ms, run_script, log, stopping, who), name="compaction-lease")
     try:
-        yield token
+        yield held
     finally:
         stopping.set()
         renewing.cancel()
@@ -69,13 +80,13 @@ async def _acquire(client: redis.asyncio.Redis, name: str, token: str, lease_ms:
         wait_s = min(wait_s * 2, LONGEST_WAIT_S)
 
 
-async def _renew(name: str, token: str, lease_ms: int, run_script: RunScript,
+async def _renew(name: str, held: Held, lease_ms: int, run_script: RunScript,
                  log: Any, stopping: asyncio.Event, who: dict[str, Any]) -> None:
     every_s = lease_ms / 3000
     while not stopping.is_set():
         await asyncio.sleep(every_s)
         try:
-            renewed = await run_script(RENEW_LEASE, (name,), (token, lease_ms))
+            renewed = await run_script(RENEW_LEASE, (name,), (held.token, lease_ms))
         except SERVER_ERRORS as error:  # tried again next time; the lease may still hold
             if not stopping.is_set():
                 log.warning("compaction_lease_renewal_failed", **who,
@@ -83,6 +94,8 @@ async def _renew(name: str, token: str, lease_ms: int, run_script: RunScript,
             continue
         if not renewed:
             log.warning("compaction_lease_lost", **who, lease_s=lease_ms / 1000)
+            if not stopping.is_set() and not held.lost.done():
+                held.lost.set_result(None)
             return
 
 

@@ -37,7 +37,8 @@ import structlog
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
 from proxy.redaction import redacted_url
 from proxy.store import jsoncodec
-from proxy.store.base import ANCHORS_KEPT, StoreError, ThreadSummary, Touch
+# `LeaseLost` is the base's: the compactor, which imports no Redis, tells it from other refusals.
+from proxy.store.base import ANCHORS_KEPT, LeaseLoss, LeaseLost, StoreError, ThreadSummary, Touch
 from proxy.store.failures import NO_HOOKS, FailureHooks, WriteFailures
 from proxy.store.keys import storable_key, thread_key_text
 from proxy.store.redis_connection import (SERVER_ERRORS, StateUnavailable, connect, described,
@@ -51,17 +52,6 @@ from proxy.store.redis_writer import Command, QueuedWrites
 from proxy.store.sqlite_db import ORIGINS_KEPT_S
 
 UNAVAILABLE_REPORT_INTERVAL_S = 10.0
-
-
-class LeaseLost(StoreError):
-    """A checkpoint refused: its compaction outlived the thread's lease, which another
-    instance holds now (see `ADD_EVENT` in `proxy/store/redis_scripts.py`)."""
-
-    keeps_history_lines = True  # the new holder has cut them off and may have offloaded its own
-
-    def __init__(self) -> None:
-        super().__init__("the thread's compaction lease passed to another proxy instance "
-                         "before this checkpoint was written (state.redis.lease_s)")
 
 
 class RedisStore:
@@ -269,22 +259,22 @@ class RedisStore:
         return [decoded(CompactionEvent, "checkpoint", text) for text in texts]
 
     @asynccontextmanager
-    async def compaction_lease(self, key: ThreadKey) -> AsyncIterator[None]:
-        """Held by one instance at a time per thread (see `proxy/store/redis_lease.py`); a
-        checkpoint written under it is refused once another holder has it or has written one
-        since (`LeaseLost`)."""
+    async def compaction_lease(self, key: ThreadKey) -> AsyncIterator[LeaseLoss]:
+        """Held by one instance at a time per thread (see `proxy/store/redis_lease.py`); yields
+        a future done once another holder took it. A checkpoint written under it is refused
+        once another holder has it or has written one since (`LeaseLost`)."""
         client = self._require_writable()
         digest = thread_digest(key)
         who = {"thread": thread_key_text(key.thread), "tenant": key.tenant}
         async with held_lease(client, self.keys.lease(digest), self._lease_s, self._script,
-                              self._log, self._unavailable_error, who) as token:
+                              self._log, self._unavailable_error, who) as held:
             try:  # read under the lease: only its holder adds a checkpoint until it lets go
                 seen = await client.llen(self.keys.events(digest))
             except SERVER_ERRORS as error:
                 raise self._unavailable_error(error) from None
-            self._lease_tokens[digest] = (token, int(seen))
+            self._lease_tokens[digest] = (held.token, int(seen))
             try:
-                yield
+                yield held.lost
             finally:
                 del self._lease_tokens[digest]
 

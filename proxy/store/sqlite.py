@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import structlog
 
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
-from proxy.store.base import ANCHORS_KEPT, StoreError, ThreadSummary, Touch
+from proxy.store.base import ANCHORS_KEPT, LeaseLoss, StoreError, ThreadSummary, Touch
 from proxy.store.damage import REMEDY, StateDamaged, is_damage
 from proxy.store.failures import NO_HOOKS, FailureHooks, WriteFailures
 from proxy.store.keys import DIGEST_PREFIX, storable_key, text_digest, thread_key_text
@@ -151,7 +151,7 @@ class SqliteStore:
     async def events(self, key: ThreadKey) -> list[CompactionEvent]:
         return await self._run(self._require_db().events, storable_key(key))
 
-    def compaction_lease(self, key: ThreadKey) -> AbstractAsyncContextManager[None]:
+    def compaction_lease(self, key: ThreadKey) -> AbstractAsyncContextManager[LeaseLoss]:
         return nullcontext()  # the one owner's per-thread lock keeps compactions apart
 
     async def lease_check(self, key: ThreadKey) -> None:
