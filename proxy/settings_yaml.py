@@ -69,10 +69,24 @@ _HINTS = (
 )
 
 
+# PyYAML's problems that quote what follows a `!` or a `*`: a value that starts with one (a
+# generated password may) is read as a tag or an alias, and its text would be in the line.
+_QUOTING = (
+    ("could not determine a constructor for the tag", "an unknown tag"),
+    ("found undefined tag handle", "an undefined tag handle"),
+    ("found undefined alias", "an undefined alias"),
+)
+_QUOTE_IT = "a value that starts with ! or * must be quoted"
+
+
 def _yaml_problem(exc: yaml.YAMLError) -> str:
     # PyYAML's own text quotes the offending line, which may hold a key: where it is will do.
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
+    named = next((text for start, text in _QUOTING if (problem or "").startswith(start)), None)
+    if named is not None:
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        return f"{named}{where}: {_QUOTE_IT}"
     if mark is None or problem is None:
         return str(exc)
     where = f"{problem} (line {mark.line + 1}, column {mark.column + 1})"

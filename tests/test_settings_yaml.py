@@ -1,5 +1,6 @@
 """Reading the config file (`proxy.settings_yaml`): a file that is no regular file is refused
-before it is read (a FIFO's read may never end)."""
+before it is read (a FIFO's read may never end), and a problem never quotes the file's text
+(a value that starts with `!` or `*`, a generated key's, is read as a tag or an alias)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,29 @@ from pathlib import Path
 import pytest
 
 from proxy.settings import ConfigError, load_settings
+from tests.process import cli
+
+BASE = "upstreams:\n  u:\n    base_url: http://127.0.0.1:9/v1\n    api_key: {key}\n"
+
+
+@pytest.mark.parametrize("key, named", [
+    ("!Pa55-SECRET-VALUE", "an unknown tag"),
+    ("!!Pa55-SECRET-VALUE", "an unknown tag"),
+    ("!x!Pa55-SECRET-VALUE", "an undefined tag handle"),
+    ("*Pa55-SECRET-VALUE", "an undefined alias"),
+])
+def test_a_secret_read_as_a_tag_or_an_alias_is_not_quoted(tmp_path: Path, key: str,
+                                                          named: str) -> None:
+    config = tmp_path / "p.yaml"
+    config.write_text(BASE.format(key=key))
+    with pytest.raises(ConfigError) as error:
+        load_settings(config, {})
+    [problem] = error.value.problems
+    assert problem == (f"<file>: {config} is not valid YAML: {named} (line 4, column 14): "
+                       "a value that starts with ! or * must be quoted")
+    checked = cli("check-config", "--config", str(config))
+    assert checked.returncode == 1 and problem in checked.stderr
+    assert "Pa55" not in checked.stderr
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
