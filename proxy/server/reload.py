@@ -210,9 +210,12 @@ def reconfigured(running: Configured, settings: Settings) -> Configured:
     """What `settings` make, sharing with `running` what outlives a version of the config."""
     pipeline = _pipeline(running.pipeline, settings)
     origins = origins_for(settings, pipeline.store, pipeline.clock, pipeline.log)
-    if origins is not None and running.origins is not None:
-        origins = running.origins.reconfigured(settings.upstreams)  # the ids it remembers
-    return Configured(settings, pipeline, origins)
+    remembered = running.remembered
+    if origins is not None and remembered is not None:
+        origins = remembered.reconfigured(settings.upstreams)  # the ids it remembers
+    # Routes to one upstream need no memory, but a later reload may route to several again.
+    return Configured(settings, pipeline, origins,
+                      idle_origins=remembered if origins is None else None)
 
 
 def _pipeline(running: Pipeline, settings: Settings) -> Pipeline:
