@@ -3,6 +3,8 @@ naming where, never quoting the line (it may hold a key)."""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ from proxy.settings_reader import ConfigError
 
 def read_yaml(path: str | Path) -> Any:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = _read_text(path)
     except OSError as exc:
         raise ConfigError([f"<file>: cannot read {path}: {exc.strerror or exc}"]) from None
     except UnicodeDecodeError as exc:
@@ -27,6 +29,19 @@ def read_yaml(path: str | Path) -> Any:
         raise ConfigError([f"<file>: {path} nests too deeply"]) from None
     except ValueError as exc:  # from PyYAML's converters: a date like 2024-13-45, a 5000-digit int
         raise ConfigError([f"<file>: {path} has a value YAML cannot read: {exc}"]) from None
+
+
+def _read_text(path: str | Path) -> str:
+    """The file's text, if it is a regular file. A FIFO (or a device) may never end: the read
+    would block `check-config`, the start, or a reload (and with it the shutdown) for ever."""
+    # Opened without waiting for a writer (a FIFO's open blocks until one comes), then checked
+    # on the opened file itself: no other file can be swapped in between the check and the read.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with open(fd, encoding="utf-8") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError([f"<file>: {path} is not a regular file: the config is read "
+                               "from a file (not a FIFO, socket or device)"])
+        return file.read()
 
 
 class _UniqueKeysLoader(yaml.SafeLoader):
@@ -54,10 +69,24 @@ _HINTS = (
 )
 
 
+# PyYAML's problems that quote what follows a `!` or a `*`: a value that starts with one (a
+# generated password may) is read as a tag or an alias, and its text would be in the line.
+_QUOTING = (
+    ("could not determine a constructor for the tag", "an unknown tag"),
+    ("found undefined tag handle", "an undefined tag handle"),
+    ("found undefined alias", "an undefined alias"),
+)
+_QUOTE_IT = "a value that starts with ! or * must be quoted"
+
+
 def _yaml_problem(exc: yaml.YAMLError) -> str:
     # PyYAML's own text quotes the offending line, which may hold a key: where it is will do.
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
+    named = next((text for start, text in _QUOTING if (problem or "").startswith(start)), None)
+    if named is not None:
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        return f"{named}{where}: {_QUOTE_IT}"
     if mark is None or problem is None:
         return str(exc)
     where = f"{problem} (line {mark.line + 1}, column {mark.column + 1})"

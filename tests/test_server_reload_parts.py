@@ -90,3 +90,20 @@ def test_tokenizers_loaded_off_the_loop_join_the_shared_estimators_when_adopted(
     assert estimators.estimator("legacy-1") is meanwhile  # its cache kept
     assert estimators.estimator("some-model") is loaded["o200k_base"]
     assert running.pipeline.estimators.estimator("some-model") is loaded["o200k_base"]
+
+
+def test_a_changed_safety_margin_shares_the_counts_and_not_the_margin(tmp_path: Path) -> None:
+    from proxy.server.pipeline import Pipeline
+    old = proxy_settings("http://127.0.0.1:9/v1", str(tmp_path), tokens={"safety_margin": 0.03})
+    new = proxy_settings("http://127.0.0.1:9/v1", str(tmp_path), tokens={"safety_margin": 0.5})
+    running = Configured(old, Pipeline(old))
+    before = running.pipeline.estimators.estimator("m1")
+    after = reconfigured(running, new).pipeline.estimators.estimator("m1")
+    assert after.tokenizer is before.tokenizer
+    assert after._entries is before._entries and after._texts is before._texts  # noqa: SLF001
+    assert after.with_margin(100) == 150
+    assert before.with_margin(100) == 103  # a request under way keeps the margin it began with
+    cached = proxy_settings("http://127.0.0.1:9/v1", str(tmp_path),
+                            tokens={"safety_margin": 0.5, "cache_entries": 5000})
+    other = reconfigured(running, cached).pipeline.estimators.estimator("m1")
+    assert other._entries is not before._entries  # noqa: SLF001 - cache_entries read anew

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from proxy.compaction.trigger import Thresholds, thresholds
 from proxy.conversation import Entry
-from proxy.settings import Settings
+from proxy.settings import Settings, TokenSettings
 from proxy.store.keys import MAX_KEPT_CHARS
 from proxy.tokens.encoding import encoding_name, tokenizer_for
 from proxy.tokens.estimate import TokenEstimator
@@ -35,14 +36,16 @@ async def counted(estimator: TokenEstimator, unmeasured: Sequence[Entry]) -> Non
         estimator.adopt(await asyncio.to_thread(estimator.measure_apart, unmeasured))
 
 
+Shared = dict[tuple[str, str], TokenEstimator]
+
+
 class Estimators:
     def __init__(self, settings: Settings, shared: Estimators | None = None) -> None:
         """`shared`: the estimators of the config a reload replaces, whose token counters (and
-        their caches) serve this one too when `tokens` did not change."""
+        their caches) serve this one too; with a changed `tokens.safety_margin`, through
+        estimators of their own that share the caches (`cache_entries` waits for a restart)."""
         self.settings = settings
-        self._shared: dict[tuple[str, str], TokenEstimator] = (
-            shared._shared if shared is not None and shared.settings.tokens == settings.tokens
-            else {})  # by encoding, image rule
+        self._shared: Shared = _carried(shared, settings.tokens)  # by encoding, image rule
         self._by_model: dict[str, TokenEstimator] = {}
         self._thresholds_by: dict[tuple[str, int], Thresholds] = {}
         self._loaded: dict[tuple[str, str], TokenEstimator] = {}  # by `load`, until `adopt`
@@ -124,3 +127,18 @@ class Estimators:
         images = image_rule(model, profile.image_rule if profile else None)
         return (encoding_name(model, tokenizer), images.name), lambda: TokenEstimator(
             tokenizer_for(model, tokenizer), self.settings.tokens, images)
+
+
+def _carried(shared: Estimators | None, tokens: TokenSettings) -> Shared:
+    """The token counters a reload's estimators start with: those in force, or copies of them
+    with the new safety margin that share their caches (the counts they hold are margin-free);
+    none when another token setting changed."""
+    if shared is None:
+        return {}
+    if shared.settings.tokens == tokens:
+        return shared._shared
+    if replace(shared.settings.tokens, safety_margin=tokens.safety_margin) != tokens:
+        return {}
+    # Copied first: a reload builds this off the loop, while requests add to the dict.
+    return {key: found.margined(tokens.safety_margin)
+            for key, found in shared._shared.copy().items()}

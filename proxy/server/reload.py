@@ -14,18 +14,22 @@ into what was built at start keep their running values until a restart, and are 
 (`config_reload_partial`; `proxy.settings_diff.RESTART_ONLY`).
 
 One reload runs at a time: a signal that comes during one asks for one more after it (the file
-may have changed again since it was read); one during the shutdown is ignored. Its own lines
-are written whether a changed `logging.level` is raised or lowered.
+may have changed again since it was read); one during the shutdown is ignored. The shutdown
+does not wait for a reload under way: its build may never end (a read from a hung mount), and
+what it makes is dropped. Its own lines are written whether a changed `logging.level` is
+raised or lowered.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import copy
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from proxy.server.compaction_flow import CompactionFlow
 from proxy.server.compactor import Compactor
@@ -49,6 +53,9 @@ class Built:
     running: Configured  # what it was built from
     configured: Configured | None  # None when no setting changed
     tokenizers: dict[str, str] | None  # when `models` or `tokens` changed: for the log
+
+
+T = TypeVar("T")
 
 
 def _rank(level: str) -> int:
@@ -76,10 +83,11 @@ class Reloader:
             self._task = asyncio.get_running_loop().create_task(self._reloading())
 
     async def close(self) -> None:
-        """At the shutdown's start: no reload starts any more, and one under way ends first."""
+        """At the shutdown's start: no reload starts any more, and one under way is not applied.
+        It is not waited for either: its build may be stuck for ever in a read."""
         self._closed = True
         if self._task is not None:
-            await asyncio.wait([self._task])
+            self._ignored()
 
     async def _reloading(self) -> None:
         try:
@@ -96,9 +104,8 @@ class Reloader:
         try:
             # Built off the loop (the requests and streams under way go on meanwhile), put
             # in force on it.
-            built = await asyncio.to_thread(self.build, self._services.configured)
-            if self._closed:  # the shutdown began while it was built
-                self._ignored()
+            built = await off_loop(self.build, self._services.configured)
+            if self._closed:  # the shutdown began while it was built (and `close` said so)
                 return None
             return self.apply(built)
         except ConfigError as error:
@@ -168,13 +175,47 @@ class Reloader:
         self._services.metrics.config_reloads.labels("failed").inc()
 
 
+async def off_loop(call: Callable[[Configured], T], running: Configured) -> T:
+    """`call(running)` in a daemon thread of its own, awaited. Not `asyncio.to_thread`: the
+    event loop's executor is joined when the proxy stops, so a build stuck in a read would
+    keep a stopped proxy alive for ever; nothing waits for a daemon thread."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        try:
+            outcome: tuple[T | None, BaseException | None] = (context.run(call, running), None)
+        except BaseException as error:  # noqa: BLE001 - handed to the awaiting task
+            outcome = (None, error)
+        try:
+            loop.call_soon_threadsafe(_settle, future, *outcome)
+        except RuntimeError:  # the loop has closed: the proxy stopped, nobody waits for it
+            pass
+
+    threading.Thread(target=run, name="config-reload", daemon=True).start()
+    return await future
+
+
+def _settle(future: asyncio.Future[T], result: T | None, error: BaseException | None) -> None:
+    if future.done():  # the awaiting task was cancelled (the loop's end)
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)  # type: ignore[arg-type]
+
+
 def reconfigured(running: Configured, settings: Settings) -> Configured:
     """What `settings` make, sharing with `running` what outlives a version of the config."""
     pipeline = _pipeline(running.pipeline, settings)
     origins = origins_for(settings, pipeline.store, pipeline.clock, pipeline.log)
-    if origins is not None and running.origins is not None:
-        origins = running.origins.reconfigured(settings.upstreams)  # the ids it remembers
-    return Configured(settings, pipeline, origins)
+    remembered = running.remembered
+    if origins is not None and remembered is not None:
+        origins = remembered.reconfigured(settings.upstreams)  # the ids it remembers
+    # Routes to one upstream need no memory, but a later reload may route to several again.
+    return Configured(settings, pipeline, origins,
+                      idle_origins=remembered if origins is None else None)
 
 
 def _pipeline(running: Pipeline, settings: Settings) -> Pipeline:

@@ -26,6 +26,9 @@ class Configured:
     settings: Settings
     pipeline: Any  # proxy.server.pipeline.Pipeline
     origins: Origins | None = None  # when the routes name several upstreams
+    # The memory of an earlier version's `origins` while the routes name one upstream: unused,
+    # carried so that a reload back to several upstreams still knows which made each id.
+    idle_origins: Origins | None = field(default=None, repr=False, compare=False)
 
     # The upstream of the models asked for (the same few on every request): a route is one
     # dict lookup, not a glob match per configured route.
@@ -33,6 +36,11 @@ class Configured:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_routes", Memo(self._route, max_entries=1024, max_chars=256))
+
+    @property
+    def remembered(self) -> Origins | None:
+        """The origins memory a reload carries to the next version: in use or idle."""
+        return self.origins if self.origins is not None else self.idle_origins
 
     def route(self, model: str) -> UpstreamSettings:
         return self._routes[model]

@@ -19,6 +19,7 @@ compaction's post-check then finds the file's text counted with its tool result 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -59,10 +60,19 @@ class TokenEstimator:
         self.described = tokenizer.describe()
         self.margin = settings.safety_margin
         self._entries: LRU[bytes, int] = LRU(settings.cache_entries)
-        self._memo_key = ("tokens", tokenizer.name, images.name, self.margin)
+        # The counts are margin-free (`with_margin` adds it to the total): an estimator with
+        # another margin shares them, memos and caches alike (`margined`).
+        self._memo_key = ("tokens", tokenizer.name, images.name)
         self._blobs: LRU[bytes, int] = LRU(_BLOB_CACHE)
         # (characters, tokens) per long text: weighed by its length, which it keeps alive.
         self._texts: WeightedLRU[str, tuple[int, int]] = WeightedLRU(_TEXT_CACHE_CHARS, _chars)
+
+    def margined(self, margin: float) -> TokenEstimator:
+        """This estimator with another safety margin, sharing its caches (a reload's new
+        `tokens.safety_margin`: the counts made so far still hold)."""
+        again = copy.copy(self)
+        again.margin = margin
+        return again
 
     def text_tokens(self, text: str) -> int:
         """Tokens of a text, in an entry or built by the proxy (a restored file, a summary). A
