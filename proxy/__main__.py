@@ -272,7 +272,7 @@ async def _run(app: web.Application, settings: Settings, log: object, reloader: 
         if hangups.pending:
             reloader.requested()
         await stop.wait()
-    await reloader.close()  # a reload under way ends first; a SIGHUP from now on is ignored
+    await reloader.close()  # a reload under way is not applied; a SIGHUP from now on is ignored
     log.info("shutting_down", grace_s=settings.server.shutdown_grace_s)  # type: ignore[attr-defined]
     # A second signal: the operator will not wait out the grace.
     from proxy.server.services import SERVICES
