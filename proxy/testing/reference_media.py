@@ -1,16 +1,21 @@
 """The fake upstream's "true" cost of images, audio, files and response schemas, per model.
 
 Written from PROTOCOL.md §7.3 and the provider facts the estimator's modules cite, apart from
-the estimator's arithmetic: it shares only the pure readers of an image's size, an audio clip's
-duration and a PDF's pages, so a wrong constant or formula in the estimator shows as a
-difference against these counts.
+the estimator's arithmetic: it shares only the pure readers of an image's size and an audio
+clip's duration, so a wrong constant or formula in the estimator shows as a difference against
+these counts. A PDF's pages it reads its own way, as a reader does: the page tree's `/Count`, in
+the plain bytes or in any Flate stream (object streams hold the tree since PDF 1.5), inflated
+whole; it trusts its tests' PDFs and bounds only what one stream may inflate to.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import math
+import re
 import struct
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -98,8 +103,38 @@ def file_tokens(model: str, file: Any) -> int:
     data = media.data_of(data)
     if not media.is_pdf(data):
         return math.ceil(media.decoded_size(data) / 4)
-    pages = media.pdf_pages(data) or math.ceil(media.decoded_size(data) / 50_000)
+    pages = pdf_pages(data) or math.ceil(media.decoded_size(data) / 50_000)  # unreadable
     return pages * page
+
+
+_STREAM_DATA = re.compile(rb"stream\r?\n")
+_FLAT_DICT = re.compile(rb"<<([^<>]*)>>")  # a dictionary holding none: a page tree node
+_STREAM_LIMIT = 64 * 1024 * 1024
+
+
+def pdf_pages(data: str) -> int:
+    """The largest `/Count` of a `/Type /Pages` node (the root's), else the page objects."""
+    try:
+        raw = base64.b64decode(data)
+    except (binascii.Error, ValueError):
+        return 0
+    texts = [raw, *(_inflated(memoryview(raw)[at.end():]) for at in _STREAM_DATA.finditer(raw))]
+    counts = [_node_count(node) for text in texts for node in _FLAT_DICT.findall(text)]
+    if any(counts):
+        return max(counts)
+    return sum(len(re.findall(rb"/Type\s*/Page\b", text)) for text in texts)
+
+
+def _inflated(stream: memoryview) -> bytes:
+    try:
+        return zlib.decompressobj().decompress(stream, _STREAM_LIMIT)
+    except zlib.error:
+        return b""
+
+
+def _node_count(node: bytes) -> int:
+    count = re.search(rb"/Count\s+(\d+)", node)
+    return int(count.group(1)) if count and re.search(rb"/Type\s*/Pages\b", node) else 0
 
 
 def part_tokens(model: str, part: Mapping[str, Any]) -> int | None:

@@ -10,8 +10,9 @@ the upstream accepts (and tiktoken spent seconds on it). Instead:
 - A PDF (`file.file_data`, Responses `input_file.file_data`) by its pages: OpenAI puts each
   page's extracted text and an image of the page into the context. A page costs the model's
   image rule for a letter page rendered to 768x994 (the tile rule's scale) plus
-  PAGE_TEXT_TOKENS, above a dense page of text (500-800 tokens). A PDF whose pages a byte scan
-  cannot see (compressed object streams) is counted at one page per PDF_BYTES_PER_PAGE.
+  PAGE_TEXT_TOKENS, above a dense page of text (500-800 tokens). The pages are read by
+  `pdf.py`, in object streams too; a PDF whose pages it cannot read (encrypted, another filter,
+  broken) or which met its bounds is counted at one page per PDF_BYTES_PER_PAGE at least.
 - Other file data: a quarter of its bytes, as text of ~4 bytes a token would count.
 - A file by reference (`file_id`, `file_url`): nothing to measure, counted as one PDF page.
 """
@@ -24,12 +25,18 @@ from typing import Any
 
 from proxy.tokens import media
 from proxy.tokens.images import DEFAULT_RULE, ImageRule
+from proxy.tokens.pdf import pdf_pages
 
 AUDIO_TOKENS_PER_MINUTE = 1000
 UNKNOWN_AUDIO_BYTES_PER_SECOND = 4000  # 32 kbit/s, the low end of speech mp3
 PAGE_TEXT_TOKENS = 1000
 PAGE_SIZE = (768, 994)  # a US letter page with its short side scaled to 768 px
-PDF_BYTES_PER_PAGE = 50_000
+# Low on purpose, for PDFs whose pages cannot be read (SPEC §6: never below a conservative
+# estimate). Text is the densest common PDF: the pdfTeX manuals in Debian's docs take 7-8 KB a
+# page (libtasn1: 256 KB, 36 pages; shared-mime-info: 137 KB, 17); a long book sharing its fonts
+# over hundreds of pages may take less. A scan (100 KB a page and more) comes out many pages
+# long: an early compaction rather than a refused call. At 50 KB that manual came out 6 pages.
+PDF_BYTES_PER_PAGE = 5_000
 
 
 def audio_tokens(audio: Any) -> int:
@@ -58,6 +65,14 @@ def file_tokens(file: Any, rule: ImageRule = DEFAULT_RULE) -> int:
         return page_tokens(rule)
     data = media.data_of(data)
     if media.is_pdf(data):
-        pages = media.pdf_pages(data) or math.ceil(media.decoded_size(data) / PDF_BYTES_PER_PAGE)
-        return pages * page_tokens(rule)
+        return pdf_page_count(data) * page_tokens(rule)
     return math.ceil(media.decoded_size(data) / 4)
+
+
+def pdf_page_count(data: str) -> int:
+    """The pages read, or one per PDF_BYTES_PER_PAGE when none were or a bound stopped the
+    reading and that is more."""
+    read = pdf_pages(data)
+    if read.complete and read.found:
+        return read.found
+    return max(read.found, math.ceil(media.decoded_size(data) / PDF_BYTES_PER_PAGE))

@@ -1,23 +1,17 @@
 """Audio and file sizes read from base64 data without decoding more than needed.
 
 Pure readers: a wav's duration from its header, an mp3's from its first frame's bitrate and the
-data's size, a PDF's page count from its page objects. Each decodes a bounded slice of the
-base64 (a header, or the PDF in chunks it never holds whole) and answers None on data it cannot
-read; garbage never raises.
+data's size (a PDF's pages are read by `pdf.py`, with `decoded_slice`). Each decodes a bounded
+slice of the base64 and answers None on data it cannot read; garbage never raises.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import re
 import struct
 
 _HEAD_CHARS = 8192  # base64 characters holding a wav or mp3 header (6 KB)
-_CHUNK_CHARS = 4 * 1024 * 1024  # a PDF is scanned 3 MB at a time
-# A page object: `/Type /Page` not followed by `s` (that is the page tree, `/Pages`).
-_PAGE = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
-_OVERLAP = 32  # bytes kept between chunks so a marker split across two is still seen
 
 
 def data_of(url: str) -> str:
@@ -34,7 +28,7 @@ def decoded_size(data: str) -> int:
     return size - min(2, len(data) - len(data.rstrip("=")))
 
 
-def _decode(data: str, start: int, chars: int) -> bytes:
+def decoded_slice(data: str, start: int, chars: int) -> bytes:
     """Decoded bytes from byte offset `start` (rounded down to a base64 group), at most
     `chars` characters' worth."""
     first = start // 3 * 4
@@ -47,7 +41,7 @@ def _decode(data: str, start: int, chars: int) -> bytes:
 
 
 def wav_seconds(data: str) -> float | None:
-    head = _decode(data, 0, _HEAD_CHARS)
+    head = decoded_slice(data, 0, _HEAD_CHARS)
     if head[:4] != b"RIFF" or head[8:12] != b"WAVE":
         return None
     i, byte_rate = 12, 0
@@ -81,14 +75,14 @@ def mp3_seconds(data: str) -> float | None:
     """From the first frame's bitrate: exact for constant bitrate; for variable bitrate the first
     frame is usually its info frame at a low rate, so the duration comes out long (safe)."""
     start = 0
-    head = _decode(data, 0, _HEAD_CHARS)
+    head = decoded_slice(data, 0, _HEAD_CHARS)
     if head[:3] == b"ID3" and len(head) >= 10:
         # An ID3v2 tag (cover art can make it large) precedes the audio: skip it.
         size = 0
         for byte in head[6:10]:
             size = size << 7 | (byte & 0x7F)
         start = 10 + size
-        head = _decode(data, start, _HEAD_CHARS)
+        head = decoded_slice(data, start, _HEAD_CHARS)
     for i in range(len(head) - 3):
         if head[i] == 0xFF and head[i + 1] & 0xE0 == 0xE0:
             bitrate = _frame_bitrate(head[i + 1], head[i + 2])
@@ -105,21 +99,4 @@ def _frame_bitrate(b1: int, b2: int) -> int:
 
 
 def is_pdf(data: str) -> bool:
-    return _decode(data, 0, 8)[:5] == b"%PDF-"
-
-
-def pdf_pages(data: str) -> int:
-    """Page objects in the PDF, scanned in chunks (0 when its pages sit in compressed object
-    streams, where a byte scan cannot see them)."""
-    found, tail = 0, b""
-    for first in range(0, len(data), _CHUNK_CHARS):
-        chunk = tail + _decode(data, first // 4 * 3, _CHUNK_CHARS)
-        found += len(_PAGE.findall(chunk))
-        # Keep the end for the next chunk, minus any marker already counted in it.
-        tail = chunk[-_OVERLAP:]
-        last = None
-        for last in _PAGE.finditer(tail):
-            pass
-        if last is not None:
-            tail = tail[last.end():]
-    return found
+    return decoded_slice(data, 0, 8)[:5] == b"%PDF-"
