@@ -3,9 +3,11 @@
 It follows OpenAI's published counting recipe (the cookbook's `num_tokens_from_messages` and
 its tool-definition rule; PROTOCOL.md §7) with the bundled cl100k_base, extended the obvious
 way where the recipe is silent (tool calls, a legacy `function_call`, content parts, Responses
-items). Images, audio and files cost what the model's rules say (`reference_media`), legacy
-`functions` the tool rule and a response schema its JSON text. It is the yardstick the proxy's
-estimate is tested against, written independently of the estimator.
+items). A tool's `parameters` beyond the recipe's properties ($defs, a top-level anyOf) count
+as their JSON text: the model reads them. Images, audio and files cost what the model's rules
+say (`reference_media`), legacy `functions` the tool rule and a response schema its JSON text.
+It is the yardstick the proxy's estimate is tested against, written independently of the
+estimator.
 """
 
 from __future__ import annotations
@@ -116,7 +118,16 @@ def tools_tokens(tools: Iterable[Any] | None) -> int:
             continue
         total += 7 + count_text(f"{fn.get('name', '')}:{str(fn.get('description', '')).rstrip('.')}")
         params = fn.get("parameters") or {}
-        props = params.get("properties") if isinstance(params, Mapping) else None
+        if not isinstance(params, Mapping):
+            total += count_text(_value_text(params))
+            continue
+        # The model reads all of `parameters`: what the cookbook's recipe leaves out ($defs of
+        # nested models, a top-level anyOf, a title) as its JSON text.
+        others = {k: v for k, v in params.items() if k not in ("type", "properties", "required")}
+        total += count_text(jsonio.dumps_text(others)) if others else 0
+        props = params.get("properties")
+        if props and not isinstance(props, Mapping):
+            total += count_text(_value_text(props))
         if isinstance(props, Mapping) and props:
             total += 3
             for key, prop in props.items():

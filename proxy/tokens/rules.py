@@ -2,13 +2,14 @@
 
 OpenAI's published recipe (PROTOCOL.md §7): every message costs 3 tokens of framing plus its
 role, content and name (a name 1 more); the reply is primed with 3; function definitions
-follow the cookbook's gpt-4o constants. Where the recipe is silent the rules below count what
-the model reads: each tool call as framing, name and arguments; reasoning text sent back
-(`reasoning_content`, `reasoning`, Responses reasoning summaries and texts); images by the
-model's image rule (`images.py`); audio and files by what they are (`attachments.py`); legacy
-`functions` by the tool rule and response schemas as their JSON text; any other content part or
-item as its JSON text. Everything is a pure function of the parsed JSON, a `count(text) -> int` and the model's
-image rule.
+follow the cookbook's gpt-4o constants for their properties, and what else their `parameters`
+hold (`$defs`, a top-level `anyOf`) counts as its JSON text. Where the recipe is silent the
+rules below count what the model reads: each tool call as framing, name and arguments;
+reasoning text sent back (`reasoning_content`, `reasoning`, Responses reasoning summaries and
+texts); images by the model's image rule (`images.py`); audio and files by what they are
+(`attachments.py`); legacy `functions` by the tool rule and response schemas as their JSON
+text; any other content part or item as its JSON text. Everything is a pure function of the
+parsed JSON, a `count(text) -> int` and the model's image rule.
 """
 
 from __future__ import annotations
@@ -184,10 +185,22 @@ def _tool_tokens(tool: Any, count: Count) -> int:
     description = str(function.get("description", "")).rstrip(".")
     total = FUNCTION + count(f"{function.get('name', '')}:{description}")
     parameters = function.get("parameters")
-    properties = parameters.get("properties") if isinstance(parameters, Mapping) else None
+    if not isinstance(parameters, Mapping):
+        return total + (count(json_text(parameters)) if parameters else 0)
+    properties = parameters.get("properties")
     if isinstance(properties, Mapping) and properties:
         total += PROPERTIES + sum(_property_tokens(k, p, count) for k, p in properties.items())
-    return total
+    elif properties:  # not an object of properties: what it is, as text
+        total += count(json_text(properties))
+    rest = {k: v for k, v in parameters.items() if k not in _RECIPE_PARAMETERS}
+    return total + (count(json_text(rest)) if rest else 0)
+
+
+# What the cookbook's recipe covers of a function's `parameters` (its examples carry `type`,
+# `properties` and `required`, and its counts match the API's). The model reads the rest too:
+# `$defs` of nested models (pydantic, `openai.pydantic_function_tool`), a top-level `anyOf` or
+# `oneOf`, a title or description: counted as their JSON text.
+_RECIPE_PARAMETERS = frozenset({"type", "properties", "required"})
 
 
 def _function_of(tool: Mapping[str, Any]) -> Mapping[str, Any] | None:
