@@ -9,11 +9,16 @@ Depth: orjson reads up to 1,024 levels but writes only 255; the standard library
 a level on Python's stack, which a request handler has partly used already. What the proxy read
 it must be able to write, so the standard library gets room for `MAX_DEPTH` levels above the
 caller (`_with_room`); deeper is `NestedTooDeep`, a 400 at the request's parse.
+
+Numbers past a float's range (`1e400`): orjson refuses to read them and the standard library
+reads them as inf. Both writers put such a number down as `null` (orjson does by itself), so a
+value orjson refuses to write for another reason (a lone surrogate) is still written, as JSON.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -54,8 +59,35 @@ def dumps(value: Any, *, sort_keys: bool = False) -> bytes:
 
 
 def _stdlib_dumps(value: Any, sort_keys: bool) -> str:
+    try:
+        return _strict_dumps(value, sort_keys)
+    except ValueError:
+        # A number past a float's range (`1e400` reads as inf): written as orjson writes it,
+        # `null`, so the text is JSON and the same whichever writer wrote it.
+        return _strict_dumps(_finite(value), sort_keys)
+
+
+def _strict_dumps(value: Any, sort_keys: bool) -> str:
     return json.dumps(value, ensure_ascii=True, separators=(",", ":"), sort_keys=sort_keys,
                       allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    """`value` with every infinite or NaN float replaced by None. Loops, not comprehensions: a
+    frame a level, as deep as `_with_room` lets the standard library write."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        out: dict[Any, Any] = {}
+        for key, item in value.items():
+            out[key] = _finite(item)
+        return out
+    if isinstance(value, (list, tuple)):
+        items: list[Any] = []
+        for item in value:
+            items.append(_finite(item))
+        return items
+    return value
 
 
 def dumps_text(value: Any) -> str:

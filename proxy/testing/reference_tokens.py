@@ -3,9 +3,12 @@
 It follows OpenAI's published counting recipe (the cookbook's `num_tokens_from_messages` and
 its tool-definition rule; PROTOCOL.md §7) with the bundled cl100k_base, extended the obvious
 way where the recipe is silent (tool calls, a legacy `function_call`, content parts, Responses
-items). Images, audio and files cost what the model's rules say (`reference_media`), legacy
-`functions` the tool rule and a response schema its JSON text. It is the yardstick the proxy's
-estimate is tested against, written independently of the estimator.
+items). A tool's `parameters` beyond the recipe's properties ($defs, a top-level anyOf) and a
+Responses call item's fields beyond its arguments (a patch, a hosted tool's output) count as
+their JSON text: the model reads them. Images, audio and files cost what the model's rules
+say (`reference_media`), legacy `functions` the tool rule and a response schema its JSON text.
+It is the yardstick the proxy's estimate is tested against, written independently of the
+estimator.
 """
 
 from __future__ import annotations
@@ -116,7 +119,16 @@ def tools_tokens(tools: Iterable[Any] | None) -> int:
             continue
         total += 7 + count_text(f"{fn.get('name', '')}:{str(fn.get('description', '')).rstrip('.')}")
         params = fn.get("parameters") or {}
-        props = params.get("properties") if isinstance(params, Mapping) else None
+        if not isinstance(params, Mapping):
+            total += count_text(_value_text(params))
+            continue
+        # The model reads all of `parameters`: what the cookbook's recipe leaves out ($defs of
+        # nested models, a top-level anyOf, a title) as its JSON text.
+        others = {k: v for k, v in params.items() if k not in ("type", "properties", "required")}
+        total += count_text(jsonio.dumps_text(others)) if others else 0
+        props = params.get("properties")
+        if props and not isinstance(props, Mapping):
+            total += count_text(_value_text(props))
         if isinstance(props, Mapping) and props:
             total += 3
             for key, prop in props.items():
@@ -164,9 +176,25 @@ def responses_item_tokens(item: Mapping[str, Any], model: str = "") -> int:
     if kind.endswith("_call_output"):
         return TOKENS_PER_MESSAGE + count_parts(item.get("output"), model)
     if kind.endswith("_call"):
-        args = item.get("arguments", item.get("input", item.get("action", "")))
-        return TOKENS_PER_CALL + count_text(str(item.get("name", ""))) + count_text(_value_text(args))
+        return call_item_tokens(item, model)
     return TOKENS_PER_MESSAGE + count_text(_value_text(item))
+
+
+def call_item_tokens(item: Mapping[str, Any], model: str = "") -> int:
+    """A `*_call` item: all the model reads of it. Its name and arguments (`arguments`, else
+    `input`, else `action`) as text, a generated image as an image, and every other field
+    but its ids and status (a patch's `operation`, a hosted tool's `output` or `results`, a
+    code interpreter's `code`) as JSON text."""
+    fields = {k: v for k, v in item.items() if k not in ("type", "id", "call_id", "status")}
+    total = TOKENS_PER_CALL + count_text(str(fields.pop("name", "")))
+    for key in ("arguments", "input", "action"):
+        if key in fields:
+            total += count_text(_value_text(fields.pop(key)))
+            break
+    if item.get("type") == "image_generation_call" and isinstance(fields.get("result"), str):
+        image = "data:image/png;base64," + fields.pop("result")
+        total += reference_media.image_tokens(model, image, None)
+    return total + (count_text(jsonio.dumps_text(fields)) if fields else 0)
 
 
 def responses_prompt_tokens(body: Mapping[str, Any]) -> int:

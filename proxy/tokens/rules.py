@@ -2,13 +2,15 @@
 
 OpenAI's published recipe (PROTOCOL.md §7): every message costs 3 tokens of framing plus its
 role, content and name (a name 1 more); the reply is primed with 3; function definitions
-follow the cookbook's gpt-4o constants. Where the recipe is silent the rules below count what
-the model reads: each tool call as framing, name and arguments; reasoning text sent back
-(`reasoning_content`, `reasoning`, Responses reasoning summaries and texts); images by the
-model's image rule (`images.py`); audio and files by what they are (`attachments.py`); legacy
-`functions` by the tool rule and response schemas as their JSON text; any other content part or
-item as its JSON text. Everything is a pure function of the parsed JSON, a `count(text) -> int` and the model's
-image rule.
+follow the cookbook's gpt-4o constants for their properties, and what else their `parameters`
+hold (`$defs`, a top-level `anyOf`) counts as its JSON text. Where the recipe is silent the
+rules below count what the model reads: each tool call as framing, name and arguments, and a
+Responses `*_call` item's other fields (a patch, a hosted tool's output) as their JSON text;
+reasoning text sent back (`reasoning_content`, `reasoning`, Responses reasoning summaries and
+texts); images by the model's image rule (`images.py`); audio and files by what they are
+(`attachments.py`); legacy `functions` by the tool rule and response schemas as their JSON
+text; any other content part or item as its JSON text. Everything is a pure function of the
+parsed JSON, a `count(text) -> int` and the model's image rule.
 """
 
 from __future__ import annotations
@@ -151,8 +153,36 @@ def responses_item_tokens(item: Mapping[str, Any], count: Count,
         return MESSAGE + content_tokens(item.get("output"), count, images)
     if kind.endswith("_call"):
         arguments = item.get("arguments", item.get("input", item.get("action", "")))
-        return CALL + count(str(item.get("name", ""))) + count(json_text(arguments))
+        total = CALL + count(str(item.get("name", ""))) + count(json_text(arguments))
+        if item.keys() <= _FUNCTION_CALL:
+            return total  # the usual item: nothing else to look for
+        return total + _call_fields_tokens(item, count, images)
     return MESSAGE + count(json_text(item))
+
+
+# What a call item says besides its name and arguments is what the model reads of it too: a
+# patch's `operation`, an MCP call's `output`, a code interpreter's `code` and `outputs`, a file
+# search's `results`. Only its bookkeeping (and its name, counted on its own) is left out.
+_CALL_BOOKKEEPING = frozenset({"type", "id", "call_id", "status", "name"})
+_FUNCTION_CALL = _CALL_BOOKKEEPING | {"arguments"}
+
+
+def _call_fields_tokens(item: Mapping[str, Any], count: Count, images: ImageRule) -> int:
+    """A call item's fields beyond its bookkeeping, name and arguments (`arguments`, else
+    `input`, else `action`, counted by the caller) as JSON text."""
+    given = next((field for field in ("arguments", "input", "action") if field in item), None)
+    rest = {k: v for k, v in item.items() if k not in _CALL_BOOKKEEPING and k != given}
+    total = 0
+    result = rest.get("result")
+    if item.get("type") == "image_generation_call" and isinstance(result, str):
+        # A generated image (base64, no data URL) costs what the image costs, not its text.
+        total += images.tokens(_BASE64_IMAGE + result[:_IMAGE_HEAD], None)
+        del rest["result"]
+    return total + (count(json_text(rest)) if rest else 0)
+
+
+_BASE64_IMAGE = "data:image/png;base64,"  # the size is read from the bytes, whatever the type
+_IMAGE_HEAD = 87384  # base64 characters: as many as `images.image_size` reads
 
 
 def _texts_tokens(parts: Any, count: Count) -> int:
@@ -184,10 +214,22 @@ def _tool_tokens(tool: Any, count: Count) -> int:
     description = str(function.get("description", "")).rstrip(".")
     total = FUNCTION + count(f"{function.get('name', '')}:{description}")
     parameters = function.get("parameters")
-    properties = parameters.get("properties") if isinstance(parameters, Mapping) else None
+    if not isinstance(parameters, Mapping):
+        return total + (count(json_text(parameters)) if parameters else 0)
+    properties = parameters.get("properties")
     if isinstance(properties, Mapping) and properties:
         total += PROPERTIES + sum(_property_tokens(k, p, count) for k, p in properties.items())
-    return total
+    elif properties:  # not an object of properties: what it is, as text
+        total += count(json_text(properties))
+    rest = {k: v for k, v in parameters.items() if k not in _RECIPE_PARAMETERS}
+    return total + (count(json_text(rest)) if rest else 0)
+
+
+# What the cookbook's recipe covers of a function's `parameters` (its examples carry `type`,
+# `properties` and `required`, and its counts match the API's). The model reads the rest too:
+# `$defs` of nested models (pydantic, `openai.pydantic_function_tool`), a top-level `anyOf` or
+# `oneOf`, a title or description: counted as their JSON text.
+_RECIPE_PARAMETERS = frozenset({"type", "properties", "required"})
 
 
 def _function_of(tool: Mapping[str, Any]) -> Mapping[str, Any] | None:
