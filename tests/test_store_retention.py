@@ -39,8 +39,8 @@ async def whole_thread(store: SqliteStore | CachedStore, history: HistoryFiles, 
     store.record_request(key, at, 1234)
     for n in range(3):
         store.add_anchor(key, anchor(n, at))
-    appended = await history.offload_async(key, [{"id": "m1", "message": {"role": "user",
-                                                                          "content": "x" * 500}}], at)
+    message = {"role": "user", "content": "x" * 500}
+    appended = await history.offload_async(key, [{"id": "m1", "message": message}], at)
     await store.add_event(key, event(1, at=at))
     await store.set_microcompact(key, mark(1))
     await store.flush()

@@ -32,8 +32,8 @@ SWEEP_BATCH = 500  # threads a transaction: some 16k rows at most, a few ms
 
 class Sweeper:
     def __init__(self, cache: CachedStore, store: IdleRemoval, retention_s: float,
-                 log: Any = None, *, clock: Callable[[], float] = time.time, every_s: float = SWEEP_EVERY_S,
-                 batch: int = SWEEP_BATCH) -> None:
+                 log: Any = None, *, clock: Callable[[], float] = time.time,
+                 every_s: float = SWEEP_EVERY_S, batch: int = SWEEP_BATCH) -> None:
         """`store` is the one behind `cache` (its removals must go through the cache's claim)."""
         self.cache = cache
         self.store = store
