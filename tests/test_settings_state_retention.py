@@ -1,4 +1,5 @@
-"""`state.retention_days`: its default, what it reads, and the values it refuses by name."""
+"""`state.retention_days`: its default, what it reads, the values it refuses by name, and
+`check-config` and `threads` showing it."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from proxy.records import ThreadKey
 from proxy.settings import ConfigError, StateSettings, parse_settings
+from proxy.store import SqliteStore
 from tests.process import cli, write_config
 
 UPSTREAMS = {"upstreams": {"up": {"base_url": "http://127.0.0.1:9/v1"}}}
@@ -46,3 +49,22 @@ def test_check_config_prints_it_and_exits_1_on_a_bad_one(tmp_path: Path) -> None
     refused = cli("check-config", "--config", str(bad))
     assert refused.returncode == 1
     assert "state.retention_days" in refused.stderr and "at least 0" in refused.stderr
+
+
+@pytest.mark.parametrize(("days", "said"), [
+    (None, "a thread idle more than 30 days is removed (state.retention_days: 30)"),
+    (0.5, "a thread idle more than 0.5 days is removed (state.retention_days: 0.5)"),
+    (0, "threads are kept until removed by hand (state.retention_days: 0)")])
+async def test_threads_says_how_long_an_idle_thread_is_kept(tmp_path: Path, days: float | None,
+                                                            said: str) -> None:
+    """On stderr: stdout stays the table, which scripts read."""
+    store = SqliteStore(tmp_path / "state")
+    await store.open()
+    store.record_request(ThreadKey("tenant-a", "t1"), 1000.0, 5)
+    await store.close()
+    state = {} if days is None else {"retention_days": days}
+    config = write_config(tmp_path / "p.yaml", "http://127.0.0.1:9/v1", tmp_path / "state",
+                          state=state)
+    listed = cli("threads", "--config", str(config))
+    assert listed.returncode == 0 and listed.stderr == said + "\n"
+    assert listed.stdout.startswith("LAST ACTIVITY") and listed.stdout.count("\n") == 2
