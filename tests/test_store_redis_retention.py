@@ -5,6 +5,7 @@ server counts the TTL, not the proxy's clock."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,7 +18,7 @@ from proxy.store import create_history, create_store
 from proxy.store.redis_history import RedisHistory
 from proxy.store.redis_keys import thread_digest
 from proxy.store.redis_store import RedisStore
-from tests.store_backends import anchor, event, mark
+from tests.store_backends import LogLines, anchor, event, mark
 
 DAY = 86_400.0
 KEY = ThreadKey("tenant-a", "thread-1")
@@ -203,3 +204,37 @@ async def test_the_configured_days_reach_the_store_and_the_history(
             assert 1.99 * DAY * 1000 < left <= 2 * DAY * 1000, what
     finally:
         await closed(store, history)
+
+
+async def test_threads_written_without_a_ttl_get_what_is_left_of_it_when_a_proxy_opens(
+        redis_url: str, redis_prefix: str, client: redis.asyncio.Redis) -> None:
+    """Written before retention, or with it at 0: no write would ever give them one."""
+    recent, idle, timed = (ThreadKey("tenant-a", name) for name in ("recent", "idle", "timed"))
+    now = time.time()
+    expiring, history = await opened(redis_url, redis_prefix, DAY)
+    await whole_thread(expiring, history, timed)
+    await closed(expiring, history)
+    untimed, history = await opened(redis_url, redis_prefix, 0)
+    await whole_thread(untimed, history, recent)
+    untimed.record_request(recent, now - 10 * DAY, None)  # its last activity
+    untimed.record_request(idle, now - 40 * DAY, None)
+    await closed(untimed, history)
+    log = LogLines()
+    store = RedisStore(redis_url, prefix=redis_prefix, retention_s=30 * DAY, log=log)
+    await store.open()
+    try:
+        for _ in range(200):
+            if log.named("state_expiry_set"):
+                break
+            await asyncio.sleep(0.01)
+        assert log.named("state_expiry_set") == [{"threads": 2}]
+        left = await ttls(client, redis_prefix, recent)
+        assert left.pop("tenants") > 29.9 * DAY * 1000  # shared by the id's threads: all of it
+        for what, ms in left.items():
+            assert 19.9 * DAY * 1000 < ms <= 20 * DAY * 1000, what
+        gone = names(redis_prefix, idle)
+        assert 0 < await client.pttl(gone.pop("tenants")) <= 30 * DAY * 1000
+        assert not await client.exists(*gone.values())  # idle past the retention: at once
+        assert 0 < (await ttls(client, redis_prefix, timed))["thread"] <= DAY * 1000  # its own
+    finally:
+        await store.close()

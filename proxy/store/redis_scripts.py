@@ -111,6 +111,24 @@ redis.call('HSET', KEYS[1], 'microcompact', ARGV[5])
 keep(ARGV[#ARGV], KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
 """
 
+# KEYS as a thread-writing script's; ARGV = digest, now (an instance's clock), the retention in
+# ms. A thread that no write gave a TTL (written before retention, or with it off) gets what is
+# left of the retention since its last activity (its score), at least 1 ms: an idle one expires
+# at once. Its id's tenant set, which other tenants' threads share, gets the whole retention,
+# and only when it has none: it must outlive them. Returns 1 when it gave one.
+EXPIRE_UNTIMED = """
+if redis.call('PTTL', KEYS[1]) ~= -1 then return 0 end
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+local left = tonumber(ARGV[3])
+if score then left = math.floor((tonumber(score) - tonumber(ARGV[2])) * 1000 + left) end
+if left < 1 then left = 1 end
+for _, key in ipairs({KEYS[1], KEYS[4], KEYS[5], KEYS[6]}) do
+  redis.call('PEXPIRE', key, left)
+end
+if redis.call('PTTL', KEYS[3]) == -1 then redis.call('PEXPIRE', KEYS[3], ARGV[3]) end
+return 1
+"""
+
 # KEYS = the thread's hash, anchors, checkpoints; ARGV[1] = how many anchors. One snapshot:
 # {hash fields and values, anchors newest first, the latest checkpoint}; {} when unknown.
 LOAD = """
@@ -130,4 +148,5 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 return redis.call('DEL', KEYS[1])
 """
 
-ALL = (TOUCH, ADD_ANCHOR, ADD_EVENT, SET_MICROCOMPACT, LOAD, RENEW_LEASE, RELEASE_LEASE)
+ALL = (TOUCH, ADD_ANCHOR, ADD_EVENT, SET_MICROCOMPACT, EXPIRE_UNTIMED, LOAD, RENEW_LEASE,
+       RELEASE_LEASE)

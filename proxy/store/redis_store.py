@@ -25,6 +25,7 @@ writing methods raise StoreError.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -44,6 +45,7 @@ from proxy.store.redis_connection import (SERVER_ERRORS, StateUnavailable, conne
                                           unreachable)
 from proxy.store.redis_keys import LAYOUT_VERSION, RedisKeys, thread_digest
 from proxy.store.redis_lease import held_lease
+from proxy.store.redis_retention import expiry_pass
 from proxy.store.redis_records import SUMMARY_FIELDS, decoded, summary, thread_state
 from proxy.store.redis_eval import evalsha_args, load_scripts, run_pipelined, run_script
 from proxy.store.redis_scripts import ADD_ANCHOR, ADD_EVENT, ALL, LOAD, SET_MICROCOMPACT, TOUCH
@@ -84,6 +86,7 @@ class RedisStore:
         self._anchors_kept = anchors_kept
         self._origins_kept_ms = int(origins_kept_s * 1000)
         self._retention_ms = str(int(retention_s * 1000))  # as the scripts compare it: '0'
+        self._untimed: asyncio.Task[None] | None = None  # `proxy/store/redis_retention.py`
         self._client: redis.asyncio.Redis | None = None
         self._closing = False
         self.writer = QueuedWrites(self._send_batch, self._write_failed)
@@ -108,12 +111,20 @@ class RedisStore:
             await client.aclose()
             raise
         self._client, self._closing = client, False
+        if not self.read_only and self._retention_ms != "0":
+            self._untimed = asyncio.get_running_loop().create_task(expiry_pass(
+                client, self.keys, self._retention_ms, self._log, redacted_url(self.url)),
+                name="state-expiry-pass")
 
     async def close(self) -> None:
         client = self._client
         if client is None or self._closing:
             return
         self._closing = True  # from here on, new calls fail instead of racing the close
+        untimed, self._untimed = self._untimed, None
+        if untimed is not None:
+            untimed.cancel()
+            await asyncio.wait([untimed])
         try:
             await self.writer.settled()
             self._report(self._failures.take())
