@@ -3,7 +3,8 @@
 All three open the state database read-only (`proxy.store.reader.read_only_view`): they never
 write, read alongside a running proxy, and leave the directory as they found it. A problem is
 one line on stderr and exit 1.
-`threads` prints every id whole, as stored, so any id it lists can be given to `inspect`.
+`threads` prints every id whole, as stored, so any id it lists can be given to `inspect`, and
+on stderr how long an idle thread is kept (`state.retention_days`).
 
 With `state.backend: redis` they read through a store opened `read_only` (no write command, no
 script loaded: a read-only replica serves them) and print the same; `check-state` decodes every
@@ -48,10 +49,19 @@ def list_threads(settings: Settings, limit: int) -> int:
         return 1
     if not summaries:
         print(f"no threads in {_where(settings)}")
-        return 0
-    for line in threads_table(summaries):
-        print(line)
+    else:
+        for line in threads_table(summaries):
+            print(line)
+    # On stderr: stdout stays the table alone, for scripts (and `inspect`) to read.
+    print(retention_note(settings.state.retention_days), file=sys.stderr)
     return 0
+
+
+def retention_note(days: float) -> str:
+    """What the state keeps, as `threads` says it."""
+    if days <= 0:
+        return "threads are kept until removed by hand (state.retention_days: 0)"
+    return f"a thread idle more than {days:g} days is removed (state.retention_days: {days:g})"
 
 
 def threads_table(summaries: list[ThreadSummary]) -> list[str]:

@@ -42,7 +42,16 @@ class StateSettings:
     backend: str = "sqlite"
     path: str = "./data"
     check_on_start: bool = True  # PRAGMA quick_check before serving (proxy/store/damage.py)
+    # A thread idle longer than this is removed whole (0: kept for ever). 30: the upstream keeps
+    # stored responses that long (`proxy.store.sqlite_db.ORIGINS_KEPT_S`), and a client that
+    # comes back later pays one summary, which a thread's state exists to save.
+    retention_days: float = 30.0
     redis: RedisSettings = RedisSettings()
+
+    @property
+    def retention_s(self) -> float:
+        """`retention_days` in seconds; 0 keeps every thread."""
+        return self.retention_days * 86_400.0
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,7 @@ def parse_state(r: Reader, env: Mapping[str, str]) -> StateSettings:
         backend=r.string("backend", StateSettings.backend, choices=("sqlite", "redis")),
         path=_home_expanded(r, _no_nul(r, path), env.get("HOME", "")),
         check_on_start=r.boolean("check_on_start", StateSettings.check_on_start),
+        retention_days=r.number("retention_days", StateSettings.retention_days, minimum=0.0),
         redis=parse_redis(r.mapping("redis")),
     )
     r.finish()

@@ -189,8 +189,9 @@ def test_a_checkpoint_the_full_disk_refuses_is_a_failed_write(make_fake, make_pr
 def test_a_damaged_state_answer_is_counted(tmp_path: Path, make_proxy, fake: Any,
                                            loop_thread: Any) -> None:
     loop_thread.run(damaged_state(tmp_path / "state"))
+    # retention off: the state's times are from 1970, and a sweep would meet the damage first
     proxy = make_proxy(fake, state_path=str(tmp_path / "state"),
-                       state={"check_on_start": False})
+                       state={"check_on_start": False, "retention_days": 0})
     assert value(scrape(proxy), "proxy_state_damaged_total") == 0
     hi = [{"role": "user", "content": "hi"}]
     assert post(proxy, hi, DAMAGED, model="gpt-4o").status_code == 500

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.cli_state import check_state, list_threads
+from proxy.cli_state import check_state, list_threads, retention_note
 from proxy.records import ThreadKey
 from proxy.settings import Settings, StateSettings
 from proxy.store import SqliteStore, StoreError, open_read_only
@@ -63,7 +63,7 @@ def assert_commands_read_an_empty_state(root: Path, capsys: pytest.CaptureFixtur
     assert checked == 0 and out.startswith("ok: ") and not err, (out, err)
     listed = list_threads(settings_for(root), 10)
     out, err = capsys.readouterr()
-    assert (listed, out, err) == (0, f"no threads in {root}\n", "")
+    assert (listed, out, err) == (0, f"no threads in {root}\n", retention_note(30) + "\n")
 
 
 async def reopened_at_the_latest_version(root: Path) -> None:

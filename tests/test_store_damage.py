@@ -150,8 +150,9 @@ def test_a_request_of_a_damaged_thread_gets_openai_error_shape_others_are_served
         tmp_path: Path, make_proxy: Callable[..., RunningProxy], fake: Any,
         loop_thread: Any) -> None:
     loop_thread.run(damaged_state(tmp_path / "state"))
+    # retention off: the state's times are from 1970, and a sweep would meet the damage first
     proxy = make_proxy(fake, state_path=str(tmp_path / "state"),
-                       state={"check_on_start": False})
+                       state={"check_on_start": False, "retention_days": 0})
     client = openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)
     with client:
         with pytest.raises(openai.InternalServerError) as failed:

@@ -36,7 +36,7 @@ async def test_the_serving_store_refuses_it_naming_the_problem_and_the_remedy(
         await SqliteStore(tmp_path).open()
     message = str(refused.value)
     assert str(tmp_path / "state.db") in message
-    assert "no schema version" in message and "anchors, events, origins, threads" in message
+    assert "no schema version" in message and "anchors, events, history_removals, origins, threads" in message
     assert "restore it from a backup" in message and "move it away" in message
     with closing(sqlite3.connect(tmp_path / "state.db")) as conn:
         assert conn.execute("SELECT count(*) FROM threads").fetchone() == (1,)

@@ -20,6 +20,8 @@ from proxy.server.services import SERVICES, Configured, Services
 from proxy.server.upstream import UpstreamClient
 from proxy.settings import Settings
 from proxy.settings_diff import digest
+from proxy.store.cached import CachedStore
+from proxy.store.retention import Sweeper, sweeper_for
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -63,12 +65,28 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     except BaseException:
         await services.upstream.close()  # the state did not open: nothing else will close it
         raise
+    sweeper = _sweeper(services)
+    if sweeper is not None:
+        sweeper.start()
     yield
     # aiohttp has force-closed connections whose handlers outlived the drain: let those
     # handlers end before the store closes under them.
     if not await services.drain.settle(CUT_WAIT_S):
         services.log.warning("handlers_still_running", requests=services.drain.in_flight)
+    if sweeper is not None:
+        await sweeper.stop()
     stop = getattr(services.pipeline, "stop", None)
     if stop is not None:
         await stop()
     await services.upstream.close()
+
+
+def _sweeper(services: Services) -> Sweeper | None:
+    """Retention's sweep of the state (`state.retention_days`), across reloads: `state.*` takes
+    a restart, and a reloaded pipeline shares the store."""
+    pipeline = services.pipeline
+    store = getattr(pipeline, "store", None)
+    if not isinstance(store, CachedStore):
+        return None
+    return sweeper_for(store, services.settings.state.retention_s, services.log,
+                       getattr(pipeline, "clock", time.time))

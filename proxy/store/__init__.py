@@ -43,12 +43,13 @@ def _redis_store(settings: StateSettings, hooks: FailureHooks) -> StateStore:
         raise StoreError(REDIS_MISSING) from None
     redis = settings.redis
     return RedisStore(redis.url, prefix=redis.prefix, timeout_s=redis.timeout_s,
-                      lease_s=redis.lease_s, hooks=hooks)
+                      lease_s=redis.lease_s, hooks=hooks, retention_s=settings.retention_s)
 
 
 def create_history(settings: StateSettings) -> History:
     """The configured history, not yet open."""
     if settings.backend == "redis":
         from proxy.store.redis_history import RedisHistory
-        return RedisHistory(settings.redis)  # its `open` says so when redis is not installed
+        # Its `open` says so when redis is not installed.
+        return RedisHistory(settings.redis, retention_s=settings.retention_s)
     return HistoryFiles.under(settings.path)

@@ -28,7 +28,7 @@ import asyncio
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias
+from typing import Protocol, TypeAlias, runtime_checkable
 
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
 
@@ -74,6 +74,31 @@ class ThreadSummary:
     last_activity: float
     event_count: int
     last_estimate: int | None
+
+
+@dataclass(frozen=True)
+class Removed:
+    """What retention freed: threads (their rows), history files and those files' bytes."""
+
+    threads: int = 0
+    files: int = 0
+    bytes: int = 0
+
+    def __add__(self, other: Removed) -> Removed:
+        return Removed(self.threads + other.threads, self.files + other.files,
+                       self.bytes + other.bytes)
+
+
+@runtime_checkable
+class IdleRemoval(Protocol):
+    """A store that retention sweeps (SQLite); Redis expires a thread's keys instead."""
+
+    async def idle_threads(self, before: float, after: ThreadKey | None,
+                           limit: int) -> list[ThreadKey]:
+        """Up to `limit` threads with no activity since `before`, in key order after `after`."""
+
+    async def remove_threads(self, keys: Sequence[ThreadKey], before: float) -> Removed:
+        """Remove whole those of `keys` still idle since `before`, crash-safe."""
 
 
 class StateStore(Protocol):

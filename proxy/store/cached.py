@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from typing import Any
@@ -68,6 +69,13 @@ class CachedStore:
         # Held while the task's write is in flight: `flush` and `close` queue touches that
         # must reach the worker after it (see `_write_held_now`).
         self._writing = asyncio.Lock()
+        # With retention (`proxy/store/retention.py`): the threads the request path read since
+        # the current sweep began, and between the previous one's start and it. A request reads
+        # its thread before anything else, and its touch is written only after its compaction,
+        # and late: these keep a thread in use from being removed under it, a request that
+        # outlasts a whole interval between sweeps aside. None: nothing swept, nothing noted.
+        self._read: set[ThreadKey] | None = None
+        self._read_before: set[ThreadKey] = set()
 
     async def open(self) -> None:
         await self.store.open()
@@ -100,9 +108,13 @@ class CachedStore:
     def cached(self, key: ThreadKey) -> ThreadState | None:
         """The thread's state when this cache holds it (now the newest), else None: a known
         thread's state without a coroutine; `load` reads the others from the store."""
+        if self._read is not None:
+            self._read.add(key)
         return self._states.get(key)
 
     async def load(self, key: ThreadKey) -> ThreadState:
+        if self._read is not None:
+            self._read.add(key)
         found = self._states.get(key)
         if found is None:
             found = self._with_unwritten_touches(key, await self.store.load(key))
@@ -169,6 +181,31 @@ class CachedStore:
 
     async def events(self, key: ThreadKey) -> list[CompactionEvent]:
         return await self.store.events(key)
+
+    # -- retention ----------------------------------------------------------------------
+
+    def sweep_begins(self) -> None:
+        """A sweep starts: from now on reads are noted (none before the first), and those from
+        before the previous sweep began are no longer."""
+        self._read_before, self._read = self._read or set(), set()
+
+    def claim_idle(self, keys: Sequence[ThreadKey]) -> list[ThreadKey]:
+        """Those of `keys` (idle in the store) this process has not used lately, dropped from
+        the cache: the caller removes them from the store at once, before any other task runs,
+        so that a request that comes for one later reads it from the store after its removal
+        and starts afresh. A thread read since the previous sweep began, or with a touch held
+        back or being written, is in use and stays. Keys are the stored ones, which are the
+        request path's own (`proxy.store.keys.storable_key` leaves those as they are)."""
+        read = self._read or set()
+        claimed = []
+        for key in keys:
+            if (key in read or key in self._read_before or key in self._held
+                    or key in self._in_flight or key in self._after_flight):
+                continue
+            self._states.pop(key)
+            self._touched.pop(key)
+            claimed.append(key)
+        return claimed
 
     def _with_unwritten_touches(self, key: ThreadKey, state: ThreadState) -> ThreadState:
         """`state` with this thread's touches that the store does not have yet, oldest first
@@ -258,6 +295,9 @@ class _NothingKept:
         return None
 
     def update(self, key: ThreadKey, change: Any, *args: object) -> None:
+        return None
+
+    def pop(self, key: ThreadKey) -> None:
         return None
 
 

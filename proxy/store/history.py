@@ -42,6 +42,25 @@ def thread_digest(key: ThreadKey) -> str:
     return hashlib.sha256(jsoncodec.dumps([stored.tenant, stored.thread])).hexdigest()
 
 
+def history_path(root: Path, key: ThreadKey) -> Path:
+    """The thread's history file under `root` (`<state.path>/history`)."""
+    return root / f"{thread_digest(key)}.jsonl"
+
+
+def remove_history(root: Path, key: ThreadKey) -> int | None:
+    """Delete the thread's history file; its size, or None when there was none. Called only
+    once the thread's rows are gone (retention): a `HistoryFiles` keeps, per file, the size
+    and line count it left, and a new file of the same name starts at size 0, which no size
+    it kept for a file with lines matches."""
+    path = history_path(root, key)
+    try:
+        size = path.stat().st_size
+        path.unlink()
+    except FileNotFoundError:
+        return None
+    return size
+
+
 @dataclass(frozen=True)
 class HistoryContents:
     records: list[dict[str, Any]] = field(default_factory=list)
@@ -118,7 +137,7 @@ class HistoryFiles:
         return cls(Path(state_path) / HISTORY_DIR)
 
     def path_for(self, key: ThreadKey) -> Path:
-        return self.root / f"{thread_digest(key)}.jsonl"
+        return history_path(self.root, key)
 
     def append(self, key: ThreadKey, records: Iterable[dict[str, Any]],
                at: float | None = None) -> str:
@@ -140,7 +159,7 @@ class HistoryFiles:
             finally:
                 os.close(fd)
             if known is None:
-                _fsync_dir(self.root)  # a new file's name must survive a crash too
+                fsync_dir(self.root)  # a new file's name must survive a crash too
         return appended
 
     def retract(self, appended: Appended) -> bool:
@@ -304,7 +323,7 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

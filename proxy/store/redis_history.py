@@ -35,13 +35,16 @@ T = TypeVar("T")
 SCHEME = "redis:"
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
-# ARGV: at (JSON), then each record (JSON). The lines are built here so that their `seq`
-# follows the length the push itself finds; RPUSH goes in chunks, as `unpack` has a limit.
+# ARGV: at (JSON), the retention in ms ('0': none), then each record (JSON). The lines are
+# built here so that their `seq` follows the length the push itself finds; RPUSH goes in
+# chunks, as `unpack` has a limit. The list takes the thread's TTL as its other keys do
+# (`proxy/store/redis_scripts.py`): the checkpoint that follows renews it with them, and lines
+# whose checkpoint never came expire too.
 _OFFLOAD = """
 local before = redis.call('LLEN', KEYS[1])
 local lines = {}
-for i = 2, #ARGV do
-  lines[#lines + 1] = '{"seq":' .. (before + i - 1) .. ',"at":' .. ARGV[1]
+for i = 3, #ARGV do
+  lines[#lines + 1] = '{"seq":' .. (before + i - 2) .. ',"at":' .. ARGV[1]
       .. ',"record":' .. ARGV[i] .. '}'
   if #lines == 1000 then
     redis.call('RPUSH', KEYS[1], unpack(lines))
@@ -49,6 +52,8 @@ for i = 2, #ARGV do
   end
 end
 if #lines > 0 then redis.call('RPUSH', KEYS[1], unpack(lines)) end
+if ARGV[2] == '0' then redis.call('PERSIST', KEYS[1])
+else redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return before
 """
 
@@ -82,11 +87,14 @@ class RedisHistoryError(OSError):
 class RedisHistory:
     unit = "lines"
 
-    def __init__(self, settings: RedisSettings, *, read_only: bool = False) -> None:
+    def __init__(self, settings: RedisSettings, *, read_only: bool = False,
+                 retention_s: float = 0.0) -> None:
         """`read_only`: for the state commands, which only read (no script is loaded: that
-        fills the server's script cache, and a read-only replica refuses it)."""
+        fills the server's script cache, and a read-only replica refuses it); `retention_s`:
+        the TTL an offload gives the list (0: none)."""
         self.settings = settings
         self.read_only = read_only
+        self._retention_ms = str(int(retention_s * 1000))
         self.shown_url = redacted_url(settings.url)
         self._client: Any = None  # redis.asyncio.Redis once open
         self._keys = RedisKeys(settings.prefix)
@@ -130,7 +138,8 @@ class RedisHistory:
         stamp = jsoncodec.dumps(time.time() if at is None else at)
         values = [jsoncodec.dumps(record) for record in records]
         name = self.list_for(key)
-        before = int(await self._run("offload", _OFFLOAD, [name], [stamp, *values]))
+        before = int(await self._run("offload", _OFFLOAD, [name],
+                                     [stamp, self._retention_ms, *values]))
         return Appended(SCHEME + name, before, before + len(values), before)
 
     async def retract_async(self, appended: Appended) -> bool:

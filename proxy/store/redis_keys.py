@@ -19,6 +19,8 @@ side. The thread id and tenant themselves are values (in the thread's hash), for
     <prefix>o:<id digest>    string  the upstream that made a stored answer, expiring
 
 `<id digest>` is the sha256 of the text (a storable thread id, an upstream's answer id).
+With `state.retention_days`, a thread's `t:`, `a:`, `e:`, `h:` and its id's `f:` expire that
+long after the thread's last write, which renews them all (`proxy/store/redis_scripts.py`).
 """
 
 from __future__ import annotations

@@ -15,8 +15,14 @@ The layout of the keys they touch is in `proxy/store/redis_keys.py`.
 
 from __future__ import annotations
 
-# Every thread-writing script gets KEYS[1..3] = the thread's hash, the threads' zset, the
-# thread id's tenant set, and ARGV[1..3] = digest, tenant, thread id.
+# Every thread-writing script gets KEYS[1..6] = the thread's hash, the threads' zset, the
+# thread id's tenant set, the thread's anchors, checkpoints and history, ARGV[1..3] = digest,
+# tenant, thread id, and last (`ARGV[#ARGV]`) the retention in ms, '0' for none. Each write
+# gives all the thread's keys (and its id's tenant set) that retention as TTL, from now: a
+# thread expires whole once it has had no write for that long, and an active thread's older
+# keys (a checkpoint written weeks ago) never before it. '0' takes any TTL off them. The lease
+# keeps its own expiry; the threads' zset loses a thread a day after its keys expired (the
+# instances' clocks may differ; `list_threads` skips one whose hash is gone already).
 _THREAD_FUNCTIONS = """
 local function ensure(t, threads, tenants, digest, tenant, thread, at)
   if redis.call('HSETNX', t, 'created_at', at) == 0 then return false end
@@ -31,13 +37,20 @@ local function rescore(t, threads, digest)
   if anchored and tonumber(anchored) > tonumber(touched) then touched = anchored end
   redis.call('ZADD', threads, touched, digest)
 end
+local function keep(ttl, t, tenants, anchors, events, history)
+  for _, key in ipairs({t, tenants, anchors, events, history}) do
+    if ttl == '0' then redis.call('PERSIST', key) else redis.call('PEXPIRE', key, ttl) end
+  end
+end
 """
 
-# Touches, 3 keys and 5 arguments each (estimate '' for none): the later time stays, for the
-# activity and the estimate alike (a hash without `estimate_at` takes any estimate).
+# Touches, 6 keys and 5 arguments each (estimate '' for none), then the retention: the later
+# time stays, for the activity and the estimate alike (a hash without `estimate_at` takes any
+# estimate).
 TOUCH = _THREAD_FUNCTIONS + """
-for i = 0, #KEYS / 3 - 1 do
-  local t, threads, tenants = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
+local ttl, latest = ARGV[#ARGV], nil
+for i = 0, #KEYS / 6 - 1 do
+  local t, threads, tenants = KEYS[6 * i + 1], KEYS[6 * i + 2], KEYS[6 * i + 3]
   local digest, tenant, thread, at, estimate = unpack(ARGV, 5 * i + 1, 5 * i + 5)
   if not ensure(t, threads, tenants, digest, tenant, thread, at)
       and tonumber(at) > tonumber(redis.call('HGET', t, 'last_activity')) then
@@ -50,20 +63,26 @@ for i = 0, #KEYS / 3 - 1 do
       redis.call('HSET', t, 'last_estimate', estimate, 'estimate_at', at)
     end
   end
+  keep(ttl, t, tenants, KEYS[6 * i + 4], KEYS[6 * i + 5], KEYS[6 * i + 6])
+  latest = at
+end
+if latest and ttl ~= '0' then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf',
+             '(' .. (tonumber(latest) - tonumber(ttl) / 1000 - 86400))
 end
 """
 
-# KEYS[4] the anchors; ARGV[4..7] = created-at for a new thread, the anchor's time, its JSON,
-# how many are kept.
+# ARGV[4..7] = created-at for a new thread, the anchor's time, its JSON, how many are kept.
 ADD_ANCHOR = _THREAD_FUNCTIONS + """
 ensure(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 redis.call('LPUSH', KEYS[4], ARGV[6])
 redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[7]) - 1)
 redis.call('HSET', KEYS[1], 'anchor_at', ARGV[5])
 rescore(KEYS[1], KEYS[2], ARGV[1])
+keep(ARGV[#ARGV], KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
 """
 
-# KEYS[4] the checkpoints, KEYS[5] the thread's lease; ARGV[4..7] = created-at for a new
+# KEYS[7] the thread's lease; ARGV[4..7] = created-at for a new
 # thread, the event's JSON object without its seq (which goes in first), the token of the
 # lease the writer holds ('' for none) and how many checkpoints there were when it took the
 # lease. Returns the seq, or -1 when another holder has the lease or has written a checkpoint
@@ -73,14 +92,15 @@ rescore(KEYS[1], KEYS[2], ARGV[1])
 # on. A lease that ran out with nobody taking it stops nothing.
 ADD_EVENT = _THREAD_FUNCTIONS + """
 if ARGV[6] ~= '' then
-  local holder = redis.call('GET', KEYS[5])
+  local holder = redis.call('GET', KEYS[7])
   if holder and holder ~= ARGV[6] then return -1 end
-  if redis.call('LLEN', KEYS[4]) ~= tonumber(ARGV[7]) then return -1 end
+  if redis.call('LLEN', KEYS[5]) ~= tonumber(ARGV[7]) then return -1 end
 end
 ensure(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
-local seq = redis.call('LLEN', KEYS[4]) + 1
-redis.call('RPUSH', KEYS[4], '{"seq":' .. seq .. ',' .. string.sub(ARGV[5], 2))
+local seq = redis.call('LLEN', KEYS[5]) + 1
+redis.call('RPUSH', KEYS[5], '{"seq":' .. seq .. ',' .. string.sub(ARGV[5], 2))
 redis.call('HSET', KEYS[1], 'event_count', seq)
+keep(ARGV[#ARGV], KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
 return seq
 """
 
@@ -88,6 +108,25 @@ return seq
 SET_MICROCOMPACT = _THREAD_FUNCTIONS + """
 ensure(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 redis.call('HSET', KEYS[1], 'microcompact', ARGV[5])
+keep(ARGV[#ARGV], KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+"""
+
+# KEYS as a thread-writing script's; ARGV = digest, now (an instance's clock), the retention in
+# ms. A thread that no write gave a TTL (written before retention, or with it off) gets what is
+# left of the retention since its last activity (its score), at least 1 ms: an idle one expires
+# at once. Its id's tenant set, which other tenants' threads share, gets the whole retention,
+# and only when it has none: it must outlive them. Returns 1 when it gave one.
+EXPIRE_UNTIMED = """
+if redis.call('PTTL', KEYS[1]) ~= -1 then return 0 end
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+local left = tonumber(ARGV[3])
+if score then left = math.floor((tonumber(score) - tonumber(ARGV[2])) * 1000 + left) end
+if left < 1 then left = 1 end
+for _, key in ipairs({KEYS[1], KEYS[4], KEYS[5], KEYS[6]}) do
+  redis.call('PEXPIRE', key, left)
+end
+if redis.call('PTTL', KEYS[3]) == -1 then redis.call('PEXPIRE', KEYS[3], ARGV[3]) end
+return 1
 """
 
 # KEYS = the thread's hash, anchors, checkpoints; ARGV[1] = how many anchors. One snapshot:
@@ -109,4 +148,5 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 return redis.call('DEL', KEYS[1])
 """
 
-ALL = (TOUCH, ADD_ANCHOR, ADD_EVENT, SET_MICROCOMPACT, LOAD, RENEW_LEASE, RELEASE_LEASE)
+ALL = (TOUCH, ADD_ANCHOR, ADD_EVENT, SET_MICROCOMPACT, EXPIRE_UNTIMED, LOAD, RENEW_LEASE,
+       RELEASE_LEASE)

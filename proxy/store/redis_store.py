@@ -25,6 +25,7 @@ writing methods raise StoreError.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -45,6 +46,7 @@ from proxy.store.redis_connection import (SERVER_ERRORS, StateUnavailable, conne
                                           unreachable)
 from proxy.store.redis_keys import LAYOUT_VERSION, RedisKeys, thread_digest
 from proxy.store.redis_lease import held_lease
+from proxy.store.redis_retention import expiry_pass
 from proxy.store.redis_records import SUMMARY_FIELDS, decoded, summary, thread_state
 from proxy.store.redis_eval import evalsha_args, load_scripts, run_pipelined, run_script
 from proxy.store.redis_scripts import ADD_ANCHOR, ADD_EVENT, ALL, LOAD, SET_MICROCOMPACT, TOUCH
@@ -60,7 +62,10 @@ class RedisStore:
     def __init__(self, url: str, *, prefix: str = "compaction-proxy:", timeout_s: float = 5.0,
                  lease_s: float = 30.0, anchors_kept: int = ANCHORS_KEPT,
                  origins_kept_s: float = ORIGINS_KEPT_S, log: Any = None,
-                 hooks: FailureHooks = NO_HOOKS, read_only: bool = False) -> None:
+                 hooks: FailureHooks = NO_HOOKS, read_only: bool = False,
+                 retention_s: float = 0.0) -> None:
+        """`retention_s`: each write gives the thread's keys this TTL (0: none, and takes off
+        any they had; `proxy/store/redis_scripts.py`)."""
         self.url = url
         self.read_only = read_only
         self.keys = RedisKeys(prefix)
@@ -70,6 +75,8 @@ class RedisStore:
         self._lease_tokens: dict[str, tuple[str, int]] = {}
         self._anchors_kept = anchors_kept
         self._origins_kept_ms = int(origins_kept_s * 1000)
+        self._retention_ms = str(int(retention_s * 1000))  # as the scripts compare it: '0'
+        self._untimed: asyncio.Task[None] | None = None  # `proxy/store/redis_retention.py`
         self._client: redis.asyncio.Redis | None = None
         self._closing = False
         self.writer = QueuedWrites(self._send_batch, self._write_failed)
@@ -94,12 +101,20 @@ class RedisStore:
             await client.aclose()
             raise
         self._client, self._closing = client, False
+        if not self.read_only and self._retention_ms != "0":
+            self._untimed = asyncio.get_running_loop().create_task(expiry_pass(
+                client, self.keys, self._retention_ms, self._log, redacted_url(self.url)),
+                name="state-expiry-pass")
 
     async def close(self) -> None:
         client = self._client
         if client is None or self._closing:
             return
         self._closing = True  # from here on, new calls fail instead of racing the close
+        untimed, self._untimed = self._untimed, None
+        if untimed is not None:
+            untimed.cancel()
+            await asyncio.wait([untimed])
         try:
             await self.writer.settled()
             self._report(self._failures.take())
@@ -132,7 +147,7 @@ class RedisStore:
     def record_request(self, key: ThreadKey, at: float, estimate: int | None) -> None:
         self._require_writable()
         keys, args = self._touch(key, at, estimate)
-        self.writer.put(evalsha_args(TOUCH, keys, args), keys[0])
+        self.writer.put(evalsha_args(TOUCH, keys, (*args, self._retention_ms)), keys[0])
 
     async def record_requests(self, touches: Sequence[Touch]) -> None:
         self._require_writable()
@@ -148,17 +163,17 @@ class RedisStore:
             hashes.append(more_keys[0])
         await self.writer.settled_for(*hashes)  # in order after these threads' queued writes
         try:
-            await self._awaited(TOUCH, keys, args)  # one script: all or none
+            await self._awaited(TOUCH, keys, [*args, self._retention_ms])  # all or none
         except StateUnavailable as error:
             self._lost(len(touches), error)  # reported as the queued writes' are
             raise
 
     def add_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
         self._require_writable()
-        digest, keys, args = self._thread_args(key, anchor.created_at)
+        _, keys, args = self._thread_args(key, anchor.created_at)
         self.writer.put(evalsha_args(
-            ADD_ANCHOR, (*keys, self.keys.anchors(digest)),
-            (*args, anchor.created_at, jsoncodec.dumps(anchor.to_data()), self._anchors_kept)),
+            ADD_ANCHOR, keys, (*args, anchor.created_at, jsoncodec.dumps(anchor.to_data()),
+                               self._anchors_kept, self._retention_ms)),
             keys[0])
 
     async def add_origin(self, made_id: str, upstream: str, at: float) -> None:
@@ -184,8 +199,8 @@ class RedisStore:
         del data["seq"]  # the script puts it first, counted on the server
         token, seen = self._lease_tokens.get(digest, ("", 0))
         seq = await self._awaited_write(
-            ADD_EVENT, (*keys, self.keys.events(digest), self.keys.lease(digest)),
-            (*args, jsoncodec.dumps(data), token, seen))
+            ADD_EVENT, (*keys, self.keys.lease(digest)),
+            (*args, jsoncodec.dumps(data), token, seen, self._retention_ms))
         if int(seq) < 0:
             raise LeaseLost()
         if token and self._lease_tokens.get(digest, ("", 0))[0] == token:
@@ -219,7 +234,7 @@ class RedisStore:
         self._require_writable()
         _, keys, args = self._thread_args(key, mark.created_at)
         await self._awaited_write(SET_MICROCOMPACT, keys,
-                                  (*args, jsoncodec.dumps(mark.to_data())))
+                                  (*args, jsoncodec.dumps(mark.to_data()), self._retention_ms))
 
     async def list_threads(self, limit: int = 100) -> list[ThreadSummary]:
         client = self._require_client()
@@ -247,7 +262,8 @@ class RedisStore:
         except SERVER_ERRORS as error:
             raise self._unavailable_error(error) from None
         names = sorted(tenant.decode("utf-8", "replace") for tenant in tenants)
-        return [await self.load(ThreadKey(tenant, thread)) for tenant in names]
+        states = [await self.load(ThreadKey(tenant, thread)) for tenant in names]
+        return [state for state in states if state.known]  # a tenant's thread may have expired
 
     async def events(self, key: ThreadKey) -> list[CompactionEvent]:
         client = self._require_client()
@@ -281,21 +297,27 @@ class RedisStore:
     # -- commands -----------------------------------------------------------------------
 
     def _thread_args(self, key: ThreadKey,
-                     at: float) -> tuple[str, tuple[str, str, str], tuple[Any, ...]]:
+                     at: float) -> tuple[str, tuple[str, ...], tuple[Any, ...]]:
         """A thread-writing script's digest, first keys and first arguments; `at`: the time
         of a thread this write creates (now, for a record without one)."""
         stored = storable_key(key)
         digest = thread_digest(stored)
-        keys = (self.keys.thread(digest), self.keys.threads, self.keys.tenants_of(stored.thread))
-        return digest, keys, (digest, stored.tenant, stored.thread, float(at or time.time()))
+        return digest, self._thread_keys(stored, digest), (
+            digest, stored.tenant, stored.thread, float(at or time.time()))
 
     def _touch(self, key: ThreadKey, at: float,
                estimate: int | None) -> tuple[tuple[str, ...], tuple[Any, ...]]:
         stored = storable_key(key)
         digest = thread_digest(stored)
-        keys = (self.keys.thread(digest), self.keys.threads, self.keys.tenants_of(stored.thread))
-        return keys, (digest, stored.tenant, stored.thread, float(at),
-                      "" if estimate is None else int(estimate))
+        shown_estimate = "" if estimate is None else int(estimate)
+        return self._thread_keys(stored, digest), (digest, stored.tenant, stored.thread,
+                                                   float(at), shown_estimate)
+
+    def _thread_keys(self, stored: ThreadKey, digest: str) -> tuple[str, ...]:
+        """KEYS[1..6] of every thread-writing script (`proxy/store/redis_scripts.py`)."""
+        keys = self.keys
+        return (keys.thread(digest), keys.threads, keys.tenants_of(stored.thread),
+                keys.anchors(digest), keys.events(digest), keys.history(digest))
 
     async def _read_thread(self, thread: str, anchors: str, events: str) -> list[Any]:
         """What the `LOAD` script answers, read without a script: the three keys at one moment

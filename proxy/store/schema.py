@@ -64,10 +64,12 @@ def _origins(conn: sqlite3.Connection) -> None:
 def _plain_anchor_ids(conn: sqlite3.Connection) -> None:
     # AUTOINCREMENT updated `sqlite_sequence` on every insert, and an anchor is inserted for
     # every answer. A plain INTEGER PRIMARY KEY gives max(id) + 1 just the same; it could
-    # reuse an id only once the table's newest row is deleted, and nothing deletes that (a
-    # prune keeps its thread's newest rows), so ids still grow with insertion order, which is
-    # all the reads (`ORDER BY id`) and prunes rely on. SQLite cannot drop AUTOINCREMENT in
-    # place: the table is rebuilt, rows and ids as they are, in this migration's transaction.
+    # reuse an id only once the table's newest row is deleted (a prune keeps its thread's
+    # newest rows; only retention removes a thread's last ones, and the thread with them), and
+    # even then a new id is above every id still there: a thread's ids still grow with
+    # insertion order, which is all the reads (`ORDER BY id`) and prunes rely on. SQLite
+    # cannot drop AUTOINCREMENT in place: the table is rebuilt, rows and ids as they are, in
+    # this migration's transaction.
     conn.execute(
         """CREATE TABLE anchors_rebuilt (
                id INTEGER PRIMARY KEY,
@@ -113,7 +115,21 @@ def _anchor_times(conn: sqlite3.Connection) -> None:
     conn.execute("DROP INDEX IF EXISTS threads_by_activity")
 
 
-MIGRATIONS: tuple[Migration, ...] = (_initial, _origins, _plain_anchor_ids, _anchor_times)
+def _history_removals(conn: sqlite3.Connection) -> None:
+    # The threads retention removed (`proxy/store/sqlite_sweep.py`) whose history file may still
+    # be there: written with the removal of their rows, deleted once the files are. A kill in
+    # between leaves the row, and the next open deletes the file. A downgrade to 4 leaves the
+    # table (a schema-4 proxy never reads it): this step then runs again on the next upgrade.
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS history_removals (
+               tenant TEXT NOT NULL,
+               thread TEXT NOT NULL,
+               PRIMARY KEY (tenant, thread)
+           ) WITHOUT ROWID""")
+
+
+MIGRATIONS: tuple[Migration, ...] = (_initial, _origins, _plain_anchor_ids, _anchor_times,
+                                     _history_removals)
 # From this version each anchor's time is a column (`anchors.created_at`), in its index.
 ANCHOR_TIMES_FROM = MIGRATIONS.index(_anchor_times) + 1
 

@@ -28,13 +28,15 @@ from typing import Any, TypeVar
 import structlog
 
 from proxy.records import Anchor, CompactionEvent, MicrocompactMark, ThreadKey, ThreadState
-from proxy.store.base import ANCHORS_KEPT, LeaseLoss, StoreError, ThreadSummary, Touch
+from proxy.store.base import ANCHORS_KEPT, LeaseLoss, Removed, StoreError, ThreadSummary, Touch
 from proxy.store.damage import REMEDY, StateDamaged, is_damage
 from proxy.store.failures import NO_HOOKS, FailureHooks, WriteFailures
 from proxy.store.keys import DIGEST_PREFIX, storable_key, text_digest, thread_key_text
 from proxy.store.lock import StateLock
 from proxy.store.db_file import DB_FILE, make_state_dir
+from proxy.store.history import HISTORY_DIR
 from proxy.store.sqlite_db import AnchorWrite, StateDb
+from proxy.store.sqlite_sweep import finish_removals, idle_threads, remove_threads
 from proxy.store.worker import Worker
 from proxy.store.writer import BackgroundWriter, Write
 
@@ -157,6 +159,18 @@ class SqliteStore:
     async def lease_check(self, key: ThreadKey) -> None:
         return None  # one owner: the lease is never another's
 
+    async def idle_threads(self, before: float, after: ThreadKey | None,
+                           limit: int) -> list[ThreadKey]:
+        """Up to `limit` threads (storable keys) with no activity since `before`, in key order
+        after `after`."""
+        return await self._run(idle_threads, self._require_db(), before, after, limit)
+
+    async def remove_threads(self, keys: Sequence[ThreadKey], before: float) -> Removed:
+        """Remove whole those of `keys` still idle since `before`: their rows in one
+        transaction, then their history files (`proxy/store/sqlite_sweep.py`)."""
+        return await self._run(remove_threads, self._require_db(), keys, before,
+                               self.root / HISTORY_DIR)
+
     async def integrity_check(self) -> str:
         """`PRAGMA integrity_check`: "ok" for a sound database."""
         return await self._run(self._require_db().integrity_check)
@@ -167,10 +181,24 @@ class SqliteStore:
         make_state_dir(self.root)
         lock = StateLock.acquire(self.root)  # before any write: a second proxy changes nothing
         try:
-            return lock, StateDb.connect(self.root, self._anchors_kept, check=self._check_on_open)
+            db = StateDb.connect(self.root, self._anchors_kept, check=self._check_on_open)
         except BaseException:
             lock.release()
             raise
+        try:
+            self._finish_removals(db)
+        except BaseException:
+            db.close()
+            lock.release()
+            raise
+        return lock, db
+
+    def _finish_removals(self, db: StateDb) -> None:
+        """Before serving: the history files a sweep killed mid-way left behind."""
+        freed = finish_removals(db, self.root / HISTORY_DIR)
+        if freed.files:
+            self._log.info("state_swept", threads=0, files=freed.files, bytes=freed.bytes,
+                           interrupted=True)
 
     def _close_owned(self, db: StateDb) -> None:
         try:

@@ -39,8 +39,9 @@ class StateDb:
     def __init__(self, conn: sqlite3.Connection, anchors_kept: int = ANCHORS_KEPT) -> None:
         self.conn = conn  # and the write cursor with it (the setter)
         self.anchors_kept = anchors_kept
-        # Threads known to have their row (rows are never deleted): an anchor for one of them
-        # skips the insert-or-ignore. Per thread, anchors inserted since its last prune.
+        # Threads known to have their row (only retention deletes one, `forget_threads`): an
+        # anchor for one of them skips the insert-or-ignore. Per thread, anchors inserted since
+        # its last prune.
         self._known: LRU[ThreadKey, int] = LRU(_KNOWN_THREADS)
 
     @classmethod
@@ -82,6 +83,11 @@ class StateDb:
 
     def close(self) -> None:
         self.conn.close()
+
+    def forget_threads(self, keys: Sequence[ThreadKey]) -> None:
+        """These threads' rows were deleted: their next anchor inserts the row again."""
+        for key in keys:
+            self._known.pop(key)
 
     # -- transactions -------------------------------------------------------------------
 
