@@ -9,6 +9,7 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from proxy.testing import integer_options
 from tests.conftest import API_KEY
 
 _json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12),
@@ -17,10 +18,13 @@ _json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12),
 _json = st.recursive(_json_leaf, lambda inner: st.one_of(
     st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
     max_leaves=8)
+# Not the keys the proxy reads, nor those the fake checks as OpenAI does (`n: []` is its
+# 400 `invalid_type`, as OpenAI's): a value of any shape under them is not a valid request.
 _extra_keys = st.text(min_size=1, max_size=10).filter(
     lambda k: k not in {"model", "messages", "stream", "stream_options", "role", "content",
                         "tool_calls", "tool_call_id", "reasoning_content", "reasoning",
-                        "reasoning_details", "thinking_blocks", "extra_content", "name"})
+                        "reasoning_details", "thinking_blocks", "extra_content", "name",
+                        "tools", "input", "instructions", *integer_options.CHAT})
 _text = st.text(min_size=1, max_size=200)
 
 
