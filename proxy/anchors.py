@@ -143,6 +143,11 @@ def response_digests(api: Api | str, response: Any, identities: Identities) -> t
     return _answer_digests(response_entries(api, response), identities.content_digest)
 
 
+def entry_digests(items: Iterable[Entry], identities: Identities) -> tuple[str, ...]:
+    """`response_digests` of a Responses answer whose entries (`response_entries`) are made."""
+    return _answer_digests(items, identities.content_digest)
+
+
 # Between a digest and the ids that go with it. A digest is hex; an id with this in it (none
 # of upstream's) is not kept, and a reference to it is then not recognised.
 _SEP = " "

@@ -24,11 +24,11 @@ put over the model's limit is forwarded, upstream's verdict deciding (`Compactio
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from proxy.conversation import REASONING, Entry
 from proxy.lru import LRU
-from proxy.tokens.rules import REFERENCED_ITEM
+from proxy.tokens.rules import CALL, MESSAGE, REFERENCED_ITEM
 from proxy.usage import Usage
 
 MAX_ITEMS = 100_000
@@ -90,24 +90,33 @@ class TenantSizes:
         return self._unknown
 
 
-def relayed(items: Sequence[Entry], sizes: Sequence[int],
-            usage: Usage | None) -> list[tuple[str, int]]:
-    """(id, tokens) of an answer's output `items`, `sizes` their estimates as input entries
-    (what upstream counts of a referenced item: the item, as if sent whole).
+def relayed(items: Sequence[Entry], usage: Usage | None,
+            measure: Callable[[Entry], int]) -> list[tuple[str, int]]:
+    """(id, tokens) of an answer's output `items`: what upstream counts of one referenced (the
+    item, as if sent whole).
 
-    Upstream's own counts raise them where they tell one item's share: the visible output when
-    one item (not reasoning) holds it all, and a reasoning item's share of the reasoning tokens,
-    which is what a reasoning item read back may count (an upper bound: OpenAI strips earlier
-    turns' reasoning)."""
+    Upstream's own count where it tells one item's share: the visible output when one item
+    (not reasoning) holds it all, with an item's few tokens of framing, and a reasoning item's
+    share of the reasoning tokens (an upper bound: OpenAI strips earlier turns' reasoning).
+    Else `measure` (the estimator's count of an input entry): an agent's usual answer, one call
+    or one message, is not tokenized again, on the path of every answer."""
     answer = sum(1 for item in items if item.kind is not REASONING)
     thoughts = len(items) - answer
     out = []
-    for item, size in zip(items, sizes):
+    for item in items:
         if not item.item_id:
             continue
-        if usage is not None and item.kind is REASONING:
-            size = max(size, math.ceil(usage.reasoning / thoughts))
-        elif usage is not None and answer == 1:
-            size = max(size, usage.visible_output)
+        if usage is not None and item.kind is REASONING and usage.reasoning > 0:
+            size = math.ceil(usage.reasoning / thoughts)
+        elif usage is not None and item.kind is not REASONING and answer == 1 \
+                and usage.visible_output > 0:
+            size = usage.visible_output + _FRAMING
+        else:
+            size = measure(item)
         out.append((item.item_id, size))
     return out
+
+
+# An item's tokens around its content as input (`rules.MESSAGE` and its role), which its output
+# count leaves out; a call's output count holds its name (`rules.CALL` is no more).
+_FRAMING = max(MESSAGE, CALL) + 1

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.anchors import anchor_for, estimate
-from proxy.conversation import entry_from_responses
+from proxy.conversation import Entry, entry_from_responses
 from proxy.identity import Identities
 from proxy.item_sizes import MAX_ID_CHARS, ItemSizes, relayed
 from proxy.tokens.rules import REFERENCED_ITEM
@@ -72,11 +72,20 @@ def test_relayed_sizes_take_upstreams_count_where_it_tells_one_items_share() -> 
     thought = {"type": "reasoning", "id": "rs_1", "summary": []}
     items = [entry_from_responses(thought), entry_from_responses(call)]
     usage = Usage(100, 90, reasoning=60, visible_output=30)
-    assert relayed(items, [0, 12], usage) == [("rs_1", 60), ("fc_1", 30)]
-    assert relayed(items, [0, 12], None) == [("rs_1", 0), ("fc_1", 12)]
+    measured: list[str] = []
+
+    def measure(entry: Entry) -> int:
+        measured.append(entry.item_id)
+        return 12
+
+    assert relayed(items, usage, measure) == [("rs_1", 60), ("fc_1", 30 + 4)]
+    assert measured == []  # the usual answer is not tokenized again
+    assert relayed(items, None, measure) == [("rs_1", 12), ("fc_1", 12)]
     two = [entry_from_responses(call), entry_from_responses(dict(call, id="fc_2"))]
-    assert relayed(two, [12, 14], usage) == [("fc_1", 12), ("fc_2", 14)]
-    assert relayed([entry_from_responses({"type": "message", "content": "x"})], [5], usage) == []
+    assert relayed(two, usage, measure) == [("fc_1", 12), ("fc_2", 12)]
+    assert relayed(items, Usage(100, 0), measure) == [("rs_1", 12), ("fc_1", 12)]
+    assert relayed([entry_from_responses({"type": "message", "content": "x"})], usage,
+                   measure) == []
 
 
 IDS_DRAWN = st.sampled_from([f"fc_{n}" for n in range(6)])

@@ -117,7 +117,9 @@ def test_a_branch_counts_references_by_their_items_not_a_flat_guess(make_fake, m
     line = proxy.requests()[-1]
     assert answer.status_code == 200 and line["anchor_used"] is False
     assert line["usage_input"] >= 2_000  # the references expanded
-    assert line["usage_input"] <= line["tokens_estimate"] < 3 * line["usage_input"]
+    # Above upstream's count: each reference's own JSON (some 30 tokens) stays in the
+    # conservative count beside its item (about 20 here). Refused at 128k before.
+    assert line["usage_input"] <= line["tokens_estimate"] < 4 * line["usage_input"]
     assert line.get("tokens_guessed") is None
 
 

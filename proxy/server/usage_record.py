@@ -21,7 +21,7 @@ from typing import Any
 
 from proxy import anchors
 from proxy.compaction.trigger import requested_output_tokens
-from proxy.conversation import RESPONSES
+from proxy.conversation import RESPONSES, Entry
 from proxy.identity import Identities
 from proxy.item_sizes import ItemSizes, relayed
 from proxy.records import Anchor, ThreadKey
@@ -56,15 +56,18 @@ class UsageRecorder:
             return
         line.set(usage_input=usage.input, usage_output=usage.output, usage_cached=usage.cached,
                  usage_reasoning=usage.reasoning)
+        items = None
         if api is RESPONSES and response and estimator is not None:
-            self._record_items(prepared, response, usage)
+            items = anchors.response_entries(api, response)  # for the anchor too
+            self._record_items(prepared, items, usage)
         # Passed through (state kept upstream): no projection, and a usage that counts context
         # the proxy never saw, so no anchor.
         if not response or prepared.key is None or not prepared.projection:
             return
         keep = self._keeper(prepared, usage)
         if choices is None or len(choices) < 2:
-            digests = anchors.response_digests(api, response, self.identities)
+            digests = (anchors.response_digests(api, response, self.identities) if items is None
+                       else anchors.entry_digests(items, self.identities))
             keep(prepared.key, anchors.anchor_for(
                 prepared.projection, prepared.context, digests, usage,
                 kept_name(prepared.inbound.model), clock()))
@@ -75,13 +78,12 @@ class UsageRecorder:
                                              usage, kept_name(prepared.inbound.model), clock()):
             keep(prepared.key, anchor)
 
-    def _record_items(self, prepared: Prepared, response: Any, usage: Usage) -> None:
+    def _record_items(self, prepared: Prepared, items: tuple[Entry, ...], usage: Usage) -> None:
         """The sizes of the answer's output items, for the references that may name them."""
         if prepared.inbound.doc.get("store") is False:  # upstream keeps none: none is named
             return
         assert prepared.estimator is not None
-        items = anchors.response_entries(RESPONSES, response)
-        found = relayed(items, prepared.estimator.sizes(items), usage)
+        found = relayed(items, usage, prepared.estimator.entry_tokens)
         if found:
             self.item_sizes.record(prepared.identity.tenant, found)
 
