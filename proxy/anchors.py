@@ -9,10 +9,12 @@ of what came after; never below the conservative estimate of the whole projectio
 
 A Responses client with `store` on may echo an answer's items by `item_reference` (their id):
 the anchor keeps the ids of the items it was made from, so a reference to one of them is that
-item's echo. Where that anchor does not fit (a compaction rewrote the prefix, the client dropped
-or moved items), a reference to its items still counts by its answer's output while the thread
-keeps it. A reference to anything else is upstream's stored content the proxy never saw: it is
-counted as a typical answer item (`rules.REFERENCED_ITEM`), not as its few bytes of JSON.
+item's echo. A reference no fitting anchor covers (a compaction rewrote the prefix, the client
+edited an early message, dropped or moved items, or sent them under another thread) counts as
+the item it names: its size as the proxy relayed it (`ReferenceSizes.get`, the tenant's record
+of `proxy.item_sizes`), else by its answer's output while the thread keeps that anchor. One the
+proxy never relayed (or no longer knows) is a guess, `ReferenceSizes.unknown`, not its few
+bytes of JSON; the estimate says how many of its tokens are guesses (`AnchoredEstimate.guessed`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import compress
 from operator import attrgetter
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from proxy import jsonio
 
@@ -41,6 +43,33 @@ Digest = Callable[[Entry], str]
 class AnchoredEstimate(NamedTuple):
     tokens: int
     anchor: Anchor | None
+    # Of `tokens`, what guesses for references to items the proxy knows nothing of make up
+    # (margin included): a request they alone put over the limit is not refused.
+    guessed: int = 0
+
+
+class ReferenceSizes(Protocol):
+    """What the items a tenant's `item_reference`s name count (`proxy.item_sizes`)."""
+
+    def get(self, item_id: str) -> int | None:
+        """The tokens of an item the proxy relayed, None when it does not know it."""
+
+    @property
+    def unknown(self) -> int:
+        """What an item it does not know counts."""
+
+
+class _NoSizes:
+    """No record: every item unknown, each a typical answer item (`REFERENCED_ITEM`)."""
+
+    unknown = REFERENCED_ITEM
+
+    @staticmethod
+    def get(item_id: str) -> int | None:
+        return None
+
+
+NO_SIZES: ReferenceSizes = _NoSizes()
 
 
 # Every request's estimate makes one: built by `tuple.__new__`, in C, the very value the
@@ -112,6 +141,11 @@ def response_digests(api: Api | str, response: Any, identities: Identities) -> t
         # its canonical form, and no entry needs building for it.
         return (digest_of(content_chat(response)),)
     return _answer_digests(response_entries(api, response), identities.content_digest)
+
+
+def entry_digests(items: Iterable[Entry], identities: Identities) -> tuple[str, ...]:
+    """`response_digests` of a Responses answer whose entries (`response_entries`) are made."""
+    return _answer_digests(items, identities.content_digest)
 
 
 # Between a digest and the ids that go with it. A digest is hex; an id with this in it (none
@@ -212,11 +246,11 @@ def _reasoning_echo(entry: Entry, ids: Sequence[str]) -> bool:
 
 def estimate(entries: Sequence[Entry], sizes: Sequence[int], context: bytes,
              anchors: Sequence[Anchor], conservative_total: int, digest: Digest,
-             margin: float = 0.0) -> AnchoredEstimate:
+             margin: float = 0.0, references: ReferenceSizes = NO_SIZES) -> AnchoredEstimate:
     """The estimate used for decisions; `anchors` latest first, `sizes` per entry, no margin.
 
-    References to items no count covers add their answer's output, or a guess
-    (`_unknown_references`)."""
+    References to items no count covers add what `references` knows of them, their answer's
+    output, or a guess (`_unknown_references`)."""
     responses = bool(entries) and entries[0].api is _RESPONSES
     count = len(entries)
     for anchor in anchors:
@@ -232,24 +266,28 @@ def estimate(entries: Sequence[Entry], sizes: Sequence[int], context: bytes,
             continue
         if not responses:
             return _TUPLE_NEW(AnchoredEstimate, (
-                max(_anchored(anchor, response, sizes, margin), conservative_total), anchor))
+                max(_anchored(anchor, response, sizes, margin), conservative_total), anchor, 0))
         # Items echoed by reference: the anchor's output count covers them, and a reference's
         # own few tokens of JSON are not the item.
         referenced = sum(sizes[i] for i in response if reference_id(entries[i]) is not None)
         tokens = max(_anchored(anchor, response, sizes, margin, referenced), conservative_total)
-        return _TUPLE_NEW(AnchoredEstimate, (
-            tokens + _unknown_references(entries, anchors, margin, anchor, response), anchor))
+        extra, guessed = _unknown_references(entries, anchors, margin, references, anchor,
+                                             response)
+        return _TUPLE_NEW(AnchoredEstimate, (tokens + extra, anchor, guessed))
+    guessed = 0
     if responses:
-        conservative_total += _unknown_references(entries, anchors, margin)
-    return _TUPLE_NEW(AnchoredEstimate, (conservative_total, None))
+        extra, guessed = _unknown_references(entries, anchors, margin, references)
+        conservative_total += extra
+    return _TUPLE_NEW(AnchoredEstimate, (conservative_total, None, guessed))
 
 
 def _unknown_references(entries: Sequence[Entry], anchors: Sequence[Anchor], margin: float,
-                        anchor: Anchor | None = None, response: Sequence[int] = ()) -> int:
-    """What the `item_reference`s no count covers add: those after `anchor`'s position that are
-    not its answer's echo (before it, upstream counted them in the anchor's input; its reasoning
-    items, which its output does not count, are among them), all of them without an anchor.
-    See `_referenced_tokens`."""
+                        references: ReferenceSizes, anchor: Anchor | None = None,
+                        response: Sequence[int] = ()) -> tuple[int, int]:
+    """What the `item_reference`s no count covers add, and how much of it is guessed: those
+    after `anchor`'s position that are not its answer's echo (before it, upstream counted them
+    in the anchor's input; its reasoning items, which its output does not count, are among
+    them), all of them without an anchor. See `_referenced_tokens`."""
     start = 0 if anchor is None else anchor.position
     matched = set(response)
     # Only `OTHER` entries can be references: those are picked in C, the few asked in Python.
@@ -262,23 +300,29 @@ def _unknown_references(entries: Sequence[Entry], anchors: Sequence[Anchor], mar
         # that count (visible output only), so they stay, counted by its reasoning.
         echo = {names.split(_SEP, 2)[1] for names in anchor.response_digests if _SEP in names}
         referenced = [found for found in referenced if found not in echo]
-    return _referenced_tokens(referenced, anchors, margin) if referenced else 0
+    return _referenced_tokens(referenced, anchors, margin, references) if referenced else (0, 0)
 
 
-def _referenced_tokens(referenced: Sequence[str], anchors: Sequence[Anchor],
-                       margin: float) -> int:
-    """The tokens of the items `referenced` names, with the margin.
+def _referenced_tokens(referenced: Sequence[str], anchors: Sequence[Anchor], margin: float,
+                       references: ReferenceSizes = NO_SIZES) -> tuple[int, int]:
+    """The tokens of the items `referenced` names, with the margin, and of them the guessed.
 
-    An item of a kept anchor's answer (the proxy relayed it) counts by that answer: upstream
-    reported its output and reasoning, not each item's, so an answer any of whose items is
-    named counts its whole output, and its whole reasoning if any of its reasoning items is:
-    never less than the named items, and exact when the client names them all. Anything else
-    is upstream's stored content the proxy never saw: each counts as the thread's average
-    anchored answer item, else `REFERENCED_ITEM`."""
+    An item the proxy relayed to the tenant counts its recorded size (`references.get`). One
+    it no longer knows, of a kept anchor's answer, counts by that answer: upstream reported
+    its output and reasoning, not each item's, so an answer any of whose items is named
+    counts its whole output, and its whole reasoning if any of its reasoning items is: never
+    less than the named items. Anything else is upstream's stored content the proxy never
+    saw (or forgot): each counts `references.unknown`, a guess."""
     # A set: upstream refuses a list naming one item twice ("Duplicate item found with id",
     # HTTP 400, as clients quote it: continuedev/continue#10723), so no count has duplicates.
-    unknown = set(referenced)
+    unknown = set()
     tokens = 0
+    for named in set(referenced):
+        size = references.get(named)
+        if size is None:
+            unknown.add(named)
+        else:
+            tokens += size
     for kept in anchors:
         if not unknown:
             break
@@ -295,27 +339,21 @@ def _referenced_tokens(referenced: Sequence[str], anchors: Sequence[Anchor],
             # what it then counts of one is not documented.
             tokens += kept.reasoning_tokens
         unknown -= answer | reasoning
-    if unknown:
-        tokens += len(unknown) * _average_item(anchors)
+    guess = len(unknown) * references.unknown if unknown else 0
     # The entries' own sizes already hold each reference's JSON: a few tokens, left in.
-    return math.ceil(tokens * (1.0 + margin))
+    total = math.ceil((tokens + guess) * (1.0 + margin))
+    return total, min(math.ceil(guess * (1.0 + margin)), total)
 
 
-def _average_item(anchors: Sequence[Anchor]) -> int:
-    """What a referenced item the proxy never saw counts: the thread's average anchored answer
-    item, else `REFERENCED_ITEM`."""
-    items = sum(len(a.response_digests) for a in anchors if a.output_tokens > 0)
-    return math.ceil(sum(a.output_tokens for a in anchors) / items) if items else REFERENCED_ITEM
-
-
-def with_references(entries: Sequence[Entry], sizes: list[int],
-                    anchors: Sequence[Anchor]) -> list[int]:
+def with_references(entries: Sequence[Entry], sizes: list[int], anchors: Sequence[Anchor],
+                    references: ReferenceSizes = NO_SIZES) -> list[int]:
     """`sizes` with each `item_reference` weighing the item it stands for, for what places a
     cut or a window by tokens (the kept tail, the protected window): a reference's own JSON is
     a few tokens, so a tail measured by it holds a context's worth of stored answers, and the
-    estimate (`_referenced_tokens`) finds that tail alone over the trigger. An item of a kept
-    anchor's answer weighs its share of that answer's output (or reasoning), any other the
-    thread's average answer item. `sizes` itself when no entry is a reference."""
+    estimate (`_referenced_tokens`) finds that tail alone over the trigger. An item the proxy
+    relayed weighs its recorded size (`references.get`), else one of a kept anchor's answer its
+    share of that answer's output (or reasoning), any other `references.unknown`. `sizes`
+    itself when no entry is a reference."""
     if not entries or entries[0].api is not _RESPONSES:
         return sizes
     others = compress(range(len(entries)), map(OTHER.__eq__, map(_KIND, entries)))
@@ -333,10 +371,11 @@ def with_references(entries: Sequence[Entry], sizes: list[int],
         if kept.reasoning_tokens > 0 and reasoning:
             share = math.ceil(kept.reasoning_tokens / len(reasoning))
             weights.update((named, share) for named in reasoning if named not in weights)
-    average = _average_item(anchors)
+    unknown = references.unknown
     out = list(sizes)
     for i, named in found:
-        out[i] += weights.get(named, average)
+        size = references.get(named)
+        out[i] += size if size is not None else weights.get(named, unknown)
     return out
 
 

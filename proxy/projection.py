@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy import anchors
+from proxy.anchors import NO_SIZES, ReferenceSizes
 from proxy.compaction import apply, manual
 from proxy.compaction.apply import Rebuilt
 from proxy.compaction.trigger import Thresholds
@@ -64,6 +65,9 @@ class Built:
     # The thread's checkpoint no longer applies: the client changed the part it summarizes
     # (an edit, a branch, its own trimming of old messages), so a compaction starts afresh.
     stale: bool = False
+    # Of `tokens`, the guesses for `item_reference`s to items the proxy never relayed
+    # (`anchors.AnchoredEstimate.guessed`): a request only they put over the limit goes up.
+    guessed: int = 0
 
     @property
     def projection(self) -> Entries:
@@ -104,6 +108,8 @@ class Situation:
     anchors: tuple[Anchor, ...] = ()
     policy: Policy | None = None
     keep_loop: bool = False
+    # What the items the tenant's `item_reference`s name count (`proxy.item_sizes`).
+    references: ReferenceSizes = NO_SIZES
 
 
 def build(view: View, event: CompactionEvent | None, situation: Situation) -> Built:
@@ -112,9 +118,9 @@ def build(view: View, event: CompactionEvent | None, situation: Situation) -> Bu
     sizes = situation.estimator.sizes(base)
     cascade = cascade_of(base, situation, compacted=rebuilt is not None, sizes=sizes)
     # The cascade usually hands back the very list it got: then its sizes are known already.
-    tokens, anchor = estimate(cascade.entries, view, situation,
-                              sizes if cascade.entries is base else None)
-    return Built(rebuilt, cascade, tokens, anchor, event is not None and rebuilt is None)
+    found = estimate(cascade.entries, view, situation, sizes if cascade.entries is base else None)
+    return Built(rebuilt, cascade, found.tokens, found.anchor,
+                 event is not None and rebuilt is None, found.guessed)
 
 
 def cascade_of(entries: Entries, situation: Situation, *, compacted: bool,
@@ -131,7 +137,7 @@ def cascade_of(entries: Entries, situation: Situation, *, compacted: bool,
     context = CascadeContext(
         situation.settings, situation.estimator.entry_tokens,  # settings, measure
         anchors.with_references(entries, situation.estimator.sizes(entries) if sizes is None
-                                else sizes, situation.anchors),
+                                else sizes, situation.anchors, situation.references),
         th.keep_tokens, th.keep_messages, step,  # keep_tokens, keep_messages, window_step
         LazyIds(situation.identities, entries), situation.now,  # message_ids, now
         situation.last_activity, situation.mark, compacted,
@@ -140,24 +146,25 @@ def cascade_of(entries: Entries, situation: Situation, *, compacted: bool,
 
 
 def estimate(projection: Entries, view: View, situation: Situation,
-             sizes: list[int] | None = None) -> tuple[int, Anchor | None]:
+             sizes: list[int] | None = None) -> anchors.AnchoredEstimate:
     estimator = situation.estimator
     if sizes is None:
         sizes = estimator.sizes(projection)
     conservative = estimator.conservative_total(projection, view.tools, view.instructions, sizes,
                                                 view.definitions)
-    found = anchors.estimate(projection, sizes, view.context, situation.anchors, conservative,
-                             situation.identities.content_digest, estimator.margin)
-    return found.tokens, found.anchor
+    return anchors.estimate(projection, sizes, view.context, situation.anchors, conservative,
+                            situation.identities.content_digest, estimator.margin,
+                            situation.references)
 
 
 def measure_projection(view: View, situation: Situation):  # type: ignore[no-untyped-def]
     """How `apply.finish` measures a candidate projection: cascade, then the whole estimate,
     the request's own (`estimate`): an `item_reference` counts as the item it stands for (its
-    answer's anchor, else the guess of `anchors.estimate`), not as its few tokens of JSON."""
+    recorded size, else its answer's anchor, else the guess of `anchors.estimate`), not as its
+    few tokens of JSON."""
     def measure(projection: Entries) -> int:
         entries = cascade_of(projection, situation, compacted=True).entries
-        return estimate(entries, view, situation)[0]
+        return estimate(entries, view, situation).tokens
     return measure
 
 

@@ -78,11 +78,12 @@ def test_a_reference_to_another_item_is_not_the_echo() -> None:
     assert _estimate(answer, [_ref("msg_9")]).anchor is None
 
 
-def test_an_unknown_reference_counts_as_an_average_anchored_item() -> None:
+def test_an_unknown_reference_counts_as_the_guess_and_says_so() -> None:
     answer = [_message(1), _call(2)]
     found = _estimate(answer, [_ref("msg_1"), _ref("fc_2"), _ref("msg_elsewhere")])
     assert found.anchor is not None
-    assert found.tokens == 1000 + OUTPUT + 10 + 10 + OUTPUT // 2
+    assert found.tokens == 1000 + OUTPUT + 10 + 10 + REFERENCED_ITEM
+    assert found.guessed == REFERENCED_ITEM
 
 
 def test_without_any_anchor_a_reference_counts_as_the_guess() -> None:

@@ -1,7 +1,8 @@
 """`anchors.estimate` when no anchor fits (a compaction rewrote the prefix, the client dropped or
 reordered items) and the list names by `item_reference` items the proxy relayed: each kept
 anchor whose answer is referenced counts with its own output (and reasoning, for its reasoning
-items), not as the thread's average answer item; only ids no kept anchor knows are guessed."""
+items); only ids no kept anchor (and no record of relayed sizes) knows are guessed, as the
+record's `unknown` (`REFERENCED_ITEM` without one), never the thread's average answer item."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.anchors import anchor_for, estimate
+from proxy.anchors import NO_SIZES, ReferenceSizes, anchor_for, estimate
 from proxy.identity import Identities
+from proxy.item_sizes import ItemSizes
 from proxy.records import Anchor
 from proxy.tokens.rules import REFERENCED_ITEM
 from proxy.usage import Usage
@@ -36,11 +38,13 @@ def _anchor(digests: tuple[str, ...], output: int, reasoning: int = 0) -> Anchor
                                                  visible_output=output))
 
 
-def _extra(items: list[dict[str, Any]], anchors: list[Anchor]) -> int:
+def _extra(items: list[dict[str, Any]], anchors: list[Anchor],
+           references: ReferenceSizes = NO_SIZES) -> int:
     """What the estimate adds to the conservative count of `SUMMARY, *items, NEXT`."""
     entries = responses(SUMMARY, *items, NEXT)
     sizes = [SIZE] * len(entries)
-    found = estimate(entries, sizes, b"", anchors, sum(sizes), IDS.content_digest, MARGIN)
+    found = estimate(entries, sizes, b"", anchors, sum(sizes), IDS.content_digest, MARGIN,
+                     references)
     assert found.anchor is None
     return found.tokens - sum(sizes)
 
@@ -71,16 +75,28 @@ def test_a_reasoning_reference_alone_counts_its_answers_reasoning() -> None:
     assert _extra([_ref("rs_1")], [CALL, REPLY]) == _margined(6)
 
 
-def test_ids_no_kept_anchor_knows_are_still_the_average() -> None:
+def test_ids_no_kept_anchor_knows_are_the_guess_not_the_threads_average() -> None:
     extra = _extra([_ref("fc_1"), _ref("msg_elsewhere")], [CALL, REPLY])
-    assert extra == _margined(24 + math.ceil(900 / 2))
+    assert extra == _margined(24 + REFERENCED_ITEM)
     assert _extra([_ref("msg_elsewhere")], []) == _margined(REFERENCED_ITEM)
+    # With a record of the tenant's relayed items: its largest item.
+    record = ItemSizes()
+    record.record("tenant", [("msg_big", 700), ("fc_small", 12)])
+    extra = _extra([_ref("fc_1"), _ref("msg_elsewhere")], [CALL, REPLY], record.of("tenant"))
+    assert extra == _margined(24 + 700)
 
 
-def test_an_answer_whose_output_upstream_did_not_split_is_the_average() -> None:
+def test_a_recorded_size_comes_before_its_answers_whole_output() -> None:
+    record = ItemSizes()
+    record.record("tenant", [("fc_4", 40)])
+    answer = _anchor(("d3 msg_3", "d4 fc_4"), output=300)
+    assert _extra([_ref("fc_4")], [answer], record.of("tenant")) == _margined(40)
+
+
+def test_an_answer_whose_output_upstream_did_not_split_is_guessed() -> None:
     # A choice anchor (`n` > 1) claims no output: its items are guessed, as before.
     choice = Anchor(("d5 msg_5",), 1, "other", 5000, 0)
-    assert _extra([_ref("msg_5")], [choice, REPLY]) == _margined(876)
+    assert _extra([_ref("msg_5")], [choice, REPLY]) == _margined(REFERENCED_ITEM)
 
 
 # An answer: its items, each (size, reasoning size before it or None).

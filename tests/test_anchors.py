@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.anchors import (context_bytes, echoed, estimate, make_anchor, projection_digest,
-                           response_digests, response_entries)
+from proxy.anchors import (AnchoredEstimate, context_bytes, echoed, estimate, make_anchor,
+                           projection_digest, response_digests, response_entries)
 from proxy.conversation import Api, Entries, entries_from, entry_from_chat
 from proxy.identity import Identities
 from proxy.records import Anchor
@@ -55,6 +55,15 @@ def anchor_for(projection: list[dict[str, Any]], response: Any, usage: dict[str,
 
 def run(messages: list[dict[str, Any]], anchors: list[Anchor], conservative: int = 100,
         context: bytes = CONTEXT, api: Api = Api.CHAT, margin: float = 0.0) -> tuple[int, Anchor | None]:
+    """The estimate's tokens and anchor (none of these lists holds a reference to guess)."""
+    found = estimated(messages, anchors, conservative, context, api, margin)
+    assert found.guessed == 0
+    return found.tokens, found.anchor
+
+
+def estimated(messages: list[dict[str, Any]], anchors: list[Anchor], conservative: int = 100,
+              context: bytes = CONTEXT, api: Api = Api.CHAT,
+              margin: float = 0.0) -> AnchoredEstimate:
     entries = entries_of(messages, api)
     return estimate(entries, sizes_of(entries), context, anchors, conservative, IDS.digest, margin)
 

@@ -16,7 +16,7 @@ LAYERS: dict[str, int] = {
     "proxy.core": 1, "proxy.tokens": 1, "proxy.compaction": 1, "proxy.anchors": 1,
     "proxy.usage": 1, "proxy.sse": 1, "proxy.streams": 1, "proxy.threads": 1,
     "proxy.inbound": 1, "proxy.reparse": 1, "proxy.outbound": 1, "proxy.projection": 1,
-    "proxy.zstd_frames": 1,
+    "proxy.zstd_frames": 1, "proxy.item_sizes": 1,
     # The storable form of a thread id is pure text work, shared by the log lines and the stores.
     "proxy.store.keys": 1,
     "proxy.store": 2, "proxy.testing": 2,
@@ -25,7 +25,7 @@ LAYERS: dict[str, int] = {
 PURE = ("proxy.core", "proxy.compaction", "proxy.tokens", "proxy.anchors", "proxy.usage",
         "proxy.sse", "proxy.streams", "proxy.conversation", "proxy.identity", "proxy.jsonspan",
         "proxy.records", "proxy.projection", "proxy.inbound", "proxy.reparse", "proxy.outbound",
-        "proxy.threads", "proxy.store.keys", "proxy.zstd_frames")
+        "proxy.threads", "proxy.store.keys", "proxy.zstd_frames", "proxy.item_sizes")
 IO_MODULES = {"aiohttp", "asyncio", "sqlite3", "redis", "structlog", "socket", "subprocess"}
 
 

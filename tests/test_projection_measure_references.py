@@ -1,16 +1,17 @@
 """The compaction post-check's measure (`projection.measure_projection`) counts an
 `item_reference` as the request's estimate does (`anchors.estimate`): one no usable anchor
-covers is a guess (the thread's average anchored answer item, else `REFERENCED_ITEM`), never
-the few tokens of its own JSON."""
+covers counts its recorded size (`proxy.item_sizes`), else is a guess (the tenant's largest
+recorded item, else `REFERENCED_ITEM`), never the few tokens of its own JSON."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from proxy.anchors import anchor_for
+from proxy.anchors import NO_SIZES, ReferenceSizes, anchor_for
 from proxy.compaction.trigger import Thresholds
 from proxy.identity import Identities
+from proxy.item_sizes import ItemSizes
 from proxy.projection import Situation, View, measure_projection
 from proxy.settings import parse_settings
 from proxy.tokens.encoding import tokenizer_for
@@ -31,10 +32,12 @@ ASK = {"role": "user", "content": "Fix the lexer."}
 NEXT = {"role": "user", "content": "Go on."}
 
 
-def _measure(items: list[dict[str, Any]], anchors: tuple[Any, ...] = ()) -> tuple[int, int]:
+def _measure(items: list[dict[str, Any]], anchors: tuple[Any, ...] = (),
+             references: ReferenceSizes = NO_SIZES) -> tuple[int, int]:
     """(the post-check's measure, the conservative total of the same entries)."""
     entries = responses(*items)
-    situation = Situation(SETTINGS.compaction, ESTIMATOR, IDS, THRESHOLDS, anchors=anchors)
+    situation = Situation(SETTINGS.compaction, ESTIMATOR, IDS, THRESHOLDS, anchors=anchors,
+                          references=references)
     view = View(entries, IDS)
     return measure_projection(view, situation)(entries), ESTIMATOR.conservative_total(entries)
 
@@ -49,8 +52,9 @@ def test_an_unknown_reference_is_counted_as_a_guessed_item_not_its_json() -> Non
     assert measured == conservative + _guess(REFERENCED_ITEM)
 
 
-def test_an_unknown_reference_is_the_threads_average_anchored_answer_item() -> None:
-    # Two anchored answers of 2 and 1 items, 900 output tokens in all: 300 a item.
+def test_an_unknown_reference_is_the_guess_not_the_threads_average_answer_item() -> None:
+    # Two anchored answers of 2 and 1 items, 900 output tokens in all: 300 a item, which an
+    # item of an older answer (a file written) may be far above.
     digests_a = ("d1 msg_a", "d2 fc_a")
     digests_b = ("d3 msg_b",)
     anchors = (anchor_for(responses(ASK), b"", digests_a, Usage(500, 600, visible_output=600)),
@@ -58,7 +62,20 @@ def test_an_unknown_reference_is_the_threads_average_anchored_answer_item() -> N
                           Usage(700, 300, visible_output=300)))
     measured, conservative = _measure([ASK, {"type": "item_reference", "id": "msg_gone"}, NEXT],
                                       anchors)
-    assert measured == conservative + _guess(300)
+    assert measured == conservative + _guess(REFERENCED_ITEM)
+    record = ItemSizes()
+    record.record("tenant", [("msg_a", 40), ("fc_written", 1_500), ("msg_b", 300)])
+    measured, conservative = _measure([ASK, {"type": "item_reference", "id": "msg_gone"}, NEXT],
+                                      anchors, record.of("tenant"))
+    assert measured == conservative + _guess(1_500)
+
+
+def test_a_recorded_reference_is_its_size_whatever_the_anchors() -> None:
+    record = ItemSizes()
+    record.record("tenant", [("fc_old", 1_234)])
+    measured, conservative = _measure([ASK, {"type": "item_reference", "id": "fc_old"}, NEXT],
+                                      (), record.of("tenant"))
+    assert measured == conservative + _guess(1_234)
 
 
 def test_without_references_the_measure_is_the_conservative_total() -> None:

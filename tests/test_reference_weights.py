@@ -6,13 +6,13 @@ where the same thread echoed inline compacted and went on."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pytest
 
 from proxy.anchors import with_references
 from proxy.conversation import Api, entry_from_chat, entry_from_responses
+from proxy.item_sizes import ItemSizes
 from proxy.records import Anchor
 from proxy.testing.replies import Reply
 from proxy.testing.summarizer import FakeSummarizer
@@ -47,9 +47,13 @@ def test_a_reference_weighs_its_share_of_the_answer_that_made_it() -> None:
                        {"type": "item_reference", "id": "msg_new"},
                        {"type": "item_reference", "id": "msg_unknown"})
     sizes = [10, 4, 3, 4, 4, 4]
-    average = math.ceil((300 + 90) / 3)
     assert with_references(entries, sizes, anchors) == [10, 4 + 40, 3 + 45, 4 + 45, 4 + 300,
-                                                        4 + average]
+                                                        4 + REFERENCED_ITEM]
+    # A recorded size comes first; an unknown item weighs the record's guess.
+    record = ItemSizes()
+    record.record("tenant", [("msg_new", 120), ("fc_big", 2_000)])
+    assert with_references(entries, sizes, anchors, record.of("tenant")) == [
+        10, 4 + 40, 3 + 45, 4 + 45, 4 + 120, 4 + 2_000]
     assert with_references(entries, sizes, ())[1:] == [s + REFERENCED_ITEM for s in sizes[1:]]
     assert sizes == [10, 4, 3, 4, 4, 4]
 

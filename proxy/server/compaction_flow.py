@@ -9,7 +9,10 @@ it), with the breaker, the hysteresis and the fallbacks of SPEC §9: forward wit
 stages only while the projection fits, else a clear error: a 503 that says when to retry when
 the summarizer's side failed, the client's own status when the failure is the client's (its
 credential refused or rate-limited by the summarizer's upstream, its content refused by the
-upstream's content policy, a plan or a re-plan over `max_calls`: `client_owned`). `manual`
+upstream's content policy, a plan or a re-plan over `max_calls`: `client_owned`). A request
+over the limit only by the guessed sizes of `item_reference`s to items the proxy never relayed
+(`Built.guessed`) is never refused: it is forwarded, and upstream, which knows the items,
+decides (`_guesses_alone`). `manual`
 answers `/compact` (SPEC §8) itself. `overflow_retry_failed` records the forced compaction an
 upstream overflow bought that did not help. Both run a started
 compaction to its end when the client leaves (its retry waits on the thread's lock and reuses
@@ -69,9 +72,11 @@ class CompactionFlow:
         if not config.enabled or decision.action in (Action.NONE, Action.HOLD):
             return built
         if decision.action is Action.REFUSE:
+            if _guesses_alone(prepared, built, th):
+                return self._forward_guessed(prepared, built, "hysteresis", line)
             self._refuse(prepared, built, th, line)
         if prepared.key is None:
-            return self._stateless(built, th, line)
+            return self._stateless(built, th, line, _guesses_alone(prepared, built, th))
         if not prepared.attempt.forced and not self.compactor.running(prepared.key):
             # Only a look: waiting for the lock is pointless while the breaker is open, unless
             # this thread's own compaction holds it (the breaker's trial, say, whose client left
@@ -96,15 +101,21 @@ class CompactionFlow:
                               self.settings.compaction.rearm_ratio)
             line.set(compaction_reused=latest.event.seq if latest.event else None)
             if decision.action is Action.REFUSE:  # as for a request that did not wait
+                if _guesses_alone(prepared, built, situation.thresholds):
+                    return self._forward_guessed(prepared, built, "hysteresis", line)
                 self._refuse(prepared, built, situation.thresholds, line)
             if decision.action is not Action.COMPACT:
                 return built
             line.set(compaction_reused=None)
         job = self._job(prepared, view, situation, built, strategy=self.settings.compaction.strategy)
         th = situation.thresholds
-        fits = job.fits_without_compaction
+        guessed = _guesses_alone(prepared, built, th)
+        fits = job.fits_without_compaction or guessed
         shared = self._shared(prepared, meanwhile, job)
         if shared is not None and shared.stage == POST_CHECK:
+            if guessed:
+                return self._forward_guessed(prepared, built, POST_CHECK, line,
+                                             waited_for(shared))
             self._shared_line(line, prepared, shared, job.strategy)
             raise post_check_error(shared.verdict, shared.reason)
         if shared is not None:
@@ -124,6 +135,8 @@ class CompactionFlow:
                                  job.strategy, logged=True)
         except NothingToCompact:
             if fits:
+                if guessed:
+                    line.set(tokens_guessed=built.guessed)
                 return built
             hint = window_hint(self.settings, prepared.inbound.model, built.tokens, th.limit)
             over = ("the model rejected it as too long" + (f" ({hint})" if hint else "")
@@ -135,6 +148,9 @@ class CompactionFlow:
             raise postcheck.insufficient(reason, built.tokens, th.trigger, th.limit) from None
         except CompactionFailed as failed:
             line.set(compaction_failed=failed.stage)
+            if failed.stage == POST_CHECK and guessed:
+                return self._forward_guessed(prepared, built, POST_CHECK, line, failed.reason,
+                                             logged=True)
             if failed.stage == POST_CHECK:
                 raise post_check_error(failed.verdict, failed.reason) from None
             return self._degrade(prepared, built, fits, failed.stage, failed.reason, line,
@@ -156,7 +172,18 @@ class CompactionFlow:
                    tokens_before=built.tokens, estimate=measure_projection(view, situation),
                    estimator=prepared.estimator, client_doc=inbound.doc, focus=focus,
                    forced=prepared.attempt.forced, anchors=situation.anchors,
-                   stale=built.stale)
+                   stale=built.stale, references=situation.references)
+
+    def _forward_guessed(self, prepared: Prepared, built: Built, stage: str, line: RequestLine,
+                         reason: str = "", logged: bool = False) -> Built:
+        """A refusal the guessed sizes of unknown references alone decided: forwarded with the
+        cheap stages, as a degraded request, the line saying how much was guessed."""
+        line.set(tokens_guessed=built.guessed)
+        reason = (f"{reason}; " if reason else "") + (
+            f"forwarded: {built.guessed:,} of its {built.tokens:,} estimated tokens are guesses "
+            "for item_references to items the proxy never relayed, and without them it fits")
+        return self._degrade(prepared, built, True, stage, reason, line, None,
+                             self.settings.compaction.strategy, logged=logged)
 
     def _refuse(self, prepared: Prepared, built: Built, th: Thresholds, line: RequestLine) -> None:
         """Hysteresis: over the limit, and too soon after the last compaction for another."""
@@ -243,9 +270,13 @@ class CompactionFlow:
                           "too long as well", self.settings.compaction.strategy, degraded=False,
                           cause="refused_again", **({"hint": hint} if hint else {}))
 
-    def _stateless(self, built: Built, th: Thresholds, line: RequestLine) -> Built:
+    def _stateless(self, built: Built, th: Thresholds, line: RequestLine,
+                   guessed: bool = False) -> Built:
+        """`guessed`: only guesses for unknown references put it over (`_guesses_alone`)."""
         line.set(compaction_skipped="no thread id")
-        if th.fits(built.tokens):
+        if th.fits(built.tokens) or guessed:
+            if guessed:
+                line.set(tokens_guessed=built.guessed)
             return built
         raise CompactionInsufficient(
             f"This conversation (about {built.tokens:,} tokens) is over the model's input limit "
@@ -343,6 +374,15 @@ class CompactionFlow:
         except asyncio.CancelledError as cancelled:
             _cancelled_line(line, cancelled)
             raise
+
+
+def _guesses_alone(prepared: Prepared, built: Built, th: Thresholds) -> bool:
+    """Whether the request would fit the model's limit but for the guessed sizes of references
+    to items the proxy never relayed (`Built.guessed`): then a refusal would rest on guesses,
+    and it goes up instead; upstream knows the items, and its overflow buys a forced compaction
+    (SPEC §9). Not on that forced attempt: upstream has already said it is too long."""
+    return (built.guessed > 0 and not prepared.attempt.forced
+            and th.fits(built.tokens - built.guessed))
 
 
 def _cancelled_line(line: RequestLine, cancelled: asyncio.CancelledError) -> None:

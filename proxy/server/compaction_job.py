@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.anchors import NO_SIZES, ReferenceSizes
 from proxy.compaction.cutoff import Previous
 from proxy.compaction.trigger import Thresholds
 from proxy.conversation import Api, Entries
@@ -36,6 +37,8 @@ class Job:
     forced: bool = False  # an upstream overflow bought this compaction
     anchors: tuple[Anchor, ...] = ()  # the thread's: what an `item_reference` weighs
     stale: bool = False  # the thread's checkpoint did not apply (`Built.stale`)
+    # The tenant's record of relayed items: what an `item_reference` weighs first.
+    references: ReferenceSizes = NO_SIZES
 
     @property
     def who(self) -> dict[str, str]:

@@ -148,7 +148,8 @@ class Compactor:
         """Summarize, check, offload and checkpoint; raises CompactionFailed, NothingToCompact
         or BreakerOpen (before anything is logged), or LeasePassed when `lease` was lost."""
         started = time.perf_counter()
-        sizes = with_references(job.entries, job.estimator.sizes(job.entries), job.anchors)
+        sizes = with_references(job.entries, job.estimator.sizes(job.entries), job.anchors,
+                                job.references)
         budgets = restore_budgets(self.settings.compaction.restore, job.thresholds.trigger)
         cutoff = choose_cutoff(job.entries, sizes, job.thresholds,
                                "full" if job.strategy == "full" else "partial", job.previous,

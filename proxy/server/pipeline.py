@@ -19,6 +19,7 @@ from operator import attrgetter
 from typing import Any
 
 from proxy import anchors, jsonio
+from proxy.anchors import NO_SIZES
 from proxy.compaction import manual
 from proxy.compaction.trigger import may_act, requested_output_tokens
 from proxy.conversation import Api
@@ -26,6 +27,7 @@ from proxy.conversation import CHAT as _CHAT
 from proxy.errors import CompactionInsufficient, CompactionUnavailable
 from proxy.identity import Identities
 from proxy.inbound import Inbound, parse_inbound, with_entries
+from proxy.item_sizes import ItemSizes
 from proxy.lru import Memo, WeightedLRU
 from proxy.outbound import build_body
 from proxy.projection import Built, Situation, View, build, view_of
@@ -78,7 +80,10 @@ class Pipeline:
             metrics.watch_breakers(self.compactor.breakers.not_closed, settings.upstreams)
         self.lessons = RetryLessons()
         self.estimators = Estimators(settings)
-        self.recorder = UsageRecorder(self.store, self.identities, self.estimators, log)
+        # Sizes of the Responses items relayed, per tenant: what an `item_reference` counts.
+        self.item_sizes = ItemSizes()
+        self.recorder = UsageRecorder(self.store, self.identities, self.estimators, log,
+                                      self.item_sizes)
         # Each thread's last request, so a steady one parses and builds only what is new;
         # bounded by the bytes of the client's messages they hold.
         self._recent: WeightedLRU[ThreadKey, Known] = WeightedLRU(
@@ -161,7 +166,7 @@ class Pipeline:
             unmeasured = estimator.unmeasured(view.entries)
             if unmeasured:  # a thread new to this process, or a turn's new messages
                 await counted(estimator, unmeasured)
-        situation = self._situation(inbound, estimator, state, attempt)
+        situation = self._situation(inbound, identity.tenant, estimator, state, attempt)
         if command is not None:
             return await self.flow.manual_compact(prepared, view, situation, state, command, line)
         built = build(view, state.event if state else None, situation)
@@ -375,7 +380,7 @@ class Pipeline:
                        instructions=doc.get("instructions"), context=context,
                        definitions=definitions)
 
-    def _situation(self, inbound: Inbound, estimator: TokenEstimator,
+    def _situation(self, inbound: Inbound, tenant: str, estimator: TokenEstimator,
                    state: ThreadState | None, attempt: Attempt) -> Situation:
         th = self.estimators.thresholds(inbound.model, requested_output_tokens(inbound.doc))
         # Positional, in the fields' order: a class called with keywords has them packed into
@@ -383,7 +388,9 @@ class Pipeline:
         return Situation(self.settings.compaction, estimator, self.identities, th, self.clock(),
                          state.last_activity if state else None,
                          state.microcompact if state else None,  # the mark
-                         state.anchors if state else (), attempt.policy, attempt.keep_loop)
+                         state.anchors if state else (), attempt.policy, attempt.keep_loop,
+                         # Only a Responses list holds references: a chat request spares it.
+                         self.item_sizes.of(tenant) if inbound.api is not _CHAT else NO_SIZES)
 
     @staticmethod
     def _tap_factory(api: Api, hide_usage: bool) -> Callable[[], StreamTap]:

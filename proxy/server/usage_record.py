@@ -8,6 +8,10 @@ of a thread this far below its trigger could matter only to a turn that adds ove
 trigger at once, whose overflow upstream then buys the compaction (SPEC §9). Writing it was
 the store's one write per answer, and on a busy proxy the writer thread took a share of the
 event loop's GIL for it.
+
+A Responses answer's output items also leave their sizes in the tenant's record
+(`proxy.item_sizes`), whatever the thread: a later `item_reference` to one, in this thread or
+another of the tenant's, counts what the item holds.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from typing import Any
 
 from proxy import anchors
 from proxy.compaction.trigger import requested_output_tokens
+from proxy.conversation import RESPONSES, Entry
 from proxy.identity import Identities
+from proxy.item_sizes import ItemSizes, relayed
 from proxy.records import Anchor, ThreadKey
 from proxy.server.estimators import Estimators
 from proxy.server.prepared import Prepared
@@ -32,11 +38,12 @@ Keep = Callable[[ThreadKey, Anchor], None]
 
 class UsageRecorder:
     def __init__(self, store: CachedStore, identities: Identities, estimators: Estimators,
-                 log: Any) -> None:
+                 log: Any, item_sizes: ItemSizes | None = None) -> None:
         self.store = store
         self.identities = identities
         self.estimators = estimators
         self.log = log
+        self.item_sizes = item_sizes if item_sizes is not None else ItemSizes()
 
     def record(self, prepared: Prepared, response: Any, raw_usage: Any, line: RequestLine,
                choices: list[Any] | None, clock: Callable[[], float]) -> None:
@@ -49,13 +56,18 @@ class UsageRecorder:
             return
         line.set(usage_input=usage.input, usage_output=usage.output, usage_cached=usage.cached,
                  usage_reasoning=usage.reasoning)
+        items = None
+        if api is RESPONSES and response and estimator is not None:
+            items = anchors.response_entries(api, response)  # for the anchor too
+            self._record_items(prepared, items, usage)
         # Passed through (state kept upstream): no projection, and a usage that counts context
         # the proxy never saw, so no anchor.
         if not response or prepared.key is None or not prepared.projection:
             return
         keep = self._keeper(prepared, usage)
         if choices is None or len(choices) < 2:
-            digests = anchors.response_digests(api, response, self.identities)
+            digests = (anchors.response_digests(api, response, self.identities) if items is None
+                       else anchors.entry_digests(items, self.identities))
             keep(prepared.key, anchors.anchor_for(
                 prepared.projection, prepared.context, digests, usage,
                 kept_name(prepared.inbound.model), clock()))
@@ -65,6 +77,15 @@ class UsageRecorder:
         for anchor in anchors.choice_anchors(prepared.projection, prepared.context, digests,
                                              usage, kept_name(prepared.inbound.model), clock()):
             keep(prepared.key, anchor)
+
+    def _record_items(self, prepared: Prepared, items: tuple[Entry, ...], usage: Usage) -> None:
+        """The sizes of the answer's output items, for the references that may name them."""
+        if prepared.inbound.doc.get("store") is False:  # upstream keeps none: none is named
+            return
+        assert prepared.estimator is not None
+        found = relayed(items, usage, prepared.estimator.entry_tokens)
+        if found:
+            self.item_sizes.record(prepared.identity.tenant, found)
 
     def _keeper(self, prepared: Prepared, usage: Usage) -> Keep:
         """Written from half the request's trigger up, else kept in the cache alone."""

@@ -36,11 +36,12 @@ _REASONING_TEXT = ("reasoning_content", "reasoning")
 
 # An `item_reference` stands for an item upstream keeps stored: its content is upstream's and
 # its own JSON says nothing of its size. One that echoes an answer the proxy relayed is covered
-# by that answer's usage anchor; for any other (relayed by another instance, older than the
-# kept anchors) nothing is known, and `anchors.estimate` counts it as a typical answer item:
-# the average of the thread's anchored answers, else this guess. An assumption, not a
-# measurement: agent answer items (a tool call, a reply) mostly run from tens to a few hundred
-# tokens, and the guess errs above them.
+# by that answer's usage anchor, or counts the size the proxy recorded when it relayed the item
+# (`proxy.item_sizes`). For one the proxy never relayed (before a restart, on another instance)
+# nothing is known, and `anchors.estimate` guesses: the tenant's largest recorded item, else
+# this, for a tenant it knows nothing of. An assumption, not a measurement: agent answer items
+# (a tool call, a reply) mostly run from tens to a few hundred tokens, and the guess errs above
+# them; a request that guesses alone put over the limit is not refused (`CompactionFlow`).
 REFERENCED_ITEM = 1000
 
 
