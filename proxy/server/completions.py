@@ -29,8 +29,8 @@ from proxy.server.inflate import (AnswerTooLarge, Inflate, accepts, answer_encod
                                   inflater)
 from proxy.server.origins import Origins, continued_id
 from proxy.server.prepared import Prepared
-from proxy.server.relay import (PlainTap, RelayOutcome, StreamTap, is_event_stream, relay_stream,
-                                whole_response)
+from proxy.server.relay import (PlainTap, RelayOutcome, StreamTap, is_event_stream, read_any,
+                                relay_stream, whole_response)
 from proxy.server.request_line import RequestLine, clipped
 from proxy.server.serving import log_unhandled
 from proxy.server.services import Configured, Services
@@ -312,6 +312,9 @@ async def _peek(response: aiohttp.ClientResponse, inbound: Inbound, upstream: Up
     deadline = asyncio.get_running_loop().time() + _PEEK_SECONDS
     with reading_answer(upstream):
         while size <= _PEEK_LIMIT:
+            # What came before a failure is read first (`read_any`): a real event in it ends
+            # the peek, and the relay meets the failure next; lifecycle events alone are no
+            # answer, and the failure is the client's 502 or 504 as before.
             chunk = await _read_until(response, deadline)
             if not chunk:
                 break
@@ -335,7 +338,7 @@ async def _read_until(response: aiohttp.ClientResponse, deadline: float) -> byte
     limit = asyncio.timeout_at(deadline)
     try:
         async with limit:
-            return await response.content.readany()
+            return await read_any(response.content)
     except TimeoutError:
         if limit.expired():
             return b""
