@@ -121,7 +121,7 @@ async def _forward(request: web.Request, path: str, services: Services, conf: Co
         # None: plain, as the proxy asked (nearly always: the header is looked for in C first).
         encoding = (answer_encoding(response.headers)
                     if hdrs.CONTENT_ENCODING in response.headers else None)
-        if is_event_stream(response):
+        if is_event_stream(response) or _untyped_stream(prepared.inbound, response):
             peeked, error = await _peek(response, prepared.inbound, prepared.upstream, encoding)
             if error is not None:
                 # An error event in a 200 stream is a rejection all the same.
@@ -183,6 +183,21 @@ async def _forward(request: web.Request, path: str, services: Services, conf: Co
             # the next turn, on any connection, still finds the anchor.
             _recorded(services, line, pipeline.finish_body, prepared, readable, response.status)
         return out
+
+
+def _untyped_stream(inbound: Inbound, response: aiohttp.ClientResponse) -> bool:
+    """A 2xx answer with a body to a `stream: true` request, typed neither as an event stream
+    nor as JSON (no Content-Type, `text/plain`: some servers stream so): an event stream all
+    the same. Read whole, it reached the client at its end, with the usage chunk the proxy
+    asked for, and anchored nothing. It goes with its own type, or none (`relay._Untyped`)."""
+    if not inbound.stream or response.status not in _STREAMED_STATUSES:
+        return False
+    content_type = response.headers.get(hdrs.CONTENT_TYPE)
+    return content_type is None or "json" not in content_type.lower()
+
+
+# 2xx with a body: 204 and 205 have none.
+_STREAMED_STATUSES = frozenset({200, 201, 202, 203, 206, 207, 208, 226})
 
 
 class _StreamNoted:
