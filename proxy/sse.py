@@ -3,8 +3,11 @@
 The relay forwards upstream bytes as they come and must be able to drop a whole event (the
 usage chunk a client did not ask for), so each `SseEvent` carries its raw bytes, blank line
 included, next to its parsed `event` name and joined `data`. Lines end in CRLF, LF or CR
-(WHATWG); a CR at the end of a chunk waits for the next byte, which may be its LF. Comment-only
-blocks (keep-alives) come out as events without data so their bytes are forwarded too. An
+(WHATWG); a CR at the end of a chunk waits for the next byte, which may be its LF, unless it
+ends a blank line: that ends the event whatever follows, so the event comes out at once, and an
+LF that then starts the next chunk (the CR's own, of a CRLF) comes out alone as an event without
+data, its bytes relayed as they came (`_BLANK`; an SSE reader dispatches nothing for it).
+Comment-only blocks (keep-alives) come out as events without data so their bytes are forwarded too. An
 event larger than `max_event_bytes` is given up on: what is held of it comes out as a piece
 marked `complete=False`, data unread, and so does each later read of it as it comes, nothing of
 it held again (but a trailing CR), until its blank line. Nothing here raises on any input.
@@ -149,6 +152,9 @@ class SseDecoder:
         self._first_line = True
         # The fast path may run: `_buf` holds no CR and none of its lines is parsed yet.
         self._plain = True
+        # The last event ended in a CR that was a read's last byte: an LF first in the next
+        # read is that CR's second half, not a blank line (`_feed_general` reads it).
+        self._cr_ended = False
         self._reset()
 
     def _reset(self) -> None:
@@ -231,6 +237,7 @@ class SseDecoder:
             if self._scan < len(self._buf) and not self._oversize:
                 self._line(self._scan, len(self._buf))
             events.append(self._dispatch(len(self._buf)))
+        self._cr_ended = False
         self._plain = not self._buf and not self._oversize
         return events
 
@@ -291,21 +298,32 @@ class SseDecoder:
 
     def _feed_general(self, chunk: bytes) -> list[SseEvent]:
         self._plain = False
+        events = []
+        if self._cr_ended:
+            self._cr_ended = False
+            if chunk.startswith(b"\n"):  # the CRLF's second half: a line with no field
+                events.append(_BLANK)
+                chunk = chunk[1:]
         self._buf += chunk
-        events = self._drain(final=False)
+        events += self._drain(final=False)
         # Once an event is given up on, what comes of it is passed on at once, never held again.
         if self._oversize or len(self._buf) > self._max:
             events += self._spill()
-        self._plain = not self._buf and not self._oversize
+        self._plain = not self._buf and not self._oversize and not self._cr_ended
         return events
 
     def _drain(self, final: bool) -> list[SseEvent]:
         events = []
         while (match := _EOL.search(self._buf, max(self._scan, self._searched))) is not None:
+            blank = match.start() == self._scan and not self._in_line
             if match.group() == b"\r" and match.end() == len(self._buf) and not final:
+                if blank:  # it ends the event whatever comes next: not held for a next read
+                    events.append(self._dispatch(match.end()))
+                    self._cr_ended = True
+                    return events
                 self._searched = match.start()
                 return events  # a CR at the very end may be the first half of a CRLF
-            if match.start() == self._scan and not self._in_line:  # a blank line
+            if blank:
                 events.append(self._dispatch(match.end()))
                 continue
             if not self._oversize:

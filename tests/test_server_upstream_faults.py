@@ -270,9 +270,9 @@ class _Body:
     def __init__(self, *reads: bytes) -> None:
         self._reads = reads
 
-    async def iter_any(self):  # type: ignore[no-untyped-def]
-        for read in self._reads:
-            yield read
+    async def readany(self) -> bytes:
+        read, self._reads = (self._reads[0], self._reads[1:]) if self._reads else (b"", ())
+        return read
 
 
 @pytest.mark.parametrize("tap", ["plain", "chat"])

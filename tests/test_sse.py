@@ -49,9 +49,22 @@ def test_crlf_and_cr_line_endings() -> None:
     assert crlf[0].raw == b"event: a\r\ndata: 1\r\n\r\n"
 
 
-def test_crlf_split_between_chunks_stays_in_one_event() -> None:
-    events = decode([b"data: 1\r\n\r", b"\ndata: 2\r\n\r\n"])
-    assert [e.raw for e in events] == [b"data: 1\r\n\r\n", b"data: 2\r\n\r\n"]
+def test_crlf_split_between_chunks_stays_in_one_line_end() -> None:
+    events = decode([b"data: 1\r", b"\ndata: 2\r\n\r\n"])
+    assert [e.raw for e in events] == [b"data: 1\r\ndata: 2\r\n\r\n"]
+    assert events[0].data == "1\n2"
+
+
+def test_a_cr_that_ends_a_blank_line_dispatches_at_once() -> None:
+    """It ends the event whatever follows; an LF after it in the next read (a CRLF split) is
+    an event of its own with no data, its bytes passed on as they came."""
+    decoder = SseDecoder()
+    [first] = decoder.feed(b"data: 1\r\n\r")
+    assert (first.raw, first.data, decoder.held) == (b"data: 1\r\n\r", "1", 0)
+    assert [(e.raw, e.data) for e in decoder.feed(b"\ndata: 2\r\n\r\n")] == [
+        (b"\n", None), (b"data: 2\r\n\r\n", "2")]
+    [cr] = SseDecoder().feed(b"data: 3\r\r")
+    assert cr.data == "3"
 
 
 def test_event_split_byte_by_byte() -> None:
@@ -106,7 +119,9 @@ def test_any_chunking_gives_the_same_events(parts: list[bytes], cuts: list[int])
         i += cut
     chunks.append(stream[i:])
     whole, pieces = decode([stream]), decode(chunks)
-    assert [(e.raw, e.data, e.event) for e in pieces] == [(e.raw, e.data, e.event) for e in whole]
+    # A read that ends in a blank line's CR ends its event there; the LF after it comes alone.
+    assert ([(e.data, e.event) for e in pieces if e.raw != b"\n"]
+            == [(e.data, e.event) for e in whole if e.raw != b"\n"])
     assert b"".join(e.raw for e in pieces) == stream
 
 

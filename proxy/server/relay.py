@@ -136,7 +136,7 @@ async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse,
             await begun()
         # Written inline, not by a helper coroutine: a real stream comes an event per read,
         # and a coroutine made and awaited per event costs as much as its bookkeeping.
-        async for read in upstream.content.iter_any():
+        async for read in Reads(upstream.content):
             if decode is not None:
                 read = decode(read)
             sliced = len(read) > READ_SLICE
@@ -228,6 +228,48 @@ def _break_off(request: web.Request) -> None:
     Content-Length would leave the client waiting, then reading the next answer as the rest."""
     if request.transport is not None:
         request.transport.close()  # aiohttp's final write then fails: no last chunk follows
+
+
+class Reads:
+    """`content.iter_any()`, but what the upstream sent before its connection failed comes
+    first: aiohttp's `readany` raises the failure before the data it still holds (a relay held
+    up by a slow client may hold megabytes, the answer's end among them). The failure is raised
+    once that is read. No dearer than `iter_any`: the same coroutine per read."""
+
+    __slots__ = ("content",)
+
+    def __init__(self, content: aiohttp.StreamReader) -> None:
+        self.content = content
+
+    def __aiter__(self) -> Reads:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            read = await self.content.readany()
+        except (asyncio.TimeoutError, aiohttp.ClientError):
+            read = held_after_failure(self.content)
+            if not read:
+                raise
+        if not read:
+            raise StopAsyncIteration
+        return read
+
+
+async def read_any(content: aiohttp.StreamReader) -> bytes:
+    """`content.readany()` as `Reads` reads it: b"" at the end (for the Responses peek)."""
+    return await anext(Reads(content), b"")
+
+
+def held_after_failure(content: aiohttp.StreamReader) -> bytes:
+    """What `content` still holds once its connection failed. aiohttp has no public way to read
+    it (`read_nowait` raises the failure too): its private `_read_nowait` (aiohttp 3.x) is used,
+    guarded, so an aiohttp without it, or one that fails there, loses those bytes as before."""
+    try:
+        held = content._read_nowait(-1)
+    except Exception:  # noqa: BLE001 - see above
+        return b""
+    return held if isinstance(held, bytes) else b""
 
 
 class _Untyped(web.StreamResponse):

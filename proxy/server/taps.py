@@ -9,6 +9,7 @@ know how to end a broken stream with an error the client's SDK raises.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from operator import itemgetter
 from typing import Any
 
@@ -185,27 +186,74 @@ def _without_null_usage(raw: bytes) -> bytes:
         if raw.find(pattern) >= 0:
             raw = raw.replace(pattern, b"")
             if raw.find(b'"usage"') < 0:
-                break
-    return raw
+                return raw
+    # Spelled another way (a chunk pretty-printed over several `data:` lines): read, and cut
+    # if it is the top-level member, null. Only such streams come here, once a chunk.
+    lines = _data_lines(raw)
+    data = b"\n".join([raw[value:end] for _, value, end, _ in lines])
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return raw
+    cut = _usage_member(data) if isinstance(doc, dict) and doc.get("usage", 0) is None else None
+    return raw if cut is None else _cut_data(raw, lines, cut)
 
 
 _JSON_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\],:]')
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+_BOM = b"\xef\xbb\xbf"
 
 
 def _without_usage(event: SseEvent) -> bytes:
     """A chunk that carries usage beside its choices (some servers put it on the last chunk,
     or on every one), without its `usage` member; every other byte as sent."""
-    data = bytes(event.data_bytes or b"")  # a large event's view, made bytes (bytes: itself)
+    raw = event.raw
+    lines = _data_lines(raw)
+    data = b"\n".join([raw[value:end] for _, value, end, _ in lines])
+    if data != event.data_bytes:  # not the decoder's reading (a BOM past the stream's start)
+        return raw
     cut = _usage_member(data)
-    if cut is None:
-        return event.raw
-    kept = data[:cut[0]] + data[cut[1]:]
-    at = event.raw.rfind(data) if data.find(b"\n") < 0 else -1
-    if at >= 0:  # its one data line, spliced in place
-        return event.raw[:at] + kept + event.raw[at + len(data):]
-    # Data in several lines: the event is written again, one data line per line of its JSON.
-    eol = b"\r\n" if event.raw.endswith(b"\r\n") else event.raw[-1:]
-    return b"".join(b"data: " + line + eol for line in kept.split(b"\n")) + eol
+    return raw if cut is None else _cut_data(raw, lines, cut)
+
+
+def _data_lines(raw: bytes) -> list[tuple[int, int, int, int]]:
+    """Each `data:` line of the event `raw`: where it starts, where its value starts and ends,
+    and where its line end ends; read as proxy/sse.py reads them."""
+    lines: list[tuple[int, int, int, int]] = []
+    start = 0
+    for match in _LINE_END.finditer(raw):
+        end = match.start()
+        if end == start:
+            break  # the blank line that ends the event
+        name = start + 3 if start == 0 and raw.startswith(_BOM) else start
+        colon = raw.find(b":", name, end)
+        if raw[name:end if colon < 0 else colon] == b"data":
+            value = end if colon < 0 else colon + 1 + raw.startswith(b" ", colon + 1, end)
+            lines.append((start, value, end, match.end()))
+        start = match.end()
+    return lines
+
+
+def _cut_data(raw: bytes, lines: list[tuple[int, int, int, int]], cut: tuple[int, int]) -> bytes:
+    """`raw` without the span `cut` of its data (its data `lines` joined with LF). Within one
+    line, spliced in place; across lines, the first line's head and the last line's tail make
+    one line, where the first was, and the data lines between go. Every other byte and line
+    (`id:`, `event:`, comments, line ends) stays as sent."""
+    starts: list[int] = []
+    at = 0
+    for _, value, end, _ in lines:
+        starts.append(at)
+        at += end - value + 1
+    first, last = bisect_right(starts, cut[0]) - 1, bisect_right(starts, cut[1]) - 1
+    head = lines[first][1] + cut[0] - starts[first]
+    tail = lines[last][1] + cut[1] - starts[last]
+    if first == last:
+        return raw[:head] + raw[tail:]
+    kept = [raw[:head], raw[tail:lines[last][2]], raw[lines[first][2]:lines[first][3]]]
+    for before, line in zip(lines[first:last], lines[first + 1:last + 1]):
+        kept.append(raw[before[3]:line[0]])  # the lines that are not data, between two
+    kept.append(raw[lines[last][3]:])
+    return b"".join(kept)
 
 
 def _usage_member(data: bytes) -> tuple[int, int] | None:
