@@ -103,6 +103,6 @@ def test_every_held_event_read_as_a_view_decodes_as_before(stream: bytes, cut: l
         patch.setattr(sse, "_VIEW_FROM", 1)
         events = decoded(SseDecoder(), chunked(stream, cut), flushed)
         viewed = decoded(SseDecoder(limit), chunked(stream, cut), flushed)
-    assert [seen(e) for e in events] == reference(stream, flushed)
+    assert [seen(e) for e in events] == reference(stream, flushed, chunked(stream, cut))
     assert [(seen(e), e.data_bytes, e.done, e.json()) for e in viewed] == [
         (seen(e), e.data_bytes, e.done, e.json()) for e in copied]
