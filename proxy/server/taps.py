@@ -121,11 +121,16 @@ class ChatTap(_EventTap):
         self.decoder = SseDecoder()
         self.stream = ChatStream()
         self.hidden = 0
+        self._hid_cr = False
 
     def _forward(self, events: list[SseEvent]) -> bytes:
         out = []
         stream = self.stream
         for event in events:
+            if self._hid_cr:
+                self._hid_cr = False
+                if event.raw == b"\n":  # the second half of the hidden event's CRLF: hidden too
+                    continue
             if not event.complete:
                 # Unread, so passed on as sent: a `"usage":null` in it may be cut between two
                 # pieces, and the proxy edits only what it read.
@@ -137,6 +142,9 @@ class ChatTap(_EventTap):
             if self.hide_usage:
                 if kind is ChunkKind.USAGE_ONLY:
                     self.hidden += 1
+                    # Its blank line's CR came last in a read: an LF first in the next comes out
+                    # as an event of its own (`SseDecoder`), the rest of this one's line end.
+                    self._hid_cr = event.raw.endswith(b"\r")
                     continue
                 if stream.usage is not usage:  # a chunk with choices and usage: read, not shown
                     self.hidden += 1
