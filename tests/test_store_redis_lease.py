@@ -32,6 +32,11 @@ async def two(redis_url: str, redis_prefix: str) -> AsyncIterator[tuple[RedisSto
         await store.close()
 
 
+def _lease_of_key(prefix: str) -> str:
+    """The Redis key of `KEY`'s compaction lease."""
+    return RedisKeys(prefix).lease(thread_digest(KEY))
+
+
 async def test_holders_never_overlap_across_instances(
         two: tuple[RedisStore, RedisStore]) -> None:
     inside, most, entered = 0, 0, 0
@@ -76,7 +81,7 @@ async def test_a_lease_another_took_is_reported_lost_and_never_released_by_its_o
     log = LogLines()
     store = RedisStore(redis_url, prefix=redis_prefix, lease_s=LEASE_S, log=log)
     await store.open()
-    name = RedisKeys(redis_prefix).lease(thread_digest(KEY))
+    name = _lease_of_key(redis_prefix)
     try:
         async with store.compaction_lease(KEY) as lost:
             await client.set(name, b"someone-else", px=5000)  # as if ours had run out
@@ -148,7 +153,7 @@ async def test_a_checkpoint_of_a_holder_that_lost_its_lease_is_refused(
     # The new holder may have cut the history back and offloaded its own lines: the stalled
     # holder's checkpoint would count them in its `history_end`.
     a, b = two
-    name = RedisKeys(redis_prefix).lease(thread_digest(KEY))
+    name = _lease_of_key(redis_prefix)
     async with a.compaction_lease(KEY):
         first = await a.add_event(KEY, event(1))
         await client.set(name, b"another-instance", px=5000)  # as if ours had run out
@@ -170,7 +175,7 @@ async def test_a_checkpoint_of_a_holder_whose_lease_passed_and_ended_is_refused(
     # Its lease ran out, another instance took it, wrote its checkpoint and let it go: the lease
     # is free again, yet the stalled holder's checkpoint was built on the state before.
     a, b = two
-    name = RedisKeys(redis_prefix).lease(thread_digest(KEY))
+    name = _lease_of_key(redis_prefix)
     async with a.compaction_lease(KEY):
         await client.delete(name)  # as if ours had run out
         async with b.compaction_lease(KEY):
@@ -186,7 +191,7 @@ async def test_the_lease_check_before_the_history_judges_as_the_checkpoint_does(
     # Asked before a compaction cuts and appends to the thread's history: a stalled holder
     # must not touch the lines under another holder's committed checkpoint.
     a, b = two
-    name = RedisKeys(redis_prefix).lease(thread_digest(KEY))
+    name = _lease_of_key(redis_prefix)
     async with a.compaction_lease(KEY):
         await a.lease_check(KEY)
         await client.set(name, b"another-instance", px=5000)  # ours ran out, another took it

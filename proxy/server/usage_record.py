@@ -38,12 +38,12 @@ Keep = Callable[[ThreadKey, Anchor], None]
 
 class UsageRecorder:
     def __init__(self, store: CachedStore, identities: Identities, estimators: Estimators,
-                 log: Any, item_sizes: ItemSizes | None = None) -> None:
+                 log: Any, item_sizes: ItemSizes) -> None:
         self.store = store
         self.identities = identities
         self.estimators = estimators
         self.log = log
-        self.item_sizes = item_sizes if item_sizes is not None else ItemSizes()
+        self.item_sizes = item_sizes
 
     def record(self, prepared: Prepared, response: Any, raw_usage: Any, line: RequestLine,
                choices: list[Any] | None, clock: Callable[[], float]) -> None:

@@ -151,7 +151,7 @@ class CachedStore:
 
     def keep_anchor(self, key: ThreadKey, anchor: Anchor) -> None:
         """`anchor` in the cached state alone, not written: one the thread can do without
-        after a restart (`Pipeline._anchor_keeper`). Over a shared store, which caches nothing,
+        after a restart (`UsageRecorder._keeper`). Over a shared store, which caches nothing,
         it is written as `add_anchor` writes it: the store's copy is its only one."""
         if self.shared:
             self.add_anchor(key, anchor)
