@@ -12,7 +12,7 @@ from typing import Any
 
 from proxy import jsonio
 
-from proxy.conversation import Entries, serialize
+from proxy.conversation import CHAT, Entries, serialize
 from proxy.inbound import Inbound
 
 _SENTINEL = "\x00compaction-proxy-array\x00"
@@ -20,6 +20,16 @@ _SENTINEL = "\x00compaction-proxy-array\x00"
 
 def same_entries(a: Entries, b: Entries) -> bool:
     return a is b or (len(a) == len(b) and all(x is y for x, y in zip(a, b)))
+
+
+def needs_usage_chunk(inbound: Inbound) -> bool:
+    """A chat stream whose client did not ask for usage: asked for, then hidden (SPEC §6)."""
+    if inbound.api is not CHAT or not inbound.stream:
+        return False
+    options = inbound.doc.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        return False  # the client's own invalid value goes up for upstream to judge
+    return not (isinstance(options, dict) and options.get("include_usage") is True)
 
 
 def build_body(inbound: Inbound, entries: Entries | None, *, include_usage: bool,

@@ -64,6 +64,9 @@ class LoggingSettings:
 class TokenSettings:
     safety_margin: float = 0.03
     cache_entries: int = 200_000
+    # False: a chat request the proxy has nothing to do for goes up uncounted
+    # (`proxy/server/untouched.py`); true: every request is counted and its answer anchored.
+    count_every_request: bool = False
 
 
 def parse_threads(r: Reader) -> ThreadSettings:
@@ -170,6 +173,7 @@ def parse_tokens(r: Reader) -> TokenSettings:
     s = TokenSettings(
         safety_margin=r.number("safety_margin", TokenSettings.safety_margin, 0.0, 1.0),
         cache_entries=r.integer("cache_entries", TokenSettings.cache_entries, 1000),
+        count_every_request=r.boolean("count_every_request", TokenSettings.count_every_request),
     )
     r.finish()
     return s

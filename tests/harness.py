@@ -122,6 +122,12 @@ async def serve_every_path(handler: Callable[[web.Request], Awaitable[web.Stream
     return runner.addresses[0][1]
 
 
+# The `tokens` section of a proxy whose tests are about estimates and anchors: every request
+# counted and anchored, a plain small one too (which by default goes up uncounted:
+# `proxy/server/untouched.py`).
+COUNTED = {"count_every_request": True}
+
+
 def proxy_settings(upstream_url: str, state_path: str, **sections: Any) -> Settings:
     """Settings for a test proxy: one upstream (the fake), state in a temporary directory."""
     raw: dict[str, Any] = {

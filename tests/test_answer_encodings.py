@@ -19,6 +19,7 @@ from aiohttp import web
 
 from proxy.server.inflate import accepts
 from tests.conftest import API_KEY
+from tests.harness import COUNTED
 from tests.test_responses_stream_ends import MESSAGE, _completed, _delta, _opening
 from tests.test_server_wire_edges import make_upstream  # noqa: F401 - the fixture
 from tests.test_stream_usage_capture import ANSWER, DONE, USAGE, USER, _chunk
@@ -70,7 +71,7 @@ RESPONSES_STREAM = _opening() + _delta() + _completed()
 def test_a_chat_stream_in_br_or_zstd_is_read_relayed_plain_and_anchors(  # noqa: F811
         make_upstream, make_proxy, encoding: str) -> None:
     upstream = make_upstream(_compressing(encoding, CHAT_STREAM, RESPONSES_STREAM))
-    proxy = make_proxy(upstream.url)
+    proxy = make_proxy(upstream.url, tokens=COUNTED)
     messages: list[Any] = list(USER)
     for _ in range(2):
         with httpx.stream("POST", f"{proxy.base_url}/chat/completions", timeout=20,
@@ -92,7 +93,7 @@ def test_a_chat_stream_in_br_or_zstd_is_read_relayed_plain_and_anchors(  # noqa:
 def test_a_responses_stream_in_br_or_zstd_reaches_the_sdk_whole(make_upstream,  # noqa: F811
                                                                 make_proxy,
                                                                 encoding: str) -> None:
-    proxy = make_proxy(make_upstream(_compressing(encoding, CHAT_STREAM, RESPONSES_STREAM)).url)
+    proxy = make_proxy(make_upstream(_compressing(encoding, CHAT_STREAM, RESPONSES_STREAM)).url, tokens=COUNTED)
     client = openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)
     items: list[Any] = list(USER)
     for _ in range(2):
@@ -110,7 +111,7 @@ def test_a_responses_stream_in_br_or_zstd_reaches_the_sdk_whole(make_upstream,  
                                       None])
 def test_a_body_in_br_or_zstd_goes_plain_to_a_client_that_does_not_accept_it(  # noqa: F811
         make_upstream, make_proxy, encoding: str, accepted: str | None) -> None:
-    proxy = make_proxy(make_upstream(_compressing(encoding, CHAT_STREAM, RESPONSES_STREAM)).url)
+    proxy = make_proxy(make_upstream(_compressing(encoding, CHAT_STREAM, RESPONSES_STREAM)).url, tokens=COUNTED)
     with httpx.Client(timeout=20) as client:
         request = client.build_request("POST", f"{proxy.base_url}/chat/completions",
                                        json={"model": "gpt-4o", "messages": USER})
@@ -129,7 +130,7 @@ def test_a_body_in_br_or_zstd_goes_plain_to_a_client_that_does_not_accept_it(  #
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_a_body_in_br_or_zstd_goes_as_it_came_to_a_client_that_accepts_it(  # noqa: F811
         make_upstream, make_proxy, encoding: str) -> None:
-    proxy = make_proxy(make_upstream(_compressing(encoding, CHAT_STREAM, RESPONSES_STREAM)).url)
+    proxy = make_proxy(make_upstream(_compressing(encoding, CHAT_STREAM, RESPONSES_STREAM)).url, tokens=COUNTED)
     with httpx.stream("POST", f"{proxy.base_url}/chat/completions", timeout=20,
                       json={"model": "gpt-4o", "messages": USER},
                       headers={"Accept-Encoding": f"gzip, {encoding}"}) as answer:
@@ -145,7 +146,7 @@ def test_the_sdk_reads_an_answer_in_any_encoding_the_proxy_reads(make_upstream, 
                                                                  make_proxy) -> None:
     for encoding in ENCODINGS:
         proxy = make_proxy(make_upstream(
-            _compressing(encoding, CHAT_STREAM, RESPONSES_STREAM)).url)
+            _compressing(encoding, CHAT_STREAM, RESPONSES_STREAM)).url, tokens=COUNTED)
         client = openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0,
                                timeout=20)
         completion = client.chat.completions.create(model="gpt-4o", messages=USER)
@@ -162,7 +163,7 @@ def test_a_stream_that_is_not_the_br_it_claims_ends_with_an_error_frame(  # noqa
         await out.write(brotli.compress(ANSWER)[:-4] + b"\xff" * 64)
         return out
 
-    proxy = make_proxy(make_upstream(answer).url)
+    proxy = make_proxy(make_upstream(answer).url, tokens=COUNTED)
     client = openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)
     with pytest.raises(openai.APIError, match="does not inflate"):
         list(client.chat.completions.create(model="gpt-4o", messages=USER, stream=True))
@@ -185,7 +186,7 @@ def test_a_request_body_in_br_is_read_and_forwarded_plain(make_upstream,  # noqa
                                                           make_proxy) -> None:
     # aiohttp reads br request bodies once Brotli is installed, as it reads gzip ones.
     upstream = make_upstream(_compressing("br", CHAT_STREAM, RESPONSES_STREAM))
-    proxy = make_proxy(upstream.url)
+    proxy = make_proxy(upstream.url, tokens=COUNTED)
     body = json.dumps({"model": "gpt-4o", "messages": USER}).encode()
     answer = httpx.post(f"{proxy.base_url}/chat/completions", content=brotli.compress(body),
                         headers={"Content-Encoding": "br", "Content-Type": "application/json",

@@ -16,6 +16,7 @@ from proxy.testing.messages import tool_result, user
 from proxy.testing.replies import Reply, call
 from proxy.testing.rules import check_chat
 from proxy.testing.turn import completion_tokens, sampled
+from tests.harness import COUNTED
 from tests.test_fake_openai_client import client
 
 TEXT = "Red is the colour of the first sample."
@@ -97,7 +98,7 @@ def test_through_the_proxy_the_kept_sample_is_anchored(make_fake, make_proxy, ma
                                                        stream: bool) -> None:
     fake = make_fake()
     fake.script(TOOLS, Reply.text("Done."))
-    proxy = make_proxy(fake)
+    proxy = make_proxy(fake, tokens=COUNTED)
     api = make_client(proxy.base_url)
     thread = {"x-thread-id": "samples"}
     if stream:

@@ -19,6 +19,7 @@ from proxy.testing.messages import user
 from proxy.testing.reference_tokens import count_text, token_prefix
 from proxy.testing.replies import Reply, call
 from proxy.testing.turn import capped, completion_tokens
+from tests.harness import COUNTED
 from tests.test_fake_choices import client, fake  # noqa: F401 - the fixture
 
 LONG = "The first part of a long answer, " + "and then some more words, " * 40
@@ -159,7 +160,7 @@ def test_through_the_proxy_a_cut_answer_is_relayed_and_anchors_the_next_turn(
         make_fake, make_proxy, make_client) -> None:
     fake = make_fake()
     fake.script(Reply.text(LONG), Reply.text("Go on."))
-    proxy = make_proxy(fake)
+    proxy = make_proxy(fake, tokens=COUNTED)
     api = make_client(proxy.base_url)
     thread = {"x-thread-id": "cut-short"}
     answer = api.chat.completions.create(model="gpt-4o", messages=[user("go")],
@@ -177,7 +178,7 @@ def test_through_the_proxy_an_incomplete_response_anchors_the_next_turn(
         make_fake, make_proxy, make_client, stream: bool) -> None:
     fake = make_fake()
     fake.script(Reply.text(LONG), Reply.text("Go on."))
-    proxy = make_proxy(fake)
+    proxy = make_proxy(fake, tokens=COUNTED)
     api = make_client(proxy.base_url)
     thread = {"x-thread-id": f"incomplete-{stream}"}
     asked = [{"role": "user", "content": "go"}]

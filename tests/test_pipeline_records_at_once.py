@@ -15,7 +15,7 @@ from proxy.conversation import Api
 from proxy.server.pipeline import Pipeline
 from proxy.server.request_line import RequestLine
 from proxy.threads import ThreadIdentity
-from tests.harness import started_pipeline
+from tests.harness import COUNTED, started_pipeline
 
 IDENTITY = ThreadIdentity("thread-1", "header:x-thread-id", "tenant-1")
 BODY = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "Say hello."}]})
@@ -35,7 +35,7 @@ STREAM = (b'data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index
 
 @pytest.fixture
 async def pipeline(tmp_path: Path) -> Any:
-    async with started_pipeline(str(tmp_path)) as made:
+    async with started_pipeline(str(tmp_path), tokens=COUNTED) as made:
         yield made
 
 

@@ -25,6 +25,7 @@ from proxy.testing.summarizer import FakeSummarizer
 from proxy.threads import tenant_digest
 from tests.compaction_session import summary_of
 from tests.conftest import API_KEY
+from tests.harness import COUNTED
 from tests.process import ProxyProcess, write_config
 from tests.test_compaction_detached import COMPACTION, GatedFake, gated, open_gate  # noqa: F401
 from tests.test_compaction_failure_paths import over_the_limit, post, wait_for
@@ -46,7 +47,7 @@ def instances(tmp_path: Path, gated: GatedFake, redis_url: str,
                 tmp_path / f"instance{n}.yaml", gated.url, tmp_path / f"state{n}",
                 state={"backend": "redis",
                        "redis": {"url": redis_url, "prefix": redis_prefix, "lease_s": lease_s}},
-                models=MODELS, compaction=COMPACTION)
+                models=MODELS, compaction=COMPACTION, tokens=COUNTED)
             started.append(ProxyProcess(config, prelude=prelude))
         return started[-count:]
 

@@ -10,6 +10,7 @@ import openai
 import pytest
 from aiohttp import web
 
+from tests.harness import COUNTED
 from tests.test_server_wire_edges import make_upstream  # noqa: F401 - the fixture
 
 USER = {"role": "user", "content": "Name a colour."}
@@ -100,7 +101,7 @@ def _answer(client: openai.OpenAI, stream: bool) -> list[dict[str, Any]]:
 def test_the_choice_the_client_keeps_is_anchored(make_upstream, make_proxy, make_client,
                                                  stream: bool, kept: int) -> None:
     upstream = make_upstream(_two_choices)
-    proxy = make_proxy(upstream.url)
+    proxy = make_proxy(upstream.url, tokens=COUNTED)
     client = make_client(proxy.base_url)
     choices = _answer(client, stream)
     assert [c["content"] for c in choices] == [SHORT, LONG]

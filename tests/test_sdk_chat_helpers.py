@@ -9,6 +9,14 @@ import pydantic
 import pytest
 
 from proxy.testing.replies import Reply, call
+from tests.harness import COUNTED
+
+
+@pytest.fixture
+def proxy(make_proxy, fake):
+    # About estimates and anchors: every request counted, a plain small one too.
+    return make_proxy(fake, tokens=COUNTED)
+
 
 USER = [{"role": "user", "content": "Weather in Paris?"}]
 THREAD = {"x-thread-id": "sdk-chat"}

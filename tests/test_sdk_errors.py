@@ -18,6 +18,7 @@ from proxy.testing.replies import Reply
 from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request
 from tests.compaction_session import LIMIT, MODEL, planted_session, up_to_last_user
 from tests.conftest import API_KEY
+from tests.harness import COUNTED
 from tests.test_server_wire_edges import make_upstream  # noqa: F401 - the fixture
 
 USER = [{"role": "user", "content": "Say hello."}]
@@ -94,7 +95,7 @@ def test_retry_after_paces_the_sdks_retry_and_the_retry_anchors_once(make_upstre
             "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}})
 
     upstream = make_upstream(limited)
-    proxy = make_proxy(upstream.url)
+    proxy = make_proxy(upstream.url, tokens=COUNTED)
     with openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=1) as client:
         started = time.monotonic()
         raw = client.chat.completions.with_raw_response.create(

@@ -14,6 +14,7 @@ import pytest
 
 from proxy.server.estimators import OFF_LOOP_BYTES
 from tests.conftest import API_KEY
+from tests.harness import COUNTED
 from tests.process import ProxyProcess, write_config
 from tests.test_server_reload_off_loop import Hold
 
@@ -53,7 +54,7 @@ def test_a_big_new_request_is_counted_while_the_loop_serves_others(tmp_path: Pat
                                                                    api: str) -> None:
     name, _, field = APIS[api]
     fake = make_fake()
-    config = write_config(tmp_path / "p.yaml", fake.url, tmp_path / "state")
+    config = write_config(tmp_path / "p.yaml", fake.url, tmp_path / "state", tokens=COUNTED)
     hold = Hold(tmp_path / "hold", "proxy.tokens.rules", name)
     hold.prelude = _HOLD_BIG.format(name=name, limit=OFF_LOOP_BYTES, where=str(hold.where))
     proxy = ProxyProcess(config, prelude=hold.prelude)

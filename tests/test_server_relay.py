@@ -14,6 +14,7 @@ from aiohttp import web
 from proxy.server.services import SERVICES
 from proxy.testing.replies import Reply, call
 from tests.conftest import API_KEY
+from tests.harness import COUNTED
 
 USER = [{"role": "user", "content": "Say hello."}]
 
@@ -298,10 +299,11 @@ def test_a_stream_ends_only_after_its_anchor_and_request_line(proxy, fake, monke
         assert len(proxy.requests()) == turn
 
 
-def test_a_body_answer_reaches_the_client_before_its_usage_is_recorded(proxy, fake,
+def test_a_body_answer_reaches_the_client_before_its_usage_is_recorded(make_proxy, fake,
                                                                      monkeypatch) -> None:
     # The recording is held, blocking the proxy's loop, until the client has its answer: an
     # answer sent only after the recording would never arrive while it is held.
+    proxy = make_proxy(fake, tokens=COUNTED)
     pipeline = proxy.app[SERVICES].pipeline
     record, released, held = pipeline.finish_body, threading.Event(), []
 

@@ -18,6 +18,7 @@ import pytest
 from proxy.testing.replies import Reply
 from proxy.testing.summarizer import is_summarizer_request
 from tests.conftest import API_KEY
+from tests.harness import COUNTED
 from tests.process import ProxyProcess, cli
 from tests.reload_serving import serve  # noqa: F401 - the fixture
 
@@ -54,14 +55,15 @@ def _reloaded(proxy: ProxyProcess, count: int = 1) -> dict[str, Any]:
 def test_a_lowered_window_compacts_the_next_request_and_a_raised_one_stops_it(
         serve, make_fake) -> None:
     fake = make_fake()
-    served = serve(fake.url, models={"small-*": {"max_input_tokens": 100000}})
+    served = serve(fake.url, models={"small-*": {"max_input_tokens": 100000}},
+                   tokens=COUNTED)
     proxy = served.proxy
     before = _ask(proxy, "t-window", _long_chat(12))
     assert before.headers["x-compaction"] == "none"
     tokens = int(before.headers["x-context-tokens"])
     assert tokens > 2000
 
-    served.rewrite(models={"small-*": {"max_input_tokens": 2000}})
+    served.rewrite(models={"small-*": {"max_input_tokens": 2000}}, tokens=COUNTED)
     line = _reloaded(proxy)
     assert line["changed"] == ["models"]
     assert line["keys"] == ["models.small-*.max_input_tokens"]
@@ -72,7 +74,7 @@ def test_a_lowered_window_compacts_the_next_request_and_a_raised_one_stops_it(
     assert proxy.wait_for("compaction_completed")  # the answer may come before its line
 
     # Raised again: another thread as long goes up whole.
-    served.rewrite(models={"small-*": {"max_input_tokens": 100000}})
+    served.rewrite(models={"small-*": {"max_input_tokens": 100000}}, tokens=COUNTED)
     assert _reloaded(proxy, 2)["changed"] == ["models"]
     again = _ask(proxy, "t-window-2", _long_chat(12))
     assert again.headers["x-compaction"] == "none"

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.conftest import API_KEY
+from tests.harness import COUNTED
 from tests.process import ProxyProcess
 from tests.reload_serving import serve  # noqa: F401 - the fixture
 
@@ -67,7 +68,7 @@ def test_the_token_caches_outlive_a_changed_safety_margin_which_applies_at_once(
     counted = tmp_path / "counted"
     counted.touch()
     served = serve(fake.url, prelude=_COUNTED.format(where=str(counted)),
-                   models={"small-*": {"max_input_tokens": 1_000_000}})
+                   models={"small-*": {"max_input_tokens": 1_000_000}}, tokens=COUNTED)
     proxy = served.proxy
     # 40 messages (each thread new to the proxy): counted once, then found in the caches.
     messages = [{"role": "user" if n % 2 == 0 else "assistant",
@@ -86,7 +87,7 @@ def test_the_token_caches_outlive_a_changed_safety_margin_which_applies_at_once(
     assert measured >= 40
     assert ask("t-warm") == before and len(counted.read_text().splitlines()) == measured
     served.rewrite(models={"small-*": {"max_input_tokens": 1_000_000}},
-                   tokens={"safety_margin": 0.5})
+                   tokens={**COUNTED, "safety_margin": 0.5})
     assert _reloaded(proxy, 1)["keys"] == ["tokens.safety_margin"]
     after = ask("t-margin")
     assert len(counted.read_text().splitlines()) == measured  # nothing counted anew

@@ -47,6 +47,7 @@ EDITS = st.sampled_from([
     ("logging|level", st.sampled_from(["debug", "info", "warning", "error"])),
     ("tokens|cache_entries", st.integers(1000, 10**6)),
     ("tokens|safety_margin", st.floats(0, 1)),
+    ("tokens|count_every_request", st.booleans()),
     ("compaction|enabled", st.booleans()),
     ("compaction|strategy", st.sampled_from(["partial", "full"])),
     ("compaction|breaker|failures", st.integers(1, 9)),

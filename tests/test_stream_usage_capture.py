@@ -20,6 +20,7 @@ import pytest
 from aiohttp import web
 
 from tests.conftest import API_KEY
+from tests.harness import COUNTED
 from tests.test_responses_stream_ends import MESSAGE, _completed, _opening
 from tests.test_server_wire_edges import make_upstream  # noqa: F401 - the fixture
 
@@ -80,7 +81,7 @@ def _lines(proxy: Any, count: int) -> list[dict[str, Any]]:
 def test_a_chat_stream_without_done_anchors_the_next_turn(make_upstream,  # noqa: F811
                                                           make_proxy) -> None:
     usage = _chunk([], USAGE)
-    proxy = make_proxy(make_upstream(_sending(ANSWER + usage)).url)
+    proxy = make_proxy(make_upstream(_sending(ANSWER + usage)).url, tokens=COUNTED)
     first, second = _two_chat_turns(proxy)
     assert first["usage_input"] == 11 and "upstream_error" not in first
     assert second["anchor_used"] is True
@@ -89,7 +90,7 @@ def test_a_chat_stream_without_done_anchors_the_next_turn(make_upstream,  # noqa
 def test_a_finished_chat_stream_whose_usage_chunk_has_no_line_end_is_whole(  # noqa: F811
         make_upstream, make_proxy) -> None:
     usage = _chunk([], USAGE).removesuffix(b"\n\n")
-    proxy = make_proxy(make_upstream(_sending(ANSWER + usage)).url)
+    proxy = make_proxy(make_upstream(_sending(ANSWER + usage)).url, tokens=COUNTED)
     first, second = _two_chat_turns(proxy)  # the SDK raises on a cut
     assert first["usage_input"] == 11 and "upstream_error" not in first
     assert second["anchor_used"] is True
@@ -101,7 +102,7 @@ def test_a_chat_stream_without_done_and_not_finished_anchors_nothing(make_upstre
     half = (_chunk([_delta({"role": "assistant", "content": "Hello"}),
                     _delta({"role": "assistant", "content": "Hi"}, index=1)])
             + _chunk([_delta({}, "stop")]) + _chunk([], USAGE))
-    proxy = make_proxy(make_upstream(_sending(half)).url)
+    proxy = make_proxy(make_upstream(_sending(half)).url, tokens=COUNTED)
     first, second = _two_chat_turns(proxy)
     assert "usage_input" not in first and second["anchor_used"] is False
 
@@ -110,14 +111,14 @@ def test_a_client_gone_at_done_before_the_upstreams_end_still_anchors(make_upstr
                                                                       make_proxy) -> None:
     # The sync SDK closes its connection at `[DONE]`; the upstream ends its body a bit later.
     proxy = make_proxy(make_upstream(_sending(ANSWER, _chunk([], USAGE), DONE,
-                                              pause_s=0.5)).url)
+                                              pause_s=0.5)).url, tokens=COUNTED)
     first, second = _two_chat_turns(proxy)
     assert first["usage_input"] == 11 and first["bytes_out"] > 0
     assert second["anchor_used"] is True
 
 
 def test_a_client_gone_before_done_anchors_nothing(make_upstream, make_proxy) -> None:  # noqa: F811
-    proxy = make_proxy(make_upstream(_sending(ANSWER, _chunk([], USAGE), pause_s=0.5)).url)
+    proxy = make_proxy(make_upstream(_sending(ANSWER, _chunk([], USAGE), pause_s=0.5)).url, tokens=COUNTED)
     client = openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)
     with client.chat.completions.create(model="gpt-4o", messages=USER, stream=True,
                                         extra_headers={"x-thread-id": "t"}) as chunks:
@@ -151,7 +152,7 @@ def test_a_responses_client_gone_after_the_last_event_still_anchors(make_upstrea
     upstream = make_upstream(_sending(_opening(), _completed(), pause_s=0.5)).url
     proxy = make_proxy(upstream, upstreams={"other": {"base_url": upstream}},
                        routes=[{"model": "other-*", "upstream": "other"},
-                               {"model": "*", "upstream": "fake"}])
+                               {"model": "*", "upstream": "fake"}], tokens=COUNTED)
     items: list[Any] = list(USER)
     for _ in range(2):
         _read_until(proxy.port, "/v1/responses", {"model": "gpt-4o", "input": items,

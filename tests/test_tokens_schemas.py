@@ -17,6 +17,7 @@ from proxy.tokens import rules
 from proxy.tokens.encoding import load_tokenizer
 from proxy.tokens.estimate import TokenEstimator
 from tests.conftest import API_KEY
+from tests.harness import COUNTED
 
 FUNCTIONS = [{"name": "get_weather", "description": "Weather for a city.",
               "parameters": {"type": "object", "properties": {
@@ -80,7 +81,7 @@ def test_the_estimate_agrees_with_the_fake_upstream() -> None:
 
 def test_the_proxy_counts_a_schema_in_its_estimate(make_fake, make_proxy) -> None:
     fake = make_fake()
-    proxy = make_proxy(fake)
+    proxy = make_proxy(fake, tokens=COUNTED)
     headers = {"authorization": f"Bearer {API_KEY}"}
     messages = [{"role": "user", "content": "Answer with sources."}]
     big = {**RESPONSE_FORMAT, "json_schema": {**RESPONSE_FORMAT["json_schema"], "schema": {

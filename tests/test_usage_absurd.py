@@ -14,6 +14,7 @@ from aiohttp import web
 
 from proxy.usage import normalize, plausible_usage, usage_ceiling
 from tests.conftest import API_KEY
+from tests.harness import COUNTED
 from tests.test_server_wire_edges import make_upstream  # noqa: F401 - the fixture
 
 USER = [{"role": "user", "content": "Say hello."}]
@@ -58,7 +59,7 @@ def _turns(proxy: Any, count: int) -> list[httpx.Response]:
 @pytest.mark.parametrize("usage", ABSURD + UNREADABLE)
 def test_absurd_usage_anchors_nothing_and_the_next_turn_goes_on(make_upstream,  # noqa: F811
                                                                  make_proxy, usage: Any) -> None:
-    proxy = make_proxy(make_upstream(_answering([usage])).url)
+    proxy = make_proxy(make_upstream(_answering([usage])).url, tokens=COUNTED)
     first, second, third = _turns(proxy, 3)
     assert first.json()["usage"] == usage  # the client gets what the upstream said
     assert second.status_code == 200 and third.status_code == 200
@@ -85,7 +86,7 @@ def test_a_count_above_twice_the_profiles_window_anchors_nothing(make_upstream, 
     # the next turn would be refused as too large for the model.
     proxy = make_proxy(make_upstream(_answering([{"prompt_tokens": 5_000,
                                                   "completion_tokens": 2}])).url,
-                       models={"small-*": {"max_input_tokens": 1_000}})
+                       models={"small-*": {"max_input_tokens": 1_000}}, tokens=COUNTED)
     messages: list[Any] = list(USER)
     for _ in range(2):
         answer = httpx.post(f"{proxy.base_url}/chat/completions", timeout=20,

@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from tests.conftest import API_KEY
+from tests.harness import COUNTED
 from tests.test_server_wire_edges import make_upstream  # noqa: F401 - the fixture
 from tests.test_stream_usage_capture import ANSWER, DONE, USAGE, USER, _sending
 
@@ -27,7 +28,7 @@ def _usage_chunk(choices: Any) -> bytes:
 @pytest.mark.parametrize("choices", [[], None, "absent"], ids=["empty", "null", "absent"])
 def test_a_usage_chunk_the_client_did_not_ask_for_is_hidden_in_any_shape(  # noqa: F811
         make_upstream, make_proxy, choices: Any) -> None:
-    proxy = make_proxy(make_upstream(_sending(ANSWER + _usage_chunk(choices) + DONE)).url)
+    proxy = make_proxy(make_upstream(_sending(ANSWER + _usage_chunk(choices) + DONE)).url, tokens=COUNTED)
     client = openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)
     chunks = list(client.chat.completions.create(model="gpt-4o", messages=USER, stream=True))
     client.close()
@@ -41,7 +42,7 @@ def test_a_usage_chunk_the_client_did_not_ask_for_is_hidden_in_any_shape(  # noq
 def test_a_client_that_asked_for_usage_gets_the_chunk_as_sent(make_upstream,  # noqa: F811
                                                               make_proxy, choices: Any) -> None:
     sent = ANSWER + _usage_chunk(choices) + DONE
-    proxy = make_proxy(make_upstream(_sending(sent)).url)
+    proxy = make_proxy(make_upstream(_sending(sent)).url, tokens=COUNTED)
     client = openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)
     with client.chat.completions.with_streaming_response.create(
             model="gpt-4o", messages=USER, stream=True,
@@ -62,7 +63,7 @@ def test_usage_beside_choices_is_read_and_not_shown_to_a_client_that_did_not_ask
 
     sent = (chunk({"role": "assistant", "content": "Hel"}, None, USAGE if every else None)
             + chunk({"content": "lo"}, "stop", USAGE) + DONE)
-    proxy = make_proxy(make_upstream(_sending(sent)).url)
+    proxy = make_proxy(make_upstream(_sending(sent)).url, tokens=COUNTED)
     client = openai.OpenAI(base_url=proxy.base_url, api_key=API_KEY, max_retries=0, timeout=20)
     messages: list[Any] = list(USER)
     for _ in range(2):

@@ -29,7 +29,7 @@ from proxy.identity import Identities
 from proxy.inbound import Inbound, parse_inbound, with_entries
 from proxy.item_sizes import ItemSizes
 from proxy.lru import Memo, WeightedLRU
-from proxy.outbound import build_body
+from proxy.outbound import build_body, needs_usage_chunk
 from proxy.projection import Built, Situation, View, build, view_of
 from proxy.records import MicrocompactMark, ThreadKey, ThreadState
 from proxy.reparse import Known, known_of, reparse
@@ -44,6 +44,7 @@ from proxy.server.request_line import RequestLine
 from proxy.server.retry_attempts import after_rejection, fixed, further_fix
 from proxy.server.retry_lessons import RetryLessons
 from proxy.server.taps import ChatTap, ResponsesTap
+from proxy.server.untouched import untouched
 from proxy.server.upstream import UpstreamClient
 from proxy.server.usage_record import UsageRecorder
 from proxy.settings import Settings, UpstreamSettings
@@ -56,6 +57,10 @@ from proxy.streams import chat_message, chat_messages, one_choice, responses_out
 from proxy.threads import ThreadIdentity, loggable
 from proxy.tokens.estimate import TokenEstimator
 from proxy.tokens.rules import request_definitions
+
+
+_FIRST = Attempt()  # a first attempt with no lesson applied: `is` tells it
+_WHOLE_WAY = Attempt()  # a first attempt all the same, never `untouched`
 
 
 class Pipeline:
@@ -121,7 +126,7 @@ class Pipeline:
 
     async def prepare(self, inbound: Inbound, identity: ThreadIdentity, upstream: UpstreamSettings,
                       line: RequestLine, client_headers: Mapping[str, str],
-                      attempt: Attempt = Attempt()) -> Prepared:
+                      attempt: Attempt = _FIRST) -> Prepared:
         """`client_headers`: the request's headers (the credentials a summary call forwards
         are read from them when a compaction needs them)."""
         key = self.thread_key(identity)
@@ -129,6 +134,14 @@ class Pipeline:
             lesson = self.lessons.lesson(key, inbound.model)
             if lesson is not None:
                 attempt = fixed(lesson, lesson=True)
+        if (attempt is _FIRST and inbound.api is _CHAT and inbound.entries is None
+                and not self.settings.tokens.count_every_request):
+            quiet = await untouched(inbound, identity, upstream, client_headers, key, attempt,
+                                    line, store=self.store, estimators=self.estimators,
+                                    compaction=self.settings.compaction, taps=_CHAT_TAPS,
+                                    now=self.clock)
+            if quiet is not None:
+                return quiet
         if inbound.entries is None:
             known = self._recent.get(key) if key else None
             previous = known.entries if known is not None and known.api is inbound.api else ()
@@ -208,7 +221,7 @@ class Pipeline:
             line.set(**lesson_fields(prepared.attempt, built))
         # `stream` first: most requests do not stream, and then nothing more is asked.
         hide_usage = (inbound.stream and prepared.upstream.stream_usage
-                      and _needs_usage_chunk(inbound))
+                      and needs_usage_chunk(inbound))
         projection, event = built.projection, built.event  # properties: read once
         prepared.projection, prepared.estimate = projection, built.tokens
         prepared.body = build_body(inbound, projection, include_usage=hide_usage)
@@ -264,6 +277,12 @@ class Pipeline:
     async def retry(self, prepared: Prepared, status: int, body: Any,
                     line: RequestLine) -> Prepared | None:
         """A second attempt after an upstream rejection, when one can help; else None."""
+        if prepared.untouched and status >= 400:
+            # Sent as it came (`untouched`): the rejection is judged on the whole way's
+            # preparation of the request, the same bytes, counted (the line's estimate too).
+            prepared = await self.prepare(prepared.inbound, prepared.identity,
+                                          prepared.upstream, line, prepared.client_headers,
+                                          _WHOLE_WAY)
         inbound, first = prepared.inbound, prepared.attempt
         if first.retry or inbound.entries is None or status < 400:
             if first.forced:  # the compaction the overflow bought made it, and it was refused
@@ -397,17 +416,8 @@ class Pipeline:
         return (_HIDING_CHAT_TAP if hide_usage else _CHAT_TAP) if api is _CHAT else ResponsesTap
 
 
-def _needs_usage_chunk(inbound: Inbound) -> bool:
-    """A chat stream whose client did not ask for usage: ask for it, then hide it."""
-    if inbound.api is not _CHAT or not inbound.stream:
-        return False
-    options = inbound.doc.get("stream_options")
-    if options is not None and not isinstance(options, dict):
-        return False  # the client's own invalid value goes up for upstream to judge
-    return not (isinstance(options, dict) and options.get("include_usage") is True)
-
-
 _CHAT_TAP, _HIDING_CHAT_TAP = partial(ChatTap, False), partial(ChatTap, True)  # not one a request
+_CHAT_TAPS = partial(Pipeline._tap_factory, _CHAT)
 
 
 def _thread_key(named: tuple[str, str]) -> ThreadKey:

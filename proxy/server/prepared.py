@@ -58,6 +58,7 @@ class Prepared:
     stream_tap: Callable[[], StreamTap] = field(default=PlainTap, init=False)
     projection: Entries = field(default=(), init=False)
     estimate: int | None = field(default=None, init=False)
+    untouched: bool = field(default=False, init=False)  # sent as it came (`server/untouched`)
     waits_end: float | None = field(default=None, init=False)  # `shared_waits.within`
 
     def credentials(self, names: Sequence[str]) -> Mapping[str, str]:
