@@ -3,7 +3,8 @@
 Starts a canned upstream and the proxy (default config, SQLite state in a temporary folder),
 then reads the proxy's resident set size (RSS, from /proc) after:
   - 10,000 and 20,000 small requests over 64 threads (no growth between the two is the target),
-  - 1,000 threads of 50 distinct messages each (each thread sent as it grows, 5 turns).
+  - 1,000 agent threads of 50 distinct messages each, with tool calls (each thread sent as it
+    grows, 5 turns).
 
     .venv/bin/python scripts/bench_memory.py [--requests 10000] [--threads 1000]
 """
@@ -46,21 +47,33 @@ async def small_requests(url: str, count: int, concurrency: int = 16) -> None:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
-def thread_messages(n: int, length: int) -> list[dict[str, object]]:
+def thread_messages(n: int, turns: int) -> list[dict[str, object]]:
+    """An agent's thread: a system prompt, then `turns` steps of a request, a tool call, its
+    result and an answer (4 messages each). Tool traffic sends it the whole way through the
+    pipeline, as a long agent task goes: a plain chat this small would take the short way and
+    leave nothing in the proxy's memory."""
     messages: list[dict[str, object]] = [{"role": "system", "content": f"Agent for project {n}."}]
-    for turn in range(length // 2):
-        messages.append({"role": "user", "content": f"Thread {n}, step {turn}: " + "detail " * 60})
-        messages.append({"role": "assistant", "content": f"Done step {turn} of {n}. " + "ok " * 40})
-    return messages[:length]
+    for turn in range(turns):
+        call = f"call_{n}_{turn}"
+        messages += [
+            {"role": "user", "content": f"Thread {n}, step {turn}: " + "detail " * 60},
+            {"role": "assistant", "content": None, "tool_calls": [{
+                "id": call, "type": "function",
+                "function": {"name": "read_file", "arguments": f'{{"path": "src/f{turn}.py"}}'}}]},
+            {"role": "tool", "tool_call_id": call, "content": f"# file {turn}\n" + "x = 1\n" * 30},
+            {"role": "assistant", "content": f"Done step {turn} of {n}. " + "ok " * 40}]
+    return messages
 
 
-async def many_threads(url: str, threads: int, length: int = 50, concurrency: int = 16) -> None:
-    jobs = [(n, k) for k in (10, 20, 30, 40, length) for n in range(threads)]
+async def many_threads(url: str, threads: int, concurrency: int = 16) -> None:
+    """Each thread sent as it grows: 2, 5, 7, 10 and 12 steps, then a last user message (50
+    messages at the end)."""
+    jobs = [(n, k) for k in (2, 5, 7, 10, 12) for n in range(threads)]
     async with aiohttp.ClientSession() as session:
         async def worker() -> None:
             while jobs:
                 n, k = jobs.pop(0)
-                body = orjson.dumps({"model": "bench-small", "messages": thread_messages(n, k)[:k - 1] + [
+                body = orjson.dumps({"model": "bench-small", "messages": thread_messages(n, k) + [
                     {"role": "user", "content": "next"}]})
                 async with session.post(f"{url}/chat/completions", data=body, headers={
                         "Content-Type": "application/json", "x-thread-id": f"t-{n}"}) as r:
