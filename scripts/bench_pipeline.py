@@ -72,8 +72,8 @@ def request(body: bytes, caches: Caches,
     total = caches.estimator.conservative_total(entries, parsed.get("tools"), sizes=sizes)
     marks.append(clock())
     context = context_bytes(parsed.get("tools"), None, MODEL)
-    tokens, anchor = estimate(entries, sizes, context, caches.anchors, total,
-                              caches.identities.digest, caches.estimator.margin)
+    tokens, anchor, _ = estimate(entries, sizes, context, caches.anchors, total,
+                                 caches.identities.digest, caches.estimator.margin)
     marks.append(clock())
     return {step: marks[i + 1] - marks[i] for i, step in enumerate(STEPS)}, tokens, anchor
 
