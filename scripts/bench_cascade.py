@@ -107,7 +107,8 @@ def timing(entries: Entries, context: CascadeContext, repeat: int) -> None:
         run_cascade(entries, context, stages=stages)
         totals.append(time.perf_counter() - start)
     warm = slice(3, None)  # the first runs fill the token counter's cache
-    parts = {name: statistics.median(t[warm]) for name, t in spent.items()}
+    # A stage that never ran (a session all inside the protected window) has no time.
+    parts = {name: statistics.median(t[warm]) for name, t in spent.items() if t[warm]}
     rest = statistics.median(totals[warm]) - sum(parts.values())
     cells = "  ".join(f"{name} {ms * 1000:.2f}" for name, ms in parts.items())
     print(f"  warm time per request (median of {repeat - 3}, ms): {cells}  "
