@@ -57,6 +57,9 @@ def test_plain_messages_under_half_the_trigger_need_nothing() -> None:
     {"role": None, "content": "no role"},
     {"content": "no role at all"},
     {"role": "user", "content": "hi", "unknown_field": 1},
+    # A name that is not a string is counted as its Python text (`1e9` as 1000000000.0).
+    {"role": "user", "content": "hi", "name": [1e9, 2e9]},
+    {"role": "user", "content": "hi", "name": 3},
 ])
 def test_anything_but_plain_text_goes_the_whole_way(message: dict[str, Any]) -> None:
     assert not _nothing([*PLAIN, message])

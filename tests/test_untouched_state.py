@@ -80,3 +80,67 @@ async def test_a_thread_the_store_holds_but_the_cache_does_not_is_read_first(
         assert reopened.store.cached(key) is None
         prepared, _ = await _prepared(reopened, IDENTITY)
         assert not prepared.untouched
+
+
+def _with_tools(enum: list[int]) -> bytes:
+    tools = [{"type": "function", "function": {"name": "pick", "parameters": {
+        "type": "object", "properties": {"n": {"type": "integer", "enum": enum}}}}}]
+    return orjson.dumps({"model": "m", "tools": tools,
+                         "messages": [{"role": "user", "content": "Pick one."}]})
+
+
+@pytest.mark.parametrize("items", [3, 2_000])
+async def test_tool_definitions_are_counted_as_the_whole_way_counts_them(tmp_path: Path,
+                                                                         items: int) -> None:
+    """An enum item costs a few tokens however few its bytes: 2,000 one-digit items are some
+    4 KB and 8,000 tokens, which a bound on bytes alone would miss."""
+    body = _with_tools([n % 10 for n in range(items)])
+    models = {"m": {"max_input_tokens": 13_000}}  # trigger 9,750
+    async with started_pipeline(str(tmp_path), models=models) as pipeline:
+        await pipeline.estimators.loaded("m")
+        assert len(body) * 2 <= 9_750
+        line = RequestLine(None, None, "chat")
+        inbound = pipeline.parse(Api.CHAT, body, IDENTITY)
+        prepared = await pipeline.prepare(inbound, IDENTITY, pipeline.settings.upstreams["up"],
+                                          line, CIMultiDict({"Authorization": "Bearer sk-x"}))
+        if items == 3:
+            assert prepared.untouched, "a few tools are counted and leave room"
+        else:
+            assert not prepared.untouched
+            assert line.fields["tokens_estimate"] > 9_750 * 0.75, "the whole way counts them"
+
+
+OVERFLOW = orjson.dumps({"error": {
+    "message": "This model's maximum context length is 100 tokens. However, your messages "
+               "resulted in 120 tokens. Please reduce the length of the messages.",
+    "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}})
+
+
+@pytest.mark.parametrize(("status", "body", "retried"), [
+    (429, b'{"error": {"message": "Rate limit reached", "type": "requests", "code": null}}', False),
+    (500, b'{"error": {"message": "The server had an error", "type": "server_error"}}', False),
+    (400, b'{"error": {"message": "bad", "type": "invalid_request_error"}}', False),
+    (400, OVERFLOW, True),
+])
+async def test_a_rejection_no_retry_answers_reads_no_state(tmp_path: Path, monkeypatch,
+                                                           status: int, body: bytes,
+                                                           retried: bool) -> None:
+    """The upstream's 429 or 500 is relayed as the whole way relays it, without reading the
+    thread's state (which a Redis outage would turn into the proxy's own 503); an overflow is
+    prepared the whole way for its compaction."""
+    async with started_pipeline(str(tmp_path)) as pipeline:
+        await pipeline.estimators.loaded("m")
+        prepared, line = await _prepared(pipeline, IDENTITY)
+        assert prepared.untouched
+        class Prepared(Exception):
+            """The whole way's preparation was asked for (what follows it is another test's)."""
+
+        async def prepare(*args: Any, **kwargs: Any) -> Any:
+            raise Prepared
+
+        monkeypatch.setattr(pipeline, "prepare", prepare)
+        if retried:
+            with pytest.raises(Prepared):
+                await pipeline.retry(prepared, status, orjson.loads(body), line)
+        else:
+            assert await pipeline.retry(prepared, status, orjson.loads(body), line) is None

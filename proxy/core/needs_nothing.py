@@ -8,7 +8,9 @@ tokenizer makes tokens of the text inside it (each token is at least one byte of
 JSON around each message outweighs the few tokens a provider adds per message. A body of at
 most half the trigger in bytes is therefore below it whoever counts; the other half is room
 for a provider that counts what it adds its own way. Media (images, audio, files) are counted
-by other rules than their bytes, so a request with any goes the whole way.
+by other rules than their bytes, so a request with any goes the whole way. Tool definitions and
+response schemas are not bounded by their bytes either (an enum item costs a few tokens
+however short): `proxy/server/untouched.py` counts them as the whole way does.
 
 The thread's state decides too (a checkpoint, a microcompaction mark or an anchor can apply to
 a list however short): that is the server's part (`proxy/server/untouched.py`).
@@ -39,6 +41,9 @@ def needs_nothing(messages: Iterable[dict[str, Any]], body_bytes: int, trigger: 
         if (type(role) is not str or role not in _PLAIN_ROLES
                 or not _PLAIN_KEYS.issuperset(message)):
             return False
+        name = message.get("name")
+        if name is not None and type(name) is not str:
+            return False  # counted as its Python text, which may be longer than its JSON
         content = message.get("content")
         said = command if role == "user" else None
         if type(content) is str:

@@ -278,8 +278,14 @@ class Pipeline:
                     line: RequestLine) -> Prepared | None:
         """A second attempt after an upstream rejection, when one can help; else None."""
         if prepared.untouched and status >= 400:
-            # Sent as it came (`untouched`): the rejection is judged on the whole way's
-            # preparation of the request, the same bytes, counted (the line's estimate too).
+            # Sent as it came (`untouched`). A rejection a retry can answer is judged on the
+            # whole way's preparation of the request (the same bytes, counted: the line's
+            # estimate too); any other is relayed without reading the thread's state, as the
+            # whole way relays it.
+            can_compact = self.settings.compaction.enabled and prepared.key is not None
+            if after_rejection(prepared.attempt, status, body, compacted=False,
+                               can_compact=can_compact)[0] is None:
+                return None
             prepared = await self.prepare(prepared.inbound, prepared.identity,
                                           prepared.upstream, line, prepared.client_headers,
                                           _WHOLE_WAY)

@@ -1,7 +1,8 @@
 """The short way through the pipeline: a chat request the proxy has nothing to do for.
 
 `proxy.core.needs_nothing` tells it from the request (plain messages, a body under half the
-trigger in bytes); the thread's state must hold nothing that could apply to it either: no
+trigger in bytes; tool definitions and response schemas are counted here, as the whole way
+counts them, and must leave the request under the trigger); the thread's state must hold nothing that could apply to it either: no
 checkpoint, no microcompaction mark, no anchor (an anchor is the upstream's own count, which
 may be above the body's bytes). Such a request goes up as the client sent it (with the usage
 chunk asked for and hidden on a stream, as on the whole way), and none of the work that could
@@ -32,6 +33,7 @@ from proxy.server.request_line import RequestLine
 from proxy.settings import CompactionSettings, UpstreamSettings
 from proxy.store.cached import CachedStore
 from proxy.threads import ThreadIdentity
+from proxy.tokens.rules import request_definitions
 
 _HEADERS = {"x-compaction": "none"}  # never changed: one for every such answer
 
@@ -56,6 +58,15 @@ async def untouched(inbound: Inbound, identity: ThreadIdentity, upstream: Upstre
     command = compaction.manual_command if compaction.enabled else None
     if not needs_nothing(elements, len(inbound.body), trigger, command):
         return None
+    doc = inbound.doc
+    tools = doc.get("tools")
+    definitions = request_definitions(doc)
+    if tools is not None or definitions is not None:
+        # Counted as the whole way counts them (kept per distinct definition): with the
+        # messages' bytes beside them, margin and all, they must stay under the trigger.
+        fixed = estimator.tools_tokens(tools) + estimator.definitions_tokens(definitions)
+        if estimator.with_margin(len(inbound.body) + fixed) > trigger:
+            return None
     hide_usage = inbound.stream and upstream.stream_usage and needs_usage_chunk(inbound)
     if hide_usage and "stream_options" in inbound.doc:
         # The client's own `stream_options` extended: the fields beside the list are written
