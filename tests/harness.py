@@ -16,13 +16,17 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import orjson
+import pytest
 from aiohttp import web
 
 from proxy.__main__ import make_runner
 from proxy.server.app import build_app
 from proxy.server.logs import configure_logging
+from proxy.records import ThreadKey, ThreadState
 from proxy.server.pipeline import Pipeline
+from proxy.server.services import SERVICES
 from proxy.settings import LoggingSettings, Settings, parse_settings
+from proxy.store.keys import thread_key_text
 
 T = TypeVar("T")
 
@@ -126,6 +130,20 @@ async def serve_every_path(handler: Callable[[web.Request], Awaitable[web.Stream
 # counted and anchored, a plain small one too (which by default goes up uncounted:
 # `proxy/server/untouched.py`).
 COUNTED = {"count_every_request": True}
+
+
+@pytest.fixture(name="proxy")
+def counted_proxy(make_proxy: Callable[..., RunningProxy], fake: Any) -> RunningProxy:
+    """`proxy` for a module of tests about estimates and anchors (imported there): the
+    conftest's, with every request counted (`COUNTED`)."""
+    return make_proxy(fake, tokens=COUNTED)
+
+
+def loaded_state(loop_thread: Any, proxy: RunningProxy, thread: str) -> ThreadState:
+    """The state of `thread` of the tenant of `proxy`'s last request, as its store has it."""
+    tenant = proxy.requests()[-1]["tenant"]
+    pipeline = proxy.app[SERVICES].pipeline
+    return loop_thread.run(pipeline.store.load(ThreadKey(tenant, thread_key_text(thread))))
 
 
 def proxy_settings(upstream_url: str, state_path: str, **sections: Any) -> Settings:

@@ -11,13 +11,7 @@ from typing import Any
 import pytest
 
 from proxy.testing.replies import Reply
-from tests.harness import COUNTED
-
-
-@pytest.fixture
-def proxy(make_proxy, fake):
-    # About estimates and anchors: every request counted, a plain small one too.
-    return make_proxy(fake, tokens=COUNTED)
+from tests.harness import counted_proxy  # noqa: F401 - the fixture, as `proxy`
 
 
 def _chat_turn(client: Any, messages: list[Any], stream: bool, thread: str) -> dict[str, Any]:

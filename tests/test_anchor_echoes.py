@@ -21,13 +21,7 @@ from proxy.testing.replies import Reply, call
 from proxy.usage import Usage
 from tests.conftest import API_KEY
 from tests.factories import chat, responses
-from tests.harness import COUNTED
-
-
-@pytest.fixture
-def proxy(make_proxy, fake):
-    # About estimates and anchors: every request counted, a plain small one too.
-    return make_proxy(fake, tokens=COUNTED)
+from tests.harness import counted_proxy  # noqa: F401 - the fixture, as `proxy`
 
 
 IDS = Identities()

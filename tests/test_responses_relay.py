@@ -15,20 +15,12 @@ import openai
 import pytest
 from aiohttp import web
 
-from proxy.records import ThreadKey, ThreadState
-from proxy.server.services import SERVICES
-from proxy.store.keys import thread_key_text
 from proxy.testing.replies import Reply, call
 from tests.conftest import API_KEY
+from tests.harness import loaded_state
 from tests.test_server_wire_edges import make_upstream  # noqa: F401 - the fixture
 
 MODEL = "gpt-5-mini"
-
-
-def _state(loop_thread, proxy, thread: str) -> ThreadState:
-    tenant = proxy.requests()[-1]["tenant"]
-    pipeline = proxy.app[SERVICES].pipeline
-    return loop_thread.run(pipeline.store.load(ThreadKey(tenant, thread_key_text(thread))))
 
 
 def _post(proxy, body: dict[str, Any]) -> tuple[bytes, httpx.Response]:
@@ -52,7 +44,7 @@ def test_a_stateful_turn_goes_up_as_sent_and_anchors_nothing(make_fake, make_pro
     fake.script(Reply.text("Noted: 7."))
     first = client.responses.create(model=MODEL, input=[{"role": "user", "content": "Keep 7."}],
                                     prompt_cache_key=thread)
-    assert len(_state(loop_thread, proxy, thread).anchors) == 1
+    assert len(loaded_state(loop_thread, proxy, thread).anchors) == 1
     link = ({"previous_response_id": first.id} if state == "previous_response_id"
             else {"conversation": client.conversations.create().id})
     fake.script(Reply.text("7."))
@@ -65,7 +57,7 @@ def test_a_stateful_turn_goes_up_as_sent_and_anchors_nothing(make_fake, make_pro
     assert line[state] is True and "passed through" in line["note"]
     assert line["usage_input"] > 0, "the line still says what the turn cost"
     # Its usage counts context held upstream: no anchor may pair it with the visible items.
-    assert len(_state(loop_thread, proxy, thread).anchors) == 1
+    assert len(loaded_state(loop_thread, proxy, thread).anchors) == 1
 
 
 def test_a_stateful_turn_the_upstream_refuses_is_not_sent_twice(make_fake, make_proxy,
@@ -172,7 +164,7 @@ def test_a_background_answer_is_relayed_then_fetched(make_upstream, make_proxy, 
     done = client.responses.retrieve(queued.id)
     assert done.status == "completed" and done.output_text == "Done later."
     assert upstream.seen[-1][:2] == ("GET", "/tenant-a/v1/responses/resp_bg")
-    assert _state(loop_thread, proxy, "bg-thread").anchors == ()
+    assert loaded_state(loop_thread, proxy, "bg-thread").anchors == ()
 
 
 def _sse(kind: str, data: dict[str, Any]) -> bytes:
@@ -202,7 +194,7 @@ def test_a_failed_stream_is_relayed_whole_and_anchors_nothing(make_upstream, mak
                                         "response.failed"]
     assert events[-1].response.error.code == "server_error"
     assert proxy.requests()[-1]["status"] == 200
-    assert _state(loop_thread, proxy, "failed-thread").anchors == ()
+    assert loaded_state(loop_thread, proxy, "failed-thread").anchors == ()
 
 
 def test_an_incomplete_stream_is_relayed_and_anchors_its_turn(make_fake, make_proxy, make_client,
@@ -218,4 +210,4 @@ def test_an_incomplete_stream_is_relayed_and_anchors_its_turn(make_fake, make_pr
     assert final.type == "response.incomplete"
     assert final.response.incomplete_details.reason == "max_output_tokens"
     assert final.response.output_text == "Cut sh"
-    assert len(_state(loop_thread, proxy, "cut-thread").anchors) == 1
+    assert len(loaded_state(loop_thread, proxy, "cut-thread").anchors) == 1

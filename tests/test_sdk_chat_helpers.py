@@ -9,13 +9,7 @@ import pydantic
 import pytest
 
 from proxy.testing.replies import Reply, call
-from tests.harness import COUNTED
-
-
-@pytest.fixture
-def proxy(make_proxy, fake):
-    # About estimates and anchors: every request counted, a plain small one too.
-    return make_proxy(fake, tokens=COUNTED)
+from tests.harness import counted_proxy  # noqa: F401 - the fixture, as `proxy`
 
 
 USER = [{"role": "user", "content": "Weather in Paris?"}]

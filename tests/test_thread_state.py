@@ -16,14 +16,8 @@ import pytest
 from proxy.server.services import SERVICES
 from proxy.testing.replies import Reply, call
 from tests.conftest import API_KEY
-from tests.harness import COUNTED
+from tests.harness import counted_proxy  # noqa: F401 - the fixture, as `proxy`
 from tests.process import ProxyProcess, assert_sound_database, cli, write_config
-
-
-@pytest.fixture
-def proxy(make_proxy, fake):
-    # About estimates and anchors: every request counted, a plain small one too.
-    return make_proxy(fake, tokens=COUNTED)
 
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent."}

@@ -14,14 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.records import ThreadKey, ThreadState
 from proxy.server import untouched as untouched_module
-from proxy.server.services import SERVICES
-from proxy.store.keys import thread_key_text
 from proxy.testing.replies import Reply, call
 from proxy.testing.summarizer import FakeSummarizer, is_summarizer_request
 from tests.conftest import API_KEY
-from tests.harness import COUNTED
+from tests.harness import COUNTED, loaded_state
 from tests.strategies import conversations
 from tests.test_needs_nothing import plain_messages
 
@@ -38,12 +35,6 @@ def _post(proxy: Any, doc: dict[str, Any] | bytes, thread: str = "quiet",
     return body, answer
 
 
-def _state(loop_thread: Any, proxy: Any, thread: str) -> ThreadState:
-    tenant = proxy.requests()[-1]["tenant"]
-    pipeline = proxy.app[SERVICES].pipeline
-    return loop_thread.run(pipeline.store.load(ThreadKey(tenant, thread_key_text(thread))))
-
-
 def test_a_plain_small_request_goes_up_as_sent_and_its_line_says_so(loop_thread, proxy,
                                                                    fake) -> None:
     body, answer = _post(proxy, {"model": "gpt-4o", "messages": PLAIN})
@@ -55,7 +46,7 @@ def test_a_plain_small_request_goes_up_as_sent_and_its_line_says_so(loop_thread,
     assert line["tokens_at_most"] == len(body) and line["compaction"] == "none"
     assert "tokens_estimate" not in line
     assert line["usage_input"] == answer.json()["usage"]["prompt_tokens"] > 0
-    state = _state(loop_thread, proxy, "quiet")
+    state = loaded_state(loop_thread, proxy, "quiet")
     assert state.anchors == (), "nothing an anchor could decide while the thread is this small"
     assert state.last_activity is not None, "its activity still counts for microcompaction"
 
@@ -103,7 +94,7 @@ def test_a_thread_with_an_anchor_goes_the_whole_way_from_then_on(loop_thread, pr
     doc["messages"] = [*PLAIN, called, {"role": "tool", "tool_call_id": "c1", "content": "x = 1"}]
     _, second = _post(proxy, doc, thread="anchored")
     assert int(second.headers["x-context-tokens"]) > 0
-    assert _state(loop_thread, proxy, "anchored").anchors
+    assert loaded_state(loop_thread, proxy, "anchored").anchors
     # A later plain request of that thread (the client trimmed its list) is counted.
     _, later = _post(proxy, {"model": "gpt-4o", "messages": PLAIN}, thread="anchored")
     assert "x-context-tokens" in later.headers
@@ -192,7 +183,7 @@ def test_counting_every_request_is_a_setting(make_fake, make_proxy, loop_thread)
     assert fake.requests[-1].body == body
     assert int(answer.headers["x-context-tokens"]) > 0
     assert "tokens_at_most" not in proxy.requests()[-1]
-    assert _state(loop_thread, proxy, "counted").anchors
+    assert loaded_state(loop_thread, proxy, "counted").anchors
 
 
 def test_over_redis_a_thread_another_instance_anchored_goes_the_whole_way(
